@@ -1,0 +1,17 @@
+#pragma once
+// Each subcommand lives in its own file and registers itself on the root app.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace meshplan::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the process exit code
+};
+
+Command add_model_command(CLI::App& root);
+Command add_memory_command(CLI::App& root);
+Command add_demo_command(CLI::App& root);
+
+}  // namespace meshplan::cli

@@ -1,0 +1,39 @@
+// meshplan: simulator and planner for distributed LLM training.
+#include <fmt/format.h>
+
+#include <exception>
+#include <vector>
+
+#include "cli/command.hpp"
+#include "spec/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "meshplan: will this training layout fit, how fast will it run, and what is the best one?\n"
+      "Reads llm-foundry YAML, torchtitan TOML and meshplan plan TOML; see `meshplan COMMAND --help`."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "meshplan 0.1.0");
+
+  std::vector<meshplan::cli::Command> commands = {
+      meshplan::cli::add_demo_command(app),
+      meshplan::cli::add_model_command(app),
+      meshplan::cli::add_memory_command(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (const auto& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const meshplan::InputError& e) {
+    fmt::print(stderr, "meshplan: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshplan: error: {}\n", e.what());
+    return 2;
+  }
+  return 1;
+}

@@ -1,0 +1,100 @@
+#pragma once
+// ClusterSpec: GPU, node, host link and fabric of a cluster (the "system" input), read from
+// hardware_profiles/*.toml. Every number carries a source tag in `sources` (dotted key -> tag).
+// SI units throughout: bytes, seconds, FLOP/s, bytes/s per direction.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "spec/dtype.hpp"
+
+namespace meshplan {
+
+// One measured point of a GEMM efficiency curve (achieved / dense peak) for square-ish shapes.
+struct GemmEfficiencyPoint {
+  double cube_dim = 0;   // (M*N*K)^(1/3)
+  double efficiency = 0; // achieved / dense peak
+};
+struct GemmCurve {
+  Dtype dtype = Dtype::bf16;
+  std::vector<GemmEfficiencyPoint> points;  // increasing cube_dim
+  std::string source;
+};
+
+// FlashAttention-style fused attention throughput vs sequence length.
+struct AttentionCurve {
+  std::string kernel;      // "flash-attn-2", "flash-attn-3", ...
+  std::string pass;        // "fwd+bwd" or "fwd"
+  int head_dim = 128;
+  bool causal = true;
+  std::vector<double> seq_len;
+  std::vector<double> flops_per_s;  // achieved, as counted by the kernel's authors
+  std::string source;
+};
+
+struct GpuSpec {
+  std::string model;                       // "H100-SXM5-80GB"
+  std::string arch;                        // "sm90"
+  int sm_count = 0;
+  double hbm_bytes = 0;                    // physical capacity as torch reports it
+  double hbm_bandwidth_bytes_per_s = 0;    // spec peak
+  double hbm_efficiency = 0;               // achieved copy bandwidth / peak (STREAM copy)
+  std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
+  double kernel_launch_seconds = 0;
+  std::vector<GemmCurve> gemm_curves;
+  std::vector<AttentionCurve> attention_curves;
+};
+
+struct NodeSpec {
+  int gpus_per_node = 8;
+  std::string scaleup_kind;                // "nvswitch", "nvlink-mesh", "pcie"
+  int nvlink_domain_gpus = 8;              // GPUs reachable over NVLink (72 for NVL72)
+  double nvlink_bandwidth_bytes_per_s = 0; // per GPU, per direction (spec)
+  double nvlink_efficiency = 0;            // achieved p2p / spec
+  double nvlink_latency_seconds = 0;       // per hop
+  bool nvls = false;                       // NVSwitch multicast/reduction (SHARP in NVSwitch)
+  std::string host_link_kind;              // "pcie4x16", "pcie5x16", "nvlink-c2c"
+  double host_h2d_bytes_per_s = 0;         // achieved, pinned
+  double host_d2h_bytes_per_s = 0;
+  double host_memory_bytes = 0;            // per node
+  int nics_per_node = 0;
+  double nic_bandwidth_bytes_per_s = 0;    // per NIC, per direction (line rate)
+  double nic_efficiency = 0;               // achieved / line rate
+};
+
+struct FabricSpec {
+  std::string kind = "fat_tree";           // fat_tree | nvl_domain
+  std::string transport = "infiniband";    // infiniband | roce | efa | omnipath
+  bool rail_optimized = true;              // NIC i of every node on leaf i
+  int nodes_per_leaf = 32;                 // nodes one leaf (rail) group reaches in one hop
+  double leaf_oversubscription = 1.0;      // downlink / uplink bandwidth at the leaf
+  double spine_oversubscription = 1.0;
+  double nic_latency_seconds = 0;          // end-to-end NIC + wire
+  double switch_hop_latency_seconds = 0;
+};
+
+// Fixed costs of the software stack, not of the model.
+struct FrameworkOverheads {
+  double cuda_context_bytes = 0;           // CUDA context + cuBLAS/cuDNN workspaces
+  double nccl_buffer_bytes_per_group = 0;  // NCCL channel buffers per communicator
+  double allocator_reserve_fraction = 0;   // caching allocator: reserved / allocated slack
+};
+
+struct ClusterSpec {
+  std::string name;                        // profile name, e.g. "h100-sxm-80gb"
+  std::string description;
+  GpuSpec gpu;
+  NodeSpec node;
+  FabricSpec fabric;
+  FrameworkOverheads framework;
+  std::map<std::string, std::string> sources;  // "gpu.hbm_bytes" -> "h100_datasheet"
+  std::map<std::string, std::string> source_refs;  // tag -> citation ("kind: ref")
+  std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")
+
+  double peak_flops_per_s(Dtype d) const {
+    auto it = gpu.peak_flops_per_s.find(d);
+    return it == gpu.peak_flops_per_s.end() ? 0.0 : it->second;
+  }
+};
+
+}  // namespace meshplan

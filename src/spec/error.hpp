@@ -1,0 +1,30 @@
+#pragma once
+// One error type for every bad input: the CLI prints what() as a single line
+// "FILE: KEY: REASON" and exits non-zero.
+#include <stdexcept>
+#include <string>
+
+namespace meshplan {
+
+class InputError : public std::runtime_error {
+public:
+  InputError(std::string file, std::string key, std::string reason)
+      : std::runtime_error(format(file, key, reason)), file_(std::move(file)),
+        key_(std::move(key)), reason_(std::move(reason)) {}
+
+  const std::string& file() const { return file_; }
+  const std::string& key() const { return key_; }
+  const std::string& reason() const { return reason_; }
+
+private:
+  static std::string format(const std::string& file, const std::string& key,
+                            const std::string& reason) {
+    std::string s = file.empty() ? std::string("<input>") : file;
+    if (!key.empty()) s += ": " + key;
+    s += ": " + reason;
+    return s;
+  }
+  std::string file_, key_, reason_;
+};
+
+}  // namespace meshplan

@@ -1,0 +1,73 @@
+#pragma once
+// ModelSpec: the architecture of a decoder-only transformer (the "application" input).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace meshplan {
+
+enum class MlpKind { gelu, swiglu, relu2 };      // gelu/relu2: 2 matrices; swiglu: 3 matrices
+enum class PosEmb { rope, learned, alibi, none }; // learned: a max_seq_len x d_model table
+enum class NormKind { rmsnorm, layernorm };       // rmsnorm: weight only; layernorm: weight (+bias)
+
+struct MoeSpec {
+  int n_experts = 0;             // 0 = dense model
+  int top_k = 0;                 // experts each token is routed to
+  std::int64_t expert_ffn = 0;   // inner width of one expert's MLP
+  int n_shared_experts = 0;      // always-active experts (DeepSeek style)
+  bool enabled() const { return n_experts > 0; }
+};
+
+struct ModelSpec {
+  std::string name;
+  int n_layers = 0;
+  std::int64_t d_model = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;            // == n_heads for multi-head attention
+  std::int64_t head_dim = 0;     // usually d_model / n_heads
+  std::int64_t ffn_hidden = 0;   // dense MLP inner width
+  MlpKind mlp = MlpKind::swiglu;
+  std::int64_t vocab = 0;
+  bool tied_embeddings = false;
+  PosEmb pos_emb = PosEmb::rope;
+  NormKind norm = NormKind::rmsnorm;
+  bool linear_bias = false;      // biases on every linear layer (GPT-2/MPT-preset style)
+  bool norm_bias = false;        // LayerNorm with a bias vector
+  std::int64_t max_seq_len = 0;  // context; sizes the learned position table
+  MoeSpec moe;
+  std::optional<std::int64_t> n_params_published;
+  std::string n_params_source;   // where the published count comes from
+};
+
+std::string_view to_string(MlpKind k);
+std::string_view to_string(PosEmb p);
+std::string_view to_string(NormKind n);
+std::optional<MlpKind> parse_mlp_kind(std::string_view s);
+std::optional<PosEmb> parse_pos_emb(std::string_view s);
+std::optional<NormKind> parse_norm_kind(std::string_view s);
+
+// Parameter counts, from the shapes above (every weight matrix, bias and norm vector).
+struct ParamCounts {
+  std::int64_t attention_per_layer = 0;  // q, k, v, o (+ biases)
+  std::int64_t mlp_per_layer = 0;        // dense MLP, or all experts + router for MoE
+  std::int64_t norm_per_layer = 0;       // the two per-block norms
+  std::int64_t embedding = 0;            // token embedding table
+  std::int64_t position = 0;             // learned position table (0 unless learned)
+  std::int64_t lm_head = 0;              // 0 when tied
+  std::int64_t final_norm = 0;
+  std::int64_t per_layer() const { return attention_per_layer + mlp_per_layer + norm_per_layer; }
+  std::int64_t total(int n_layers) const {
+    return per_layer() * n_layers + embedding + position + lm_head + final_norm;
+  }
+};
+
+ParamCounts param_counts(const ModelSpec& m);
+std::int64_t n_params(const ModelSpec& m);
+// Parameters touched per token (MoE: only top_k experts), for FLOP counts.
+std::int64_t n_active_params(const ModelSpec& m);
+
+// Throws InputError(file, key, reason) when a field is missing or inconsistent.
+void validate(const ModelSpec& m, const std::string& file);
+
+}  // namespace meshplan

@@ -1,0 +1,134 @@
+#pragma once
+// Plan: how a model is laid out over GPUs and every runtime knob that changes memory or time
+// (the "execution" input). Importers map runtime files onto it with the runtimes' own defaults.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spec/dtype.hpp"
+
+namespace meshplan {
+
+// Mesh degrees; world = pp * dp_replicate * dp_shard * cp * tp. TP is innermost (within a node).
+// ep re-partitions the data-parallel ranks for MoE experts and does not multiply the world.
+struct Mesh {
+  int pp = 1;
+  int vpp = 1;           // virtual stages per pipeline rank (interleaved 1F1B)
+  int dp_replicate = 1;  // replicas of the model state (DDP, or HSDP's replicate dim)
+  int dp_shard = 1;      // FSDP shard group (ZeRO-3 / HSDP's shard dim)
+  int cp = 1;            // context parallel: sequence split across ranks
+  int tp = 1;            // tensor parallel
+  int ep = 1;            // expert parallel (MoE)
+  std::int64_t world() const {
+    return static_cast<std::int64_t>(pp) * dp_replicate * dp_shard * cp * tp;
+  }
+  int dp() const { return dp_replicate * dp_shard; }
+};
+
+// What is sharded over the data-parallel group (ZeRO stages).
+enum class Sharding {
+  none,   // NO_SHARD / DDP: everything replicated
+  zero1,  // optimizer state (and fp32 master params) sharded: Megatron distributed optimizer
+  zero2,  // + gradients: FSDP SHARD_GRAD_OP, FSDP2 reshard_after_forward=False
+  zero3,  // + parameters: FSDP FULL_SHARD / HYBRID_SHARD
+};
+
+enum class Runtime {
+  composer_fsdp1,   // MosaicML Composer / llm-foundry on torch FSDP1
+  composer_fsdp2,   // Composer with FSDP_VERSION=2
+  torchtitan_fsdp2, // torchtitan (fully_shard + DTensor)
+  megatron,         // Megatron-LM / Megatron-Core / NeMo
+  generic,          // meshplan's own plan TOML without a runtime
+};
+
+enum class BackwardPrefetch { none, backward_pre, backward_post };
+
+enum class AcMode {
+  none,
+  full,             // every block checkpointed, recomputed whole in backward
+  selective_layer,  // every ac_every_n-th block checkpointed (torchtitan selective "N")
+  selective_op,     // per-op SAC: matmul outputs saved, every second mm recomputed
+  selective_attn,   // Megatron selective: only core attention recomputed
+};
+
+enum class TpStyle {
+  full,      // Megatron/torchtitan: attention heads and MLP split, SP optional
+  mlp_only,  // llm-foundry "ffn" strategy: only the MLP is tensor-parallel
+};
+
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_1f1b };
+
+enum class Fp8Recipe { none, te_delayed, te_current, mxfp8, nvfp4, torchao_tensorwise, torchao_rowwise };
+
+enum class Optimizer { adamw, adamw8bit, sgd };
+
+struct Plan {
+  Runtime runtime = Runtime::generic;
+  Mesh mesh;
+
+  // Data-parallel sharding.
+  Sharding sharding = Sharding::zero3;
+  bool reshard_after_forward = true;     // false for zero2 (and for FSDP2 roots / PP in torchtitan)
+  bool root_unsharded = false;           // FSDP1: root unit (embeddings, final norm, head) stays unsharded
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::backward_pre;
+  bool forward_prefetch = false;
+  int forward_prefetch_limit = 1;
+  int backward_prefetch_limit = 1;
+  bool limit_all_gathers = true;         // FSDP1 rate limiter: at most 2 all-gathers in flight
+  bool grad_sync_every_microbatch = true; // Composer and torchtitan reduce-scatter per micro-batch
+
+  // Precision. State = fp32 master params + fp32 grads + optimizer moments unless state_dtype says bf16.
+  Dtype param_dtype = Dtype::bf16;       // compute and all-gather dtype
+  Dtype reduce_dtype = Dtype::fp32;      // gradient reduce-scatter / all-reduce dtype
+  Dtype state_dtype = Dtype::fp32;       // stored weights, grads, optimizer moments
+  std::string mixed_precision_name;      // "FULL", "DEFAULT", "PURE", "custom" (as written by the user)
+  bool keep_low_precision_grads = false;
+  Fp8Recipe fp8 = Fp8Recipe::none;
+  bool fp8_all_gather = false;           // FSDP float8 all-gather (torchao)
+
+  // Activation checkpointing and offload.
+  AcMode ac = AcMode::none;
+  int ac_every_n = 1;                    // selective_layer: checkpoint blocks with index % n == 0
+  bool ac_reentrant = false;
+  bool act_offload = false;              // activations saved for backward live in pinned host memory
+  bool param_offload = false;            // FSDP CPU offload: params, grads, optimizer step on host
+
+  // Model parallelism details.
+  TpStyle tp_style = TpStyle::full;
+  bool sequence_parallel = false;
+  bool async_tp = false;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  bool flash_attention = true;           // fused attention: no s^2 score matrix kept
+
+  Optimizer optimizer = Optimizer::adamw;
+  bool compile = false;
+};
+
+// The batch: what one optimizer step processes.
+struct Job {
+  std::int64_t seq_len = 0;        // tokens per sequence
+  std::int64_t global_batch = 0;   // sequences per optimizer step, all replicas
+  std::int64_t micro_batch = 1;    // sequences per forward/backward per data-parallel rank
+  std::int64_t grad_accum = 1;     // micro-batches per step per data-parallel rank
+  std::int64_t tokens_per_step() const { return global_batch * seq_len; }
+};
+
+std::string_view to_string(Sharding s);
+std::string_view to_string(Runtime r);
+std::string_view to_string(BackwardPrefetch b);
+std::string_view to_string(AcMode a);
+std::string_view to_string(TpStyle t);
+std::string_view to_string(PipelineSchedule p);
+std::string_view to_string(Fp8Recipe f);
+std::string_view to_string(Optimizer o);
+std::optional<Sharding> parse_sharding(std::string_view s);
+std::optional<Runtime> parse_runtime(std::string_view s);
+std::optional<BackwardPrefetch> parse_backward_prefetch(std::string_view s);
+std::optional<AcMode> parse_ac_mode(std::string_view s);
+std::optional<PipelineSchedule> parse_schedule(std::string_view s);
+std::optional<Fp8Recipe> parse_fp8(std::string_view s);
+std::optional<Optimizer> parse_optimizer(std::string_view s);
+
+}  // namespace meshplan

@@ -1,0 +1,24 @@
+#pragma once
+// RunConfig: everything one run needs, as read from a user's config file.
+#include <string>
+#include <vector>
+
+#include "spec/model_spec.hpp"
+#include "spec/plan.hpp"
+
+namespace meshplan {
+
+enum class ConfigFormat { meshplan_plan, llm_foundry_yaml, torchtitan_toml };
+
+struct RunConfig {
+  std::string source_file;
+  ConfigFormat format = ConfigFormat::meshplan_plan;
+  ModelSpec model;
+  Plan plan;
+  Job job;
+  std::string cluster;             // hardware profile name; may be empty (CLI --cluster decides)
+  std::int64_t n_gpus = 0;         // 0 when the file does not fix it (degrees -1 unresolved)
+  std::vector<std::string> warnings;  // settings the runtime ignores, rewrites or rejects
+};
+
+}  // namespace meshplan
