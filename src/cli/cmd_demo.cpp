@@ -1,10 +1,33 @@
-// TEMPORARY during bring-up; replaced by the real command.
+// meshplan demo: the main job on built-in defaults (what `./dev run` shows).
+#include <fmt/format.h>
+
 #include "cli/command.hpp"
+#include "cli/run_inputs.hpp"
+#include "report/memory_report.hpp"
+#include "spec/data_root.hpp"
+#include "workload/memory_estimate.hpp"
+
 namespace meshplan::cli {
+
+namespace {
+constexpr const char* kDemoPlan = "plans/examples/llama3.1-8b-fsdp-h100.toml";
+}
+
 Command add_demo_command(CLI::App& root) {
   Command c;
-  c.app = root.add_subcommand("demo", "demo");
-  c.run = [] { return 1; };
+  c.app = root.add_subcommand(
+      "demo", fmt::format("Memory report of a shipped plan ({}), as a first look at the tool", kDemoPlan));
+  c.run = [] {
+    RunInputOptions o;
+    o.config = (data_root() / kDemoPlan).string();
+    const RunInputs in = load_run_inputs(o);
+    const MemoryEstimate e = estimate_memory(in.run.model, in.run.plan, in.run.job, in.cluster);
+    fmt::print("{}", memory_text(in.run, in.cluster, e));
+    fmt::print("\nNext: `meshplan memory --config FILE` for your own llm-foundry YAML or torchtitan TOML,\n"
+               "      `meshplan model --list`, and `meshplan --help` for every command.\n");
+    return 0;
+  };
   return c;
 }
+
 }  // namespace meshplan::cli

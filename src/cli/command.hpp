@@ -11,7 +11,11 @@ struct Command {
 };
 
 Command add_model_command(CLI::App& root);
+Command add_topology_command(CLI::App& root);
 Command add_memory_command(CLI::App& root);
 Command add_demo_command(CLI::App& root);
+Command add_collective_command(CLI::App& root);
+Command add_simulate_command(CLI::App& root);
+Command add_kernel_command(CLI::App& root);
 
 }  // namespace meshplan::cli

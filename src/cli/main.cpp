@@ -16,8 +16,12 @@ int main(int argc, char** argv) {
 
   std::vector<meshplan::cli::Command> commands = {
       meshplan::cli::add_demo_command(app),
+      meshplan::cli::add_collective_command(app),
       meshplan::cli::add_model_command(app),
+      meshplan::cli::add_topology_command(app),
       meshplan::cli::add_memory_command(app),
+      meshplan::cli::add_simulate_command(app),
+      meshplan::cli::add_kernel_command(app),
   };
 
   try {

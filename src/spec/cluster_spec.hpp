@@ -41,6 +41,8 @@ struct GpuSpec {
   double hbm_efficiency = 0;               // achieved copy bandwidth / peak (STREAM copy)
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
+  // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.
+  double comm_interference_factor = 0;
   std::vector<GemmCurve> gemm_curves;
   std::vector<AttentionCurve> attention_curves;
 };
@@ -90,6 +92,7 @@ struct ClusterSpec {
   std::map<std::string, std::string> sources;  // "gpu.hbm_bytes" -> "h100_datasheet"
   std::map<std::string, std::string> source_refs;  // tag -> citation ("kind: ref")
   std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")
+  std::string source_file;                 // the profile TOML this spec was read from
 
   double peak_flops_per_s(Dtype d) const {
     auto it = gpu.peak_flops_per_s.find(d);

@@ -113,6 +113,13 @@ void validate(const ModelSpec& m, const std::string& file) {
     throw InputError(file, "n_kv_heads",
                      fmt::format("n_heads {} is not divisible by n_kv_heads {}", m.n_heads, m.n_kv_heads));
   if (m.pos_emb == PosEmb::learned) positive(m.max_seq_len, "max_seq_len");
+  // Negative counts would silently read as "dense" / "no context" above; reject them here.
+  auto non_negative = [&](std::int64_t v, const char* key) {
+    if (v < 0) throw InputError(file, key, fmt::format("must not be negative, got {}", v));
+  };
+  non_negative(m.max_seq_len, "max_seq_len");
+  non_negative(m.moe.n_experts, "moe.n_experts");
+  non_negative(m.moe.n_shared_experts, "moe.n_shared_experts");
 }
 
 }  // namespace meshplan

@@ -83,6 +83,7 @@ struct Plan {
   Dtype param_dtype = Dtype::bf16;       // compute and all-gather dtype
   Dtype reduce_dtype = Dtype::fp32;      // gradient reduce-scatter / all-reduce dtype
   Dtype state_dtype = Dtype::fp32;       // stored weights, grads, optimizer moments
+  Dtype compute_dtype = Dtype::bf16;     // matmul/activation dtype (autocast); fp32 only without AMP
   std::string mixed_precision_name;      // "FULL", "DEFAULT", "PURE", "custom" (as written by the user)
   bool keep_low_precision_grads = false;
   Fp8Recipe fp8 = Fp8Recipe::none;
@@ -101,17 +102,25 @@ struct Plan {
   bool async_tp = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept
+  bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)
 
   Optimizer optimizer = Optimizer::adamw;
   bool compile = false;
 };
 
 // The batch: what one optimizer step processes.
+// Importers may leave global_batch, micro_batch or grad_accum at 0 when the file fixes them only
+// in terms of the GPU count (torchtitan global_batch_size=-1, Composer microbatch 'auto');
+// resolve_layout (config_loader.hpp) fills them in.
 struct Job {
   std::int64_t seq_len = 0;        // tokens per sequence
   std::int64_t global_batch = 0;   // sequences per optimizer step, all replicas
   std::int64_t micro_batch = 1;    // sequences per forward/backward per data-parallel rank
   std::int64_t grad_accum = 1;     // micro-batches per step per data-parallel rank
+  // Micro-batches per pipeline schedule run; 0 = all grad_accum micro-batches in one run
+  // (Megatron). torchtitan runs one schedule per local batch (local_batch / pp microbatch size),
+  // and each run pays its own pipeline bubble.
+  std::int64_t pp_microbatches = 0;
   std::int64_t tokens_per_step() const { return global_batch * seq_len; }
 };
 

@@ -1,0 +1,212 @@
+// `meshplan kernel --cluster C (--gemm MxNxK | --attention k=v,... | --memory-bytes N)`: the time
+// the compute cost model predicts for one kernel, so its numbers can be checked against a
+// measurement by hand. Model: docs/compute.md.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/command.hpp"
+#include "cli/run_inputs.hpp"
+#include "cost/compute_cost.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/error.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+using nlohmann::json;
+
+std::int64_t parse_count(std::string_view text, const std::string& option, std::string_view what) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v <= 0)
+    throw InputError("", option, fmt::format("{} must be a positive integer, got '{}'", what, text));
+  return v;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t at = s.find(sep, start);
+    parts.push_back(s.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) return parts;
+    start = at + 1;
+  }
+}
+
+// "MxNxK" or "BxMxNxK" (batched).
+GemmShape parse_gemm(const std::string& text) {
+  const auto dims = split(text, 'x');
+  if (dims.size() != 3 && dims.size() != 4)
+    throw InputError("", "--gemm", fmt::format("expected MxNxK or BATCHxMxNxK, got '{}'", text));
+  GemmShape g;
+  std::size_t i = 0;
+  if (dims.size() == 4) g.batch = parse_count(dims[i++], "--gemm", "batch");
+  g.m = parse_count(dims[i++], "--gemm", "M");
+  g.n = parse_count(dims[i++], "--gemm", "N");
+  g.k = parse_count(dims[i++], "--gemm", "K");
+  return g;
+}
+
+// "b=1,heads=32,seq=8192,head_dim=128,causal=1" plus optional kv_heads, seq_q, seq_kv.
+AttentionShape parse_attention(const std::string& text) {
+  AttentionShape a;
+  a.seq_q = a.seq_kv = 0;
+  bool kv_heads_set = false, heads_set = false;
+  for (std::string_view item : split(text, ',')) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      throw InputError("", "--attention", fmt::format("expected key=value, got '{}'", item));
+    const std::string_view key = item.substr(0, eq);
+    const std::string_view value = item.substr(eq + 1);
+    const std::string what(key);
+    if (key == "b" || key == "batch") a.batch = parse_count(value, "--attention", what);
+    else if (key == "heads") { a.heads = parse_count(value, "--attention", what); heads_set = true; }
+    else if (key == "kv_heads") { a.kv_heads = parse_count(value, "--attention", what); kv_heads_set = true; }
+    else if (key == "seq") a.seq_q = a.seq_kv = parse_count(value, "--attention", what);
+    else if (key == "seq_q") a.seq_q = parse_count(value, "--attention", what);
+    else if (key == "seq_kv") a.seq_kv = parse_count(value, "--attention", what);
+    else if (key == "head_dim") a.head_dim = parse_count(value, "--attention", what);
+    else if (key == "causal") {
+      if (value != "0" && value != "1")
+        throw InputError("", "--attention", fmt::format("causal must be 0 or 1, got '{}'", value));
+      a.causal = value == "1";
+    } else {
+      throw InputError("", "--attention",
+                       fmt::format("unknown key '{}' (b, heads, kv_heads, seq, seq_q, seq_kv, head_dim, causal)", key));
+    }
+  }
+  if (!heads_set) throw InputError("", "--attention", "heads= is required");
+  if (a.seq_q == 0 || a.seq_kv == 0) throw InputError("", "--attention", "seq= (or seq_q= and seq_kv=) is required");
+  if (!kv_heads_set) a.kv_heads = a.heads;
+  return a;
+}
+
+struct Described {
+  KernelEstimate estimate;
+  std::string kind;   // "gemm", "attention", "memory"
+  std::string shape;  // as the user would write it
+};
+
+Described estimate(const ClusterSpec& c, const std::string& gemm, const std::string& attention,
+                   double memory_bytes, const std::string& pass, Dtype dtype) {
+  if (!gemm.empty()) {
+    const GemmShape g = parse_gemm(gemm);
+    return {gemm_time(c, g, dtype), "gemm",
+            g.batch > 1 ? fmt::format("{}x{}x{}x{}", g.batch, g.m, g.n, g.k) : fmt::format("{}x{}x{}", g.m, g.n, g.k)};
+  }
+  if (!attention.empty()) {
+    const AttentionShape a = parse_attention(attention);
+    const std::string shape =
+        fmt::format("b={},heads={},kv_heads={},seq_q={},seq_kv={},head_dim={},causal={} {}", a.batch, a.heads,
+                    a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.causal ? 1 : 0, pass);
+    if (pass == "fwd") return {attention_time(c, a, Pass::forward, dtype), "attention", shape};
+    if (pass == "bwd") return {attention_time(c, a, Pass::backward, dtype), "attention", shape};
+    // fwd+bwd: two kernels, as FlashAttention's own fwd+bwd benchmark times them.
+    const KernelEstimate f = attention_time(c, a, Pass::forward, dtype);
+    const KernelEstimate b = attention_time(c, a, Pass::backward, dtype);
+    KernelEstimate s = f;
+    s.seconds = f.seconds + b.seconds;
+    s.flops = f.flops + b.flops;
+    s.bytes = f.bytes + b.bytes;
+    s.compute_seconds = f.compute_seconds + b.compute_seconds;
+    s.memory_seconds = f.memory_seconds + b.memory_seconds;
+    s.launch_seconds = f.launch_seconds + b.launch_seconds;
+    s.efficiency = s.flops / (s.seconds * s.peak_flops_per_s);
+    s.memory_bound = s.memory_seconds > s.compute_seconds;
+    return {s, "attention", shape};
+  }
+  if (!(memory_bytes > 0))
+    throw InputError("", "--memory-bytes", fmt::format("must be a positive byte count, got {}", memory_bytes));
+  return {memory_bound_time(c, memory_bytes), "memory", fmt::format("{:.0f} bytes", memory_bytes)};
+}
+
+std::string fallback_note(const Described& d, Dtype dtype) {
+  if (!d.estimate.curve_fallback) return "";
+  if (d.kind == "gemm")
+    return fmt::format("no {} GEMM curve in the profile; used the {} curve as a fraction of the {} peak",
+                       to_string(dtype), to_string(d.estimate.curve_dtype), to_string(dtype));
+  return "no attention curve for this dtype/mask/head_dim; used the nearest measured one (fp16/bf16 fraction of peak)";
+}
+
+}  // namespace
+
+Command add_kernel_command(CLI::App& root) {
+  struct Options {
+    std::string cluster = kDefaultCluster;
+    std::string gemm, attention, dtype = "bf16", pass = "fwd";
+    double memory_bytes = 0;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  Command c;
+  c.app = root.add_subcommand(
+      "kernel",
+      "Predicted time of one kernel on one GPU: max(FLOPs / (peak x measured efficiency), bytes / "
+      "achieved HBM bandwidth) + launch. Formulas: docs/compute.md.");
+  c.app->add_option("--cluster", o->cluster, "hardware profile name or TOML path")->capture_default_str();
+  auto* gemm = c.app->add_option("--gemm", o->gemm, "GEMM shape MxNxK (or BATCHxMxNxK): C[M,N] = A[M,K] B[K,N]");
+  auto* attention = c.app->add_option(
+      "--attention", o->attention,
+      "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
+  auto* memory = c.app->add_option("--memory-bytes", o->memory_bytes, "bytes read + written by a memory-bound kernel");
+  gemm->excludes(attention)->excludes(memory);
+  attention->excludes(memory);
+  c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp4)")->capture_default_str();
+  c.app->add_option("--pass", o->pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
+  c.app->add_flag("--json", o->json, R"(machine-readable: {"time_us", "tflops", "efficiency", ...})");
+  c.run = [o] {
+    if (o->gemm.empty() && o->attention.empty() && o->memory_bytes == 0)
+      throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
+    const std::optional<Dtype> dtype = parse_dtype(o->dtype);
+    if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp4)", o->dtype));
+    const ClusterSpec cluster = load_cluster(o->cluster);
+    const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype);
+    const KernelEstimate& e = d.estimate;
+    const double tflops = e.seconds > 0 ? e.flops / e.seconds / 1e12 : 0.0;
+    const double achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
+    const std::string bound = e.memory_bound ? "memory" : "compute";
+    const std::string note = fallback_note(d, *dtype);
+    if (o->json) {
+      json j{{"time_us", e.seconds * 1e6},
+             {"tflops", tflops},
+             {"efficiency", e.efficiency},
+             {"bound", bound},
+             {"kind", d.kind},
+             {"shape", d.shape},
+             {"cluster", cluster.name},
+             {"dtype", std::string(to_string(*dtype))},
+             {"flops", e.flops},
+             {"bytes", e.bytes},
+             {"compute_us", e.compute_seconds * 1e6},
+             {"memory_us", e.memory_seconds * 1e6},
+             {"launch_us", e.launch_seconds * 1e6},
+             {"peak_tflops", e.peak_flops_per_s / 1e12},
+             {"achieved_hbm_gb_per_s", achieved_bw / 1e9},
+             {"curve_fallback", e.curve_fallback},
+             {"note", note.empty() ? json(nullptr) : json(note)}};
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("{} ({}): {} {}{}\n", cluster.name, cluster.gpu.model, d.kind, d.shape,
+               d.kind == "memory" ? "" : fmt::format(" {}", to_string(*dtype)));
+    fmt::print("  time        {:.2f} us\n", e.seconds * 1e6);
+    if (d.kind != "memory")
+      fmt::print("  throughput  {:.1f} TFLOP/s = efficiency {:.3f} of the {:.1f} TFLOP/s dense peak\n", tflops,
+                 e.efficiency, e.peak_flops_per_s / 1e12);
+    fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", achieved_bw / 1e9, e.bytes);
+    fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", bound,
+               e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
+    if (!note.empty()) fmt::print("  note        {}\n", note);
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace meshplan::cli

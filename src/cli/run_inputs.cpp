@@ -1,0 +1,50 @@
+#include "cli/run_inputs.hpp"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "spec/cluster_loader.hpp"
+#include "spec/config_loader.hpp"
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan::cli {
+
+void add_run_input_options(CLI::App& app, RunInputOptions& o) {
+  app.add_option("-c,--config", o.config,
+                 "run config: llm-foundry/Composer YAML, torchtitan TOML or meshplan plan TOML")
+      ->required();
+  app.add_option("--model", o.model,
+                 "model override: a shipped name (see `meshplan model --list`) or a HF config.json");
+  app.add_option("--cluster", o.cluster,
+                 fmt::format("hardware profile name or TOML path (default: the config's, else {})",
+                             kDefaultCluster));
+  app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
+      ->check(CLI::PositiveNumber);
+}
+
+RunInputs load_run_inputs(const RunInputOptions& o) {
+  RunInputs in;
+  in.run = load_run_config(o.config);
+  if (!o.model.empty()) {
+    in.run.model = load_model(o.model);
+    in.run.warnings.push_back(fmt::format("model replaced by --model {}", o.model));
+  }
+  const std::string cluster = !o.cluster.empty() ? o.cluster
+                              : !in.run.cluster.empty() ? in.run.cluster
+                                                        : std::string(kDefaultCluster);
+  in.cluster = load_cluster(cluster);
+  std::optional<std::int64_t> gpus;
+  if (o.gpus > 0) {
+    gpus = o.gpus;
+  } else if (in.run.n_gpus <= 0) {
+    gpus = in.cluster.node.gpus_per_node;
+    in.run.warnings.push_back(fmt::format(
+        "no GPU count in {} or --gpus; assuming one node of {} GPUs", o.config, *gpus));
+  }
+  resolve_layout(in.run, gpus);
+  return in;
+}
+
+}  // namespace meshplan::cli

@@ -1,0 +1,32 @@
+#pragma once
+// The inputs every per-run command (memory, simulate, whatif) shares: --config, --model,
+// --cluster, --gpus, resolved into a RunConfig and a ClusterSpec.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "spec/cluster_spec.hpp"
+#include "spec/run_config.hpp"
+
+namespace meshplan::cli {
+
+struct RunInputOptions {
+  std::string config;
+  std::string model;    // overrides the config's model (name or config.json)
+  std::string cluster;  // overrides the config's cluster
+  std::int64_t gpus = 0;
+};
+
+void add_run_input_options(CLI::App& app, RunInputOptions& o);
+
+struct RunInputs {
+  RunConfig run;
+  ClusterSpec cluster;
+};
+
+// Loads and resolves; without a GPU count anywhere, assumes one node of the cluster (and says so).
+RunInputs load_run_inputs(const RunInputOptions& o);
+
+constexpr const char* kDefaultCluster = "h100-sxm-80gb";
+
+}  // namespace meshplan::cli

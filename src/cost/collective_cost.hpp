@@ -1,0 +1,50 @@
+#pragma once
+// NCCL-style collective cost: for each (algorithm, protocol) a latency plus bytes over bandwidth,
+// the minimum wins (NCCL 2.30 tuning model, reference/hardware.md §1). Constants live in data.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "spec/cluster_spec.hpp"
+#include "spec/nccl_table.hpp"
+#include "workload/collective_kind.hpp"
+
+namespace meshplan {
+
+struct CollectiveEstimate {
+  double seconds = 0;
+  double latency_seconds = 0;       // the fixed part
+  double bus_bytes = 0;             // bytes each rank moves on its busiest link (nccl-tests busbw basis)
+  double bus_bandwidth_bytes_per_s = 0;  // the rate those bytes move at
+  std::string algorithm;            // "ring", "tree", "nvls", "nvlstree", "pat", "direct"
+  std::string protocol;             // "LL", "LL128", "Simple"
+  bool crosses_nodes = false;
+};
+
+// What NCCL is allowed to pick from (NCCL_ALGO / NCCL_PROTO / CollNet availability) and which
+// constants it uses. The defaults are NCCL's defaults: every algorithm but CollNet, every protocol.
+struct CollectiveOptions {
+  const NcclTable* nccl = nullptr;  // nullptr: default_nccl_table() (the shipped NCCL version)
+  unsigned algorithm_mask = ~0u;    // bit (1u << int(NcclAlgo)) set = allowed
+  unsigned protocol_mask = ~0u;     // bit (1u << int(NcclProto)) set = allowed
+  bool collnet = false;             // IB SHARP / CollNet plugin present: enables CollNet algorithms
+  bool amd_host = false;            // NCCL's net overhead and multi-node LL cap depend on the CPU vendor
+};
+
+inline constexpr unsigned algorithm_bit(NcclAlgo a) { return 1u << static_cast<int>(a); }
+inline constexpr unsigned protocol_bit(NcclProto p) { return 1u << static_cast<int>(p); }
+
+// `bytes` is the nccl-tests size: the buffer each rank contributes/receives (all-gather: output size).
+CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, double bytes, GroupPlacement g);
+CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, double bytes, GroupPlacement g,
+                                       const CollectiveOptions& options);
+
+// nccl-tests' busbw factor for `op` over n ranks (busbw = algbw * factor; hardware.md §1.5).
+double bus_bandwidth_factor(CollectiveOp op, int n_ranks);
+
+// "ring", "tree", "nvls", "nvlstree", "pat", "collnet_direct", "collnet_chain" (NCCL_ALGO names).
+bool parse_nccl_algo(std::string_view s, NcclAlgo& out);
+// "LL", "LL128", "Simple" (case-insensitive).
+bool parse_nccl_proto(std::string_view s, NcclProto& out);
+
+}  // namespace meshplan

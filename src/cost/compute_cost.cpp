@@ -1,0 +1,286 @@
+// Kernel durations on one GPU: roofline of measured compute efficiency and measured HBM bandwidth,
+// plus a fixed launch cost. Every formula and its source is in docs/compute.md.
+#include "cost/compute_cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "spec/error.hpp"
+
+namespace meshplan {
+namespace {
+
+// Output tile of the large-GEMM kernels cuBLAS picks on Ampere and Hopper
+// (ampere_*gemm_*_256x128_ldg8_stages_64x3, sm90_xmma_gemm_*_128x256x64, CUTLASS 3 sm90 default
+// 128x256x64): a GEMM runs whole tiles, so M and N are padded to a multiple of these sides.
+constexpr std::int64_t kTileLongSide = 256;
+constexpr std::int64_t kTileShortSide = 128;
+
+// FlashAttention-2 backward does 5 matmuls (S and P recomputed, dV, dP, dQ, dK -> 2.5x the 2 of
+// the forward); its benchmark counts FLOPs the same way (benchmarks/benchmark_flash_attention.py).
+constexpr double kAttentionBackwardOverForward = 2.5;
+
+// FlashAttention writes the row log-sum-exp in fp32 (forward) and reads it plus the fp32
+// rowsum(dO*O) backward.
+constexpr double kSoftmaxStatBytes = 4.0;
+
+double padded(std::int64_t x, std::int64_t tile) {
+  return static_cast<double>((x + tile - 1) / tile * tile);
+}
+
+double dense_peak(const ClusterSpec& c, Dtype d) {
+  const double peak = c.peak_flops_per_s(d);
+  if (!(peak > 0))
+    throw InputError(c.source_file, "gpu.peak_tflops." + std::string(to_string(d)),
+                     c.gpu.model + " has no dense " + std::string(to_string(d)) + " peak");
+  return peak;
+}
+
+double achieved_hbm_bytes_per_s(const ClusterSpec& c) {
+  const double bw = c.gpu.hbm_bandwidth_bytes_per_s * c.gpu.hbm_efficiency;
+  if (!(bw > 0))
+    throw InputError(c.source_file, "gpu.hbm_efficiency",
+                     "HBM bandwidth x efficiency must be positive to time memory-bound kernels");
+  return bw;
+}
+
+struct CurveChoice {
+  const GemmCurve* curve = nullptr;
+  bool fallback = false;
+};
+
+// The dtype's own curve, else bf16's (same tensor-core pipeline, efficiency is a fraction of the
+// dtype's peak either way); the estimate records the fallback.
+CurveChoice gemm_curve_for(const ClusterSpec& c, Dtype d) {
+  const GemmCurve* bf16 = nullptr;
+  for (const GemmCurve& g : c.gpu.gemm_curves) {
+    if (g.points.empty()) continue;
+    if (g.dtype == d) return {&g, false};
+    if (g.dtype == Dtype::bf16) bf16 = &g;
+  }
+  if (bf16 == nullptr)
+    throw InputError(c.source_file, "gpu.gemm_curve",
+                     "no GEMM efficiency curve for " + std::string(to_string(d)) + " nor bf16");
+  return {bf16, true};
+}
+
+// Efficiency at `cube_dim` from the running maximum of the measured points (a bigger GEMM never
+// runs at a lower efficiency than a smaller one: more waves, deeper K loops; the dips in the
+// sweeps are throttling or heuristic picks, docs/compute.md), interpolated as a power law between
+// neighbouring points and clamped at both ends. A power law keeps FLOPs / efficiency increasing
+// whenever the measured times increase, which linear-in-efficiency interpolation does not.
+double envelope_efficiency(const GemmCurve& curve, double cube_dim) {
+  const auto& p = curve.points;
+  double lo_eff = std::max(p.front().efficiency, 1e-9);
+  if (cube_dim <= p.front().cube_dim) return lo_eff;
+  for (std::size_t i = 1; i < p.size(); ++i) {
+    const double hi_eff = std::max(lo_eff, p[i].efficiency);
+    if (cube_dim <= p[i].cube_dim) {
+      const double exponent = std::log(hi_eff / lo_eff) / std::log(p[i].cube_dim / p[i - 1].cube_dim);
+      return lo_eff * std::pow(cube_dim / p[i - 1].cube_dim, exponent);
+    }
+    lo_eff = hi_eff;
+  }
+  return lo_eff;
+}
+
+// Seconds on the tensor cores: the padded tile grid runs at the curve's efficiency for a cube of
+// the padded volume (the curve's size axis stands for tiles per SM and K-loop depth, both of which
+// the padded grid has). Of the two tile orientations the one wasting less is taken, as cuBLAS's
+// heuristic would; a min of two non-decreasing functions stays non-decreasing in M, N and K.
+double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, const GemmShape& g) {
+  const double k = static_cast<double>(g.k);
+  const double batch = static_cast<double>(g.batch);
+  auto seconds_for = [&](std::int64_t tile_m, std::int64_t tile_n) {
+    const double volume = batch * padded(g.m, tile_m) * padded(g.n, tile_n) * k;
+    return 2.0 * volume / (peak_flops_per_s * envelope_efficiency(curve, std::cbrt(volume)));
+  };
+  return std::min(seconds_for(kTileShortSide, kTileLongSide), seconds_for(kTileLongSide, kTileShortSide));
+}
+
+void check_gemm(const GemmShape& g) {
+  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0)
+    throw InputError("", "gemm", "negative dimension in " + std::to_string(g.batch) + " x " +
+                                     std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                                     std::to_string(g.k));
+}
+
+bool empty(const GemmShape& g) { return g.m == 0 || g.n == 0 || g.k == 0 || g.batch == 0; }
+
+double stored_output_bytes(Dtype d) { return std::max(bytes_per_element(d), 2.0); }
+
+KernelEstimate finish(KernelEstimate e, double launch_seconds) {
+  e.launch_seconds = launch_seconds;
+  e.memory_bound = e.memory_seconds > e.compute_seconds;
+  e.seconds = std::max(e.compute_seconds, e.memory_seconds) + launch_seconds;
+  e.efficiency = e.peak_flops_per_s > 0 && e.seconds > 0 ? e.flops / (e.seconds * e.peak_flops_per_s) : 0.0;
+  return e;
+}
+
+// ---- attention curves ----
+
+bool is_16bit_float(Dtype d) { return d == Dtype::bf16 || d == Dtype::fp16; }
+
+// Achieved FLOP/s of one curve at `seq_len`: power law between points, clamped at the ends.
+double curve_rate(const AttentionCurve& a, double seq_len) {
+  const auto& s = a.seq_len;
+  const auto& r = a.flops_per_s;
+  if (seq_len <= s.front()) return r.front();
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    if (seq_len <= s[i]) {
+      const double exponent = std::log(r[i] / r[i - 1]) / std::log(s[i] / s[i - 1]);
+      return r[i - 1] * std::pow(seq_len / s[i - 1], exponent);
+    }
+  }
+  return r.back();
+}
+
+struct AttentionRate {
+  double flops_per_s = 0;  // as measured (fp16/bf16)
+  bool fallback = false;   // mask or head dim outside the curves
+};
+
+bool usable(const AttentionCurve& a) {
+  return !a.seq_len.empty() && a.seq_len.size() == a.flops_per_s.size() && a.head_dim > 0;
+}
+
+// The fwd+bwd curves if the profile has them (both passes of a training step at one rate, split by
+// FLOPs), else forward-only ones; the first listed kernel of that pass; the requested mask if
+// measured; then a power law in head_dim between the nearest measured head dims, clamped.
+AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape) {
+  const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
+  const AttentionCurve* first = nullptr;
+  for (const char* pass : {"fwd+bwd", "fwd"}) {
+    for (const AttentionCurve& a : curves)
+      if (usable(a) && a.pass == pass) { first = &a; break; }
+    if (first != nullptr) break;
+  }
+  if (first == nullptr)
+    throw InputError(c.source_file, "gpu.attention_curve", "profile has no attention curve");
+
+  bool causal = shape.causal;
+  bool fallback = false;
+  auto same_family = [&](const AttentionCurve& a, bool want_causal) {
+    return usable(a) && a.kernel == first->kernel && a.pass == first->pass && a.causal == want_causal;
+  };
+  if (std::none_of(curves.begin(), curves.end(), [&](const auto& a) { return same_family(a, causal); })) {
+    causal = !causal;
+    fallback = true;
+  }
+  const AttentionCurve* below = nullptr;  // largest head_dim <= requested
+  const AttentionCurve* above = nullptr;  // smallest head_dim >= requested
+  const auto hd = static_cast<double>(shape.head_dim);
+  for (const AttentionCurve& a : curves) {
+    if (!same_family(a, causal)) continue;
+    if (a.head_dim <= hd && (below == nullptr || a.head_dim > below->head_dim)) below = &a;
+    if (a.head_dim >= hd && (above == nullptr || a.head_dim < above->head_dim)) above = &a;
+  }
+  if (below == nullptr || above == nullptr) fallback = true;
+  if (below == nullptr) below = above;
+  if (above == nullptr) above = below;
+  // The curves' x axis is the key/value length: the inner loop each query tile walks. Their batch
+  // is 16k/seqlen, so the number of query tiles, hence SM occupancy, is the same at every point.
+  const double seq = static_cast<double>(shape.seq_kv);
+  const double rate_below = curve_rate(*below, seq);
+  const double rate_above = curve_rate(*above, seq);
+  double rate = rate_below;
+  if (above->head_dim != below->head_dim) {
+    const double t = std::log(hd / below->head_dim) / std::log(static_cast<double>(above->head_dim) / below->head_dim);
+    rate = rate_below * std::pow(rate_above / rate_below, t);
+  }
+  return {rate, fallback};
+}
+
+void check_attention(const AttentionShape& a) {
+  if (a.batch <= 0 || a.heads <= 0 || a.kv_heads <= 0 || a.seq_q <= 0 || a.seq_kv <= 0 || a.head_dim <= 0)
+    throw InputError("", "attention", "batch, heads, kv_heads, seq_q, seq_kv and head_dim must be positive");
+  if (a.heads % a.kv_heads != 0)
+    throw InputError("", "attention", "heads (" + std::to_string(a.heads) + ") must be a multiple of kv_heads (" +
+                                          std::to_string(a.kv_heads) + ")");
+}
+
+}  // namespace
+
+double gemm_bytes(const GemmShape& g, Dtype dtype) {
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  return static_cast<double>(g.batch) *
+         (bytes_per_element(dtype) * (m * k + k * n) + stored_output_bytes(dtype) * m * n);
+}
+
+double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
+  check_gemm(g);
+  if (empty(g)) return 0.0;
+  const double peak = dense_peak(c, dtype);
+  const CurveChoice curve = gemm_curve_for(c, dtype);
+  return g.flops() / (peak * tensor_core_seconds(*curve.curve, peak, g));
+}
+
+double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
+  return envelope_efficiency(*gemm_curve_for(c, dtype).curve, cube_dim);
+}
+
+KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
+  check_gemm(g);
+  if (empty(g)) return {};  // no kernel is launched
+  KernelEstimate e;
+  e.peak_flops_per_s = dense_peak(c, dtype);
+  const CurveChoice curve = gemm_curve_for(c, dtype);
+  e.curve_fallback = curve.fallback;
+  e.curve_dtype = curve.curve->dtype;
+  e.flops = g.flops();
+  e.bytes = gemm_bytes(g, dtype);
+  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, g);
+  e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
+  return finish(e, c.gpu.kernel_launch_seconds);
+}
+
+double attention_flops(const AttentionShape& a, Pass pass) {
+  // Forward: S = Q K^T and O = P V, 2 x (2 b h s_q s_kv d); a causal mask skips half the tiles.
+  double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
+               static_cast<double>(a.seq_kv) * static_cast<double>(a.head_dim);
+  if (a.causal) fwd *= 0.5;
+  return pass == Pass::forward ? fwd : kAttentionBackwardOverForward * fwd;
+}
+
+double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype) {
+  const double elem = bytes_per_element(dtype);
+  const double b = static_cast<double>(a.batch);
+  const double q_elems = b * static_cast<double>(a.seq_q) * static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
+  // K and V have kv_heads heads: grouped-query attention shrinks their traffic, not the FLOPs.
+  const double kv_elems = b * static_cast<double>(a.seq_kv) * static_cast<double>(a.kv_heads) * static_cast<double>(a.head_dim);
+  const double stat_rows = b * static_cast<double>(a.heads) * static_cast<double>(a.seq_q);
+  if (pass == Pass::forward)  // read Q, K, V; write O and the log-sum-exp
+    return elem * (2.0 * q_elems + 2.0 * kv_elems) + kSoftmaxStatBytes * stat_rows;
+  // read Q, O, dO, K, V, LSE, D; write dQ, dK, dV
+  return elem * (4.0 * q_elems + 4.0 * kv_elems) + 2.0 * kSoftmaxStatBytes * stat_rows;
+}
+
+KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype) {
+  check_attention(a);
+  KernelEstimate e;
+  e.peak_flops_per_s = dense_peak(c, dtype);
+  const AttentionRate rate = attention_rate(c, a);
+  // The curves were measured in fp16/bf16; other dtypes keep the measured fraction of peak.
+  const double measured_peak = dense_peak(c, Dtype::bf16);
+  const double kernel_efficiency = std::min(rate.flops_per_s / measured_peak, 1.0);
+  e.curve_fallback = rate.fallback || !is_16bit_float(dtype);
+  e.curve_dtype = is_16bit_float(dtype) ? dtype : Dtype::bf16;
+  e.flops = attention_flops(a, pass);
+  e.bytes = attention_bytes(a, pass, dtype);
+  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s);
+  e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
+  return finish(e, c.gpu.kernel_launch_seconds);
+}
+
+KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
+  if (!(bytes >= 0) || !std::isfinite(bytes))
+    throw InputError("", "memory_bytes", "must be a finite, non-negative byte count");
+  KernelEstimate e;
+  if (bytes == 0) return e;  // nothing to move, no kernel
+  e.bytes = bytes;
+  e.memory_seconds = bytes / achieved_hbm_bytes_per_s(c);
+  return finish(e, c.gpu.kernel_launch_seconds);
+}
+
+}  // namespace meshplan

@@ -1,0 +1,52 @@
+#pragma once
+// Duration of one kernel on one GPU: the larger of FLOPs / (peak x efficiency) and
+// bytes / achieved HBM bandwidth, plus the launch overhead (roofline with measured efficiency).
+#include <cstdint>
+
+#include "spec/cluster_spec.hpp"
+#include "spec/dtype.hpp"
+#include "workload/kernel_shapes.hpp"
+
+namespace meshplan {
+
+
+struct KernelEstimate {
+  double seconds = 0;
+  double flops = 0;
+  double bytes = 0;
+  double efficiency = 0;         // achieved FLOP/s / peak (compute-bound kernels)
+  bool memory_bound = false;
+  // The three terms behind `seconds` = max(compute, memory) + launch (docs/compute.md).
+  double compute_seconds = 0;    // FLOPs / (peak x curve efficiency)
+  double memory_seconds = 0;     // bytes / (HBM peak x hbm_efficiency)
+  double launch_seconds = 0;
+  double peak_flops_per_s = 0;   // dense peak of the requested dtype (0 for memory-bound ops)
+  // True when the profile had no curve for what was asked (dtype without a GEMM curve -> the
+  // bf16 curve; attention dtype/mask without a curve -> nearest one); `curve_dtype` says which.
+  bool curve_fallback = false;
+  Dtype curve_dtype = Dtype::bf16;
+};
+
+// GEMM efficiency from the profile's curves (monotone interpolation in log cube-dim), with a
+// penalty for skinny shapes where one dimension is far below the others.
+double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
+// The profile's square-GEMM curve for `dtype` (bf16's if it has none) at `cube_dim`: running
+// maximum of the measured points, power law between them, clamped at the ends.
+double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim);
+KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
+// Bytes a GEMM must move at least once: A and B in `dtype`, C in at least 16 bits (fp8/fp4 GEMMs
+// accumulate in fp32 and write bf16, as Transformer Engine and cuBLASLt default to).
+double gemm_bytes(const GemmShape& g, Dtype dtype);
+
+// Fused (FlashAttention-style) attention; FLOPs count the causal half when causal.
+// Backward = 2.5 x forward (FlashAttention-2 convention: 5 matmuls incl. the recomputed scores,
+// against 2 in the forward pass).
+double attention_flops(const AttentionShape& a, Pass pass);
+// Bytes the fused kernel must move through HBM: Q, K, V, O (and dO, dQ, dK, dV backward).
+double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype);
+KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype);
+
+// Element-wise / reduction kernels: bytes read + written at achieved HBM bandwidth.
+KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes);
+
+}  // namespace meshplan

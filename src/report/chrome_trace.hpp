@@ -1,0 +1,14 @@
+#pragma once
+// Chrome trace-event JSON of a simulated step (opens in Perfetto / chrome://tracing):
+// one process per pipeline stage, one thread per stream, one complete ("X") event per op.
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "sim/engine.hpp"
+#include "workload/step_program.hpp"
+
+namespace meshplan {
+
+nlohmann::json chrome_trace(const StepProgram& program, const std::vector<sim::TaskTiming>& timings);
+
+}  // namespace meshplan

@@ -1,0 +1,126 @@
+#include "report/memory_report.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <utility>
+
+namespace meshplan {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::int64_t whole_bytes(double b) { return static_cast<std::int64_t>(std::llround(b)); }
+
+// The breakdown terms in report order, with the JSON name and a one-line meaning.
+struct Term {
+  const char* key;
+  double MemoryBreakdown::*field;
+  const char* meaning;
+};
+constexpr std::array<Term, 9> kTerms{{
+    {"params", &MemoryBreakdown::params, "stored parameters"},
+    {"grads", &MemoryBreakdown::grads, "stored gradients"},
+    {"optimizer", &MemoryBreakdown::optimizer, "optimizer state (+ step temporaries)"},
+    {"unsharded_params", &MemoryBreakdown::unsharded_params, "gathered params (current/prefetched units, root)"},
+    {"reduce_buffers", &MemoryBreakdown::reduce_buffers, "unsharded grad + reduce-scatter input"},
+    {"activations", &MemoryBreakdown::activations, "saved for backward (+ loss)"},
+    {"recompute", &MemoryBreakdown::recompute, "checkpoint recompute working set"},
+    {"comm_buffers", &MemoryBreakdown::comm_buffers, "NCCL buffers"},
+    {"framework", &MemoryBreakdown::framework, "CUDA context + allocator reserve"},
+}};
+
+std::string layout_line(const Plan& p) {
+  const Mesh& m = p.mesh;
+  return fmt::format("pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}", m.pp, m.dp_replicate,
+                     m.dp_shard, m.cp, m.tp, m.vpp > 1 ? fmt::format(" (vpp {})", m.vpp) : "");
+}
+}  // namespace
+
+std::string format_gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
+
+std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryEstimate& e) {
+  const Plan& p = rc.plan;
+  std::string out;
+  out += fmt::format("meshplan memory: {} on {} x {} ({})\n", rc.model.name, rc.n_gpus, c.name,
+                     format_gib(e.gpu_memory_bytes));
+  out += fmt::format("  layout     {}\n", layout_line(p));
+  out += fmt::format("  runtime    {}, sharding {}, precision param {} / reduce {} / state {}{}\n",
+                     to_string(p.runtime), to_string(p.sharding), to_string(p.param_dtype),
+                     to_string(p.reduce_dtype), to_string(p.state_dtype),
+                     p.mixed_precision_name.empty() ? "" : fmt::format(" ({})", p.mixed_precision_name));
+  out += fmt::format("  batch      seq {} x micro-batch {} x grad-accum {} (global {} sequences)\n",
+                     rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum, rc.job.global_batch);
+  out += fmt::format("  AC         {}{}{}{}\n", to_string(p.ac), p.ac_reentrant ? " (reentrant)" : "",
+                     p.act_offload ? ", activation offload" : "", p.param_offload ? ", CPU offload" : "");
+  for (const auto& s : e.stages) {
+    out += fmt::format("\nstage {} (layers {}-{}, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
+                       s.stage, s.first_layer, s.first_layer + s.n_layers - 1, s.params_per_rank / 1e9,
+                       s.microbatches_in_flight);
+    for (const auto& t : kTerms) {
+      const double v = s.breakdown.*(t.field);
+      out += fmt::format("  {:<17} {:>12}  {:>5.1f}%  {}\n", t.key, format_gib(v),
+                         s.peak_bytes > 0 ? 100.0 * v / s.peak_bytes : 0.0, t.meaning);
+    }
+    out += fmt::format("  {:<17} {:>12}  at {}\n", "peak", format_gib(s.peak_bytes), s.peak_phase);
+    out += fmt::format("  {:<17} {:>12}  (torch max_memory_allocated)\n", "allocated", format_gib(s.allocated_peak_bytes));
+    out += fmt::format("  {:<17} {:>12}  (torch max_memory_reserved)\n", "reserved", format_gib(s.reserved_peak_bytes));
+    if (s.host_bytes > 0) out += fmt::format("  {:<17} {:>12}  pinned host memory per rank\n", "host", format_gib(s.host_bytes));
+  }
+  out += "\n";
+  if (e.fits) {
+    out += fmt::format("fits: yes, {} free of {} ({:.1f}% headroom)\n", format_gib(e.headroom_bytes),
+                       format_gib(e.gpu_memory_bytes), 100.0 * e.headroom_bytes / e.gpu_memory_bytes);
+  } else {
+    out += fmt::format("fits: NO, over by {} on a {} GPU\n", format_gib(-e.headroom_bytes),
+                       format_gib(e.gpu_memory_bytes));
+  }
+  for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
+  for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
+  for (const auto& w : c.warnings) out += fmt::format("warning: {}\n", w);
+  return out;
+}
+
+nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const MemoryEstimate& e) {
+  nlohmann::json j;
+  j["gpu_memory_bytes"] = whole_bytes(e.gpu_memory_bytes);
+  j["fits"] = e.fits;
+  j["headroom_bytes"] = whole_bytes(e.headroom_bytes);
+  nlohmann::json warnings = nlohmann::json::array();
+  for (const auto& w : rc.warnings) warnings.push_back(w);
+  for (const auto& w : c.warnings) warnings.push_back(w);
+  j["warnings"] = warnings;
+  j["notes"] = e.notes;
+  j["config"] = rc.source_file;
+  j["model"] = rc.model.name;
+  j["cluster"] = c.name;
+  j["n_gpus"] = rc.n_gpus;
+  j["stages"] = nlohmann::json::array();
+  for (const auto& s : e.stages) {
+    nlohmann::json st;
+    st["stage"] = s.stage;
+    st["first_layer"] = s.first_layer;
+    st["n_layers"] = s.n_layers;
+    nlohmann::json br;
+    std::int64_t sum = 0;
+    for (const auto& t : kTerms) {
+      const std::int64_t v = whole_bytes(s.breakdown.*(t.field));
+      br[t.key] = v;
+      sum += v;
+    }
+    // peak_bytes is the sum of the rounded terms, so the contract "breakdown adds up" is exact.
+    st["peak_bytes"] = sum;
+    st["breakdown"] = br;
+    st["peak_phase"] = s.peak_phase;
+    st["allocated_peak_bytes"] = whole_bytes(s.allocated_peak_bytes);
+    st["reserved_peak_bytes"] = whole_bytes(s.reserved_peak_bytes);
+    st["host_bytes"] = whole_bytes(s.host_bytes);
+    st["params_per_rank"] = whole_bytes(s.params_per_rank);
+    st["microbatches_in_flight"] = s.microbatches_in_flight;
+    j["stages"].push_back(st);
+  }
+  return j;
+}
+
+}  // namespace meshplan

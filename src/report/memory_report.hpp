@@ -1,0 +1,19 @@
+#pragma once
+// Rendering a MemoryEstimate: a table for people, JSON for scripts (the JSON is an interface:
+// fields may be added, never renamed).
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "spec/cluster_spec.hpp"
+#include "spec/run_config.hpp"
+#include "workload/memory_estimate.hpp"
+
+namespace meshplan {
+
+std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryEstimate& e);
+nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const MemoryEstimate& e);
+
+// "12.34 GiB" (binary units, as torch and nvidia-smi report memory).
+std::string format_gib(double bytes);
+
+}  // namespace meshplan

@@ -1,0 +1,85 @@
+#include "report/simulate_report.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "report/memory_report.hpp"
+
+namespace meshplan {
+
+namespace {
+std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:5.1f}%", 100 * part / whole) : "  -  "; }
+}  // namespace
+
+std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepResult& r) {
+  const Plan& p = rc.plan;
+  std::string out;
+  out += fmt::format("meshplan simulate: {} on {} x {}\n", rc.model.name, rc.n_gpus, c.name);
+  out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}; {} {}\n", p.mesh.pp,
+                     p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, to_string(p.runtime),
+                     to_string(p.sharding));
+  out += fmt::format("  batch       {} sequences x {} tokens per step, micro-batch {}, {} micro-batches\n",
+                     rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);
+  out += fmt::format("\nstep time     {:.4f} s\n", r.step_time_s);
+  out += fmt::format("tokens/s      {:.0f} total, {:.1f} per GPU\n", r.tokens_per_s, r.tokens_per_s_per_gpu);
+  out += fmt::format("MFU           {:.1f}%   HFU {:.1f}%   ({} FLOP/token: {})\n", 100 * r.mfu, 100 * r.hfu,
+                     fmt::format("{:.3g}", r.model_flops_per_token), r.flops_formula);
+  out += "\nwhere the step goes (critical stage " + std::to_string(r.critical_stage) + ")\n";
+  for (const char* k : {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "offload_stall", "other"}) {
+    const double v = r.breakdown_s.count(k) ? r.breakdown_s.at(k) : 0.0;
+    out += fmt::format("  {:<15} {:>10.4f} s  {}\n", k, v, pct(v, r.step_time_s));
+    if (std::string(k) == "exposed_comm")
+      for (const auto& [kind, s] : r.exposed_comm_s) out += fmt::format("    {:<21} {:>8.4f} s\n", kind, s);
+  }
+  if (!r.comm_bytes.empty()) {
+    out += "\nbytes communicated per rank per step\n";
+    for (const auto& [kind, b] : r.comm_bytes) out += fmt::format("  {:<21} {:>10.2f} GB\n", kind, b / 1e9);
+  }
+  out += "\npeak memory per stage (from the simulated timeline)\n";
+  for (const auto& s : r.stages)
+    out += fmt::format("  stage {:<3} {:>12}  at t = {:.3f} s  (activations {}, gathered params {})\n", s.stage,
+                       format_gib(s.peak_bytes), s.peak_time_seconds, format_gib(s.breakdown.activations),
+                       format_gib(s.breakdown.unsharded_params));
+  for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
+  for (const auto& w : c.warnings) out += fmt::format("warning: {}\n", w);
+  return out;
+}
+
+nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const StepResult& r) {
+  nlohmann::json j;
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["model_flops_per_token"] = r.model_flops_per_token;
+  j["flops_formula"] = r.flops_formula;
+  j["breakdown_s"] = r.breakdown_s;
+  j["exposed_comm_s"] = nlohmann::json::object();
+  for (const auto& [k, v] : r.exposed_comm_s) j["exposed_comm_s"][k] = v;
+  j["comm_bytes"] = nlohmann::json::object();
+  for (const auto& [k, v] : r.comm_bytes) j["comm_bytes"][k] = v;
+  j["critical_stage"] = r.critical_stage;
+  j["stages"] = nlohmann::json::array();
+  for (const auto& s : r.stages) {
+    nlohmann::json st;
+    st["stage"] = s.stage;
+    st["peak_bytes"] = static_cast<std::int64_t>(std::llround(s.peak_bytes));
+    st["allocated_peak_bytes"] = static_cast<std::int64_t>(std::llround(s.allocated_peak_bytes));
+    st["peak_time_s"] = s.peak_time_seconds;
+    st["compute_busy_s"] = s.compute_busy_seconds;
+    j["stages"].push_back(st);
+  }
+  j["model"] = rc.model.name;
+  j["cluster"] = c.name;
+  j["n_gpus"] = rc.n_gpus;
+  nlohmann::json warnings = nlohmann::json::array();
+  for (const auto& w : rc.warnings) warnings.push_back(w);
+  for (const auto& w : c.warnings) warnings.push_back(w);
+  j["warnings"] = warnings;
+  j["n_tasks"] = r.n_tasks;
+  return j;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,98 @@
+#pragma once
+// Discrete-event engine: owns simulated time, the event heap and the running tasks; knows
+// nothing about GPUs or NCCL. A task is either fixed work at unit speed (compute, latency) or
+// bytes moved over links whose bandwidth is shared max-min fairly among the flows crossing them.
+// Streams run their tasks one at a time in issue order; dependencies cross streams.
+// This is the only mutable state of a simulation (design.md §5, SimGrid's engine/model split).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace meshplan::sim {
+
+using TaskId = std::int32_t;
+using StreamId = std::int32_t;
+using LinkId = std::int32_t;
+
+struct Link {
+  std::string name;
+  double bandwidth_bytes_per_s = 0;
+};
+
+// Memory a task allocates (+) or frees (-), with the report term it belongs to.
+struct MemoryChange {
+  std::string tag;
+  double bytes = 0;
+};
+
+enum class TaskKind {
+  work,  // `work_seconds` at unit speed; slowed while the owner's communication runs
+  flow,  // `bytes` over `links`, after `latency_seconds`
+};
+
+struct Task {
+  std::string name;
+  std::string category;             // report bucket: "compute", "fsdp_all_gather", ...
+  StreamId stream = 0;
+  TaskKind kind = TaskKind::work;
+  double work_seconds = 0;
+  double bytes = 0;
+  double latency_seconds = 0;       // paid before the bytes move (flows only)
+  double max_rate_bytes_per_s = std::numeric_limits<double>::infinity();  // algorithm cap
+  std::vector<LinkId> links;        // links the flow crosses (each counted once)
+  std::vector<TaskId> deps;         // must finish before this task starts
+  int owner = 0;                    // rank whose compute/communication interfere
+  std::vector<MemoryChange> at_start;  // allocations (+) and frees (-) when the task starts
+  std::vector<MemoryChange> at_end;    // ... and when it ends
+};
+
+struct TaskTiming {
+  double start_seconds = 0;
+  double end_seconds = 0;
+};
+
+struct EngineOptions {
+  // While a rank's communication runs, its compute runs at 1 / (1 + factor) speed (profile value).
+  double interference_factor = 0;
+};
+
+struct MemoryEvent {
+  double time_seconds = 0;
+  int owner = 0;
+  double delta_bytes = 0;
+  std::string tag;
+};
+
+struct RunResult {
+  double makespan_seconds = 0;
+  std::vector<TaskTiming> timings;     // indexed by TaskId
+  std::vector<MemoryEvent> memory;     // in time order
+  std::int64_t events_processed = 0;
+};
+
+class Engine {
+public:
+  explicit Engine(EngineOptions options = {});
+
+  LinkId add_link(Link link);
+  StreamId add_stream(std::string name);
+  // Tasks on a stream run in the order they were added; deps may name tasks added later
+  // (pipeline stages wait on each other). A cycle is reported by run() as a deadlock.
+  TaskId add_task(Task task);
+
+  const std::vector<std::string>& stream_names() const { return stream_names_; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+
+  // Runs every task to completion. Throws std::logic_error on a dependency cycle (deadlock).
+  RunResult run();
+
+private:
+  EngineOptions options_;
+  std::vector<Link> links_;
+  std::vector<std::string> stream_names_;
+  std::vector<std::vector<TaskId>> stream_tasks_;
+  std::vector<Task> tasks_;
+};
+
+}  // namespace meshplan::sim

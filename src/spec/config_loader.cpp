@@ -1,0 +1,286 @@
+// Format detection and layout resolution for run configs (config_loader.hpp).
+#include "spec/config_loader.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fmt/format.h>
+#include <regex>
+#include <yaml-cpp/yaml.h>
+
+#include "spec/error.hpp"
+#include "spec/import_common.hpp"
+#include "spec/import_composer.hpp"
+#include "spec/import_torchtitan.hpp"
+#include "spec/plan_toml.hpp"
+
+namespace meshplan {
+
+namespace {
+
+const std::vector<std::string> kTorchtitanOnly = {
+    "job", "training", "parallelism", "optimizer", "lr_scheduler", "checkpoint", "compile", "float8", "mx",
+    "quantize", "metrics", "profiling", "comm", "validation", "experimental", "fault_tolerance",
+    "memory_estimation", "debug"};
+const std::vector<std::string> kPlanOnly = {"cluster", "layout", "sharding", "precision", "offload", "batch", "runtime"};
+
+bool has_any(const toml::table& t, const std::vector<std::string>& names) {
+  return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return t.contains(n); });
+}
+
+RunConfig from_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
+  if (has_any(t, kPlanOnly)) return read_plan_toml(path, t, opts);
+  if (has_any(t, kTorchtitanOnly)) return import_torchtitan(path, t, opts);
+  if (const toml::table* m = t["model"].as_table()) {
+    if (m->contains("flavor")) return import_torchtitan(path, t, opts);
+    return read_plan_toml(path, t, opts);
+  }
+  throw InputError(path, "", "cannot tell the format: a TOML file needs torchtitan sections ([job], [training], "
+                             "[parallelism]) or meshplan plan sections ([model], [layout], [batch], ...)");
+}
+
+RunConfig from_yaml(const std::string& path, const std::string& text, const ImportOptions& opts) {
+  // import_llm_foundry reports syntax errors with their line; the marker check comes after.
+  if (!looks_like_llm_foundry(text)) {
+    try {
+      (void)YAML::Load(text);
+    } catch (const YAML::ParserException&) {
+      return import_llm_foundry(path, text, opts);  // throws the located syntax error
+    }
+    throw InputError(path, "", "not an llm-foundry training YAML (no fsdp_config, global_train_batch_size or "
+                               "model.name)");
+  }
+  return import_llm_foundry(path, text, opts);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// ---- config-specific key names, so errors point at what the user wrote.
+struct Keys {
+  std::string pp, vpp, dp_replicate, dp_shard, cp, tp, ep, global, micro, accum, seq, gpus;
+};
+Keys keys_for(const RunConfig& rc) {
+  switch (rc.format) {
+    case ConfigFormat::torchtitan_toml: {
+      const bool pp = rc.plan.mesh.pp > 1;
+      return {"parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
+              "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+              "parallelism.context_parallel_degree", "parallelism.tensor_parallel_degree",
+              "parallelism.expert_parallel_degree", "training.global_batch_size",
+              pp ? "parallelism.pipeline_parallel_microbatch_size" : "training.local_batch_size",
+              "training.global_batch_size", "training.seq_len", "n_gpus"};
+    }
+    case ConfigFormat::llm_foundry_yaml:
+      return {"n_gpus", "n_gpus", "fsdp_config.data_parallel_replicate_degree",
+              "fsdp_config.data_parallel_shard_degree", "n_gpus", "tp_config.tensor_parallel_degree", "n_gpus",
+              "global_train_batch_size", "device_train_microbatch_size", "device_train_microbatch_size",
+              "max_seq_len", "n_gpus"};
+    case ConfigFormat::meshplan_plan:
+      break;
+  }
+  return {"layout.pp", "layout.vpp", "layout.dp_replicate", "layout.dp_shard", "layout.cp", "layout.tp",
+          "layout.ep", "batch.global_batch", "batch.micro_batch", "batch.grad_accum", "batch.seq_len",
+          "cluster.gpus"};
+}
+
+bool is_composer(const Plan& p) {
+  return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const ImportOptions& opts) {
+  const std::string text = importer::read_text(path);
+  const std::string ext = lower(std::filesystem::path(path).extension().string());
+  if (ext == ".yaml" || ext == ".yml") return from_yaml(path, text, opts);
+  if (ext == ".toml") return from_toml(path, importer::parse_toml(path, text), opts);
+  // Unknown extension: whichever parser accepts it; a failure is reported in the syntax the
+  // text resembles (a [section] header line means TOML).
+  try {
+    const toml::table t = toml::parse(text, path);
+    return from_toml(path, t, opts);
+  } catch (const toml::parse_error&) {
+  }
+  try {
+    const YAML::Node n = YAML::Load(text);
+    if (n.IsMap()) return from_yaml(path, text, opts);
+  } catch (const YAML::Exception&) {
+  }
+  static const std::regex section(R"(^\s*\[[A-Za-z0-9_.\-]+\]\s*(#.*)?$)", std::regex::multiline);
+  if (std::regex_search(text, section)) (void)importer::parse_toml(path, text);  // throws the TOML error
+  return from_yaml(path, text, opts);
+}
+
+RunConfig load_run_config(const std::string& path) { return load_run_config(path, ImportOptions{}); }
+
+void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
+  const std::string& file = rc.source_file;
+  const Keys keys = keys_for(rc);
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
+  Job& job = rc.job;
+  auto fail = [&](const std::string& key, const std::string& reason) -> void {
+    throw InputError(file, key, importer::one_line(reason));
+  };
+
+  // ---- GPU count
+  if (n_gpus && *n_gpus <= 0) fail(keys.gpus, fmt::format("the GPU count must be positive, got {}", *n_gpus));
+  if (rc.n_gpus < 0) fail(keys.gpus, fmt::format("the GPU count must be positive, got {}", rc.n_gpus));
+  if (rc.n_gpus > 0 && n_gpus && *n_gpus != rc.n_gpus)
+    fail(keys.gpus, fmt::format("the file fixes {} GPUs but {} were requested", rc.n_gpus, *n_gpus));
+  const std::int64_t n = rc.n_gpus > 0 ? rc.n_gpus : n_gpus.value_or(0);
+  if (n <= 0) fail(keys.gpus, "the GPU count is not fixed by the file; pass it (--gpus N)");
+
+  // ---- mesh degrees: at most one -1, which absorbs the rest of the world
+  struct Deg {
+    int* v;
+    const std::string* key;
+    const char* name;
+  };
+  const std::vector<Deg> degs = {{&mesh.pp, &keys.pp, "pp"},
+                                 {&mesh.dp_replicate, &keys.dp_replicate, "dp_replicate"},
+                                 {&mesh.dp_shard, &keys.dp_shard, "dp_shard"},
+                                 {&mesh.cp, &keys.cp, "cp"},
+                                 {&mesh.tp, &keys.tp, "tp"}};
+  const Deg* wild = nullptr;
+  std::int64_t known = 1;
+  for (const auto& d : degs) {
+    if (*d.v == -1) {
+      if (wild != nullptr) fail(*d.key, fmt::format("only one mesh degree may be -1 ({} is already)", *wild->key));
+      wild = &d;
+    } else if (*d.v <= 0) {
+      fail(*d.key, fmt::format("must be positive, got {}", *d.v));
+    } else {
+      known *= *d.v;
+    }
+  }
+  if (mesh.vpp <= 0) fail(keys.vpp, fmt::format("virtual stages must be positive, got {}", mesh.vpp));
+  if (mesh.ep <= 0) fail(keys.ep, fmt::format("must be positive, got {}", mesh.ep));
+  auto product = [&] {
+    return fmt::format("pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}", mesh.pp, mesh.dp_replicate,
+                       mesh.dp_shard, mesh.cp, mesh.tp);
+  };
+  if (wild != nullptr) {
+    if (n % known != 0)
+      fail(*wild->key, fmt::format("-1 cannot absorb the rest: {} GPUs are not divisible by the product {} "
+                                   "of the other degrees", n, known));
+    *wild->v = static_cast<int>(n / known);
+  }
+  if (mesh.world() != n)
+    fail(mesh.tp > 1 && wild == nullptr && mesh.dp_shard == 1 ? keys.tp : keys.dp_shard,
+         fmt::format("{} = {} GPUs, but the run has {}", product(), mesh.world(), n));
+  if (mesh.vpp > 1 && mesh.pp == 1) fail(keys.vpp, "virtual pipeline stages need pipeline parallelism (pp > 1)");
+
+  // ---- model shape vs degrees
+  const ModelSpec& m = rc.model;
+  if (mesh.tp > 1) {
+    if (plan.tp_style == TpStyle::mlp_only) {
+      if (m.moe.enabled()) fail(keys.tp, "FFN-only tensor parallelism does not support MoE experts");
+      if (m.ffn_hidden % mesh.tp != 0)
+        fail(keys.tp, fmt::format("the MLP width {} of {} is not divisible by tp {}", m.ffn_hidden, m.name, mesh.tp));
+    } else {
+      if (m.n_heads % mesh.tp != 0)
+        fail(keys.tp, fmt::format("{} attention heads of {} are not divisible by tp {}", m.n_heads, m.name, mesh.tp));
+      if (m.n_kv_heads % mesh.tp != 0)
+        fail(keys.tp, fmt::format("{} kv heads of {} are not divisible by tp {}", m.n_kv_heads, m.name, mesh.tp));
+      const std::int64_t ffn = m.moe.enabled() ? m.moe.expert_ffn : m.ffn_hidden;
+      if (ffn % mesh.tp != 0)
+        fail(keys.tp, fmt::format("the MLP width {} of {} is not divisible by tp {}", ffn, m.name, mesh.tp));
+    }
+  }
+  const std::int64_t stages = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
+  if (m.n_layers % stages != 0)
+    fail(mesh.pp > 1 ? keys.pp : keys.vpp,
+         fmt::format("{} layers of {} are not divisible by pp x vpp = {} x {}", m.n_layers, m.name, mesh.pp, mesh.vpp));
+  if (mesh.ep > 1) {
+    const std::int64_t ep_pool = static_cast<std::int64_t>(mesh.dp()) * mesh.cp;
+    if (ep_pool % mesh.ep != 0)
+      fail(keys.ep, fmt::format("expert parallel {} does not divide the data x context parallel ranks {}", mesh.ep, ep_pool));
+    if (m.moe.enabled() && m.moe.n_experts % mesh.ep != 0)
+      fail(keys.ep, fmt::format("{} experts are not divisible by ep {}", m.moe.n_experts, mesh.ep));
+  }
+
+  // ---- sequence length: context parallel splits it into 2*cp load-balanced chunks, and
+  // sequence parallel splits each chunk over tp (torchtitan requires seq % (2*cp*tp) == 0).
+  if (job.seq_len <= 0) fail(keys.seq, fmt::format("must be positive, got {}", job.seq_len));
+  const bool sp = plan.sequence_parallel || plan.runtime == Runtime::torchtitan_fsdp2;
+  const std::int64_t seq_div = (mesh.cp > 1 ? 2 * mesh.cp : 1) * (sp ? mesh.tp : 1);
+  if (job.seq_len % seq_div != 0)
+    fail(keys.seq, fmt::format("{} is not divisible by {} ({}{})", job.seq_len, seq_div,
+                               mesh.cp > 1 ? fmt::format("2 x cp {}", mesh.cp) : "",
+                               sp && mesh.tp > 1 ? fmt::format("{}tp {}", mesh.cp > 1 ? " x " : "", mesh.tp) : ""));
+
+  // ---- runtime rules that need the resolved mesh
+  if (is_composer(plan) && n == 1 && plan.sharding != Sharding::none) {
+    // llm-foundry drops fsdp_config and tp_config on one GPU and falls back to DDP.
+    plan.sharding = Sharding::none;
+    plan.reshard_after_forward = false;
+    plan.root_unsharded = false;
+    rc.warnings.push_back("fsdp_config: dropped by llm-foundry on a single GPU (DDP fallback)");
+  }
+  if (plan.runtime == Runtime::torchtitan_fsdp2 && static_cast<std::int64_t>(mesh.dp_shard) * mesh.cp == 1) {
+    // No FSDP dimension: replicate() (DDP) when dp_replicate > 1, else a plain single replica.
+    plan.sharding = Sharding::none;
+    plan.reshard_after_forward = false;
+  }
+
+  // ---- batch
+  if (job.micro_batch < 0) fail(keys.micro, fmt::format("must be positive, got {}", job.micro_batch));
+  if (job.global_batch < 0) fail(keys.global, fmt::format("must be positive, got {}", job.global_batch));
+  if (job.grad_accum < 0) fail(keys.accum, fmt::format("must be positive, got {}", job.grad_accum));
+  if (is_composer(plan)) {
+    // llm-foundry calculate_batch_size_info: device batch = global / world (TP ranks each take
+    // their own share), accumulation = ceil(device batch / micro).
+    if (job.global_batch <= 0) fail(keys.global, "required");
+    if (job.global_batch % n != 0)
+      fail(keys.global, fmt::format("{} is not divisible by the world size {}", job.global_batch, n));
+    const std::int64_t device = job.global_batch / n;
+    if (job.micro_batch == 0) job.micro_batch = device;
+    if (job.micro_batch > device) {
+      rc.warnings.push_back(fmt::format("{}: {} exceeds the device batch {} (global {} / {} GPUs); micro-batches "
+                                        "hold {}", keys.micro, job.micro_batch, device, job.global_batch, n, device));
+      job.micro_batch = device;
+    }
+    const std::int64_t accum = (device + job.micro_batch - 1) / job.micro_batch;
+    if (job.grad_accum > 0 && job.grad_accum != accum)
+      fail(keys.accum, fmt::format("{} disagrees with ceil(device batch {} / micro {}) = {}", job.grad_accum,
+                                   device, job.micro_batch, accum));
+    job.grad_accum = accum;
+  } else {
+    const std::int64_t dp = mesh.dp();
+    if (job.micro_batch == 0) {
+      if (job.global_batch <= 0) fail(keys.micro, "'auto' needs a global batch");
+      if (job.global_batch % dp != 0)
+        fail(keys.global, fmt::format("{} is not divisible by the data-parallel size {}", job.global_batch, dp));
+      job.micro_batch = job.global_batch / dp;
+    }
+    const std::int64_t per_run = std::max<std::int64_t>(1, job.pp_microbatches);
+    if (job.global_batch == 0) {
+      if (job.grad_accum <= 0) fail(keys.global, "required (or a gradient accumulation count)");
+      if (job.grad_accum % per_run != 0)
+        fail(keys.accum, fmt::format("{} micro-batches are not a multiple of the {} per pipeline run",
+                                     job.grad_accum, per_run));
+      job.global_batch = dp * job.micro_batch * job.grad_accum;
+    } else {
+      const std::int64_t unit = dp * job.micro_batch * per_run;
+      if (job.global_batch % unit != 0)
+        fail(keys.global,
+             per_run > 1
+                 ? fmt::format("{} is not divisible by data-parallel {} x local batch {} ({} x {} pipeline microbatches)",
+                               job.global_batch, dp, job.micro_batch * per_run, job.micro_batch, per_run)
+                 : fmt::format("{} is not divisible by data-parallel {} x micro-batch {}", job.global_batch, dp,
+                               job.micro_batch));
+      const std::int64_t accum = job.global_batch / (dp * job.micro_batch);
+      if (job.grad_accum > 0 && job.grad_accum != accum)
+        fail(keys.accum, fmt::format("{} disagrees with global {} / (data-parallel {} x micro-batch {}) = {}",
+                                     job.grad_accum, job.global_batch, dp, job.micro_batch, accum));
+      job.grad_accum = accum;
+    }
+  }
+  rc.n_gpus = n;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,665 @@
+// llm-foundry / Composer YAML importer. Defaults are Composer's *code* defaults
+// (composer/utils/parallelism.py FSDPConfig), not its docs; see docs/importers.md for the table.
+#include "spec/import_composer.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan {
+
+namespace {
+
+using importer::did_you_mean;
+using importer::one_line;
+
+// Top-level keys llm-foundry's TrainConfig accepts (llmfoundry/utils/config_utils.py); anything
+// else raises "Unused parameters" there. Families save_* / load_* / icl_* are accepted by prefix.
+const std::vector<std::string> kTopLevel = {
+    "variables", "run_name", "max_seq_len", "model", "tokenizer", "train_loader", "eval_loader",
+    "eval_loaders", "scheduler", "optimizer", "algorithms", "max_duration", "eval_interval",
+    "eval_first", "eval_subset_num_batches", "global_train_batch_size", "seed",
+    "device_eval_batch_size", "device_train_microbatch_size", "device_train_batch_size",
+    "device_train_grad_accum", "precision", "fsdp_config", "tp_config", "progress_bar",
+    "log_to_console", "console_log_interval", "python_log_level", "callbacks", "loggers",
+    "save_folder", "save_interval", "save_num_checkpoints_to_keep", "save_overwrite",
+    "save_weights_only", "save_filename", "save_latest_filename", "save_ignore_keys",
+    "load_path", "load_weights_only", "load_strict_model_weights", "load_ignore_keys",
+    "only_hf_checkpoint", "only_composer_checkpoint", "autoresume", "dist_timeout",
+    "expandable_segments", "max_split_size_mb", "cuda_load_lazy", "icl_tasks", "icl_tasks_str",
+    "icl_subset_num_batches", "icl_seq_len", "eval_gauntlet", "eval_gauntlet_str",
+    "compile_config", "metadata", "log_config", "profiler", "code_paths",
+};
+const std::vector<std::string> kAcceptedPrefixes = {"save_", "load_", "icl_"};
+
+// FSDPConfig fields (FSDP1 path; composer/utils/parallelism.py).
+const std::vector<std::string> kFsdp1Keys = {
+    "sharding_strategy", "mixed_precision", "keep_low_precision_grads", "activation_checkpointing",
+    "activation_checkpointing_reentrant", "activation_cpu_offload", "cpu_offload",
+    "limit_all_gathers", "forward_prefetch", "forward_prefetch_limit", "backward_prefetch",
+    "backward_prefetch_limit", "use_orig_params", "sync_module_states", "state_dict_type",
+    "sharded_ckpt_prefix_dir", "load_monolith_rank0_only", "data_parallel_shard_degree",
+    "data_parallel_replicate_degree", "ignored_modules", "process_group", "load_planner",
+    "save_planner", "auto_wrap", "te_checkpoint_wrapper", "te_shard_fp8_weight", "verbose",
+    "device_mesh",
+};
+// FSDP2Config fields; reshard_after_forward is the only one FSDP1 lacks.
+const std::vector<std::string> kFsdp2Keys = {
+    "device_mesh", "reshard_after_forward", "activation_checkpointing", "activation_cpu_offload",
+    "state_dict_type", "load_monolith_rank0_only", "mixed_precision", "verbose",
+};
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ${...} interpolation, OmegaConf style: absolute dotted paths from the root (llm-foundry uses
+// ${variables.x}); a value that is exactly one interpolation takes the referenced node (map,
+// list, null), otherwise the referenced scalar's text is spliced into the string.
+class Interpolator {
+public:
+  Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {}
+
+  YAML::Node resolve(const YAML::Node& n, const std::string& where, int depth = 0) {
+    if (depth > 32) throw InputError(file_, where, "interpolation cycle (more than 32 nested ${...})");
+    switch (n.Type()) {
+      case YAML::NodeType::Map: {
+        YAML::Node out(YAML::NodeType::Map);
+        for (const auto& kv : n) {
+          const std::string k = kv.first.Scalar();
+          out[k] = resolve(kv.second, where.empty() ? k : where + "." + k, depth);
+        }
+        return out;
+      }
+      case YAML::NodeType::Sequence: {
+        YAML::Node out(YAML::NodeType::Sequence);
+        std::size_t i = 0;
+        for (const auto& e : n) out.push_back(resolve(e, fmt::format("{}[{}]", where, i++), depth));
+        return out;
+      }
+      case YAML::NodeType::Scalar: return resolve_scalar(n, where, depth);
+      default: return YAML::Clone(n);
+    }
+  }
+
+private:
+  YAML::Node resolve_scalar(const YAML::Node& n, const std::string& where, int depth) {
+    std::string s = n.Scalar();
+    if (s.find("${") == std::string::npos) return YAML::Clone(n);
+    // Whole value is one reference: substitute the node itself.
+    if (s.rfind("${", 0) == 0 && s.back() == '}' && s.find("${", 2) == std::string::npos &&
+        s.find('}') == s.size() - 1) {
+      return resolve(lookup(s.substr(2, s.size() - 3), where), where, depth + 1);
+    }
+    // Splice innermost references first so nested ${a.${b}} work.
+    for (int guard = 0; guard < 64; ++guard) {
+      const std::size_t close = s.find('}');
+      if (close == std::string::npos) break;
+      const std::size_t open = s.rfind("${", close);
+      if (open == std::string::npos) break;
+      const std::string ref = s.substr(open + 2, close - open - 2);
+      const YAML::Node v = resolve(lookup(ref, where), where, depth + 1);
+      std::string text;
+      if (v.IsNull()) text = "None";  // OmegaConf renders a null as Python's None
+      else if (v.IsScalar()) text = v.Scalar();
+      else throw InputError(file_, where, fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
+      s = s.substr(0, open) + text + s.substr(close + 1);
+    }
+    return YAML::Node(s);
+  }
+
+  YAML::Node lookup(const std::string& ref, const std::string& where) {
+    if (auto colon = ref.find(':'); colon != std::string::npos) {
+      // Resolvers: only oc.env (and the older env) are meaningful offline.
+      const std::string fn = ref.substr(0, colon);
+      std::string arg = ref.substr(colon + 1);
+      std::optional<std::string> dflt;
+      if (auto comma = arg.find(','); comma != std::string::npos) {
+        dflt = arg.substr(comma + 1);
+        arg = arg.substr(0, comma);
+      }
+      auto trim = [](std::string x) {
+        x.erase(0, x.find_first_not_of(" '\""));
+        x.erase(x.find_last_not_of(" '\"") + 1);
+        return x;
+      };
+      if (fn == "oc.env" || fn == "env") {
+        if (const char* e = std::getenv(trim(arg).c_str()); e != nullptr) return YAML::Node(std::string(e));
+        if (dflt) return YAML::Node(trim(*dflt));
+        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: environment variable {} is not set", ref, trim(arg)));
+      }
+      throw InputError(file_, where, fmt::format("interpolation ${{{}}}: resolver '{}' is not supported", ref, fn));
+    }
+    // yaml-cpp nodes are references: operator= would overwrite the node `cur` points at, so the
+    // walk rebinds with reset() and reads through const nodes (non-const [] inserts keys).
+    YAML::Node cur;
+    cur.reset(root_);
+    std::string walked;
+    std::size_t pos = 0;
+    while (pos <= ref.size()) {
+      const std::size_t dot = ref.find('.', pos);
+      const std::string part = ref.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+      walked += (walked.empty() ? "" : ".") + part;
+      const YAML::Node& c = cur;
+      YAML::Node next;
+      if (c.IsMap() && c[part]) next.reset(c[part]);
+      else if (c.IsSequence() && !part.empty() &&
+               std::all_of(part.begin(), part.end(), [](unsigned char ch) { return std::isdigit(ch); }) &&
+               std::stoul(part) < c.size())
+        next.reset(c[std::stoul(part)]);
+      else
+        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: '{}' is not defined", ref, walked));
+      cur.reset(next);
+      if (dot == std::string::npos) break;
+      pos = dot + 1;
+    }
+    return cur;
+  }
+
+  std::string file_;
+  YAML::Node root_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Typed access to a resolved YAML map with errors naming the dotted key.
+class YView {
+public:
+  YView(const std::string& file, YAML::Node node, std::string prefix)
+      : file_(file), node_(std::move(node)), prefix_(std::move(prefix)) {}
+
+  std::string key(std::string_view k) const {
+    return prefix_.empty() ? std::string(k) : prefix_ + "." + std::string(k);
+  }
+  bool has(const std::string& k) const { return node_.IsMap() && node_[k]; }
+  // Present and not null.
+  bool set(const std::string& k) const { return has(k) && !node_[k].IsNull(); }
+  YAML::Node raw(const std::string& k) const { return node_[k]; }
+  const YAML::Node& node() const { return node_; }
+
+  [[noreturn]] void fail(std::string_view k, const std::string& reason) const {
+    throw InputError(file_, key(k), one_line(reason));
+  }
+
+  std::optional<std::int64_t> get_int(const std::string& k) const {
+    if (!set(k)) return std::nullopt;
+    const YAML::Node v = node_[k];
+    if (!v.IsScalar()) fail(k, "expected an integer, got a map or list");
+    try {
+      return v.as<long long>();
+    } catch (const YAML::Exception&) {
+      fail(k, fmt::format("expected an integer, got '{}'", v.Scalar()));
+    }
+  }
+  std::optional<bool> get_bool(const std::string& k) const {
+    if (!set(k)) return std::nullopt;
+    const YAML::Node v = node_[k];
+    if (!v.IsScalar()) fail(k, "expected true or false, got a map or list");
+    try {
+      return v.as<bool>();
+    } catch (const YAML::Exception&) {
+      fail(k, fmt::format("expected true or false, got '{}'", v.Scalar()));
+    }
+  }
+  std::optional<std::string> get_string(const std::string& k) const {
+    if (!set(k)) return std::nullopt;
+    const YAML::Node v = node_[k];
+    if (!v.IsScalar()) fail(k, "expected a string, got a map or list");
+    return v.Scalar();
+  }
+  std::optional<YView> map(const std::string& k) const {
+    if (!set(k)) return std::nullopt;
+    if (!node_[k].IsMap()) fail(k, "expected a map");
+    return YView(file_, node_[k], key(k));
+  }
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    if (node_.IsMap())
+      for (const auto& kv : node_) out.push_back(kv.first.Scalar());
+    return out;
+  }
+
+private:
+  const std::string& file_;
+  YAML::Node node_;
+  std::string prefix_;
+};
+
+// YAML -> JSON for import_hf_config: scalars become int, float, bool or string in that order of
+// preference, as PyYAML would read them; quoted scalars stay strings.
+nlohmann::json to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json j = nlohmann::json::object();
+      for (const auto& kv : n) j[kv.first.Scalar()] = to_json(kv.second);
+      return j;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& e : n) j.push_back(to_json(e));
+      return j;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& s = n.Scalar();
+      if (n.Tag() == "!") return s;
+      try {
+        std::size_t used = 0;
+        const long long i = std::stoll(s, &used);
+        if (used == s.size()) return i;
+      } catch (const std::exception&) {
+      }
+      try {
+        std::size_t used = 0;
+        const double d = std::stod(s, &used);
+        if (used == s.size()) return d;
+      } catch (const std::exception&) {
+      }
+      if (s == "true" || s == "True") return true;
+      if (s == "false" || s == "False") return false;
+      return s;
+    }
+    default: return nullptr;
+  }
+}
+
+bool accepted_top_level(const std::string& k) {
+  if (std::find(kTopLevel.begin(), kTopLevel.end(), k) != kTopLevel.end()) return true;
+  return std::any_of(kAcceptedPrefixes.begin(), kAcceptedPrefixes.end(),
+                     [&](const std::string& p) { return k.rfind(p, 0) == 0; });
+}
+
+YAML::Node parse_yaml(const std::string& file, const std::string& text) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(file, fmt::format("line {}, column {}", e.mark.line + 1, e.mark.column + 1),
+                     one_line("YAML syntax error: " + e.msg));
+  } catch (const YAML::Exception& e) {
+    throw InputError(file, "", one_line(std::string("YAML error: ") + e.what()));
+  }
+}
+
+// Composer's trainer precision -> the autocast dtype (composer/core/precision.py).
+struct Amp {
+  Dtype dtype;
+  bool fp8;
+};
+Amp parse_precision(const YView& top, std::vector<std::string>& warnings) {
+  const std::string p = top.get_string("precision").value_or("amp_bf16");
+  if (p == "amp_bf16") return {Dtype::bf16, false};
+  if (p == "amp_fp16") return {Dtype::fp16, false};
+  if (p == "fp32") return {Dtype::fp32, false};
+  if (p == "amp_fp8") {
+    warnings.push_back("precision: amp_fp8 runs Transformer Engine FP8 matmuls (delayed scaling) "
+                       "with bf16 as the FSDP mixed-precision dtype");
+    return {Dtype::bf16, true};
+  }
+  top.fail("precision", fmt::format("unknown precision '{}' (Composer accepts amp_bf16, amp_fp16, "
+                                    "amp_fp8, fp32)", p));
+}
+
+void read_model(const std::string& file, const YView& top, const ImportOptions& opts, RunConfig& rc) {
+  auto model = top.map("model");
+  if (!model) top.fail("model", "required: llm-foundry needs a model section");
+  const std::string name = model->get_string("name").value_or("");
+  if (name.empty()) model->fail("name", "required (mpt_causal_lm or hf_causal_lm)");
+  if (model->has("activation_checkpointing_target"))
+    rc.warnings.push_back("model.activation_checkpointing_target: modeled as checkpointing every block");
+  // Dropout (MPT: resid_pdrop, emb_pdrop, attn_config.attn_pdrop) keeps masks for backward.
+  auto positive_float = [](const YAML::Node& n) {
+    if (!n || !n.IsScalar()) return false;
+    try {
+      return n.as<double>() > 0.0;
+    } catch (const YAML::Exception&) {
+      return false;
+    }
+  };
+  const YAML::Node& m = model->node();
+  rc.plan.dropout = positive_float(m["resid_pdrop"]) || positive_float(m["emb_pdrop"]) ||
+                    (m["attn_config"] && m["attn_config"].IsMap() && positive_float(m["attn_config"]["attn_pdrop"]));
+  if (m["attn_config"] && m["attn_config"].IsMap() && m["attn_config"]["attn_impl"] &&
+      m["attn_config"]["attn_impl"].IsScalar())
+    rc.plan.flash_attention = m["attn_config"]["attn_impl"].Scalar() != "torch";
+
+  if (opts.model) {
+    rc.model = *opts.model;
+    return;
+  }
+  if (name == "mpt_causal_lm") {
+    nlohmann::json j = to_json(m);
+    j.erase("name");
+    j.erase("init_device");
+    j["model_type"] = "mpt";
+    try {
+      rc.model = import_hf_config(j, file);
+    } catch (const InputError& e) {
+      // The shape keys live under model: in the YAML.
+      throw InputError(file, e.key().empty() ? "model" : "model." + e.key(), e.reason());
+    }
+    if (rc.model.name.empty() || rc.model.name == "mpt") rc.model.name = importer::file_stem(file);
+    return;
+  }
+  if (name == "hf_causal_lm") {
+    const auto id = model->get_string("pretrained_model_name_or_path");
+    if (!id) model->fail("pretrained_model_name_or_path", "required for hf_causal_lm");
+    const auto shipped = shipped_model_for_hf_id(*id);
+    if (!shipped)
+      model->fail("pretrained_model_name_or_path",
+                  fmt::format("'{}' is not a model meshplan ships; pass --model path/to/config.json "
+                              "(its Hugging Face config.json)", *id));
+    rc.model = load_model(*shipped);
+    if (auto ov = model->map("config_overrides")) {
+      for (const auto& k : ov->keys()) {
+        if (k == "max_seq_len" || k == "max_position_embeddings") {
+          if (auto v = ov->get_int(k)) rc.model.max_seq_len = *v;
+        } else if (k == "attn_config" || k == "use_cache" || k.find("pdrop") != std::string::npos ||
+                   k.find("dropout") != std::string::npos) {
+          // Runtime-only settings: no effect on shapes.
+        } else {
+          rc.warnings.push_back(fmt::format(
+              "model.config_overrides.{}: not applied to the shipped {} shape; pass --model with "
+              "an edited config.json if it changes the architecture", k, *shipped));
+        }
+      }
+    }
+    return;
+  }
+  model->fail("name", fmt::format("unknown model class '{}' (meshplan reads mpt_causal_lm and "
+                                  "hf_causal_lm; pass --model for others)", name));
+}
+
+}  // namespace
+
+bool looks_like_llm_foundry(const std::string& text) {
+  try {
+    const YAML::Node n = YAML::Load(text);
+    if (!n.IsMap()) return false;
+    if (n["fsdp_config"] || n["global_train_batch_size"]) return true;
+    return n["model"] && n["model"].IsMap() && n["model"]["name"];
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+RunConfig import_llm_foundry(const std::string& path, const std::string& text, const ImportOptions& opts) {
+  const YAML::Node raw = parse_yaml(path, text);
+  if (!raw.IsMap()) throw InputError(path, "", "expected a YAML map at the top level");
+  const YAML::Node root = Interpolator(path, raw).resolve(raw, "");
+  const YView top(path, root, "");
+
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::llm_foundry_yaml;
+  Plan& plan = rc.plan;
+
+  for (const auto& k : top.keys())
+    if (!accepted_top_level(k))
+      top.fail(k, fmt::format("unknown top-level key{}; llm-foundry raises 'Unused parameters' on it "
+                              "(put free variables under variables:)", did_you_mean(k, kTopLevel)));
+
+  // ---- batch and sequence (llmfoundry/utils/config_utils.py calculate_batch_size_info)
+  const auto seq = top.get_int("max_seq_len");
+  if (!seq) top.fail("max_seq_len", "required");
+  if (*seq <= 0) top.fail("max_seq_len", fmt::format("must be positive, got {}", *seq));
+  rc.job.seq_len = *seq;
+  const auto global = top.get_int("global_train_batch_size");
+  if (!global) top.fail("global_train_batch_size", "required");
+  if (*global <= 0) top.fail("global_train_batch_size", fmt::format("must be positive, got {}", *global));
+  rc.job.global_batch = *global;
+  rc.job.grad_accum = 0;  // ceil(device batch / micro), once the world size is known
+  {
+    const std::string mk = "device_train_microbatch_size";
+    const std::string mv = top.get_string(mk).value_or("auto");
+    if (mv == "auto") {
+      // Composer's auto-microbatching starts at the whole device batch and halves on OOM; the
+      // first try (no accumulation) is what meshplan models, so a plan that does not fit tells
+      // the user to pick a number.
+      rc.job.micro_batch = 0;
+      rc.warnings.push_back("device_train_microbatch_size: 'auto' (Composer halves on OOM); modeled "
+                            "as the whole device batch, no gradient accumulation");
+    } else {
+      const auto mb = top.get_int(mk);
+      if (*mb <= 0) top.fail(mk, fmt::format("must be positive or 'auto', got {}", *mb));
+      rc.job.micro_batch = *mb;
+    }
+  }
+
+  // ---- precision
+  const Amp amp = parse_precision(top, rc.warnings);
+  plan.compute_dtype = amp.dtype;
+  if (amp.fp8) plan.fp8 = Fp8Recipe::te_delayed;
+  plan.state_dtype = Dtype::fp32;  // FSDP keeps fp32 sharded master params in every mode
+
+  // ---- optimizer (memory depends on the number of moments)
+  if (auto opt = top.map("optimizer")) {
+    const std::string n = opt->get_string("name").value_or("decoupled_adamw");
+    if (n == "decoupled_adamw" || n == "adamw" || n == "adam") plan.optimizer = Optimizer::adamw;
+    else if (n == "decoupled_sgdw" || n == "sgd") plan.optimizer = Optimizer::sgd;
+    else
+      rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW (two fp32 moments)", n));
+  }
+
+  read_model(path, top, opts, rc);
+
+  // ---- fsdp_config
+  auto fsdp = top.map("fsdp_config");
+  if (top.has("fsdp_config") && !fsdp && !top.raw("fsdp_config").IsNull())
+    top.fail("fsdp_config", "expected a map");
+  plan.root_unsharded = false;
+  plan.grad_sync_every_microbatch = true;  // Composer uses no_sync only for DDP
+  if (!fsdp) {
+    // No fsdp_config: Composer wraps the model in DDP.
+    plan.runtime = Runtime::composer_fsdp1;
+    plan.sharding = Sharding::none;
+    plan.reshard_after_forward = false;
+    // DDP keeps fp32 params and all-reduces fp32 grads; only autocast runs in amp.
+    plan.param_dtype = Dtype::fp32;
+    plan.reduce_dtype = Dtype::fp32;
+    plan.mixed_precision_name = "";
+    plan.mesh.dp_shard = -1;
+  } else {
+    const bool fsdp2 = fsdp->has("reshard_after_forward");
+    plan.runtime = fsdp2 ? Runtime::composer_fsdp2 : Runtime::composer_fsdp1;
+    const auto& valid = fsdp2 ? kFsdp2Keys : kFsdp1Keys;
+    if (fsdp2)
+      rc.warnings.push_back("fsdp_config.reshard_after_forward: an FSDP2Config-only key; assuming the "
+                            "run is launched with FSDP_VERSION=2 (FSDP1 would silently ignore it)");
+    for (const auto& k : fsdp->keys()) {
+      if (std::find(valid.begin(), valid.end(), k) != valid.end()) continue;
+      const bool fsdp1_only = std::find(kFsdp1Keys.begin(), kFsdp1Keys.end(), k) != kFsdp1Keys.end();
+      if (fsdp2 && fsdp1_only)
+        rc.warnings.push_back(fmt::format("fsdp_config.{}: FSDP1-only; FSDP2Config.from_compatible_attrs "
+                                          "drops it", k));
+      else
+        rc.warnings.push_back(fmt::format("fsdp_config.{}: unknown key, silently ignored by Composer{}",
+                                          k, did_you_mean(k, valid)));
+    }
+    if (fsdp->has("device_mesh"))
+      fsdp->fail("device_mesh", "Composer raises on device_mesh in fsdp_config; use "
+                                "data_parallel_shard_degree / data_parallel_replicate_degree");
+
+    // Mixed precision (composer/distributed/mosaic_parallelism.py get_mixed_precision).
+    const YAML::Node mp = fsdp->raw("mixed_precision");
+    if (mp && mp.IsMap()) {
+      const YView d(path, mp, fsdp->key("mixed_precision"));
+      auto dt = [&](const std::string& k) -> std::optional<Dtype> {
+        const auto s = d.get_string(k);
+        if (!s || *s == "None" || *s == "null") return std::nullopt;
+        const auto v = parse_dtype(*s);
+        if (!v) d.fail(k, fmt::format("unknown dtype '{}'", *s));
+        return v;
+      };
+      for (const auto& k : d.keys())
+        if (k != "param_dtype" && k != "reduce_dtype" && k != "buffer_dtype")
+          rc.warnings.push_back(fmt::format("fsdp_config.mixed_precision.{}: unknown key, ignored by "
+                                            "Composer", k));
+      const auto p = dt("param_dtype");
+      const auto r = dt("reduce_dtype");
+      dt("buffer_dtype");
+      // Missing param dtype = the fp32 original; missing reduce dtype follows param_dtype (torch
+      // MixedPrecision), fp32 when both are missing.
+      plan.param_dtype = p.value_or(Dtype::fp32);
+      plan.reduce_dtype = r.value_or(plan.param_dtype);
+      plan.mixed_precision_name = "custom";
+    } else {
+      const std::string name = upper(fsdp->get_string("mixed_precision").value_or("DEFAULT"));
+      if (name == "FULL") {
+        plan.param_dtype = Dtype::fp32;
+        plan.reduce_dtype = Dtype::fp32;
+      } else if (name == "DEFAULT") {
+        plan.param_dtype = amp.dtype;
+        plan.reduce_dtype = Dtype::fp32;
+      } else if (name == "PURE") {
+        plan.param_dtype = amp.dtype;
+        plan.reduce_dtype = amp.dtype;
+      } else {
+        fsdp->fail("mixed_precision", fmt::format("unknown mixed precision '{}' (FULL, DEFAULT, PURE "
+                                                  "or a dict of dtypes)", name));
+      }
+      plan.mixed_precision_name = name;
+    }
+    if (!fsdp2) plan.keep_low_precision_grads = fsdp->get_bool("keep_low_precision_grads").value_or(false);
+
+    // Activation checkpointing and offload.
+    const bool ac = fsdp->get_bool("activation_checkpointing").value_or(false);
+    const auto reentrant = fsdp2 ? std::optional<bool>{} : fsdp->get_bool("activation_checkpointing_reentrant");
+    plan.ac = ac ? AcMode::full : AcMode::none;
+    plan.ac_every_n = 1;
+    if (fsdp2) {
+      plan.ac_reentrant = false;  // Composer's FSDP2 apply_ac always uses NO_REENTRANT
+    } else if (ac) {
+      plan.ac_reentrant = reentrant.value_or(true);
+      if (plan.ac_reentrant)
+        rc.warnings.push_back(
+            "fsdp_config.activation_checkpointing_reentrant: true (Composer's default when unset) "
+            "recomputes whole blocks and holds a block's activations at once in backward; "
+            "non-reentrant (false) is never worse for memory");
+    } else {
+      plan.ac_reentrant = false;
+      if (fsdp->has("activation_checkpointing_reentrant"))
+        rc.warnings.push_back("fsdp_config.activation_checkpointing_reentrant: has no effect without "
+                              "activation_checkpointing: true");
+    }
+    plan.act_offload = fsdp->get_bool("activation_cpu_offload").value_or(false);
+    const bool orig = fsdp2 ? true : fsdp->get_bool("use_orig_params").value_or(true);
+    if (plan.act_offload && !orig)
+      fsdp->fail("activation_cpu_offload", "requires use_orig_params: true (Composer raises)");
+
+    if (!fsdp2 && fsdp->get_bool("cpu_offload").value_or(false))
+      fsdp->fail("cpu_offload", "Composer's FSDP1 path raises ValueError('FSDP CPU Offload not "
+                                "supported yet.'); use activation_cpu_offload for activations");
+    plan.param_offload = false;
+
+    if (auto sd = fsdp->get_string("state_dict_type"); sd && *sd != "full" && *sd != "sharded")
+      fsdp->fail("state_dict_type", fmt::format("'{}' is not accepted (full or sharded)", *sd));
+
+    if (fsdp2) {
+      // FSDP2: reshard_after_forward decides ZeRO-3 vs ZeRO-2; no limiter, implicit prefetch
+      // that behaves like BACKWARD_PRE, and the mesh degrees are not read (shard fixed at -1).
+      const YAML::Node r = fsdp->raw("reshard_after_forward");
+      bool reshard = true;
+      try {
+        reshard = r.as<bool>();
+      } catch (const YAML::Exception&) {
+        const auto n = fsdp->get_int("reshard_after_forward");
+        if (*n <= 1) fsdp->fail("reshard_after_forward", fmt::format("an int must be a divisor > 1 of the shard group, got {}", *n));
+        rc.warnings.push_back(fmt::format("fsdp_config.reshard_after_forward: {} (reshard to a smaller "
+                                          "group) is modeled as resharding to the full group", *n));
+      }
+      plan.sharding = reshard ? Sharding::zero3 : Sharding::zero2;
+      plan.reshard_after_forward = reshard;
+      plan.backward_prefetch = BackwardPrefetch::backward_pre;
+      plan.forward_prefetch = true;
+      plan.limit_all_gathers = false;
+      plan.root_unsharded = false;
+      plan.mesh.dp_shard = -1;
+      plan.mesh.dp_replicate = 1;
+    } else {
+      const std::string strategy = upper(fsdp->get_string("sharding_strategy").value_or("FULL_SHARD"));
+      const auto rep = fsdp->get_int("data_parallel_replicate_degree");
+      const auto shard = fsdp->get_int("data_parallel_shard_degree").value_or(-1);
+      auto degree_ok = [&](const std::string& k, std::int64_t v) {
+        if (v == 0 || v < -1) fsdp->fail(k, fmt::format("must be positive or -1, got {}", v));
+      };
+      degree_ok("data_parallel_shard_degree", shard);
+      if (rep) degree_ok("data_parallel_replicate_degree", *rep);
+      if (rep && *rep == -1 && shard == -1)
+        fsdp->fail("data_parallel_replicate_degree", "at most one mesh degree may be -1");
+      plan.mesh.dp_shard = static_cast<int>(shard);
+      plan.mesh.dp_replicate = rep ? static_cast<int>(*rep) : 1;
+      if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
+        plan.sharding = Sharding::zero3;
+        plan.reshard_after_forward = true;
+      } else if (strategy == "SHARD_GRAD_OP" || strategy == "_HYBRID_SHARD_ZERO2") {
+        plan.sharding = Sharding::zero2;
+        plan.reshard_after_forward = false;
+      } else if (strategy == "NO_SHARD") {
+        plan.sharding = Sharding::none;
+        plan.reshard_after_forward = false;
+      } else {
+        fsdp->fail("sharding_strategy", fmt::format("unknown strategy '{}' (FULL_SHARD, SHARD_GRAD_OP, "
+                                                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2, NO_SHARD)", strategy));
+      }
+      // The mesh, not the string, decides HSDP (dist_strategy.py).
+      const bool hybrid_name = strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2";
+      if (hybrid_name && !rep)
+        rc.warnings.push_back(fmt::format(
+            "fsdp_config.sharding_strategy: {} without data_parallel_replicate_degree runs on a 1-D mesh "
+            "and Composer silently uses {}", strategy, strategy == "HYBRID_SHARD" ? "FULL_SHARD" : "SHARD_GRAD_OP"));
+      if (!hybrid_name && rep && *rep != 1 && plan.sharding != Sharding::none)
+        rc.warnings.push_back(fmt::format(
+            "fsdp_config.data_parallel_replicate_degree: a 2-D mesh turns {} into {} (shard within "
+            "the shard group, replicate across groups)", strategy,
+            strategy == "FULL_SHARD" ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2"));
+
+      const std::string bp = upper(fsdp->get_string("backward_prefetch").value_or("BACKWARD_POST"));
+      if (bp == "NONE") plan.backward_prefetch = BackwardPrefetch::none;
+      else if (auto b = parse_backward_prefetch(bp)) plan.backward_prefetch = *b;
+      else fsdp->fail("backward_prefetch", fmt::format("unknown value '{}' (BACKWARD_PRE, BACKWARD_POST, NONE)", bp));
+      plan.forward_prefetch = fsdp->get_bool("forward_prefetch").value_or(false);
+      plan.limit_all_gathers = fsdp->get_bool("limit_all_gathers").value_or(true);
+      auto limit = [&](const std::string& k) {
+        const auto v = fsdp->get_int(k).value_or(1);
+        if (v <= 0) fsdp->fail(k, fmt::format("must be positive, got {}", v));
+        return static_cast<int>(v);
+      };
+      plan.forward_prefetch_limit = limit("forward_prefetch_limit");
+      plan.backward_prefetch_limit = limit("backward_prefetch_limit");
+      // FSDP1 never frees the root unit's params after forward (_post_forward_reshard), and in
+      // Composer the root holds the embeddings, final norm and head.
+      plan.root_unsharded = plan.sharding != Sharding::none;
+    }
+
+    // ---- tp_config
+    if (auto tp = top.map("tp_config")) {
+      const auto strat = tp->get_string("strategy");
+      if (!strat) tp->fail("strategy", "required (llm-foundry registers 'ffn')");
+      if (*strat != "ffn") tp->fail("strategy", fmt::format("unknown TP strategy '{}' (llm-foundry registers only 'ffn')", *strat));
+      const auto deg = tp->get_int("tensor_parallel_degree");
+      if (!deg) tp->fail("tensor_parallel_degree", "required");
+      if (*deg <= 0) tp->fail("tensor_parallel_degree", fmt::format("must be positive, got {}", *deg));
+      if (!orig) fsdp->fail("use_orig_params", "tensor parallelism requires use_orig_params: true (Composer raises)");
+      if (rc.model.moe.enabled()) tp->fail("strategy", "llm-foundry rejects TP for MoE FFNs");
+      if (*deg == 1) {
+        rc.warnings.push_back("tp_config.tensor_parallel_degree: 1 is dropped by Composer (no TP)");
+      } else {
+        plan.mesh.tp = static_cast<int>(*deg);
+        plan.tp_style = TpStyle::mlp_only;
+        plan.sequence_parallel = false;
+      }
+    }
+  }
+  if (!fsdp && top.map("tp_config"))
+    top.fail("tp_config", "Composer requires fsdp_config for tensor parallelism");
+  return rc;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,505 @@
+// torchtitan TOML importer. Key lists and defaults follow torchtitan/config/job_config.py at
+// 238fa9953e4a (early 2026) and 8570415c3 (mid 2025); torchtitan's _dict_to_dataclass raises on
+// any key it does not know, so meshplan refuses them too instead of silently using defaults.
+#include "spec/import_torchtitan.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fmt/format.h>
+#include <map>
+
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan {
+
+namespace {
+
+using importer::did_you_mean;
+using importer::TomlView;
+
+enum class Tag { both, early, mid };
+
+struct SectionSpec {
+  Tag tag;
+  std::vector<std::string> both, early, mid;
+};
+
+// Section path -> keys. Sub-sections ("training.dataloader", "quantize.linear.float8") are their
+// own entries; "quantize", "quantize.linear", "quantize.grouped_mm" are pure containers.
+const std::map<std::string, SectionSpec>& sections() {
+  static const std::map<std::string, SectionSpec> s = {
+      {"job", {Tag::both, {"config_file", "dump_folder", "description"},
+               {"print_config", "save_config_file", "custom_config_module"},
+               {"use_for_integration_test", "print_args"}}},
+      {"profiling", {Tag::both, {"enable_profiling", "save_traces_folder", "profile_freq",
+                                 "enable_memory_snapshot", "save_memory_snapshot_folder"},
+                     {"profiler_active", "profiler_warmup"}, {}}},
+      {"metrics", {Tag::both, {"log_freq", "enable_tensorboard", "save_tb_folder", "save_for_all_ranks",
+                               "enable_wandb", "disable_color_printing"}, {}, {}}},
+      {"model", {Tag::both, {"name", "flavor", "tokenizer_path", "converters", "print_after_conversion"},
+                 {"hf_assets_path"}, {}}},
+      {"optimizer", {Tag::both, {"name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation",
+                                 "early_step_in_backward"}, {}, {}}},
+      {"lr_scheduler", {Tag::both, {"warmup_steps", "decay_ratio", "decay_type"},
+                        {"total_steps", "min_lr_factor"}, {"lr_min"}}},
+      {"training", {Tag::both, {"dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len",
+                                "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
+                                "mixed_precision_reduce", "gc_freq", "gc_debug"},
+                    {}, {"compile", "seed", "deterministic"}}},
+      {"training.dataloader", {Tag::early, {"num_workers", "persistent_workers", "pin_memory",
+                                            "prefetch_factor"}, {}, {}}},
+      {"parallelism", {Tag::both, {"data_parallel_replicate_degree", "data_parallel_shard_degree",
+                                   "fsdp_reshard_after_forward", "tensor_parallel_degree",
+                                   "disable_loss_parallel", "enable_async_tensor_parallel",
+                                   "pipeline_parallel_degree", "pipeline_parallel_layers_per_stage",
+                                   "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+                                   "pipeline_parallel_microbatch_size", "context_parallel_degree",
+                                   "context_parallel_rotate_method", "expert_parallel_degree"},
+                       {"module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                        "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_expert_parallel_overlap",
+                        "context_parallel_load_balancer", "expert_tensor_parallel_degree",
+                        "expert_parallel_comm_backend"},
+                       {"pipeline_parallel_split_points", "enable_compiled_autograd"}}},
+      {"checkpoint", {Tag::both, {"folder", "interval", "initial_load_path", "initial_load_model_only",
+                                  "export_dtype", "async_mode", "keep_latest_k", "load_step",
+                                  "exclude_from_loading", "create_seed_checkpoint"},
+                      {"enable", "initial_load_in_hf", "last_save_model_only", "last_save_in_hf",
+                       "enable_first_step_checkpoint", "load_only"},
+                      {"enable_checkpoint", "model_weights_only"}}},
+      {"activation_checkpoint", {Tag::both, {"mode", "selective_ac_option"},
+                                 {"per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+                                  "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
+                                  "determinism_check", "debug"}, {}}},
+      {"compile", {Tag::early, {"enable", "components", "backend"}, {}, {}}},
+      {"quantize.linear.float8", {Tag::early, {"enable_fsdp_float8_all_gather",
+                                               "precompute_float8_dynamic_scale_for_fsdp", "recipe_name",
+                                               "filter_fqns", "emulate"}, {}, {}}},
+      {"quantize.linear.mx", {Tag::early, {"mxfp8_dim0_cast_kernel_choice", "mxfp8_dim1_cast_kernel_choice",
+                                           "recipe_name", "filter_fqns"}, {}, {}}},
+      {"quantize.grouped_mm.float8", {Tag::early, {"fqns"}, {}, {}}},
+      {"quantize.grouped_mm.mx", {Tag::early, {"fqns", "recipe_name"}, {}, {}}},
+      {"float8", {Tag::mid, {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+                             "force_recompute_fp8_weight_in_bwd", "recipe_name", "filter_fqns", "emulate",
+                             "moe_fqns_prototype"}, {}, {}}},
+      {"mx", {Tag::mid, {"mxfp8_dim1_cast_kernel_choice", "recipe_name", "filter_fqns"}, {}, {}}},
+      {"comm", {Tag::both, {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size",
+                            "save_traces_folder"}, {"save_traces_file_prefix", "mode"}, {}}},
+      {"memory_estimation", {Tag::both, {"disable_fake_mode"}, {"enable"}, {"enabled"}}},
+      {"fault_tolerance", {Tag::both, {"enable", "process_group", "process_group_timeout_ms", "replica_id",
+                                       "group_size", "min_replica_size", "semi_sync_method", "sync_steps",
+                                       "should_quantize", "fragment_sync_delay", "fragment_update_alpha"}, {}, {}}},
+      {"experimental", {Tag::both, {"custom_import", "custom_args_module"}, {}, {}}},
+      {"validation", {Tag::both, {"enable", "dataset", "dataset_path", "local_batch_size", "seq_len", "freq",
+                                  "steps"}, {}, {}}},
+      {"debug", {Tag::early, {"seed", "deterministic", "deterministic_warn_only", "moe_force_load_balance"}, {}, {}}},
+  };
+  return s;
+}
+const std::vector<std::string> kContainers = {"quantize", "quantize.linear", "quantize.grouped_mm"};
+
+// Where a key of one layout lives in the other.
+const std::map<std::string, std::string>& renames() {
+  static const std::map<std::string, std::string> r = {
+      {"training.compile", "[compile] enable"},
+      {"compile", "[training] compile"},
+      {"checkpoint.enable_checkpoint", "[checkpoint] enable"},
+      {"checkpoint.enable", "[checkpoint] enable_checkpoint"},
+      {"checkpoint.model_weights_only", "[checkpoint] last_save_model_only"},
+      {"checkpoint.last_save_model_only", "[checkpoint] model_weights_only"},
+      {"float8", "[quantize.linear.float8]"},
+      {"quantize.linear.float8", "[float8]"},
+      {"mx", "[quantize.linear.mx]"},
+      {"quantize.linear.mx", "[mx]"},
+      {"lr_scheduler.lr_min", "[lr_scheduler] min_lr_factor"},
+      {"lr_scheduler.min_lr_factor", "[lr_scheduler] lr_min"},
+      {"memory_estimation.enabled", "[memory_estimation] enable"},
+      {"memory_estimation.enable", "[memory_estimation] enabled"},
+      {"model.hf_assets_path", "[model] tokenizer_path"},
+      {"training.seed", "[debug] seed"},
+      {"training.deterministic", "[debug] deterministic"},
+      {"debug", "[training] seed / deterministic"},
+      {"parallelism.pipeline_parallel_split_points", "[parallelism] pipeline_parallel_layers_per_stage"},
+  };
+  return r;
+}
+
+std::string layout_name(TorchtitanLayout l) {
+  return l == TorchtitanLayout::early_2026 ? "early-2026 layout (torchtitan 238fa9953e4a)"
+                                           : "mid-2025 layout (torchtitan 8570415c3)";
+}
+Tag tag_of(TorchtitanLayout l) { return l == TorchtitanLayout::early_2026 ? Tag::early : Tag::mid; }
+
+std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+
+// Visits every section and key: fn(section_path, key, tag_or_nullopt_if_unknown, is_section).
+template <class Fn>
+void walk(const toml::table& t, const std::string& path, Fn&& fn) {
+  const auto& secs = sections();
+  for (const auto& [k, v] : t) {
+    const std::string name(k.str());
+    const std::string full = join(path, name);
+    const bool container = std::find(kContainers.begin(), kContainers.end(), full) != kContainers.end();
+    auto it = secs.find(full);
+    if (container || it != secs.end()) {
+      fn(path, name, std::optional<Tag>(container ? Tag::both : it->second.tag), true, v);
+      if (const toml::table* sub = v.as_table()) walk(*sub, full, fn);
+      continue;
+    }
+    std::optional<Tag> tag;
+    if (auto s = secs.find(path); s != secs.end()) {
+      const auto& spec = s->second;
+      auto in = [&](const std::vector<std::string>& l) { return std::find(l.begin(), l.end(), name) != l.end(); };
+      if (in(spec.both)) tag = Tag::both;
+      else if (in(spec.early)) tag = Tag::early;
+      else if (in(spec.mid)) tag = Tag::mid;
+    }
+    fn(path, name, tag, false, v);
+  }
+}
+
+// All known names in a section (for suggestions).
+std::vector<std::string> names_in(const std::string& path) {
+  std::vector<std::string> out;
+  if (auto s = sections().find(path); s != sections().end()) {
+    for (const auto* l : {&s->second.both, &s->second.early, &s->second.mid}) out.insert(out.end(), l->begin(), l->end());
+  }
+  const std::string prefix = path.empty() ? "" : path + ".";
+  for (const auto& [name, spec] : sections()) {
+    (void)spec;
+    if (name.rfind(prefix, 0) == 0 && name.find('.', prefix.size()) == std::string::npos) out.push_back(name.substr(prefix.size()));
+  }
+  for (const auto& c : kContainers)
+    if (c.rfind(prefix, 0) == 0 && c.find('.', prefix.size()) == std::string::npos) out.push_back(c.substr(prefix.size()));
+  return out;
+}
+
+void check_keys(const std::string& file, const toml::table& t, TorchtitanLayout layout) {
+  const Tag mine = tag_of(layout);
+  walk(t, "", [&](const std::string& path, const std::string& name, std::optional<Tag> tag, bool is_section,
+                  const toml::node& v) {
+    const std::string full = join(path, name);
+    if (!tag) {
+      const std::string what = path.empty() ? "unknown section" : "unknown key";
+      throw InputError(file, full, fmt::format("{}{}; torchtitan raises ValueError on keys it does not know",
+                                               what, did_you_mean(name, names_in(path))));
+    }
+    if (*tag != Tag::both && *tag != mine) {
+      const TorchtitanLayout other = mine == Tag::early ? TorchtitanLayout::mid_2025 : TorchtitanLayout::early_2026;
+      std::string hint;
+      if (auto r = renames().find(full); r != renames().end()) hint = fmt::format("; this file's layout uses {}", r->second);
+      throw InputError(file, full, fmt::format("belongs to the {}, but this file uses the {} (torchtitan "
+                                               "raises on keys of the other version){}",
+                                               layout_name(other), layout_name(layout), hint));
+    }
+    if (is_section && !v.is_table())
+      throw InputError(file, full, "expected a table ([section])");
+  });
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+Dtype torch_dtype(const TomlView& v, std::string_view key, const std::string& dflt) {
+  const std::string s = v.get_string(key).value_or(dflt);
+  if (s == "bfloat16") return Dtype::bf16;
+  if (s == "float32") return Dtype::fp32;
+  v.fail(key, fmt::format("'{}' is not accepted (bfloat16 or float32)", s));
+}
+
+}  // namespace
+
+TorchtitanLayout detect_torchtitan_layout(const toml::table& t) {
+  int early = 0;
+  int mid = 0;
+  walk(t, "", [&](const std::string&, const std::string&, std::optional<Tag> tag, bool, const toml::node&) {
+    if (tag == Tag::early) ++early;
+    if (tag == Tag::mid) ++mid;
+  });
+  // A file mixing both is judged by its majority; its minority keys are then the errors.
+  return mid > early ? TorchtitanLayout::mid_2025 : TorchtitanLayout::early_2026;
+}
+
+RunConfig import_torchtitan(const std::string& path, const toml::table& t, const ImportOptions& opts) {
+  const TorchtitanLayout layout = detect_torchtitan_layout(t);
+  check_keys(path, t, layout);
+  const bool early = layout == TorchtitanLayout::early_2026;
+
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::torchtitan_toml;
+  Plan& plan = rc.plan;
+  plan.runtime = Runtime::torchtitan_fsdp2;
+
+  const toml::table empty;
+  const TomlView root(path, t);
+  auto section = [&](const char* name) { return root.sub(name).value_or(TomlView(path, empty, name)); };
+  const TomlView model = section("model");
+  const TomlView training = section("training");
+  const TomlView par = section("parallelism");
+  const TomlView ac = section("activation_checkpoint");
+  const TomlView compile = section("compile");
+  const TomlView optim = section("optimizer");
+  TomlView float8(path, empty, early ? "quantize.linear.float8" : "float8");
+  if (early) {
+    if (auto q = root.sub("quantize"))
+      if (auto l = q->sub("linear"))
+        if (auto f = l->sub("float8")) float8 = *f;
+  } else if (auto f = root.sub("float8")) {
+    float8 = *f;
+  }
+
+  // ---- model (torchtitan/models/llama3/__init__.py flavors)
+  const std::string mname = model.get_string("name").value_or("llama3");
+  std::string flavor = model.get_string("flavor").value_or("debugmodel");
+  if (opts.model) {
+    rc.model = *opts.model;
+  } else {
+    if (mname != "llama3")
+      model.fail("name", fmt::format("'{}': meshplan maps only torchtitan's llama3 flavors to shipped "
+                                     "models; pass --model path/to/config.json", mname));
+    std::string base = flavor;
+    for (const char* suffix : {"_flex_attn", "_varlen_attn", "_flex", "_varlen"})
+      if (base.size() > std::string_view(suffix).size() && base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
+    std::string shipped;
+    if (base == "8B") shipped = "llama3.1-8b";
+    else if (base == "70B") shipped = "llama3.1-70b";
+    else if (base == "405B") shipped = "llama3.1-405b";
+    else if (base == "debugmodel")
+      model.fail("flavor", "debugmodel is torchtitan's tiny smoke-test model (a few layers, small vocab), "
+                           "not a training target meshplan ships; use 8B, 70B or 405B or pass --model");
+    else
+      model.fail("flavor", fmt::format("unknown llama3 flavor '{}' (8B, 70B, 405B)", flavor));
+    rc.model = load_model(shipped);
+  }
+
+  // ---- parallelism degrees (torchtitan/distributed/parallel_dims.py)
+  auto degree = [&](const char* key, std::int64_t dflt, bool allow_minus_one) {
+    const std::int64_t v = par.get_int(key).value_or(dflt);
+    if (allow_minus_one && v == -1) return -1;
+    if (v <= 0)
+      par.fail(key, allow_minus_one ? fmt::format("must be positive or -1, got {}", v)
+                                    : fmt::format("must be positive, got {} (only data_parallel_shard_degree may be -1)", v));
+    return static_cast<int>(v);
+  };
+  Mesh& mesh = plan.mesh;
+  mesh.dp_replicate = degree("data_parallel_replicate_degree", 1, false);
+  mesh.dp_shard = degree("data_parallel_shard_degree", -1, true);
+  mesh.tp = degree("tensor_parallel_degree", 1, false);
+  mesh.pp = degree("pipeline_parallel_degree", 1, false);
+  mesh.cp = degree("context_parallel_degree", 1, false);
+  mesh.ep = degree("expert_parallel_degree", 1, false);
+  if (mesh.ep > 1 && !rc.model.moe.enabled())
+    rc.warnings.push_back("parallelism.expert_parallel_degree: the model has no experts; EP has no effect");
+  if (auto m = par.get_string("context_parallel_rotate_method"); m && *m != "allgather" && *m != "alltoall")
+    par.fail("context_parallel_rotate_method", fmt::format("'{}' is not accepted (allgather or alltoall)", *m));
+
+  // ---- compile
+  plan.compile = early ? compile.get_bool("enable").value_or(false) : training.get_bool("compile").value_or(false);
+
+  // TP always comes with sequence parallelism in torchtitan (apply_tp).
+  plan.tp_style = TpStyle::full;
+  plan.sequence_parallel = mesh.tp > 1;
+  const bool async_tp = par.get_bool("enable_async_tensor_parallel").value_or(false);
+  plan.async_tp = async_tp && plan.compile && mesh.tp > 1;
+  if (async_tp && !plan.compile)
+    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: only takes effect with compile; ignored");
+  else if (async_tp && mesh.tp == 1)
+    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: no effect with tensor_parallel_degree 1");
+
+  // ---- pipeline
+  const bool pp = mesh.pp > 1;
+  {
+    const std::string sched = par.get_string("pipeline_parallel_schedule").value_or("1F1B");
+    const std::string s = lower(sched);
+    bool multi = false;
+    if (s == "1f1b") plan.schedule = PipelineSchedule::one_f_one_b;
+    else if (s == "gpipe") plan.schedule = PipelineSchedule::gpipe;
+    else if (s == "interleaved1f1b") { plan.schedule = PipelineSchedule::interleaved_1f1b; multi = true; }
+    else if (s == "loopedbfs" || s == "interleavedzerobubble" || s == "zbvzerobubble" || s == "dualpipev") {
+      plan.schedule = PipelineSchedule::interleaved_1f1b;
+      multi = true;
+      if (pp)
+        rc.warnings.push_back(fmt::format("parallelism.pipeline_parallel_schedule: {} is modeled as interleaved "
+                                          "1F1B (its bubble is overestimated)", sched));
+    } else if (s == "pipelineschedulesingle" || s == "pipelineschedulemulti") {
+      if (par.get_string("pipeline_parallel_schedule_csv").value_or("").empty())
+        par.fail("pipeline_parallel_schedule", fmt::format("{} needs pipeline_parallel_schedule_csv", sched));
+      multi = s == "pipelineschedulemulti";
+      plan.schedule = multi ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+      if (pp) rc.warnings.push_back("parallelism.pipeline_parallel_schedule: a CSV schedule is modeled as (interleaved) 1F1B");
+    } else {
+      par.fail("pipeline_parallel_schedule", fmt::format("unknown schedule '{}' (1F1B, Interleaved1F1B, GPipe, LoopedBFS, "
+                                                         "InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, ...)", sched));
+    }
+    // Stages per rank: from layers_per_stage when given, else 1 for single-stage schedules and
+    // 2 for multi-stage ones (torchtitan pipeline_parallel.py).
+    mesh.vpp = 1;
+    if (pp) {
+      if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
+        if (*lps <= 0) par.fail("pipeline_parallel_layers_per_stage", fmt::format("must be positive, got {}", *lps));
+        const std::int64_t first = par.get_int("pipeline_parallel_first_stage_less_layers").value_or(1);
+        const std::int64_t last = par.get_int("pipeline_parallel_last_stage_less_layers").value_or(1);
+        const std::int64_t eff = rc.model.n_layers + (early ? first + last : 0);
+        const std::int64_t stages = (eff + *lps - 1) / *lps;
+        if (stages % mesh.pp != 0)
+          par.fail("pipeline_parallel_layers_per_stage",
+                   fmt::format("{} layers at {} per stage make {} stages, not a multiple of pipeline_parallel_degree {}",
+                               eff, *lps, stages, mesh.pp));
+        mesh.vpp = static_cast<int>(stages / mesh.pp);
+        if (!multi && mesh.vpp != 1)
+          par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
+                                                             "pipeline_parallel_layers_per_stage gives {}", sched, mesh.vpp));
+      } else if (auto sp = par.get_string_array("pipeline_parallel_split_points"); sp && !sp->empty()) {
+        const auto stages = static_cast<std::int64_t>(sp->size()) + 1;
+        if (stages % mesh.pp != 0)
+          par.fail("pipeline_parallel_split_points",
+                   fmt::format("{} split points make {} stages, not a multiple of pipeline_parallel_degree {}",
+                               sp->size(), stages, mesh.pp));
+        mesh.vpp = static_cast<int>(stages / mesh.pp);
+        if (!multi && mesh.vpp != 1)
+          par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
+                                                             "pipeline_parallel_split_points give {}", sched, mesh.vpp));
+      } else {
+        mesh.vpp = multi ? 2 : 1;
+      }
+      if (!early && par.has("pipeline_parallel_split_points"))
+        rc.warnings.push_back("parallelism.pipeline_parallel_split_points: stages are modeled with equal layer counts");
+    }
+  }
+
+  // ---- batch (torchtitan/train.py)
+  const std::int64_t local = training.get_int("local_batch_size").value_or(8);
+  if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
+  const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
+  if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
+  const std::int64_t seq = training.get_int("seq_len").value_or(2048);
+  if (seq <= 0) training.fail("seq_len", fmt::format("must be positive, got {}", seq));
+  rc.job.seq_len = seq;
+  if (pp) {
+    const std::int64_t mb = par.get_int("pipeline_parallel_microbatch_size").value_or(1);
+    if (mb <= 0) par.fail("pipeline_parallel_microbatch_size", fmt::format("must be positive, got {}", mb));
+    if (local % mb != 0)
+      par.fail("pipeline_parallel_microbatch_size",
+               fmt::format("local_batch_size {} is not divisible by the pipeline microbatch size {}", local, mb));
+    rc.job.micro_batch = mb;
+    rc.job.pp_microbatches = local / mb;
+  } else {
+    rc.job.micro_batch = local;
+    rc.job.pp_microbatches = 0;
+  }
+  if (global == -1) {
+    // One local batch per DP rank per step: global = local x dp_replicate x dp_shard.
+    rc.job.global_batch = 0;
+    rc.job.grad_accum = pp ? local / rc.job.micro_batch : 1;
+  } else {
+    rc.job.global_batch = global;
+    rc.job.grad_accum = 0;
+  }
+
+  // ---- precision (apply_fsdp MixedPrecisionPolicy; training.dtype)
+  plan.param_dtype = torch_dtype(training, "mixed_precision_param", "bfloat16");
+  if (const auto r = training.get_string("mixed_precision_reduce").value_or("float32"); r != "float32")
+    training.fail("mixed_precision_reduce", fmt::format("'{}' is not accepted: torchtitan only allows \"float32\"", r));
+  plan.reduce_dtype = Dtype::fp32;
+  plan.state_dtype = torch_dtype(training, "dtype", "float32");
+  if (plan.state_dtype == Dtype::bf16) plan.param_dtype = Dtype::bf16;  // pure bf16: nothing is fp32
+  plan.compute_dtype = plan.param_dtype;
+  plan.mixed_precision_name = "";
+  plan.param_offload = training.get_bool("enable_cpu_offload").value_or(false);
+
+  // ---- float8 / mx converters (names depend on the version, see docs/importers.md)
+  const auto converters = model.get_string_array("converters").value_or(std::vector<std::string>{});
+  bool f8_linear = false;
+  bool mx_linear = false;
+  for (const auto& c : converters) {
+    const bool new_f8 = c == "quantize.linear.float8";
+    const bool new_mx = c == "quantize.linear.mx";
+    const bool grouped = c == "quantize.grouped_mm.float8" || c == "quantize.grouped_mm.mx";
+    const bool old_f8 = c == "float8";
+    const bool old_mx = c == "mx";
+    if (!(new_f8 || new_mx || grouped || old_f8 || old_mx))
+      model.fail("converters", fmt::format("unknown converter '{}' ({})", c,
+                                           early ? "quantize.linear.float8, quantize.linear.mx, quantize.grouped_mm.float8, quantize.grouped_mm.mx"
+                                                 : "float8, mx"));
+    const bool registered = early ? !(old_f8 || old_mx) : (old_f8 || old_mx);
+    if (!registered)
+      rc.warnings.push_back(fmt::format(
+          "model.converters: '{}' is not a registered converter name in the {} (torchtitan raises KeyError); "
+          "modeled as the intended {} training", c, layout_name(layout),
+          (new_mx || old_mx || c == "quantize.grouped_mm.mx") ? "MX" : "float8"));
+    if (grouped) {
+      if (!rc.model.moe.enabled())
+        rc.warnings.push_back(fmt::format("model.converters: '{}' converts MoE grouped GEMMs; the model has none", c));
+      continue;
+    }
+    f8_linear = f8_linear || new_f8 || old_f8;
+    mx_linear = mx_linear || new_mx || old_mx;
+  }
+  if (f8_linear) {
+    const std::string recipe = float8.get_string("recipe_name").value_or("tensorwise");
+    if (recipe == "tensorwise") plan.fp8 = Fp8Recipe::torchao_tensorwise;
+    else if (recipe == "rowwise" || recipe == "rowwise_with_gw_hp") plan.fp8 = Fp8Recipe::torchao_rowwise;
+    else float8.fail("recipe_name", fmt::format("unknown recipe '{}' (tensorwise, rowwise, rowwise_with_gw_hp)", recipe));
+  } else if (mx_linear) {
+    plan.fp8 = Fp8Recipe::mxfp8;
+  }
+  const bool f8_ag = float8.get_bool("enable_fsdp_float8_all_gather").value_or(false);
+  if (f8_ag && plan.fp8 == Fp8Recipe::torchao_tensorwise) plan.fp8_all_gather = true;
+  else if (f8_ag)
+    rc.warnings.push_back(fmt::format("{}: enable_fsdp_float8_all_gather needs the float8 converter with the "
+                                      "tensorwise recipe; ignored", float8.key("enable_fsdp_float8_all_gather")));
+
+  // ---- activation checkpointing (torchtitan/distributed/activation_checkpoint.py)
+  {
+    const std::string mode = ac.get_string("mode").value_or("selective");
+    plan.ac_reentrant = false;  // PTD checkpoint_wrapper, non-reentrant
+    plan.ac_every_n = 1;
+    if (mode == "none") plan.ac = AcMode::none;
+    else if (mode == "full") plan.ac = AcMode::full;
+    else if (mode == "selective") {
+      const std::string opt = ac.get_string("selective_ac_option").value_or("2");
+      if (opt == "op") {
+        plan.ac = AcMode::selective_op;
+      } else {
+        const bool digits = !opt.empty() && std::all_of(opt.begin(), opt.end(), [](unsigned char c) { return std::isdigit(c); });
+        if (!digits || opt.size() > 9 || std::stoi(opt) <= 0)
+          ac.fail("selective_ac_option", fmt::format("'{}' is not accepted (\"op\" or a positive integer string)", opt));
+        plan.ac = AcMode::selective_layer;
+        plan.ac_every_n = std::stoi(opt);
+      }
+    } else if (mode == "memory_budget" && early) {
+      if (!plan.compile) ac.fail("mode", "memory_budget requires compile (torch._functorch activation_memory_budget)");
+      plan.ac = AcMode::selective_op;
+      rc.warnings.push_back("activation_checkpoint.mode: memory_budget is modeled as per-op selective AC");
+    } else {
+      ac.fail("mode", fmt::format("unknown mode '{}' ({})", mode, early ? "none, selective, full, memory_budget" : "none, selective, full"));
+    }
+  }
+
+  // ---- FSDP (apply_fsdp). Sharding over dp_shard x cp; pure DDP when that is 1 and
+  // dp_replicate > 1 is decided in resolve_layout once -1 is resolved.
+  plan.sharding = Sharding::zero3;
+  const std::string reshard = par.get_string("fsdp_reshard_after_forward").value_or("default");
+  if (reshard == "always") plan.reshard_after_forward = true;
+  else if (reshard == "never") plan.reshard_after_forward = false;
+  else if (reshard == "default") plan.reshard_after_forward = !pp;
+  else par.fail("fsdp_reshard_after_forward", fmt::format("'{}' is not accepted (default, always, never)", reshard));
+  plan.root_unsharded = false;
+  plan.backward_prefetch = BackwardPrefetch::backward_pre;  // FSDP2 prefetches one group ahead
+  plan.forward_prefetch = true;                             // implicit, on the all-gather stream
+  plan.limit_all_gathers = false;                           // FSDP2 has no rate limiter
+  plan.grad_sync_every_microbatch = true;
+  plan.flash_attention = true;
+  plan.dropout = false;
+
+  // ---- optimizer
+  const std::string oname = optim.get_string("name").value_or("AdamW");
+  if (oname == "AdamW" || oname == "Adam") plan.optimizer = Optimizer::adamw;
+  else rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW", oname));
+  return rc;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,23 @@
+#pragma once
+// torchtitan job TOML -> RunConfig (runtime torchtitan_fsdp2), for both TOML layouts:
+// early 2026 (commit 238fa9953e4a: [compile], [quantize.linear.float8], hf_assets_path) and
+// mid 2025 (commit 8570415c3: [training] compile, [float8], tokenizer_path). Unknown keys are
+// fatal in torchtitan, so they are InputErrors here. See docs/importers.md.
+#include <string>
+
+#include "spec/import_common.hpp"
+#include "spec/run_config.hpp"
+
+namespace meshplan {
+
+enum class TorchtitanLayout { early_2026, mid_2025 };
+
+// Which layout a parsed file uses (by its layout-specific keys); early_2026 when it has none.
+TorchtitanLayout detect_torchtitan_layout(const toml::table& t);
+
+// The result is unresolved: n_gpus is 0 (torchtitan files do not fix it), the shard degree may
+// be -1, and global_batch is 0 for global_batch_size = -1 (resolve_layout derives it).
+// Throws InputError(path, "section.key", reason).
+RunConfig import_torchtitan(const std::string& path, const toml::table& t, const ImportOptions& opts = {});
+
+}  // namespace meshplan

@@ -1,0 +1,679 @@
+#include "spec/model_loader.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <span>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "spec/data_root.hpp"
+#include "spec/error.hpp"
+
+namespace meshplan {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string(), "", "cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model TOML (schema in docs/models.md). Strict: every key is known, every value has its type.
+
+constexpr std::array<std::string_view, 18> kTopKeys = {
+    "name",        "n_layers",  "d_model",         "n_heads",         "n_kv_heads",
+    "head_dim",    "mlp",       "ffn_hidden",      "vocab",           "tied_embeddings",
+    "pos_emb",     "max_seq_len", "norm",          "norm_bias",       "linear_bias",
+    "n_params_published", "n_params_source", "moe"};
+constexpr std::array<std::string_view, 4> kMoeKeys = {"n_experts", "top_k", "expert_ffn",
+                                                      "n_shared_experts"};
+
+std::string toml_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date/time";
+  }
+}
+
+class TomlReader {
+public:
+  TomlReader(const toml::table& t, std::string file, std::string prefix)
+      : t_(t), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  std::string key(std::string_view k) const { return prefix_ + std::string(k); }
+
+  InputError error(std::string_view k, const std::string& reason) const {
+    return InputError(file_, key(k), reason);
+  }
+
+  std::optional<std::int64_t> opt_int(std::string_view k, std::int64_t min_value,
+                                      std::int64_t max_value) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_integer())
+      throw error(k, fmt::format("expected an integer, got {}{}", toml_type_name(*n), where(*n)));
+    const std::int64_t v = n->as_integer()->get();
+    if (v < min_value || v > max_value)
+      throw error(k, fmt::format("must be in [{}, {}], got {}{}", min_value, max_value, v, where(*n)));
+    return v;
+  }
+  std::int64_t req_int(std::string_view k, std::int64_t min_value, std::int64_t max_value) const {
+    auto v = opt_int(k, min_value, max_value);
+    if (!v) throw error(k, "required key is missing");
+    return *v;
+  }
+  std::optional<bool> opt_bool(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_boolean())
+      throw error(k, fmt::format("expected true or false, got {}{}", toml_type_name(*n), where(*n)));
+    return n->as_boolean()->get();
+  }
+  std::optional<std::string> opt_string(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_string())
+      throw error(k, fmt::format("expected a string, got {}{}", toml_type_name(*n), where(*n)));
+    return n->as_string()->get();
+  }
+  std::string req_string(std::string_view k) const {
+    auto v = opt_string(k);
+    if (!v) throw error(k, "required key is missing");
+    return *v;
+  }
+  // One of a fixed set of spellings: the canonical names only, so a TOML never relies on the
+  // looser aliases the HF importer accepts.
+  template <typename Enum, typename Parse>
+  Enum req_enum(std::string_view k, Parse parse, std::string_view choices) const {
+    const std::string s = req_string(k);
+    const auto v = parse(s);
+    if (!v || to_string(*v) != s)
+      throw error(k, fmt::format("unknown value \"{}\" (expected one of {}){}", s, choices, where(*t_.get(k))));
+    return *v;
+  }
+
+  void reject_unknown(std::span<const std::string_view> known) const {
+    for (const auto& [k, node] : t_) {
+      if (std::find(known.begin(), known.end(), k.str()) == known.end())
+        throw error(k.str(), fmt::format("unknown key{} (allowed: {})", where(node),
+                                         fmt::join(known.begin(), known.end(), ", ")));
+    }
+  }
+
+private:
+  static std::string where(const toml::node& n) {
+    const auto& src = n.source();
+    if (src.begin.line == 0) return "";
+    return fmt::format(" (line {})", src.begin.line);
+  }
+  const toml::table& t_;
+  std::string file_;
+  std::string prefix_;
+};
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kSizeMax = std::int64_t{1} << 40;  // far above any real width, far below overflow
+
+ModelSpec model_from_toml(const toml::table& root, const std::string& file, const std::string& stem) {
+  const TomlReader r(root, file, "");
+  r.reject_unknown(kTopKeys);
+
+  ModelSpec m;
+  m.name = r.opt_string("name").value_or(stem);
+  if (m.name.empty()) throw r.error("name", "must not be empty");
+  m.n_layers = static_cast<int>(r.req_int("n_layers", 1, kIntMax));
+  m.d_model = r.req_int("d_model", 1, kSizeMax);
+  m.n_heads = static_cast<int>(r.req_int("n_heads", 1, kIntMax));
+  m.n_kv_heads = static_cast<int>(r.opt_int("n_kv_heads", 1, kIntMax).value_or(m.n_heads));
+  if (auto hd = r.opt_int("head_dim", 1, kSizeMax)) {
+    m.head_dim = *hd;
+  } else {
+    if (m.d_model % m.n_heads != 0)
+      throw r.error("head_dim", fmt::format("missing, and d_model {} is not divisible by n_heads {}",
+                                            m.d_model, m.n_heads));
+    m.head_dim = m.d_model / m.n_heads;
+  }
+  m.mlp = r.req_enum<MlpKind>("mlp", parse_mlp_kind, "\"swiglu\", \"gelu\", \"relu2\"");
+  m.vocab = r.req_int("vocab", 1, kSizeMax);
+  m.tied_embeddings = r.opt_bool("tied_embeddings").value_or(false);
+  m.pos_emb = r.req_enum<PosEmb>("pos_emb", parse_pos_emb, "\"rope\", \"learned\", \"alibi\", \"none\"");
+  m.max_seq_len = r.req_int("max_seq_len", 1, kSizeMax);
+  m.norm = r.req_enum<NormKind>("norm", parse_norm_kind, "\"rmsnorm\", \"layernorm\"");
+  m.norm_bias = r.opt_bool("norm_bias").value_or(false);
+  if (m.norm_bias && m.norm == NormKind::rmsnorm)
+    throw r.error("norm_bias", "RMSNorm has no bias; set norm = \"layernorm\" or norm_bias = false");
+  m.linear_bias = r.opt_bool("linear_bias").value_or(false);
+
+  if (const toml::node* moe_node = root.get("moe")) {
+    const toml::table* moe = moe_node->as_table();
+    if (moe == nullptr) throw r.error("moe", fmt::format("expected a table, got {}", toml_type_name(*moe_node)));
+    const TomlReader mr(*moe, file, "moe.");
+    mr.reject_unknown(kMoeKeys);
+    m.moe.n_experts = static_cast<int>(mr.req_int("n_experts", 1, kIntMax));
+    m.moe.top_k = static_cast<int>(mr.req_int("top_k", 1, kIntMax));
+    m.moe.expert_ffn = mr.req_int("expert_ffn", 1, kSizeMax);
+    m.moe.n_shared_experts = static_cast<int>(mr.opt_int("n_shared_experts", 0, kIntMax).value_or(0));
+    // The dense width of an all-MoE model is one expert's width (what one token's MLP sees).
+    m.ffn_hidden = r.opt_int("ffn_hidden", 1, kSizeMax).value_or(m.moe.expert_ffn);
+  } else {
+    m.ffn_hidden = r.req_int("ffn_hidden", 1, kSizeMax);
+  }
+
+  m.n_params_published = r.opt_int("n_params_published", 1, std::numeric_limits<std::int64_t>::max());
+  m.n_params_source = r.opt_string("n_params_source").value_or("");
+  if (m.n_params_published && m.n_params_source.empty())
+    throw r.error("n_params_source", "required when n_params_published is given (cite where the count comes from)");
+  if (!m.n_params_published && !m.n_params_source.empty())
+    throw r.error("n_params_published", "n_params_source is given but the count it cites is missing");
+
+  validate(m, file);
+  return m;
+}
+
+ModelSpec load_model_toml(const fs::path& path) {
+  const std::string file = path.string();
+  if (!fs::exists(path)) throw InputError(file, "", "no such file");
+  toml::table root;
+  try {
+    root = toml::parse(read_file(path), file);
+  } catch (const toml::parse_error& e) {
+    throw InputError(file, "", fmt::format("TOML syntax error at line {}, column {}: {}",
+                                           e.source().begin.line, e.source().begin.column,
+                                           e.description()));
+  }
+  return model_from_toml(root, file, path.stem().string());
+}
+
+ModelSpec load_model_json(const fs::path& path) {
+  const std::string file = path.string();
+  if (!fs::exists(path)) throw InputError(file, "", "no such file");
+  json config;
+  try {
+    config = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    // e.what() carries "parse error at line L, column C: ..."; drop the library's "[json.exception...]" tag.
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw InputError(file, "", "JSON syntax error: " + what);
+  }
+  return import_hf_config(config, file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face config.json
+
+std::string json_type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return fmt::format("the string \"{}\"", v.get<std::string>());
+    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    case json::value_t::number_float: return fmt::format("the float {}", v.get<double>());
+    default: return fmt::format("{}", v.dump());
+  }
+}
+
+// Reads one JSON object; null counts as absent (HF writes "head_dim": null for "use the default").
+class JsonReader {
+public:
+  JsonReader(const json& j, std::string file, std::string prefix)
+      : j_(j), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  InputError error(std::string_view k, const std::string& reason) const {
+    return InputError(file_, prefix_ + std::string(k), reason);
+  }
+  const json* get(std::string_view k) const {
+    auto it = j_.find(k);
+    if (it == j_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool has(std::string_view k) const { return get(k) != nullptr; }
+
+  // Sizes are strictly positive: a zero width or head count is never a real model.
+  std::optional<std::int64_t> opt_size(std::string_view k) const {
+    const json* v = get(k);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer())
+      throw error(k, fmt::format("expected a positive integer, got {}", json_type_name(*v)));
+    const std::int64_t x = v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(kSizeMax)
+                               ? kSizeMax + 1
+                               : v->get<std::int64_t>();
+    if (x <= 0) throw error(k, fmt::format("must be a positive integer, got {}", x));
+    if (x > kSizeMax) throw error(k, fmt::format("{} is implausibly large", v->dump()));
+    return x;
+  }
+  std::int64_t req_size(std::string_view k) const {
+    auto v = opt_size(k);
+    if (!v) throw error(k, "required field is missing");
+    return *v;
+  }
+  int req_count(std::string_view k) const { return narrow(k, req_size(k)); }
+  std::optional<int> opt_count(std::string_view k) const {
+    auto v = opt_size(k);
+    if (!v) return std::nullopt;
+    return narrow(k, *v);
+  }
+  std::optional<double> opt_positive_number(std::string_view k) const {
+    const json* v = get(k);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) throw error(k, fmt::format("expected a number, got {}", json_type_name(*v)));
+    const double x = v->get<double>();
+    if (!(x > 0.0) || !std::isfinite(x)) throw error(k, fmt::format("must be a positive number, got {}", v->dump()));
+    return x;
+  }
+  std::optional<bool> opt_bool(std::string_view k) const {
+    const json* v = get(k);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) throw error(k, fmt::format("expected true or false, got {}", json_type_name(*v)));
+    return v->get<bool>();
+  }
+  std::optional<std::string> opt_string(std::string_view k) const {
+    const json* v = get(k);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) throw error(k, fmt::format("expected a string, got {}", json_type_name(*v)));
+    return v->get<std::string>();
+  }
+  // A nested object (MPT's attn_config/ffn_config, transformers v5's rope_parameters); absent -> {}.
+  JsonReader sub(std::string_view k) const {
+    static const json kEmpty = json::object();
+    const json* v = get(k);
+    if (v == nullptr) return JsonReader(kEmpty, file_, prefix_ + std::string(k) + ".");
+    if (!v->is_object()) throw error(k, fmt::format("expected an object, got {}", json_type_name(*v)));
+    return JsonReader(*v, file_, prefix_ + std::string(k) + ".");
+  }
+
+private:
+  int narrow(std::string_view k, std::int64_t v) const {
+    if (v > kIntMax) throw error(k, fmt::format("{} is implausibly large", v));
+    return static_cast<int>(v);
+  }
+  const json& j_;
+  std::string file_;
+  std::string prefix_;
+};
+
+enum class HfFamily { llama, mixtral, mpt, gpt_neox, gpt2 };
+
+std::optional<HfFamily> family_from_model_type(std::string_view t) {
+  if (t == "llama" || t == "mistral") return HfFamily::llama;
+  if (t == "mixtral") return HfFamily::mixtral;
+  if (t == "mpt") return HfFamily::mpt;
+  if (t == "gpt_neox") return HfFamily::gpt_neox;
+  if (t == "gpt2") return HfFamily::gpt2;
+  return std::nullopt;
+}
+
+std::optional<HfFamily> family_from_architecture(std::string_view a) {
+  if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return HfFamily::llama;
+  if (a == "MixtralForCausalLM") return HfFamily::mixtral;
+  if (a == "MPTForCausalLM") return HfFamily::mpt;
+  if (a == "GPTNeoXForCausalLM") return HfFamily::gpt_neox;
+  if (a == "GPT2LMHeadModel" || a == "GPT2Model") return HfFamily::gpt2;
+  return std::nullopt;
+}
+
+constexpr std::string_view kSupportedTypes = "llama, mistral, mixtral, mpt, gpt_neox, gpt2";
+
+HfFamily detect_family(const JsonReader& r) {
+  std::optional<std::string> model_type = r.opt_string("model_type");
+  if (model_type) {
+    if (auto f = family_from_model_type(*model_type)) return *f;
+  }
+  if (const json* arch = r.get("architectures")) {
+    if (!arch->is_array())
+      throw r.error("architectures", fmt::format("expected an array of strings, got {}", json_type_name(*arch)));
+    for (const json& a : *arch) {
+      if (!a.is_string())
+        throw r.error("architectures", fmt::format("expected strings, got {}", json_type_name(a)));
+      if (auto f = family_from_architecture(a.get<std::string>())) return *f;
+    }
+  }
+  if (model_type)
+    throw r.error("model_type",
+                  fmt::format("unsupported model_type \"{}\" (supported: {})", *model_type, kSupportedTypes));
+  // No declared family: the field names alone are unambiguous for these five layouts.
+  if (r.has("n_embd") || r.has("n_layer")) return HfFamily::gpt2;
+  if (r.has("d_model") && r.has("n_layers")) return HfFamily::mpt;
+  if (r.has("rotary_pct") || r.has("use_parallel_residual")) return HfFamily::gpt_neox;
+  if (r.has("num_local_experts") || r.has("num_experts")) return HfFamily::mixtral;
+  if (r.has("hidden_size") && r.has("num_hidden_layers")) return HfFamily::llama;
+  throw r.error("model_type", fmt::format("missing, and the fields match no supported family ({})", kSupportedTypes));
+}
+
+std::int64_t head_dim_or_default(const JsonReader& r, std::int64_t d_model, int n_heads,
+                                 std::string_view width_key, std::string_view heads_key) {
+  if (auto hd = r.opt_size("head_dim")) return *hd;
+  if (d_model % n_heads != 0)
+    throw r.error(heads_key, fmt::format("{} {} is not divisible by {} {} and head_dim is not given",
+                                         width_key, d_model, heads_key, n_heads));
+  return d_model / n_heads;
+}
+
+void check_kv_heads(const JsonReader& r, int n_heads, int n_kv_heads, std::string_view kv_key) {
+  if (n_kv_heads > n_heads || n_heads % n_kv_heads != 0)
+    throw r.error(kv_key, fmt::format("{} query heads are not divisible into {} kv heads", n_heads, n_kv_heads));
+}
+
+// Both biases must agree: ModelSpec has one linear_bias flag for every projection.
+bool one_bias_flag(const JsonReader& r, bool attn_bias, bool mlp_bias, std::string_view blame_key) {
+  if (attn_bias != mlp_bias)
+    throw r.error(blame_key, fmt::format("attention_bias {} with mlp_bias {} is not modelled (meshplan has one "
+                                          "bias flag for every linear layer)", attn_bias, mlp_bias));
+  return attn_bias;
+}
+
+// Llama, Mistral, Mixtral: gated (SwiGLU-shaped) MLP whatever hidden_act says, RMSNorm, RoPE.
+ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view model_type) {
+  ModelSpec m;
+  m.d_model = r.req_size("hidden_size");
+  m.n_layers = r.req_count("num_hidden_layers");
+  m.n_heads = r.req_count("num_attention_heads");
+  // MixtralConfig defaults num_key_value_heads to 8; LlamaConfig/MistralConfig to the head count.
+  m.n_kv_heads = r.opt_count("num_key_value_heads").value_or(is_mixtral ? 8 : m.n_heads);
+  check_kv_heads(r, m.n_heads, m.n_kv_heads, "num_key_value_heads");
+  m.head_dim = head_dim_or_default(r, m.d_model, m.n_heads, "hidden_size", "num_attention_heads");
+  m.vocab = r.req_size("vocab_size");
+  const bool mistral_defaults = is_mixtral || model_type == "mistral";
+  m.max_seq_len = r.opt_size("max_position_embeddings").value_or(mistral_defaults ? 4096 * 32 : 2048);
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  m.mlp = MlpKind::swiglu;
+  r.opt_string("hidden_act");  // the MLP is gated whatever the activation; only its type is checked
+  m.norm = NormKind::rmsnorm;
+  m.norm_bias = false;
+  m.pos_emb = PosEmb::rope;
+  // RoPE base: read to reject a malformed config; it changes no shape.
+  r.opt_positive_number("rope_theta");
+  const JsonReader rope = r.sub("rope_parameters");
+  rope.opt_positive_number("rope_theta");
+  m.linear_bias = one_bias_flag(r, r.opt_bool("attention_bias").value_or(false),
+                                r.opt_bool("mlp_bias").value_or(false), "mlp_bias");
+
+  const std::int64_t ffn = r.req_size("intermediate_size");
+  const bool has_experts = r.has("num_local_experts") || r.has("num_experts");
+  if (is_mixtral || has_experts) {
+    // MixtralConfig defaults: 8 experts, top-2; num_experts is an alias of num_local_experts.
+    const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
+    m.moe.n_experts = r.opt_count(experts_key).value_or(8);
+    m.moe.top_k = r.opt_count("num_experts_per_tok").value_or(2);
+    if (m.moe.top_k > m.moe.n_experts)
+      throw r.error("num_experts_per_tok", fmt::format("{} exceeds {} {}", m.moe.top_k, experts_key, m.moe.n_experts));
+    m.moe.expert_ffn = ffn;
+  }
+  m.ffn_hidden = ffn;
+  return m;
+}
+
+// MPT (mosaicml hub configs, and llm-foundry's `model:` YAML node for mpt_causal_lm).
+ModelSpec import_mpt(const JsonReader& r) {
+  ModelSpec m;
+  m.d_model = r.req_size("d_model");
+  m.n_layers = r.req_count("n_layers");
+  m.n_heads = r.req_count("n_heads");
+  if (m.d_model % m.n_heads != 0)
+    throw r.error("n_heads", fmt::format("d_model {} is not divisible by n_heads {}", m.d_model, m.n_heads));
+  m.head_dim = m.d_model / m.n_heads;
+  m.vocab = r.opt_size("vocab_size").value_or(50368);
+  m.max_seq_len = r.opt_size("max_seq_len").value_or(2048);
+  const bool no_bias = r.opt_bool("no_bias").value_or(false);
+  m.linear_bias = !no_bias;
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(true);
+
+  const std::string norm_type = r.opt_string("norm_type").value_or("low_precision_layernorm");
+  if (norm_type.find("rmsnorm") != std::string::npos) {
+    m.norm = NormKind::rmsnorm;
+    m.norm_bias = false;
+  } else if (norm_type.find("layernorm") != std::string::npos) {
+    m.norm = NormKind::layernorm;
+    m.norm_bias = !no_bias;
+  } else {
+    throw r.error("norm_type", fmt::format("unknown norm_type \"{}\"", norm_type));
+  }
+
+  const JsonReader attn = r.sub("attn_config");
+  const std::string attn_type = attn.opt_string("attn_type").value_or("multihead_attention");
+  if (attn_type == "multihead_attention") {
+    m.n_kv_heads = m.n_heads;
+  } else if (attn_type == "multiquery_attention") {
+    m.n_kv_heads = 1;
+  } else if (attn_type == "grouped_query_attention") {
+    m.n_kv_heads = attn.opt_count("kv_n_heads").value_or(1);  // MPTConfig's attn_config default
+    check_kv_heads(attn, m.n_heads, m.n_kv_heads, "kv_n_heads");
+  } else {
+    throw attn.error("attn_type", fmt::format("unknown attn_type \"{}\"", attn_type));
+  }
+  if (attn.opt_bool("qk_ln").value_or(false) || attn.opt_bool("qk_gn").value_or(false))
+    throw attn.error("qk_ln", "query/key norms are not modelled");
+  // MPTConfig turns learned_pos_emb off when ALiBi or RoPE provides positions (the released
+  // mpt-7b config says both alibi: true and learned_pos_emb: true, and has no wpe table).
+  const bool learned = r.opt_bool("learned_pos_emb").value_or(true);
+  if (attn.opt_bool("alibi").value_or(false)) m.pos_emb = PosEmb::alibi;
+  else if (attn.opt_bool("rope").value_or(false)) m.pos_emb = PosEmb::rope;
+  else m.pos_emb = learned ? PosEmb::learned : PosEmb::none;
+
+  const JsonReader ffn = r.sub("ffn_config");
+  const std::string ffn_type = ffn.opt_string("ffn_type").value_or("mptmlp");
+  if (ffn_type == "mptmlp" || ffn_type == "te_ln_mlp") m.mlp = MlpKind::gelu;
+  else if (ffn_type == "mptglu") m.mlp = MlpKind::swiglu;
+  else
+    throw ffn.error("ffn_type",
+                    fmt::format("unsupported ffn_type \"{}\" (supported: mptmlp, mptglu, te_ln_mlp)", ffn_type));
+  // llm-foundry's resolve_ffn_hidden_size: an explicit ffn_hidden_size wins over the ratio.
+  if (auto f = ffn.opt_size("ffn_hidden_size")) {
+    m.ffn_hidden = *f;
+  } else {
+    const double ratio = r.opt_positive_number("expansion_ratio").value_or(4.0);
+    const double width = static_cast<double>(m.d_model) * ratio;
+    if (width != std::floor(width) || width < 1.0)
+      throw r.error("expansion_ratio",
+                    fmt::format("d_model {} x expansion_ratio {} is not a whole width", m.d_model, ratio));
+    m.ffn_hidden = static_cast<std::int64_t>(width);
+  }
+  return m;
+}
+
+// GPT-NeoX (Pythia): LayerNorm with bias, biases on every projection, partial rotary, untied.
+ModelSpec import_gpt_neox(const JsonReader& r) {
+  ModelSpec m;
+  m.d_model = r.req_size("hidden_size");
+  m.n_layers = r.req_count("num_hidden_layers");
+  m.n_heads = r.req_count("num_attention_heads");
+  m.n_kv_heads = m.n_heads;
+  if (m.d_model % m.n_heads != 0)
+    throw r.error("num_attention_heads", fmt::format("hidden_size {} is not divisible by num_attention_heads {}",
+                                                     m.d_model, m.n_heads));
+  m.head_dim = m.d_model / m.n_heads;
+  m.ffn_hidden = r.req_size("intermediate_size");
+  m.vocab = r.req_size("vocab_size");
+  m.max_seq_len = r.opt_size("max_position_embeddings").value_or(2048);
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  m.mlp = MlpKind::gelu;
+  m.norm = NormKind::layernorm;
+  m.norm_bias = true;
+  m.pos_emb = PosEmb::rope;
+  // transformers' GPTNeoXConfig.attention_bias (default true) covers only attention; the MLP keeps its biases.
+  m.linear_bias = one_bias_flag(r, r.opt_bool("attention_bias").value_or(true), true, "attention_bias");
+  r.opt_positive_number("rotary_pct");
+  return m;
+}
+
+// GPT-2: Conv1D projections with biases, LayerNorm with bias, learned positions, tied head.
+ModelSpec import_gpt2(const JsonReader& r) {
+  ModelSpec m;
+  m.d_model = r.req_size("n_embd");
+  m.n_layers = r.req_count("n_layer");
+  m.n_heads = r.req_count("n_head");
+  m.n_kv_heads = m.n_heads;
+  if (m.d_model % m.n_heads != 0)
+    throw r.error("n_head", fmt::format("n_embd {} is not divisible by n_head {}", m.d_model, m.n_heads));
+  m.head_dim = m.d_model / m.n_heads;
+  m.ffn_hidden = r.opt_size("n_inner").value_or(4 * m.d_model);
+  m.vocab = r.opt_size("vocab_size").value_or(50257);
+  m.max_seq_len = r.opt_size("n_positions").value_or(1024);
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(true);
+  m.mlp = MlpKind::gelu;
+  m.norm = NormKind::layernorm;
+  m.norm_bias = true;
+  m.linear_bias = true;
+  m.pos_emb = PosEmb::learned;
+  return m;
+}
+
+std::string name_from_file(const std::string& file) {
+  const fs::path p(file);
+  // ".../Llama-3.1-8B/config.json" names the model by its directory.
+  if (p.stem() == "config" && p.has_parent_path() && !p.parent_path().filename().empty())
+    return p.parent_path().filename().string();
+  return p.stem().string();
+}
+
+std::vector<std::string> list_models_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && entry.path().extension() == ".toml") names.push_back(entry.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+ModelSpec import_hf_config(const json& config, const std::string& file) {
+  if (!config.is_object())
+    throw InputError(file, "", fmt::format("expected a JSON object (a config.json), got {}", json_type_name(config)));
+  const JsonReader r(config, file, "");
+  const std::string model_type = r.opt_string("model_type").value_or("");
+  ModelSpec m;
+  switch (detect_family(r)) {
+    case HfFamily::llama: m = import_llama(r, false, model_type); break;
+    case HfFamily::mixtral: m = import_llama(r, true, model_type); break;
+    case HfFamily::mpt: m = import_mpt(r); break;
+    case HfFamily::gpt_neox: m = import_gpt_neox(r); break;
+    case HfFamily::gpt2: m = import_gpt2(r); break;
+  }
+  const std::string hf_name = r.opt_string("_name_or_path").value_or("");
+  m.name = hf_name.empty() ? name_from_file(file) : hf_name;
+  if (m.name.empty()) m.name = "hf-model";
+  validate(m, file);
+  return m;
+}
+
+std::vector<std::string> list_models() { return list_models_in(data_root() / "models"); }
+
+ModelSpec load_model(const std::string& name_or_path) {
+  if (name_or_path.empty()) throw InputError("", "model", "empty model name");
+  if (ends_with(name_or_path, ".toml")) return load_model_toml(fs::path(name_or_path));
+  if (ends_with(name_or_path, ".json")) return load_model_json(fs::path(name_or_path));
+
+  const fs::path dir = data_root() / "models";
+  const std::vector<std::string> names = list_models_in(dir);
+  const bool bare = name_or_path.find('/') == std::string::npos && name_or_path.find('\\') == std::string::npos;
+  if (!bare || std::find(names.begin(), names.end(), name_or_path) == names.end()) {
+    std::string hint;
+    if (!bare) {
+      hint = "; a path must end in .toml (a model TOML) or .json (a Hugging Face config.json)";
+      if (shipped_model_for_hf_id(name_or_path))
+        hint += fmt::format("; the Hugging Face id has the architecture of shipped model \"{}\"",
+                            *shipped_model_for_hf_id(name_or_path));
+    }
+    throw InputError(dir.string(), name_or_path,
+                     fmt::format("unknown model (available: {}){}",
+                                 names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")),
+                                 hint));
+  }
+  return load_model_toml(dir / (name_or_path + ".toml"));
+}
+
+std::optional<std::string> shipped_model_for_hf_id(std::string_view hf_id) {
+  // Ids of checkpoints whose architecture is exactly a shipped model. Fine-tunes (-Instruct, -chat)
+  // share their base's shapes; Llama 3 8B/70B differ from 3.1 only in RoPE scaling and context.
+  struct Entry {
+    std::string_view id;
+    std::string_view model;
+  };
+  static constexpr Entry kIds[] = {
+      {"meta-llama/llama-3.1-8b", "llama3.1-8b"},
+      {"meta-llama/llama-3.1-8b-instruct", "llama3.1-8b"},
+      {"meta-llama/meta-llama-3.1-8b", "llama3.1-8b"},
+      {"meta-llama/meta-llama-3.1-8b-instruct", "llama3.1-8b"},
+      {"meta-llama/meta-llama-3-8b", "llama3.1-8b"},
+      {"meta-llama/meta-llama-3-8b-instruct", "llama3.1-8b"},
+      {"meta-llama/llama-3.1-70b", "llama3.1-70b"},
+      {"meta-llama/llama-3.1-70b-instruct", "llama3.1-70b"},
+      {"meta-llama/meta-llama-3.1-70b", "llama3.1-70b"},
+      {"meta-llama/meta-llama-3.1-70b-instruct", "llama3.1-70b"},
+      {"meta-llama/meta-llama-3-70b", "llama3.1-70b"},
+      {"meta-llama/meta-llama-3-70b-instruct", "llama3.1-70b"},
+      {"meta-llama/llama-3.3-70b-instruct", "llama3.1-70b"},
+      {"meta-llama/llama-3.1-405b", "llama3.1-405b"},
+      {"meta-llama/llama-3.1-405b-instruct", "llama3.1-405b"},
+      {"meta-llama/meta-llama-3.1-405b", "llama3.1-405b"},
+      {"meta-llama/meta-llama-3.1-405b-instruct", "llama3.1-405b"},
+      {"meta-llama/llama-2-7b", "llama2-7b"},
+      {"meta-llama/llama-2-7b-hf", "llama2-7b"},
+      {"meta-llama/llama-2-7b-chat-hf", "llama2-7b"},
+      {"meta-llama/llama-2-13b", "llama2-13b"},
+      {"meta-llama/llama-2-13b-hf", "llama2-13b"},
+      {"meta-llama/llama-2-13b-chat-hf", "llama2-13b"},
+      {"meta-llama/llama-2-70b", "llama2-70b"},
+      {"meta-llama/llama-2-70b-hf", "llama2-70b"},
+      {"meta-llama/llama-2-70b-chat-hf", "llama2-70b"},
+      {"mistralai/mixtral-8x7b-v0.1", "mixtral-8x7b"},
+      {"mistralai/mixtral-8x7b-instruct-v0.1", "mixtral-8x7b"},
+      // The hub MPT-7B is ALiBi, bias-free and 50432-vocab, the shipped mpt-7b is llm-foundry's
+      // preset (learned positions, biases, 50368): same layers and widths, 0.14 % apart in count,
+      // so it maps. Not mapped: the 8k/storywriter variants (their context exceeds the preset's
+      // 2048-row position table) and mosaicml/mpt-30b (64 heads, not the preset's 56).
+      {"mosaicml/mpt-7b", "mpt-7b"},
+      {"mosaicml/mpt-7b-instruct", "mpt-7b"},
+      {"mosaicml/mpt-7b-chat", "mpt-7b"},
+      {"meta-llama/llama-2-7b-chat", "llama2-7b"},
+      {"meta-llama/llama-2-13b-chat", "llama2-13b"},
+      {"meta-llama/llama-2-70b-chat", "llama2-70b"},
+  };
+  std::string id = lower(hf_id);
+  // Accept the URL form and a trailing slash users paste from the browser.
+  for (std::string_view prefix : {"https://huggingface.co/", "huggingface.co/", "hf://"})
+    if (id.rfind(prefix, 0) == 0) id = id.substr(prefix.size());
+  while (!id.empty() && id.back() == '/') id.pop_back();
+  for (const Entry& e : kIds)
+    if (e.id == id) return std::string(e.model);
+  return std::nullopt;
+}
+
+}  // namespace meshplan

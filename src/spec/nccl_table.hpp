@@ -1,0 +1,108 @@
+#pragma once
+// NCCL's tuning-model constants (latencies, protocol factors, per-channel caps, ...) for one NCCL
+// release, read from hardware_profiles/nccl/nccl-VERSION.toml. NCCL refits these between releases,
+// so they are data, versioned, each with its source in reference/hardware.md §1.
+// All values in SI units: seconds, bytes, bytes/s.
+#include <array>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshplan {
+
+// Indices follow NCCL's own enums (nccl_tuner.h): algorithms and protocols.
+enum class NcclAlgo : int { tree, ring, collnet_direct, collnet_chain, nvls, nvlstree, pat };
+enum class NcclProto : int { ll, ll128, simple };
+// The kind of link a hop crosses (NCCL's hwLatencies first index).
+enum class NcclLink : int { nvlink, pci, net };
+
+inline constexpr int kNcclAlgoCount = 7;
+inline constexpr int kNcclProtoCount = 3;
+inline constexpr int kNcclLinkCount = 3;
+inline constexpr int kTreeCorrectionEntries = 24;  // log2(bytes/64) = 0 .. 23 (64 B .. 512 MiB)
+
+std::string_view to_string(NcclAlgo a);   // "tree", "ring", ..., "pat"
+std::string_view to_string(NcclProto p);  // "LL", "LL128", "Simple"
+
+using ProtoValues = std::array<double, kNcclProtoCount>;  // [LL, LL128, Simple]
+using NodeCountValues = std::array<double, 3>;            // [1 node, 2 nodes, >= 3 nodes]
+
+// Caps and speed ladder of one GPU generation (NCCL's tables are per compute capability).
+struct NcclArchTable {
+  int sm = 0;                                       // 70, 80, 90, 100
+  NodeCountValues ll_max_bytes_per_s{};             // total LL cap (single-node row)
+  NodeCountValues ring_ll128_per_channel_bytes_per_s{};
+  NodeCountValues tree_ll128_per_channel_bytes_per_s{};
+  NodeCountValues tree_per_channel_bytes_per_s{};
+  NodeCountValues nvlstree_per_channel_bytes_per_s{};  // 0 = no cap defined
+  std::vector<double> intra_ladder_bytes_per_s;     // per-channel speeds, highest first; may be empty
+  std::vector<double> inter_ladder_bytes_per_s;
+};
+
+struct NcclTable {
+  std::string version;       // "2.30.7"
+  std::string source_file;
+
+  std::array<ProtoValues, kNcclAlgoCount> base_latency_seconds{};
+  std::array<std::array<ProtoValues, kNcclAlgoCount>, kNcclLinkCount> hw_latency_seconds{};
+
+  double net_overhead_intel_seconds = 0;
+  double net_overhead_amd_seconds = 0;
+  double simple_net_overhead_factor = 0;
+  double pat_inter_divisor = 0;
+  double pat_per_rank_seconds = 0;
+  double collnet_direct_per_local_rank_seconds = 0;
+  double ring_simple_plateau_factor_sm80 = 0;
+  double ring_simple_plateau_factor_older = 0;
+  double ring_simple_plateau_min_bytes = 0;
+
+  double ring_ll_efficiency = 0;
+  double ring_ll128_efficiency = 0;
+  double tree_efficiency = 0;
+  double tree_ll_divisor = 0;
+  double tree_ll128_single_node_efficiency = 0;
+  double tree_ll128_multi_node_efficiency = 0;
+  double pat_efficiency = 0;
+  double collnet_direct_sm90_efficiency = 0;
+  double nvls_efficiency_sm90 = 0;
+  double nvls_efficiency_sm100 = 0;
+
+  std::array<std::array<double, kTreeCorrectionEntries>, kNcclProtoCount> tree_correction{};
+
+  std::vector<NcclArchTable> arch;  // sorted by sm
+  std::array<double, 2> ll_max_multi_node_intel_bytes_per_s{};  // [2 nodes, >= 3 nodes]
+  std::array<double, 2> ll_max_multi_node_amd_bytes_per_s{};
+
+  int max_channels = 0;
+  int nvls_channels_sm90 = 0;
+  int nvls_channels_sm100_single_domain = 0;
+  int nvls_channels_sm100_multi_node = 0;
+
+  double ll_buffer_bytes = 0;
+  double ll128_buffer_bytes = 0;
+  double simple_buffer_bytes = 0;
+  int steps = 0;
+  ProtoValues thread_threshold_bytes{};
+
+  std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
+  std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"
+
+  // The table of the newest generation not newer than `sm` (the oldest one if `sm` predates all).
+  const NcclArchTable& arch_table(int sm) const;
+};
+
+inline constexpr std::string_view kDefaultNcclVersion = "2.30.7";
+
+// "2.30.7" reads hardware_profiles/nccl/nccl-2.30.7.toml under the data root; a value ending in
+// .toml is a path. Strict: unknown or missing keys, wrong types, out-of-range values and values
+// without a declared source throw InputError(file, key, reason).
+NcclTable load_nccl_table(const std::string& version_or_path = std::string(kDefaultNcclVersion));
+
+// The shipped default version, loaded once (thread-safe) and kept for the process lifetime.
+const NcclTable& default_nccl_table();
+
+// "sm90" -> 90; 0 when the string is not of that form.
+int parse_sm(std::string_view arch);
+
+}  // namespace meshplan

@@ -1,0 +1,393 @@
+// meshplan plan TOML reader and writer (format: docs/plan_format.md).
+#include "spec/plan_toml.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan {
+
+namespace {
+
+using importer::TomlView;
+
+const std::vector<std::string> kSections = {"model", "cluster", "layout", "sharding", "precision",
+                                            "activation_checkpoint", "offload", "batch", "runtime"};
+const std::vector<std::string> kModelKeys = {
+    "name", "preset", "hf_config", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
+    "ffn_hidden", "mlp", "vocab", "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias",
+    "max_seq_len", "moe_experts", "moe_top_k", "moe_expert_ffn", "moe_shared_experts",
+    "n_params_published", "n_params_source"};
+const std::vector<std::string> kShapeKeys = {
+    "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "mlp", "vocab",
+    "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias", "max_seq_len", "moe_experts",
+    "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source"};
+const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
+const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep",
+                                              "tp_style", "sequence_parallel", "async_tp", "schedule"};
+const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forward", "root_unsharded",
+                                                "backward_prefetch", "forward_prefetch", "forward_prefetch_limit",
+                                                "backward_prefetch_limit", "limit_all_gathers",
+                                                "grad_sync_every_microbatch"};
+const std::vector<std::string> kPrecisionKeys = {"param", "compute", "reduce", "state", "name",
+                                                 "keep_low_precision_grads", "fp8", "fp8_all_gather"};
+const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant"};
+const std::vector<std::string> kOffloadKeys = {"activations", "params"};
+const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
+                                             "pp_microbatches"};
+const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention", "dropout"};
+
+constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
+
+template <class E, class Parse>
+E get_enum(const TomlView& v, std::string_view key, E dflt, Parse parse, const char* choices) {
+  const auto s = v.get_string(key);
+  if (!s) return dflt;
+  const auto e = parse(*s);
+  if (!e) v.fail(key, fmt::format("unknown value '{}' ({})", *s, choices));
+  return *e;
+}
+
+std::int64_t positive(const TomlView& v, std::string_view key, std::int64_t dflt) {
+  const std::int64_t x = v.get_int(key).value_or(dflt);
+  if (x <= 0) v.fail(key, fmt::format("must be positive, got {}", x));
+  return x;
+}
+
+Dtype get_dtype(const TomlView& v, std::string_view key, Dtype dflt) {
+  const auto s = v.get_string(key);
+  if (!s) return dflt;
+  const auto d = parse_dtype(*s);
+  if (!d) v.fail(key, fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp4)", *s));
+  return *d;
+}
+
+bool looks_like_path(const std::string& s) {
+  return s.find('/') != std::string::npos || s.ends_with(".toml") || s.ends_with(".json");
+}
+
+ModelSpec read_model(const std::string& path, const TomlView& m) {
+  m.require_known(kModelKeys, kStrict);
+  const auto name = m.get_string("name");
+  const auto preset = m.get_string("preset");
+  const auto hf = m.get_string("hf_config");
+  const bool has_shape = std::any_of(kShapeKeys.begin(), kShapeKeys.end(), [&](const std::string& k) { return m.has(k); });
+  if (preset && hf) m.fail("hf_config", "give either preset or hf_config, not both");
+
+  // Model files report errors against themselves; the user needs the plan key that named them.
+  auto load = [&](const char* key, const std::string& what) {
+    const std::string target = looks_like_path(what) ? importer::relative_to(path, what) : what;
+    try {
+      return load_model(target);
+    } catch (const InputError& e) {
+      throw InputError(path, m.key(key), importer::one_line(fmt::format("'{}': {}", what, e.what())));
+    }
+  };
+  ModelSpec spec;
+  bool from_base = true;
+  if (preset) spec = load("preset", *preset);
+  else if (hf) spec = load("hf_config", *hf);
+  else if (name && !has_shape) spec = load("name", *name);
+  else if (has_shape) from_base = false;
+  else m.fail("name", "required: a shipped model name, preset, hf_config, or inline shape fields");
+
+  if (name && (preset || hf || has_shape)) spec.name = *name;
+  if (!from_base) {
+    for (const char* k : {"n_layers", "d_model", "n_heads", "vocab"})
+      if (!m.has(k)) m.fail(k, "required for an inline model (no preset or hf_config)");
+    if (!name) m.fail("name", "required for an inline model (a label for reports)");
+  }
+  auto i64 = [&](const char* k, std::int64_t& field) {
+    if (auto v = m.get_int(k)) field = *v;
+  };
+  auto i32 = [&](const char* k, int& field) {
+    if (auto v = m.get_int(k)) field = static_cast<int>(*v);
+  };
+  auto flag = [&](const char* k, bool& field) {
+    if (auto v = m.get_bool(k)) field = *v;
+  };
+  i32("n_layers", spec.n_layers);
+  i64("d_model", spec.d_model);
+  i32("n_heads", spec.n_heads);
+  i32("n_kv_heads", spec.n_kv_heads);
+  i64("head_dim", spec.head_dim);
+  i64("ffn_hidden", spec.ffn_hidden);
+  i64("vocab", spec.vocab);
+  flag("tied_embeddings", spec.tied_embeddings);
+  flag("linear_bias", spec.linear_bias);
+  flag("norm_bias", spec.norm_bias);
+  i64("max_seq_len", spec.max_seq_len);
+  i32("moe_experts", spec.moe.n_experts);
+  i32("moe_top_k", spec.moe.top_k);
+  i64("moe_expert_ffn", spec.moe.expert_ffn);
+  i32("moe_shared_experts", spec.moe.n_shared_experts);
+  spec.mlp = get_enum(m, "mlp", spec.mlp, parse_mlp_kind, "gelu, swiglu, relu2");
+  spec.pos_emb = get_enum(m, "pos_emb", spec.pos_emb, parse_pos_emb, "rope, learned, alibi, none");
+  spec.norm = get_enum(m, "norm", spec.norm, parse_norm_kind, "rmsnorm, layernorm");
+  if (auto v = m.get_int("n_params_published")) spec.n_params_published = *v;
+  if (auto v = m.get_string("n_params_source")) spec.n_params_source = *v;
+  // Derived defaults: MHA when kv heads are not given; head_dim from the width when the width or
+  // head count changed without an explicit head_dim.
+  if (!from_base && !m.has("n_kv_heads")) spec.n_kv_heads = spec.n_heads;
+  if (!m.has("head_dim") && (m.has("d_model") || m.has("n_heads")) && spec.n_heads > 0)
+    spec.head_dim = spec.d_model / spec.n_heads;
+  // Errors name the plan key: [model] + the ModelSpec field.
+  try {
+    validate(spec, path);
+  } catch (const InputError& e) {
+    throw InputError(path, "model." + e.key(), e.reason());
+  }
+  return spec;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+const char* b(bool v) { return v ? "true" : "false"; }
+
+}  // namespace
+
+bool looks_like_plan_toml(const toml::table& t) {
+  for (const auto& [k, v] : t) {
+    (void)v;
+    if (std::find(kSections.begin(), kSections.end(), std::string(k.str())) != kSections.end()) return true;
+  }
+  return false;
+}
+
+RunConfig read_plan_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
+  const TomlView root(path, t);
+  root.require_known(kSections, kStrict);
+  for (const auto& s : kSections) (void)root.sub(s);  // each must be a table
+
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::meshplan_plan;
+  Plan& plan = rc.plan;
+  const toml::table empty;
+  auto section = [&](const std::string& name, const std::vector<std::string>& keys) {
+    TomlView v = root.sub(name).value_or(TomlView(path, empty, name));
+    v.require_known(keys, kStrict);
+    return v;
+  };
+
+  // [model]
+  if (opts.model) rc.model = *opts.model;
+  else {
+    auto m = root.sub("model");
+    if (!m) throw InputError(path, "model", "required: a [model] section");
+    rc.model = read_model(path, *m);
+  }
+
+  // [cluster]
+  const TomlView cluster = section("cluster", kClusterKeys);
+  rc.cluster = cluster.get_string("profile").value_or("");
+  if (auto g = cluster.get_int("gpus")) {
+    if (*g <= 0) cluster.fail("gpus", fmt::format("must be positive, got {}", *g));
+    rc.n_gpus = *g;
+  }
+
+  // [layout]
+  const TomlView layout = section("layout", kLayoutKeys);
+  auto degree = [&](const char* k, int dflt) {
+    const std::int64_t v = layout.get_int(k).value_or(dflt);
+    if (v == -1) return -1;
+    if (v <= 0) layout.fail(k, fmt::format("must be positive or -1 (absorbs the rest of the GPUs), got {}", v));
+    return static_cast<int>(v);
+  };
+  Mesh& mesh = plan.mesh;
+  mesh.pp = degree("pp", 1);
+  mesh.dp_replicate = degree("dp_replicate", 1);
+  mesh.dp_shard = degree("dp_shard", -1);
+  mesh.cp = degree("cp", 1);
+  mesh.tp = degree("tp", 1);
+  mesh.vpp = static_cast<int>(positive(layout, "vpp", 1));
+  mesh.ep = static_cast<int>(positive(layout, "ep", 1));
+  plan.tp_style = get_enum(layout, "tp_style", TpStyle::full,
+                           [](std::string_view s) -> std::optional<TpStyle> {
+                             if (s == "full") return TpStyle::full;
+                             if (s == "mlp-only" || s == "mlp_only") return TpStyle::mlp_only;
+                             return std::nullopt;
+                           },
+                           "full, mlp-only");
+  plan.sequence_parallel = layout.get_bool("sequence_parallel").value_or(false);
+  plan.async_tp = layout.get_bool("async_tp").value_or(false);
+  plan.schedule = get_enum(layout, "schedule",
+                           mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b,
+                           parse_schedule, "gpipe, 1f1b, interleaved-1f1b");
+  if (mesh.vpp > 1 && plan.schedule != PipelineSchedule::interleaved_1f1b)
+    layout.fail("vpp", "virtual stages need schedule = \"interleaved-1f1b\"");
+
+  // [sharding]
+  const TomlView sh = section("sharding", kShardingKeys);
+  plan.sharding = get_enum(sh, "strategy", Sharding::zero3, parse_sharding, "none, zero1, zero2, zero3");
+  plan.reshard_after_forward = sh.get_bool("reshard_after_forward").value_or(plan.sharding == Sharding::zero3);
+  plan.root_unsharded = sh.get_bool("root_unsharded").value_or(false);
+  plan.backward_prefetch = get_enum(sh, "backward_prefetch", BackwardPrefetch::backward_pre,
+                                    parse_backward_prefetch, "none, BACKWARD_PRE, BACKWARD_POST");
+  plan.forward_prefetch = sh.get_bool("forward_prefetch").value_or(false);
+  plan.forward_prefetch_limit = static_cast<int>(positive(sh, "forward_prefetch_limit", 1));
+  plan.backward_prefetch_limit = static_cast<int>(positive(sh, "backward_prefetch_limit", 1));
+  plan.limit_all_gathers = sh.get_bool("limit_all_gathers").value_or(true);
+  plan.grad_sync_every_microbatch = sh.get_bool("grad_sync_every_microbatch").value_or(true);
+
+  // [precision]
+  const TomlView pr = section("precision", kPrecisionKeys);
+  plan.param_dtype = get_dtype(pr, "param", Dtype::bf16);
+  plan.compute_dtype = get_dtype(pr, "compute", plan.param_dtype);
+  plan.reduce_dtype = get_dtype(pr, "reduce", Dtype::fp32);
+  plan.state_dtype = get_dtype(pr, "state", Dtype::fp32);
+  plan.mixed_precision_name = pr.get_string("name").value_or("");
+  plan.keep_low_precision_grads = pr.get_bool("keep_low_precision_grads").value_or(false);
+  plan.fp8 = get_enum(pr, "fp8", Fp8Recipe::none, parse_fp8,
+                      "none, te-delayed, te-current, mxfp8, nvfp4, torchao-tensorwise, torchao-rowwise");
+  plan.fp8_all_gather = pr.get_bool("fp8_all_gather").value_or(false);
+  if (plan.fp8_all_gather && plan.fp8 == Fp8Recipe::none)
+    pr.fail("fp8_all_gather", "needs an fp8 recipe");
+
+  // [activation_checkpoint]
+  const TomlView ac = section("activation_checkpoint", kAcKeys);
+  plan.ac = get_enum(ac, "mode", AcMode::none, parse_ac_mode,
+                     "none, full, selective-layer, selective-op, selective-attn");
+  plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1));
+  plan.ac_reentrant = ac.get_bool("reentrant").value_or(false);
+
+  // [offload]
+  const TomlView off = section("offload", kOffloadKeys);
+  plan.act_offload = off.get_bool("activations").value_or(false);
+  plan.param_offload = off.get_bool("params").value_or(false);
+
+  // [batch]
+  const TomlView bt = section("batch", kBatchKeys);
+  if (!bt.has("seq_len")) bt.fail("seq_len", "required");
+  rc.job.seq_len = positive(bt, "seq_len", 0);
+  if (const toml::node* mb = bt.table().get("micro_batch"); mb != nullptr && mb->is_string()) {
+    if (mb->value_or(std::string()) != "auto") bt.fail("micro_batch", "expected a positive integer or \"auto\"");
+    rc.job.micro_batch = 0;
+  } else {
+    rc.job.micro_batch = positive(bt, "micro_batch", 1);
+  }
+  rc.job.global_batch = bt.has("global_batch") ? positive(bt, "global_batch", 0) : 0;
+  rc.job.grad_accum = bt.has("grad_accum") ? positive(bt, "grad_accum", 0) : 0;
+  if (rc.job.global_batch == 0 && rc.job.grad_accum == 0)
+    bt.fail("global_batch", "required (or grad_accum, from which global = dp x micro_batch x grad_accum)");
+  rc.job.pp_microbatches = bt.has("pp_microbatches") ? positive(bt, "pp_microbatches", 0) : 0;
+
+  // [runtime]
+  const TomlView rt = section("runtime", kRuntimeKeys);
+  plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
+                          "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
+  plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
+  plan.compile = rt.get_bool("compile").value_or(false);
+  plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
+  plan.dropout = rt.get_bool("dropout").value_or(false);
+  return rc;
+}
+
+std::string to_plan_toml(const RunConfig& rc) {
+  const Plan& p = rc.plan;
+  const ModelSpec& m = rc.model;
+  std::string o;
+  auto line = [&](const std::string& s) { o += s + "\n"; };
+  line("# meshplan plan (format: docs/plan_format.md)");
+  if (!rc.source_file.empty()) line("# from " + rc.source_file);
+  line("");
+  line("[model]");
+  line("name = " + quote(m.name));
+  line(fmt::format("n_layers = {}", m.n_layers));
+  line(fmt::format("d_model = {}", m.d_model));
+  line(fmt::format("n_heads = {}", m.n_heads));
+  line(fmt::format("n_kv_heads = {}", m.n_kv_heads));
+  line(fmt::format("head_dim = {}", m.head_dim));
+  line(fmt::format("ffn_hidden = {}", m.ffn_hidden));
+  line(fmt::format("mlp = {}", quote(std::string(to_string(m.mlp)))));
+  line(fmt::format("vocab = {}", m.vocab));
+  line(fmt::format("tied_embeddings = {}", b(m.tied_embeddings)));
+  line(fmt::format("pos_emb = {}", quote(std::string(to_string(m.pos_emb)))));
+  line(fmt::format("norm = {}", quote(std::string(to_string(m.norm)))));
+  line(fmt::format("linear_bias = {}", b(m.linear_bias)));
+  line(fmt::format("norm_bias = {}", b(m.norm_bias)));
+  line(fmt::format("max_seq_len = {}", m.max_seq_len));
+  line(fmt::format("moe_experts = {}", m.moe.n_experts));
+  line(fmt::format("moe_top_k = {}", m.moe.top_k));
+  line(fmt::format("moe_expert_ffn = {}", m.moe.expert_ffn));
+  line(fmt::format("moe_shared_experts = {}", m.moe.n_shared_experts));
+  if (m.n_params_published) line(fmt::format("n_params_published = {}", *m.n_params_published));
+  if (!m.n_params_source.empty()) line("n_params_source = " + quote(m.n_params_source));
+  line("");
+  line("[cluster]");
+  if (!rc.cluster.empty()) line("profile = " + quote(rc.cluster));
+  if (rc.n_gpus > 0) line(fmt::format("gpus = {}", rc.n_gpus));
+  line("");
+  line("[layout]");
+  line(fmt::format("pp = {}", p.mesh.pp));
+  line(fmt::format("vpp = {}", p.mesh.vpp));
+  line(fmt::format("dp_replicate = {}", p.mesh.dp_replicate));
+  line(fmt::format("dp_shard = {}", p.mesh.dp_shard));
+  line(fmt::format("cp = {}", p.mesh.cp));
+  line(fmt::format("tp = {}", p.mesh.tp));
+  line(fmt::format("ep = {}", p.mesh.ep));
+  line(fmt::format("tp_style = {}", quote(std::string(to_string(p.tp_style)))));
+  line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
+  line(fmt::format("async_tp = {}", b(p.async_tp)));
+  line(fmt::format("schedule = {}", quote(std::string(to_string(p.schedule)))));
+  line("");
+  line("[sharding]");
+  line(fmt::format("strategy = {}", quote(std::string(to_string(p.sharding)))));
+  line(fmt::format("reshard_after_forward = {}", b(p.reshard_after_forward)));
+  line(fmt::format("root_unsharded = {}", b(p.root_unsharded)));
+  line(fmt::format("backward_prefetch = {}", quote(std::string(to_string(p.backward_prefetch)))));
+  line(fmt::format("forward_prefetch = {}", b(p.forward_prefetch)));
+  line(fmt::format("forward_prefetch_limit = {}", p.forward_prefetch_limit));
+  line(fmt::format("backward_prefetch_limit = {}", p.backward_prefetch_limit));
+  line(fmt::format("limit_all_gathers = {}", b(p.limit_all_gathers)));
+  line(fmt::format("grad_sync_every_microbatch = {}", b(p.grad_sync_every_microbatch)));
+  line("");
+  line("[precision]");
+  line(fmt::format("param = {}", quote(std::string(to_string(p.param_dtype)))));
+  line(fmt::format("compute = {}", quote(std::string(to_string(p.compute_dtype)))));
+  line(fmt::format("reduce = {}", quote(std::string(to_string(p.reduce_dtype)))));
+  line(fmt::format("state = {}", quote(std::string(to_string(p.state_dtype)))));
+  line("name = " + quote(p.mixed_precision_name));
+  line(fmt::format("keep_low_precision_grads = {}", b(p.keep_low_precision_grads)));
+  line(fmt::format("fp8 = {}", quote(std::string(to_string(p.fp8)))));
+  line(fmt::format("fp8_all_gather = {}", b(p.fp8_all_gather)));
+  line("");
+  line("[activation_checkpoint]");
+  line(fmt::format("mode = {}", quote(std::string(to_string(p.ac)))));
+  line(fmt::format("every_n = {}", p.ac_every_n));
+  line(fmt::format("reentrant = {}", b(p.ac_reentrant)));
+  line("");
+  line("[offload]");
+  line(fmt::format("activations = {}", b(p.act_offload)));
+  line(fmt::format("params = {}", b(p.param_offload)));
+  line("");
+  line("[batch]");
+  line(fmt::format("seq_len = {}", rc.job.seq_len));
+  if (rc.job.global_batch > 0) line(fmt::format("global_batch = {}", rc.job.global_batch));
+  if (rc.job.micro_batch > 0) line(fmt::format("micro_batch = {}", rc.job.micro_batch));
+  else line("micro_batch = \"auto\"");
+  if (rc.job.grad_accum > 0) line(fmt::format("grad_accum = {}", rc.job.grad_accum));
+  if (rc.job.pp_microbatches > 0) line(fmt::format("pp_microbatches = {}", rc.job.pp_microbatches));
+  line("");
+  line("[runtime]");
+  line(fmt::format("name = {}", quote(std::string(to_string(p.runtime)))));
+  line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
+  line(fmt::format("compile = {}", b(p.compile)));
+  line(fmt::format("flash_attention = {}", b(p.flash_attention)));
+  line(fmt::format("dropout = {}", b(p.dropout)));
+  return o;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,186 @@
+#include "workload/activation_memory.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace meshplan {
+
+namespace {
+
+// How the TP group splits one block's tensors on this rank.
+struct TpSplit {
+  double heads = 1;        // divides Q, K, V, O and the s^2 scores
+  double mlp_inner = 1;    // divides the MLP inner-width tensors
+  double seq_sharded = 1;  // divides tensors that sequence parallelism shards (norm inputs, masks)
+  double linear_input = 1; // divides the saved inputs of QKV and MLP-up projections
+  double mlp_input_batch = 1;  // llm-foundry "ffn" TP all-gathers the MLP input over the batch
+};
+
+TpSplit tp_split(const Plan& p) {
+  TpSplit s;
+  const double t = p.mesh.tp;
+  if (t <= 1) return s;
+  if (p.tp_style == TpStyle::mlp_only) {
+    // llm-foundry ffn strategy: attention is not split; the MLP input is gathered along the
+    // batch (each rank brings its own micro-batch) and the inner width is split.
+    s.mlp_input_batch = t;
+    s.mlp_inner = 1;  // b*t sequences x f/t width = b*f per rank
+    return s;
+  }
+  s.heads = t;
+  s.mlp_inner = t;
+  if (p.sequence_parallel) {
+    s.seq_sharded = t;
+    // Megatron keeps the sequence-sharded input and all-gathers it again in backward
+    // (Korthikanti §4.2.3); DTensor SequenceParallel -> ColwiseParallel saves the gathered input.
+    s.linear_input = p.runtime == Runtime::megatron ? t : 1;
+  }
+  return s;
+}
+
+double mlp_inner_tensors(MlpKind k) {
+  switch (k) {
+    case MlpKind::gelu: return 2;    // activation input and output (= down-proj input)
+    case MlpKind::swiglu: return 4;  // gate out, silu(gate), up out, their product
+    case MlpKind::relu2: return 2;   // relu output (shared by square), square output
+  }
+  return 2;
+}
+
+struct Dims {
+  double s, b, h, q_width, kv_width, heads, ffn, e;  // e = bytes per activation element
+};
+
+Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  Dims d{};
+  d.s = static_cast<double>(mb.seq_len);
+  d.b = static_cast<double>(mb.micro_batch);
+  d.h = static_cast<double>(m.d_model);
+  d.q_width = static_cast<double>(m.n_heads) * static_cast<double>(m.head_dim);
+  d.kv_width = static_cast<double>(m.n_kv_heads) * static_cast<double>(m.head_dim);
+  d.heads = m.n_heads;
+  d.e = bytes_per_element(p.compute_dtype);
+  if (m.moe.enabled()) {
+    // Each token visits top_k experts (plus shared ones): that many inner-width tensors.
+    d.ffn = static_cast<double>(m.moe.expert_ffn) * (m.moe.top_k + m.moe.n_shared_experts);
+  } else {
+    d.ffn = static_cast<double>(m.ffn_hidden);
+  }
+  return d;
+}
+
+}  // namespace
+
+BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  BlockActivations a;
+  a.norms_bytes = 2 * d.e * sb * d.h / t.seq_sharded;
+  // QKV input, Q, K, V, and the attention output O (which is also the out-proj input).
+  a.attention_bytes = d.e * sb * d.h / t.linear_input +
+                      d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads;
+  if (!p.flash_attention) {
+    // Softmax output, plus with dropout its mask (1 byte) and the dropped-out copy.
+    const double scores = d.heads * d.s * d.s * d.b / t.heads;
+    a.attention_scores_bytes = d.e * scores + (p.dropout ? (1 + d.e) * scores : 0);
+  } else {
+    // FlashAttention keeps the fp32 log-sum-exp per head and token instead of the scores.
+    a.attention_scores_bytes = 4 * d.heads * sb / t.heads;
+  }
+  a.mlp_bytes = d.e * sb * d.h * t.mlp_input_batch / t.linear_input +
+                mlp_inner_tensors(m.mlp) * d.e * sb * d.ffn / t.mlp_inner;
+  if (p.dropout) a.dropout_masks_bytes = 2 * sb * d.h / t.seq_sharded;
+  a.block_input_bytes = d.e * sb * d.h / t.seq_sharded;
+  return a;
+}
+
+namespace {
+
+// torchtitan per-op SAC (llama3 `_op_sac_save_list`): the outputs of every second matmul
+// (1st, 3rd, ...), the attention kernel's outputs and reduce-scatter outputs are saved.
+double op_sac_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  std::vector<double> mm_outputs = {d.q_width / t.heads, d.kv_width / t.heads, d.kv_width / t.heads,
+                                    d.h};  // wq, wk, wv, wo (rowwise output before reduction)
+  const double f = d.ffn / t.mlp_inner;
+  if (m.mlp == MlpKind::swiglu) {
+    mm_outputs.insert(mm_outputs.end(), {f, f, d.h});  // w1, w3, w2
+  } else {
+    mm_outputs.insert(mm_outputs.end(), {f, d.h});  // up, down
+  }
+  double saved = 0;
+  for (std::size_t i = 0; i < mm_outputs.size(); i += 2) saved += d.e * sb * mm_outputs[i];
+  saved += d.e * sb * d.q_width / t.heads + 4 * d.heads * sb / t.heads;  // attention out + lse
+  if (p.mesh.tp > 1 && p.sequence_parallel) saved += 2 * d.e * sb * d.h / t.seq_sharded;
+  return saved;
+}
+
+bool block_is_checkpointed(const Plan& p, int block_index) {
+  switch (p.ac) {
+    case AcMode::full: return true;
+    case AcMode::selective_layer: return block_index % std::max(1, p.ac_every_n) == 0;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+double saved_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index) {
+  const BlockActivations a = block_activations(m, p, mb);
+  switch (p.ac) {
+    case AcMode::none: return a.total();
+    case AcMode::full:
+    case AcMode::selective_layer:
+      return block_is_checkpointed(p, block_index) ? a.block_input_bytes : a.total();
+    case AcMode::selective_attn:
+      // Megatron recomputes only core attention: the s^2 terms are not kept.
+      return p.flash_attention ? a.total() : a.total() - a.attention_scores_bytes;
+    case AcMode::selective_op: return a.block_input_bytes + op_sac_saved_bytes(m, p, mb);
+  }
+  return a.total();
+}
+
+double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const BlockActivations a = block_activations(m, p, mb);
+  double working = 0;
+  switch (p.ac) {
+    case AcMode::none: return 0;
+    case AcMode::full:
+    case AcMode::selective_layer: working = a.total(); break;
+    case AcMode::selective_attn:
+      working = p.flash_attention ? 0 : a.attention_scores_bytes;
+      break;
+    case AcMode::selective_op: working = a.total() - op_sac_saved_bytes(m, p, mb); break;
+  }
+  // Reentrant also rebuilds the block's output (non-reentrant stops early before it).
+  if (p.ac_reentrant && working > 0) working += a.block_input_bytes;
+  return working;
+}
+
+namespace {
+double vocab_split(const Plan& p) {
+  return (p.mesh.tp > 1 && p.tp_style == TpStyle::full) ? p.mesh.tp : 1.0;
+}
+}  // namespace
+
+double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  const double final_norm_input = d.e * sb * d.h / t.seq_sharded;
+  const double head_input = d.e * sb * d.h;
+  const double log_probs_fp32 = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+  return final_norm_input + head_input + log_probs_fp32;
+}
+
+double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const double sb = static_cast<double>(mb.seq_len) * static_cast<double>(mb.micro_batch);
+  // nll_loss backward materialises a dense fp32 gradient over the vocab, and log_softmax
+  // backward a second one, before the cast back to the head's dtype.
+  return 2 * 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+}
+
+}  // namespace meshplan

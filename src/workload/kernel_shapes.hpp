@@ -1,0 +1,25 @@
+#pragma once
+// Shapes of the kernels a rank runs: what the workload emits and the compute cost model prices.
+#include <cstdint>
+
+namespace meshplan {
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]
+  std::int64_t batch = 1;            // batched GEMM count
+  double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
+};
+
+struct AttentionShape {
+  std::int64_t batch = 1;
+  std::int64_t heads = 1;        // query heads on this rank
+  std::int64_t kv_heads = 1;
+  std::int64_t seq_q = 0;        // query tokens
+  std::int64_t seq_kv = 0;       // key/value tokens
+  std::int64_t head_dim = 128;
+  bool causal = true;
+};
+
+enum class Pass { forward, backward };
+
+}  // namespace meshplan

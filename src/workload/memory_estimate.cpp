@@ -1,0 +1,244 @@
+#include "workload/memory_estimate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "workload/activation_memory.hpp"
+
+namespace meshplan {
+
+namespace {
+
+bool is_fsdp(const Plan& p) {
+  return p.runtime != Runtime::megatron && (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3);
+}
+bool is_fsdp2(const Plan& p) {
+  return p.runtime == Runtime::torchtitan_fsdp2 || p.runtime == Runtime::composer_fsdp2;
+}
+
+// Ranks over which the stored state of one parameter is divided.
+double state_shard_group(const Plan& p) {
+  const Mesh& m = p.mesh;
+  const double shard = static_cast<double>(m.dp_shard) * m.cp;  // torchtitan folds CP into FSDP
+  const double all = static_cast<double>(m.dp_replicate) * m.dp_shard * m.cp;
+  switch (p.sharding) {
+    case Sharding::none: return 1;
+    case Sharding::zero3: return shard;
+    case Sharding::zero1:
+    case Sharding::zero2:
+      // HSDP-style layouts shard within the shard dim; otherwise over the whole DP group.
+      return (shard > 1 && m.dp_replicate > 1) ? shard : all;
+  }
+  return 1;
+}
+
+// Parameters one rank of a stage owns before data-parallel sharding.
+struct StageParams {
+  double blocks = 0;      // all transformer blocks on this stage
+  double per_block = 0;   // one block = one FSDP unit
+  double root = 0;        // embeddings, position table, final norm, head on this stage
+  double head_group = 0;  // final norm + head (torchtitan's [norm, output] FSDP group)
+  double total() const { return blocks + root; }
+};
+
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers) {
+  const ParamCounts c = param_counts(m);
+  const bool full_tp = p.tp_style == TpStyle::full;
+  const double tp = p.mesh.tp;
+  const double attn_split = full_tp ? tp : 1.0;
+  const double mlp_split = tp * (m.moe.enabled() ? p.mesh.ep : 1);
+  const double vocab_split = full_tp ? tp : 1.0;
+  StageParams s;
+  s.per_block = static_cast<double>(c.attention_per_layer) / attn_split +
+                static_cast<double>(c.mlp_per_layer) / mlp_split +
+                static_cast<double>(c.norm_per_layer);
+  s.blocks = s.per_block * n_layers;
+  const bool first = stage == 0;
+  const bool last = stage == p.mesh.pp - 1;
+  if (first) s.root += static_cast<double>(c.embedding) / vocab_split + static_cast<double>(c.position);
+  if (last) {
+    // With pipeline stages the last stage keeps its own copy of a tied embedding as the head.
+    const double head = m.tied_embeddings ? (p.mesh.pp > 1 ? static_cast<double>(c.embedding) : 0.0)
+                                          : static_cast<double>(c.lm_head);
+    s.head_group = head / vocab_split + static_cast<double>(c.final_norm);
+    s.root += s.head_group;
+  }
+  return s;
+}
+
+double optimizer_state_bytes_per_param(const Plan& p) {
+  const double state = bytes_per_element(p.state_dtype);
+  switch (p.optimizer) {
+    case Optimizer::adamw: return 2 * state;  // exp_avg, exp_avg_sq
+    case Optimizer::adamw8bit: return 2.0;    // two 8-bit moments (block scales are negligible)
+    case Optimizer::sgd: return state;        // momentum buffer
+  }
+  return 2 * state;
+}
+
+int communicators(const Plan& p) {
+  const Mesh& m = p.mesh;
+  int n = 0;
+  if (static_cast<std::int64_t>(m.dp_replicate) * m.dp_shard * m.cp > 1) ++n;
+  if (m.dp_replicate > 1 && m.dp_shard * m.cp > 1) ++n;  // HSDP: shard and replicate groups
+  if (m.tp > 1) ++n;
+  if (m.cp > 1) ++n;
+  if (m.pp > 1) n += 2;  // send to next stage, receive from previous
+  if (m.ep > 1) ++n;
+  return n;
+}
+
+}  // namespace
+
+double microbatches_in_flight(const Plan& p, int stage, std::int64_t n_microbatches) {
+  const double m = static_cast<double>(std::max<std::int64_t>(1, n_microbatches));
+  const int pp = p.mesh.pp;
+  if (pp <= 1) return 1;
+  switch (p.schedule) {
+    case PipelineSchedule::gpipe: return m;
+    case PipelineSchedule::one_f_one_b: return std::min(m, static_cast<double>(pp - stage));
+    case PipelineSchedule::interleaved_1f1b: {
+      // Megatron's warm-up: 2*(pp-i-1) + (v-1)*pp chunk-micro-batches, plus the one in flight;
+      // each chunk holds 1/v of the stage's layers (Korthikanti §4.2.3: pp*(1+(pp-1)/(pp*v)) at i=0).
+      const double v = std::max(1, p.mesh.vpp);
+      const double chunks = 2.0 * (pp - stage - 1) + (v - 1) * pp + 1;
+      return std::min(m, chunks / v);
+    }
+  }
+  return 1;
+}
+
+MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  MemoryEstimate est;
+  est.gpu_memory_bytes = c.gpu.hbm_bytes;
+  const int pp = std::max(1, p.mesh.pp);
+  const MicroBatchShape mb{j.seq_len / std::max(1, p.mesh.cp), j.micro_batch};
+  const double n_state = state_shard_group(p);
+  const double state_b = bytes_per_element(p.state_dtype);
+  const double gather_b = p.fp8_all_gather ? 1.0 : bytes_per_element(p.param_dtype);
+  const double reduce_b = bytes_per_element(p.reduce_dtype);
+  const bool fsdp = is_fsdp(p);
+  const bool megatron_buffers = p.runtime == Runtime::megatron;
+  // Grads live through forward only when they accumulate across micro-batches (zero_grad sets
+  // them to None after each step) or when the runtime keeps a contiguous grad buffer.
+  const bool grads_during_forward = j.grad_accum > 1 || megatron_buffers;
+  // torch's foreach AdamW allocates one fp32 temporary per local param (_foreach_sqrt);
+  // fused AdamW (torchtitan's default) and Megatron's fused Adam do not.
+  const bool foreach_optimizer =
+      p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2 || p.runtime == Runtime::generic;
+
+  int first_layer = 0;
+  for (int stage = 0; stage < pp; ++stage) {
+    StageMemory sm;
+    sm.stage = stage;
+    sm.first_layer = first_layer;
+    sm.n_layers = m.n_layers / pp + (stage < m.n_layers % pp ? 1 : 0);
+    first_layer += sm.n_layers;
+    const StageParams sp = stage_params(m, p, stage, sm.n_layers);
+    sm.params_per_rank = sp.total();
+    const double P = sp.total();
+
+    // --- persistent state -------------------------------------------------------------
+    MemoryBreakdown state;
+    if (megatron_buffers && (p.sharding == Sharding::none || p.sharding == Sharding::zero1)) {
+      // Megatron: bf16 model params and the fp32 main-grad buffer are full size on every
+      // rank; the distributed optimizer shards the fp32 master and the moments
+      // (docs/user-guide/features/dist_optimizer.md: 6 + 12/d bytes per param).
+      state.params = bytes_per_element(p.param_dtype) * P;
+      state.grads = (p.reduce_dtype == Dtype::fp32 ? 4.0 : reduce_b) * P;
+      state.optimizer = (4.0 + optimizer_state_bytes_per_param(p)) * P / n_state;
+    } else {
+      state.params = state_b * P / (p.sharding == Sharding::none || p.sharding == Sharding::zero1 ? 1 : n_state);
+      state.grads = state_b * P / (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3 ? n_state : 1);
+      state.optimizer = optimizer_state_bytes_per_param(p) * P / n_state;
+    }
+    if (p.param_offload) {
+      sm.host_bytes += state.params + state.grads + state.optimizer;
+      state.params = state.grads = state.optimizer = 0;
+    }
+
+    // --- transient: forward -> backward boundary ---------------------------------------
+    MemoryBreakdown fb = state;
+    if (!grads_during_forward) fb.grads = 0;
+    const double unit = sp.per_block;
+    if (fsdp) {
+      if (!p.reshard_after_forward) {
+        // SHARD_GRAD_OP / reshard_after_forward=False: every unit stays gathered until backward.
+        fb.unsharded_params = gather_b * P;
+      } else if (is_fsdp2(p)) {
+        // Current and prefetched groups, plus one flat all-gather output awaiting copy-out.
+        fb.unsharded_params = gather_b * 3 * unit;
+        // torchtitan keeps the [norm, output] group gathered unless the policy is "always".
+        if (p.runtime == Runtime::torchtitan_fsdp2) fb.unsharded_params += gather_b * sp.head_group;
+      } else {
+        // FSDP1: BACKWARD_PRE holds the current and the next unit; POST and none only one
+        // (limit_all_gathers caps it at two in either case).
+        const double units = p.backward_prefetch == BackwardPrefetch::backward_pre ? 2 : 1;
+        fb.unsharded_params = gather_b * units * unit;
+        if (p.root_unsharded) fb.unsharded_params += gather_b * sp.root;
+      }
+      // Backward of the current unit: its unsharded grad in the compute dtype, plus the
+      // reduce-scatter input in reduce dtype (FSDP1 reduces in place when dtypes match;
+      // FSDP2 always copies into a reduce buffer), plus the reduce-scatter output shard.
+      const bool needs_copy = is_fsdp2(p) || p.reduce_dtype != p.param_dtype;
+      fb.reduce_buffers = bytes_per_element(p.param_dtype) * unit + (needs_copy ? reduce_b * unit : 0) +
+                          reduce_b * unit / n_state;
+    } else if (!megatron_buffers && p.sharding == Sharding::none && p.mesh.dp() > 1) {
+      // torch DDP copies gradients into its own buckets (gradient_as_bucket_view=False).
+      fb.reduce_buffers = reduce_b * P;
+    }
+
+    // Activations kept for backward, for every micro-batch in flight on this stage.
+    double per_microbatch = 0, largest_block = 0;
+    for (int l = 0; l < sm.n_layers; ++l) {
+      const double b = saved_block_bytes(m, p, mb, sm.first_layer + l);
+      per_microbatch += b;
+      largest_block = std::max(largest_block, b);
+    }
+    sm.microbatches_in_flight = microbatches_in_flight(p, stage, j.grad_accum);
+    double saved = per_microbatch * sm.microbatches_in_flight;
+    if (p.act_offload) {
+      // save_on_cpu: every saved tensor goes to pinned host memory; the device keeps the block
+      // being copied out in forward and the one being brought back in backward.
+      sm.host_bytes += saved;
+      saved = std::min(saved, 2 * largest_block);
+    }
+    const bool last = stage == pp - 1;
+    fb.activations = saved;
+    if (last) fb.activations += loss_saved_bytes(m, p, mb) + loss_backward_working_bytes(m, p, mb);
+    fb.recompute = recompute_working_bytes(m, p, mb);
+
+    // --- transient: optimizer step --------------------------------------------------------
+    MemoryBreakdown opt = state;
+    if (foreach_optimizer && !p.param_offload) opt.optimizer += 4.0 * P / n_state;
+    if (fsdp && p.root_unsharded && !is_fsdp2(p)) opt.unsharded_params = 0;
+
+    // --- fixed costs ------------------------------------------------------------------------
+    const double comm = c.framework.nccl_buffer_bytes_per_group * communicators(p);
+    for (MemoryBreakdown* b : {&fb, &opt}) {
+      b->comm_buffers = comm;
+      const double allocated = b->total() - comm;
+      b->framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
+    }
+    const bool fb_wins = fb.total() >= opt.total();
+    sm.breakdown = fb_wins ? fb : opt;
+    sm.peak_phase = fb_wins ? "forward->backward" : "optimizer step";
+    sm.peak_bytes = sm.breakdown.total();
+    sm.allocated_peak_bytes = sm.peak_bytes - sm.breakdown.comm_buffers - sm.breakdown.framework;
+    sm.reserved_peak_bytes = sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction);
+    est.stages.push_back(sm);
+  }
+
+  double worst = 0;
+  for (const auto& s : est.stages) worst = std::max(worst, s.peak_bytes);
+  est.headroom_bytes = est.gpu_memory_bytes - worst;
+  est.fits = est.headroom_bytes >= 0;
+  if (p.act_offload) est.notes.push_back("activation offload: saved tensors live in pinned host memory");
+  if (p.param_offload) est.notes.push_back("CPU offload: params, grads and optimizer step on the host");
+  if (!p.flash_attention) est.notes.push_back("unfused attention keeps the s^2 softmax per head");
+  return est;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,819 @@
+#include "workload/step_program.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "workload/activation_memory.hpp"
+
+namespace meshplan {
+
+std::string_view to_string(StreamKind s) {
+  switch (s) {
+    case StreamKind::compute: return "compute";
+    case StreamKind::fsdp_all_gather: return "fsdp_all_gather";
+    case StreamKind::fsdp_reduce_scatter: return "fsdp_reduce_scatter";
+    case StreamKind::tp: return "tp";
+    case StreamKind::cp: return "cp";
+    case StreamKind::ep: return "ep";
+    case StreamKind::pp: return "pp";
+    case StreamKind::dp: return "dp";
+    case StreamKind::host_copy: return "host_copy";
+  }
+  return "?";
+}
+
+std::string_view to_string(OpCategory c) {
+  switch (c) {
+    case OpCategory::compute: return "compute";
+    case OpCategory::recompute: return "recompute";
+    case OpCategory::optimizer: return "optimizer";
+    case OpCategory::fsdp_all_gather: return "fsdp_all_gather";
+    case OpCategory::fsdp_reduce_scatter: return "fsdp_reduce_scatter";
+    case OpCategory::dp_all_reduce: return "dp_all_reduce";
+    case OpCategory::dp_reduce_scatter: return "dp_reduce_scatter";
+    case OpCategory::param_all_gather: return "param_all_gather";
+    case OpCategory::tp: return "tp";
+    case OpCategory::cp: return "cp";
+    case OpCategory::ep: return "ep";
+    case OpCategory::pp: return "pp";
+    case OpCategory::offload: return "offload";
+  }
+  return "?";
+}
+
+bool is_communication(OpCategory c) {
+  return c != OpCategory::compute && c != OpCategory::recompute && c != OpCategory::optimizer &&
+         c != OpCategory::offload;
+}
+
+std::string_view to_string(GroupKind g) {
+  switch (g) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::fsdp: return "fsdp";
+    case GroupKind::dp_replicate: return "dp_replicate";
+    case GroupKind::dp: return "dp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::pp: return "pp";
+  }
+  return "?";
+}
+
+double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len) {
+  const ParamCounts c = param_counts(m);
+  const double non_embedding = static_cast<double>(n_active_params(m) - c.embedding - c.position);
+  const double attention = 12.0 * m.n_layers * static_cast<double>(m.n_heads) * m.head_dim * seq_len;
+  return 6.0 * non_embedding + attention;
+}
+
+namespace {
+
+// Rank-local sizes of one micro-batch on one layer.
+struct LayerDims {
+  double e = 2;            // activation bytes per element
+  std::int64_t tokens = 0; // s/cp * b
+  std::int64_t s_local = 0, s_full = 0, b = 1;
+  std::int64_t h = 0, q_width = 0, kv_width = 0, f = 0;
+  std::int64_t attn_split = 1, mlp_tokens = 0, f_local = 0, vocab_local = 0;
+  double sp_split = 1;     // sequence-parallel split of norm / residual tensors
+};
+
+LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j) {
+  LayerDims d;
+  const int tp = p.mesh.tp;
+  const bool full_tp = p.tp_style == TpStyle::full;
+  d.e = bytes_per_element(p.compute_dtype);
+  d.s_full = j.seq_len;
+  d.s_local = j.seq_len / std::max(1, p.mesh.cp);
+  d.b = j.micro_batch;
+  d.tokens = d.s_local * d.b;
+  d.h = m.d_model;
+  d.q_width = static_cast<std::int64_t>(m.n_heads) * m.head_dim;
+  d.kv_width = static_cast<std::int64_t>(m.n_kv_heads) * m.head_dim;
+  d.f = m.moe.enabled() ? m.moe.expert_ffn : m.ffn_hidden;
+  d.attn_split = full_tp ? tp : 1;
+  d.mlp_tokens = d.tokens * (full_tp ? 1 : tp);  // llm-foundry's ffn TP gathers the batch
+  d.f_local = std::max<std::int64_t>(1, d.f / tp);
+  d.vocab_local = full_tp ? m.vocab / tp : m.vocab;
+  d.sp_split = (full_tp && tp > 1 && p.sequence_parallel) ? tp : 1;
+  return d;
+}
+
+GemmShape dgrad(const GemmShape& g) { return {g.m, g.k, g.n, g.batch}; }
+GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }
+
+// Kernels of one layer's forward, split where communication can interrupt them.
+struct LayerKernels {
+  std::vector<GemmShape> pre_attention;   // QKV
+  AttentionShape attention;
+  std::vector<GemmShape> post_attention;  // out projection
+  std::vector<GemmShape> mlp;             // up (+gate), down; MoE: router + experts
+  double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
+  int pre_kernels = 0, attn_kernels = 0, mlp_kernels = 0;
+};
+
+LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d) {
+  LayerKernels k;
+  const double t = static_cast<double>(d.tokens);
+  k.pre_attention.push_back({d.tokens, (d.q_width + 2 * d.kv_width) / d.attn_split, d.h, 1});
+  // norm (read + write), RoPE on q and k (read + write)
+  k.pre_attention_bytes = 2 * d.e * t * static_cast<double>(d.h) / d.sp_split +
+                          2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split;
+  k.pre_kernels = 4;
+  k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
+                 d.s_local, d.s_full, m.head_dim, true};
+  k.post_attention.push_back({d.tokens, d.h, d.q_width / d.attn_split, 1});
+  // residual add (2 reads + 1 write), second norm
+  k.post_attention_bytes = 3 * d.e * t * static_cast<double>(d.h) / d.sp_split +
+                           2 * d.e * t * static_cast<double>(d.h) / d.sp_split;
+  k.attn_kernels = 4;
+  const int n_up = m.mlp == MlpKind::swiglu ? 2 : 1;
+  const double act_io = m.mlp == MlpKind::swiglu ? 3 : 2;  // silu*mul reads 2, writes 1
+  if (m.moe.enabled()) {
+    const int local_experts = std::max(1, m.moe.n_experts / std::max(1, p.mesh.ep));
+    // Balanced routing: the ep group's top_k * tokens spread evenly over all experts.
+    const std::int64_t per_expert = std::max<std::int64_t>(
+        1, d.tokens * m.moe.top_k * p.mesh.ep / std::max(1, m.moe.n_experts));
+    k.mlp.push_back({d.tokens, m.moe.n_experts, d.h, 1});  // router
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({per_expert, d.f_local, d.h, local_experts});
+    k.mlp.push_back({per_expert, d.h, d.f_local, local_experts});
+    for (int sh = 0; sh < m.moe.n_shared_experts; ++sh) {
+      for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.tokens, d.f_local, d.h, 1});
+      k.mlp.push_back({d.tokens, d.h, d.f_local, 1});
+    }
+    k.mlp_bytes = act_io * d.e * static_cast<double>(d.tokens) * m.moe.top_k * static_cast<double>(d.f_local) +
+                  3 * d.e * t * static_cast<double>(d.h);
+  } else {
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_local, d.h, 1});
+    k.mlp.push_back({d.mlp_tokens, d.h, d.f_local, 1});
+    k.mlp_bytes = act_io * d.e * static_cast<double>(d.mlp_tokens) * static_cast<double>(d.f_local) +
+                  3 * d.e * t * static_cast<double>(d.h) / d.sp_split;  // activation + residual add
+  }
+  k.mlp_kernels = n_up + 3;
+  return k;
+}
+
+double gemm_flops(const std::vector<GemmShape>& gs) {
+  double f = 0;
+  for (const auto& g : gs) f += g.flops();
+  return f;
+}
+
+double attention_fwd_flops(const AttentionShape& a) {
+  // 2 matmuls (QK^T, PV) of 2*s_q*s_kv*d each per head; causal keeps half the pairs.
+  const double pairs = static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv) * (a.causal ? 0.5 : 1.0);
+  return 4.0 * static_cast<double>(a.batch) * a.heads * pairs * a.head_dim;
+}
+
+// Builds the op list. Keeps the indices needed to wire pipeline stages together.
+class Builder {
+public:
+  Builder(const ModelSpec& m, const Plan& p, const Job& j)
+      : m_(m), p_(p), j_(j), d_(layer_dims(m, p, j)), k_(layer_kernels(m, p, d_)) {}
+
+  StepProgram build();
+
+private:
+  int add(Op op) {
+    prog_.ops.push_back(std::move(op));
+    return static_cast<int>(prog_.ops.size() - 1);
+  }
+  Op compute_op(int stage, std::string name, OpCategory cat) const {
+    Op o;
+    o.name = std::move(name);
+    o.stage = stage;
+    o.stream = StreamKind::compute;
+    o.category = cat;
+    o.kind = OpKind::compute;
+    return o;
+  }
+  Op collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c,
+                   GroupKind g, double bytes) const {
+    Op o;
+    o.name = std::move(name);
+    o.stage = stage;
+    o.stream = stream;
+    o.category = cat;
+    o.kind = OpKind::collective;
+    o.collective = c;
+    o.group = g;
+    o.bytes = bytes;
+    return o;
+  }
+
+  // A layer's forward (or its recompute) as compute segments with TP/CP/EP collectives between.
+  // Returns {first, last} op indices; `first_deps` gate the first op.
+  std::pair<int, int> layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
+                                    std::vector<int> first_deps);
+  std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+
+  // Chains an op after `prev` (if any) and records the first op of the chain.
+  int chain(Op op, int& prev, int& first, std::vector<int>& pending_deps) {
+    if (prev >= 0) op.deps.push_back(prev);
+    op.deps.insert(op.deps.end(), pending_deps.begin(), pending_deps.end());
+    pending_deps.clear();
+    const int id = add(std::move(op));
+    if (first < 0) first = id;
+    prev = id;
+    return id;
+  }
+
+  bool fsdp() const {
+    return p_.runtime != Runtime::megatron && (p_.sharding == Sharding::zero2 || p_.sharding == Sharding::zero3);
+  }
+  double unit_params() const;
+  double stage_params(int stage) const;
+  double local_state_params(int stage) const;
+
+  const ModelSpec& m_;
+  const Plan& p_;
+  const Job& j_;
+  LayerDims d_;
+  LayerKernels k_;
+  StepProgram prog_;
+  int n_vstages_ = 1;
+};
+
+double Builder::unit_params() const {
+  const ParamCounts c = param_counts(m_);
+  const double tp = p_.mesh.tp;
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  return static_cast<double>(c.attention_per_layer) / (full_tp ? tp : 1.0) +
+         static_cast<double>(c.mlp_per_layer) / (tp * (m_.moe.enabled() ? p_.mesh.ep : 1)) +
+         static_cast<double>(c.norm_per_layer);
+}
+
+double Builder::stage_params(int stage) const {
+  const ParamCounts c = param_counts(m_);
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  const double vs = full_tp ? p_.mesh.tp : 1.0;
+  double params = unit_params() * (m_.n_layers / p_.mesh.pp);
+  if (stage == 0) params += static_cast<double>(c.embedding) / vs + static_cast<double>(c.position);
+  if (stage == p_.mesh.pp - 1)
+    params += static_cast<double>(m_.tied_embeddings && p_.mesh.pp == 1 ? 0 : c.embedding) / vs +
+              static_cast<double>(c.final_norm);
+  return params;
+}
+
+// Parameters whose optimizer update this rank performs.
+double Builder::local_state_params(int stage) const {
+  const Mesh& mesh = p_.mesh;
+  const double shard = static_cast<double>(mesh.dp_shard) * mesh.cp;
+  const double all = static_cast<double>(mesh.dp_replicate) * mesh.dp_shard * mesh.cp;
+  double n = 1;
+  if (p_.sharding == Sharding::zero3) n = shard;
+  if (p_.sharding == Sharding::zero1 || p_.sharding == Sharding::zero2)
+    n = (shard > 1 && mesh.dp_replicate > 1) ? shard : all;
+  return stage_params(stage) / n;
+}
+
+std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
+                                           std::vector<int> first_deps) {
+  const OpCategory cat = recompute ? OpCategory::recompute : OpCategory::compute;
+  const std::string tag = fmt::format("{}L{}.mb{}", recompute ? "recompute." : "fwd.", layer, mb);
+  const bool tp = p_.mesh.tp > 1;
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
+  int prev = -1, first = -1;
+  std::vector<int> pending = std::move(first_deps);
+  // Under async TP the collective overlaps the neighbouring GEMM: the op after the next waits.
+  int tp_pending = -1;
+  auto comm = [&](Op op) {
+    if (p_.async_tp && op.category == OpCategory::tp) {
+      op.deps.push_back(prev);
+      tp_pending = add(std::move(op));
+      return;
+    }
+    chain(std::move(op), prev, first, pending);
+  };
+  auto compute = [&](Op op) {
+    if (tp_pending >= 0 && op.category != OpCategory::tp) {
+      pending.push_back(tp_pending);
+      tp_pending = -1;
+    }
+    chain(std::move(op), prev, first, pending);
+  };
+  const double flops_scale = recompute ? 0.0 : 1.0;
+
+  if (tp && full_tp && p_.sequence_parallel)
+    comm(collective_op(stage, tag + ".tp_ag_attn", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+                       GroupKind::tp, act));
+  Op pre = compute_op(stage, tag + ".qkv", cat);
+  pre.gemms = k_.pre_attention;
+  pre.memory_bound_bytes = k_.pre_attention_bytes;
+  pre.kernels = k_.pre_kernels;
+  pre.hardware_flops = gemm_flops(pre.gemms);
+  pre.model_flops = flops_scale * pre.hardware_flops;
+  if (p_.mesh.cp > 1) {
+    compute(std::move(pre));
+    // torchtitan's default rotate method all-gathers K and V across the CP group.
+    const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
+                      static_cast<double>(d_.attn_split) * p_.mesh.cp;
+    comm(collective_op(stage, tag + ".cp_ag_kv", StreamKind::cp, OpCategory::cp, CollectiveOp::all_gather,
+                       GroupKind::cp, kv));
+    Op attn = compute_op(stage, tag + ".attn", cat);
+    attn.attention = {k_.attention};
+    attn.attention_pass = Pass::forward;
+    attn.gemms = k_.post_attention;
+    attn.memory_bound_bytes = k_.post_attention_bytes;
+    attn.kernels = k_.attn_kernels;
+    attn.hardware_flops = attention_fwd_flops(k_.attention) + gemm_flops(attn.gemms);
+    attn.model_flops = flops_scale * attn.hardware_flops;
+    compute(std::move(attn));
+  } else {
+    pre.attention = {k_.attention};
+    pre.attention_pass = Pass::forward;
+    pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
+    pre.memory_bound_bytes += k_.post_attention_bytes;
+    pre.kernels += k_.attn_kernels;
+    pre.hardware_flops = attention_fwd_flops(k_.attention) + gemm_flops(pre.gemms);
+    pre.model_flops = flops_scale * pre.hardware_flops;
+    compute(std::move(pre));
+  }
+  if (tp && full_tp) {
+    comm(collective_op(stage, tag + ".tp_attn_out", StreamKind::tp, OpCategory::tp,
+                       p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
+                       GroupKind::tp, act));
+    if (p_.sequence_parallel)
+      comm(collective_op(stage, tag + ".tp_ag_mlp", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+                         GroupKind::tp, act));
+  } else if (tp) {
+    // llm-foundry ffn TP: the MLP input is gathered along the batch from every TP rank.
+    comm(collective_op(stage, tag + ".tp_ag_batch", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+                       GroupKind::tp, act * p_.mesh.tp));
+  }
+  const bool moe_a2a = m_.moe.enabled() && p_.mesh.ep > 1;
+  const double routed = d_.e * static_cast<double>(d_.tokens) * m_.moe.top_k * static_cast<double>(d_.h);
+  if (moe_a2a)
+    comm(collective_op(stage, tag + ".ep_dispatch", StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+                       GroupKind::ep, routed));
+  Op mlp = compute_op(stage, tag + ".mlp", cat);
+  mlp.gemms = k_.mlp;
+  mlp.memory_bound_bytes = k_.mlp_bytes;
+  mlp.kernels = k_.mlp_kernels;
+  mlp.hardware_flops = gemm_flops(mlp.gemms);
+  mlp.model_flops = flops_scale * mlp.hardware_flops;
+  compute(std::move(mlp));
+  if (moe_a2a)
+    comm(collective_op(stage, tag + ".ep_combine", StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+                       GroupKind::ep, routed));
+  if (tp) {
+    const bool rs = !full_tp || p_.sequence_parallel;
+    comm(collective_op(stage, tag + ".tp_mlp_out", StreamKind::tp, OpCategory::tp,
+                       rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, GroupKind::tp,
+                       full_tp ? act : act * p_.mesh.tp));
+  }
+  if (tp_pending >= 0) {
+    // The layer is not done until its overlapped TP collective is.
+    Op join = compute_op(stage, tag + ".tp_join", cat);
+    join.deps.push_back(tp_pending);
+    chain(std::move(join), prev, first, pending);
+  }
+  return {first, prev};
+}
+
+std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
+  const std::string tag = fmt::format("bwd.L{}.mb{}", layer, mb);
+  const bool tp = p_.mesh.tp > 1;
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
+  int prev = -1, first = -1;
+  std::vector<int> pending = std::move(first_deps);
+  auto comm = [&](Op op) { chain(std::move(op), prev, first, pending); };
+  auto grads_of = [](const std::vector<GemmShape>& fwd) {
+    std::vector<GemmShape> out;
+    for (const auto& g : fwd) {
+      out.push_back(dgrad(g));
+      out.push_back(wgrad(g));
+    }
+    return out;
+  };
+  if (tp)
+    comm(collective_op(stage, tag + ".tp_mlp_out", StreamKind::tp, OpCategory::tp,
+                       (full_tp && !p_.sequence_parallel) ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
+                       GroupKind::tp, full_tp ? act : act * p_.mesh.tp));
+  Op mlp = compute_op(stage, tag + ".mlp", OpCategory::compute);
+  mlp.gemms = grads_of(k_.mlp);
+  mlp.memory_bound_bytes = 2 * k_.mlp_bytes;
+  mlp.kernels = 2 * k_.mlp_kernels;
+  mlp.hardware_flops = gemm_flops(mlp.gemms);
+  mlp.model_flops = mlp.hardware_flops;
+  comm(std::move(mlp));
+  if (tp && full_tp && p_.sequence_parallel)
+    comm(collective_op(stage, tag + ".tp_mlp_in", StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
+                       GroupKind::tp, act));
+  else if (tp && !full_tp)
+    comm(collective_op(stage, tag + ".tp_batch", StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
+                       GroupKind::tp, act * p_.mesh.tp));
+  if (tp && full_tp && p_.sequence_parallel)
+    comm(collective_op(stage, tag + ".tp_attn_out", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+                       GroupKind::tp, act));
+  Op attn = compute_op(stage, tag + ".attn", OpCategory::compute);
+  attn.gemms = grads_of(k_.post_attention);
+  attn.attention = {k_.attention};
+  attn.attention_pass = Pass::backward;
+  attn.memory_bound_bytes = 2 * k_.post_attention_bytes;
+  attn.kernels = 2 * k_.attn_kernels;
+  // FlashAttention-2 backward: 2.5x the forward matmul FLOPs (it recomputes the scores).
+  attn.hardware_flops = gemm_flops(attn.gemms) + 2.5 * attention_fwd_flops(k_.attention);
+  attn.model_flops = gemm_flops(attn.gemms) + 2.0 * attention_fwd_flops(k_.attention);
+  comm(std::move(attn));
+  if (p_.mesh.cp > 1) {
+    const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
+                      static_cast<double>(d_.attn_split) * p_.mesh.cp;
+    comm(collective_op(stage, tag + ".cp_rs_dkv", StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
+                       GroupKind::cp, kv));
+  }
+  Op qkv = compute_op(stage, tag + ".qkv", OpCategory::compute);
+  qkv.gemms = grads_of(k_.pre_attention);
+  qkv.memory_bound_bytes = 2 * k_.pre_attention_bytes;
+  qkv.kernels = 2 * k_.pre_kernels;
+  qkv.hardware_flops = gemm_flops(qkv.gemms);
+  qkv.model_flops = qkv.hardware_flops;
+  comm(std::move(qkv));
+  if (tp && full_tp)
+    comm(collective_op(stage, tag + ".tp_qkv_in", StreamKind::tp, OpCategory::tp,
+                       p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
+                       GroupKind::tp, act));
+  return {first, prev};
+}
+
+// One entry of a stage's compute order: forward or backward of a micro-batch on a model chunk.
+struct Step {
+  bool forward;
+  std::int64_t mb;
+  int chunk;
+};
+
+// The order a pipeline stage runs its forward and backward passes (Megatron's schedules).
+std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m) {
+  const int pp = p.mesh.pp;
+  const int v = p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
+  std::vector<Step> order;
+  if (pp == 1 || p.schedule == PipelineSchedule::gpipe) {
+    // pp == 1: each micro-batch runs forward then backward (gradient accumulation).
+    if (pp == 1) {
+      for (std::int64_t mb = 0; mb < m; ++mb) {
+        for (int c = 0; c < v; ++c) order.push_back({true, mb, c});
+        for (int c = v - 1; c >= 0; --c) order.push_back({false, mb, c});
+      }
+      return order;
+    }
+    for (std::int64_t mb = 0; mb < m; ++mb) order.push_back({true, mb, 0});
+    for (std::int64_t mb = 0; mb < m; ++mb) order.push_back({false, mb, 0});
+    return order;
+  }
+  const std::int64_t total = m * v;
+  auto fwd_at = [&](std::int64_t k) {
+    const std::int64_t group = k / (static_cast<std::int64_t>(pp) * v);
+    return Step{true, group * pp + k % pp, static_cast<int>((k / pp) % v)};
+  };
+  auto bwd_at = [&](std::int64_t k) {
+    const std::int64_t group = k / (static_cast<std::int64_t>(pp) * v);
+    return Step{false, group * pp + k % pp, v - 1 - static_cast<int>((k / pp) % v)};
+  };
+  std::int64_t warmup = v == 1 ? pp - stage - 1 : 2LL * (pp - stage - 1) + static_cast<std::int64_t>(v - 1) * pp;
+  warmup = std::min(warmup, total);
+  std::int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(fwd_at(f));
+  while (f < total) {
+    order.push_back(fwd_at(f++));
+    order.push_back(bwd_at(b++));
+  }
+  while (b < total) order.push_back(bwd_at(b++));
+  return order;
+}
+
+StepProgram Builder::build() {
+  const int pp = std::max(1, p_.mesh.pp);
+  const int v = p_.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p_.mesh.vpp) : 1;
+  n_vstages_ = pp * v;
+  if (m_.n_layers % n_vstages_ != 0)
+    throw std::invalid_argument(fmt::format("{} layers do not split into {} pipeline chunks", m_.n_layers, n_vstages_));
+  const int layers_per_chunk = m_.n_layers / n_vstages_;
+  const std::int64_t m = std::max<std::int64_t>(1, j_.grad_accum);
+  prog_.n_stages = pp;
+  prog_.n_microbatches = m;
+  prog_.tokens_per_step = static_cast<double>(j_.global_batch) * static_cast<double>(j_.seq_len);
+
+  const double gather_b = p_.fp8_all_gather ? 1.0 : bytes_per_element(p_.param_dtype);
+  const double reduce_b = bytes_per_element(p_.reduce_dtype);
+  const double unit = unit_params();
+  const bool reshard = p_.reshard_after_forward;
+  const bool prefetch_two = p_.backward_prefetch == BackwardPrefetch::backward_pre ||
+                            p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2;
+  const bool hsdp = p_.mesh.dp_replicate > 1 && p_.mesh.dp_shard * p_.mesh.cp > 1;
+  const int dp_all = p_.mesh.dp_replicate * p_.mesh.dp_shard * p_.mesh.cp;
+  const MicroBatchShape mbs{d_.s_local, d_.b};
+  const double act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
+
+  // Pipeline wiring: (vstage, mb) -> first/last op of its forward and backward, and sends.
+  std::map<std::pair<int, std::int64_t>, int> fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
+
+  for (int stage = 0; stage < pp; ++stage) {
+    const bool first_stage = stage == 0;
+    const bool last_stage = stage == pp - 1;
+    // Per layer (global index) on this stage: ops whose end frees the gathered unit, etc.
+    std::map<std::pair<int, std::int64_t>, int> fwd_end_of_layer, bwd_end_of_layer;
+    int prev_ag = -1;
+    // torchtitan runs one pipeline schedule per local batch (pp_microbatches each), paying the
+    // bubble every time; Megatron runs all micro-batches of the step in one schedule.
+    std::vector<Step> order;
+    const std::int64_t per_run = j_.pp_microbatches > 0 && pp > 1 ? std::min(j_.pp_microbatches, m) : m;
+    for (std::int64_t base = 0; base < m; base += per_run)
+      for (Step st : stage_order(p_, stage, std::min(per_run, m - base))) {
+        st.mb += base;
+        order.push_back(st);
+      }
+
+    // Megatron's distributed optimizer gathers updated params before the forward of the step
+    // (--overlap-param-gather overlaps them with the first micro-batch).
+    std::map<int, int> param_gather_of_layer;
+    if (p_.sharding == Sharding::zero1 && dp_all > 1) {
+      for (int c = 0; c < v; ++c)
+        for (int l = 0; l < layers_per_chunk; ++l) {
+          const int layer = (c * pp + stage) * layers_per_chunk + l;
+          param_gather_of_layer[layer] = add(collective_op(
+              stage, fmt::format("param_ag.L{}", layer), StreamKind::dp, OpCategory::param_all_gather,
+              CollectiveOp::all_gather, GroupKind::dp, bytes_per_element(p_.param_dtype) * unit));
+        }
+    }
+
+    for (const Step& st : order) {
+      const int vstage = st.chunk * pp + stage;
+      const int l0 = vstage * layers_per_chunk;
+      const bool last_mb = st.mb == m - 1;
+      if (st.forward) {
+        std::vector<int> entry_deps;
+        if (first_stage && st.chunk == 0) {
+          Op emb = compute_op(stage, fmt::format("fwd.embed.mb{}", st.mb), OpCategory::compute);
+          emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
+          emb.kernels = 1;
+          const int id = add(std::move(emb));
+          entry_deps.push_back(id);
+          fwd_first[{vstage, st.mb}] = id;
+        }
+        int last = -1;
+        for (int li = 0; li < layers_per_chunk; ++li) {
+          const int layer = l0 + li;
+          std::vector<int> deps = entry_deps;
+          entry_deps.clear();
+          if (last >= 0) deps.push_back(last);
+          int ag = -1;
+          // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
+          // gathered unit after each backward.
+          if (fsdp()) {
+            Op g = collective_op(stage, fmt::format("fsdp_ag.fwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
+                                 OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
+                                 gather_b * unit);
+            // At most two units gathered: this one waits until the unit two back is done.
+            auto two_back = fwd_end_of_layer.find({layer - 2, st.mb});
+            if (two_back != fwd_end_of_layer.end()) g.deps.push_back(two_back->second);
+            if (prev_ag >= 0) g.deps.push_back(prev_ag);
+            g.at_start.push_back({"unsharded_params", gather_b * unit});
+            ag = add(std::move(g));
+            prev_ag = ag;
+            deps.push_back(ag);
+          }
+          if (auto it = param_gather_of_layer.find(layer); it != param_gather_of_layer.end() && st.mb == 0)
+            deps.push_back(it->second);
+          auto [f, e] = layer_forward(stage, layer, st.mb, false, deps);
+          if (!fwd_first.count({vstage, st.mb})) fwd_first[{vstage, st.mb}] = f;
+          // Saved activations are allocated as the layer's forward completes.
+          Op& end = prog_.ops[static_cast<std::size_t>(e)];
+          end.at_end.push_back({"activations", saved_block_bytes(m_, p_, mbs, layer)});
+          if (fsdp() && reshard && ag >= 0) end.at_end.push_back({"unsharded_params", -gather_b * unit});
+          fwd_end_of_layer[{layer, st.mb}] = e;
+          last = e;
+          if (p_.act_offload) {
+            Op d2h;
+            d2h.name = fmt::format("offload.d2h.L{}.mb{}", layer, st.mb);
+            d2h.stage = stage;
+            d2h.stream = StreamKind::host_copy;
+            d2h.category = OpCategory::offload;
+            d2h.kind = OpKind::host_copy;
+            d2h.bytes = saved_block_bytes(m_, p_, mbs, layer);
+            d2h.deps = {e};
+            // save_on_cpu's pack is a blocking copy: the next layer waits for it.
+            last = add(std::move(d2h));
+          }
+        }
+        if (last_stage && st.chunk == v - 1) {
+          Op head = compute_op(stage, fmt::format("fwd.head_loss.mb{}", st.mb), OpCategory::compute);
+          head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
+          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 8.0);
+          head.kernels = 4;
+          head.hardware_flops = gemm_flops(head.gemms);
+          head.model_flops = head.hardware_flops;
+          head.deps = {last};
+          head.at_end.push_back({"activations", loss_saved_bytes(m_, p_, mbs)});
+          last = add(std::move(head));
+        }
+        fwd_last[{vstage, st.mb}] = last;
+        if (vstage < n_vstages_ - 1) {
+          Op send;
+          send.name = fmt::format("pp.send_act.v{}.mb{}", vstage, st.mb);
+          send.stage = stage;
+          send.stream = StreamKind::pp;
+          send.category = OpCategory::pp;
+          send.kind = OpKind::p2p;
+          send.group = GroupKind::pp;
+          send.bytes = act_p2p;
+          send.deps = {last};
+          fwd_send[{vstage, st.mb}] = add(std::move(send));
+        }
+      } else {
+        int last = -1;
+        std::vector<int> entry_deps;
+        if (last_stage && st.chunk == v - 1) {
+          Op head = compute_op(stage, fmt::format("bwd.head_loss.mb{}", st.mb), OpCategory::compute);
+          const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
+          head.gemms = {dgrad(g), wgrad(g)};
+          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 12.0);
+          head.kernels = 5;
+          head.hardware_flops = gemm_flops(head.gemms);
+          head.model_flops = head.hardware_flops;
+          head.deps = {fwd_last.at({vstage, st.mb})};
+          // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
+          head.at_start.push_back({"activations", loss_backward_working_bytes(m_, p_, mbs)});
+          head.at_end.push_back({"activations", -loss_saved_bytes(m_, p_, mbs) - loss_backward_working_bytes(m_, p_, mbs)});
+          last = add(std::move(head));
+          bwd_first[{vstage, st.mb}] = last;
+        }
+        for (int li = layers_per_chunk - 1; li >= 0; --li) {
+          const int layer = l0 + li;
+          std::vector<int> deps;
+          if (last >= 0) deps.push_back(last);
+          int ag = -1;
+          if (fsdp() && reshard) {
+            Op g = collective_op(stage, fmt::format("fsdp_ag.bwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
+                                 OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
+                                 gather_b * unit);
+            // BACKWARD_PRE / FSDP2 prefetch one unit ahead (two gathered); POST/none gather on use.
+            const int window = prefetch_two ? 2 : 1;
+            auto it = bwd_end_of_layer.find({layer + window, st.mb});
+            if (it != bwd_end_of_layer.end()) g.deps.push_back(it->second);
+            else if (last >= 0 && !prefetch_two) g.deps.push_back(last);
+            if (prev_ag >= 0) g.deps.push_back(prev_ag);
+            g.at_start.push_back({"unsharded_params", gather_b * unit});
+            ag = add(std::move(g));
+            prev_ag = ag;
+            deps.push_back(ag);
+          }
+          if (p_.act_offload) {
+            Op h2d;
+            h2d.name = fmt::format("offload.h2d.L{}.mb{}", layer, st.mb);
+            h2d.stage = stage;
+            h2d.stream = StreamKind::host_copy;
+            h2d.category = OpCategory::offload;
+            h2d.kind = OpKind::host_copy;
+            h2d.host_to_device = true;
+            h2d.bytes = saved_block_bytes(m_, p_, mbs, layer);
+            if (last >= 0) h2d.deps = {last};
+            deps.push_back(add(std::move(h2d)));
+          }
+          const bool checkpointed =
+              p_.ac == AcMode::full || (p_.ac == AcMode::selective_layer && layer % std::max(1, p_.ac_every_n) == 0);
+          if (checkpointed) {
+            auto [rf, re] = layer_forward(stage, layer, st.mb, true, deps);
+            prog_.ops[static_cast<std::size_t>(rf)].at_start.push_back({"recompute", recompute_working_bytes(m_, p_, mbs)});
+            if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = rf;
+            deps = {re};
+          } else if (p_.ac == AcMode::selective_op || (p_.ac == AcMode::selective_attn && !p_.flash_attention)) {
+            Op rc = compute_op(stage, fmt::format("recompute.L{}.mb{}", layer, st.mb), OpCategory::recompute);
+            if (p_.ac == AcMode::selective_op) {
+              // Every second matmul (wk, wo, w3 / down) and the element-wise ops are recomputed.
+              std::vector<GemmShape> all = k_.pre_attention;
+              all.insert(all.end(), k_.post_attention.begin(), k_.post_attention.end());
+              all.insert(all.end(), k_.mlp.begin(), k_.mlp.end());
+              for (std::size_t i = 1; i < all.size(); i += 2) rc.gemms.push_back(all[i]);
+              rc.memory_bound_bytes = k_.pre_attention_bytes + k_.post_attention_bytes + k_.mlp_bytes;
+              rc.kernels = k_.pre_kernels + k_.mlp_kernels;
+            } else {
+              rc.attention = {k_.attention};
+              rc.attention_pass = Pass::forward;
+              rc.kernels = 2;
+            }
+            rc.hardware_flops = gemm_flops(rc.gemms) + (rc.attention.empty() ? 0 : attention_fwd_flops(k_.attention));
+            rc.deps = deps;
+            rc.at_start.push_back({"recompute", recompute_working_bytes(m_, p_, mbs)});
+            const int id = add(std::move(rc));
+            if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = id;
+            deps = {id};
+          }
+          auto [bf, be] = layer_backward(stage, layer, st.mb, deps);
+          if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = bf;
+          Op& end = prog_.ops[static_cast<std::size_t>(be)];
+          end.at_end.push_back({"activations", -saved_block_bytes(m_, p_, mbs, layer)});
+          const bool recomputed = checkpointed || p_.ac == AcMode::selective_op ||
+                                  (p_.ac == AcMode::selective_attn && !p_.flash_attention);
+          if (recomputed) end.at_end.push_back({"recompute", -recompute_working_bytes(m_, p_, mbs)});
+          if (fsdp()) end.at_end.push_back({"unsharded_params", -gather_b * unit});  // resharded after backward
+          bwd_end_of_layer[{layer, st.mb}] = be;
+          last = be;
+          // Gradient reduction of this unit.
+          const bool sync = p_.grad_sync_every_microbatch ? true : last_mb;
+          if (fsdp() && sync && dp_all > 1) {
+            const bool needs_copy = p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2 ||
+                                    p_.reduce_dtype != p_.param_dtype;
+            Op rs = collective_op(stage, fmt::format("fsdp_rs.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
+                                  OpCategory::fsdp_reduce_scatter, CollectiveOp::reduce_scatter, GroupKind::fsdp,
+                                  reduce_b * unit);
+            rs.deps = {be};
+            const double buffer = bytes_per_element(p_.param_dtype) * unit + (needs_copy ? reduce_b * unit : 0);
+            // The unit's unsharded grad and the reduce input live from its backward to the end of the RS.
+            prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({"reduce_buffers", buffer});
+            rs.at_end.push_back({"reduce_buffers", -buffer});
+            int rs_id = add(std::move(rs));
+            if (hsdp) {
+              Op ar = collective_op(stage, fmt::format("hsdp_ar.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
+                                    OpCategory::dp_all_reduce, CollectiveOp::all_reduce, GroupKind::dp_replicate,
+                                    reduce_b * unit / (p_.mesh.dp_shard * p_.mesh.cp));
+              ar.deps = {rs_id};
+              add(std::move(ar));
+            }
+          } else if (!fsdp() && last_mb && dp_all > 1) {
+            // DDP / Megatron: bucketed reduction overlapped with the rest of backward, on the
+            // last micro-batch only (no_sync / local accumulation before it).
+            const bool zero1 = p_.sharding == Sharding::zero1;
+            const double grad_b = p_.runtime == Runtime::megatron && p_.reduce_dtype == Dtype::fp32 ? 4.0 : reduce_b;
+            Op red = collective_op(stage, fmt::format("dp_{}.L{}", zero1 ? "rs" : "ar", layer), StreamKind::dp,
+                                   zero1 ? OpCategory::dp_reduce_scatter : OpCategory::dp_all_reduce,
+                                   zero1 ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, GroupKind::dp,
+                                   grad_b * unit);
+            red.deps = {be};
+            add(std::move(red));
+          }
+        }
+        if (first_stage && st.chunk == 0) {
+          Op emb = compute_op(stage, fmt::format("bwd.embed.mb{}", st.mb), OpCategory::compute);
+          emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
+          emb.kernels = 2;
+          emb.deps = {last};
+          last = add(std::move(emb));
+        }
+        bwd_last[{vstage, st.mb}] = last;
+        if (vstage > 0) {
+          Op send;
+          send.name = fmt::format("pp.send_grad.v{}.mb{}", vstage, st.mb);
+          send.stage = stage;
+          send.stream = StreamKind::pp;
+          send.category = OpCategory::pp;
+          send.kind = OpKind::p2p;
+          send.group = GroupKind::pp;
+          send.bytes = act_p2p;
+          send.deps = {last};
+          bwd_send[{vstage, st.mb}] = add(std::move(send));
+        }
+      }
+    }
+
+    // Optimizer step: after every gradient of this stage is reduced. Memory-bound AdamW over the
+    // local shard: reads param, grad, exp_avg, exp_avg_sq and writes param and both moments.
+    Op opt = compute_op(stage, "optimizer.step", OpCategory::optimizer);
+    const double state_b = bytes_per_element(p_.state_dtype);
+    const double per_param = p_.optimizer == Optimizer::sgd ? 5 * state_b
+                             : p_.optimizer == Optimizer::adamw8bit ? 2 * state_b + 4.0
+                                                                    : 7 * state_b;
+    opt.memory_bound_bytes = per_param * local_state_params(stage);
+    if (p_.runtime == Runtime::megatron) opt.memory_bound_bytes += 2.0 * stage_params(stage);  // bf16 copy-back
+    opt.kernels = 8;
+    for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
+      const Op& o = prog_.ops[i];
+      if (o.stage == stage && (o.stream == StreamKind::fsdp_reduce_scatter || o.stream == StreamKind::dp ||
+                               o.stream == StreamKind::compute))
+        opt.deps.push_back(static_cast<int>(i));
+    }
+    // Keep only the last op of each stream: stream order implies the rest.
+    {
+      std::map<StreamKind, int> last_of;
+      for (int dep : opt.deps) last_of[prog_.ops[static_cast<std::size_t>(dep)].stream] = dep;
+      opt.deps.clear();
+      for (const auto& [k, dep] : last_of) opt.deps.push_back(dep);
+    }
+    add(std::move(opt));
+  }
+
+  // Wire the pipeline: a chunk's forward waits for the previous chunk's activations, its
+  // backward for the next chunk's gradients.
+  for (const auto& [key, first] : fwd_first) {
+    const auto [vstage, mb] = key;
+    if (vstage > 0) prog_.ops[static_cast<std::size_t>(first)].deps.push_back(fwd_send.at({vstage - 1, mb}));
+  }
+  for (const auto& [key, first] : bwd_first) {
+    const auto [vstage, mb] = key;
+    if (vstage < n_vstages_ - 1) prog_.ops[static_cast<std::size_t>(first)].deps.push_back(bwd_send.at({vstage + 1, mb}));
+  }
+  for (const auto& o : prog_.ops) prog_.model_flops_per_step += o.model_flops;
+  return prog_;
+}
+
+}  // namespace
+
+StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j) { return Builder(m, p, j).build(); }
+
+}  // namespace meshplan

@@ -1,0 +1,80 @@
+#pragma once
+// One optimizer step lowered into the ops a representative rank of each pipeline stage issues:
+// compute (GEMM shapes, attention shapes, bytes of memory-bound kernels), collectives (kind,
+// process group, bytes), pipeline p2p, host copies and the optimizer step, with the streams
+// they run on, their dependencies and the memory they allocate and free. No durations here:
+// src/cost prices the ops, src/sim runs them.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "spec/model_spec.hpp"
+#include "spec/plan.hpp"
+#include "workload/collective_kind.hpp"
+#include "workload/kernel_shapes.hpp"
+
+namespace meshplan {
+
+enum class StreamKind { compute, fsdp_all_gather, fsdp_reduce_scatter, tp, cp, ep, pp, dp, host_copy };
+constexpr int kStreamKinds = 9;
+std::string_view to_string(StreamKind s);
+
+// What an op's time counts as in the step breakdown.
+enum class OpCategory {
+  compute, recompute, optimizer,
+  fsdp_all_gather, fsdp_reduce_scatter, dp_all_reduce, dp_reduce_scatter, param_all_gather,
+  tp, cp, ep, pp, offload,
+};
+std::string_view to_string(OpCategory c);
+bool is_communication(OpCategory c);
+
+// Process groups a collective runs over (placement decides which links they cross).
+enum class GroupKind { tp, cp, fsdp, dp_replicate, dp, ep, pp };
+std::string_view to_string(GroupKind g);
+
+enum class OpKind { compute, collective, p2p, host_copy };
+
+struct Op {
+  std::string name;
+  int stage = 0;
+  StreamKind stream = StreamKind::compute;
+  OpCategory category = OpCategory::compute;
+  OpKind kind = OpKind::compute;
+  // compute
+  std::vector<GemmShape> gemms;
+  std::vector<AttentionShape> attention;
+  Pass attention_pass = Pass::forward;
+  double memory_bound_bytes = 0;     // element-wise kernels' bytes read + written
+  int kernels = 0;                   // launches, for the launch overhead
+  double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)
+  double hardware_flops = 0;         // FLOPs the GPU executes (HFU numerator)
+  // communication
+  CollectiveOp collective = CollectiveOp::all_reduce;
+  GroupKind group = GroupKind::dp;
+  double bytes = 0;                  // nccl-tests size, p2p payload or host-copy bytes
+  bool host_to_device = false;       // host copies
+  // schedule
+  std::vector<int> deps;             // indices into StepProgram::ops
+  // Memory allocated (+) / freed (-) when the op starts and when it ends, by report term
+  // ("activations", "unsharded_params", "reduce_buffers", "recompute").
+  std::vector<std::pair<std::string, double>> at_start, at_end;
+};
+
+struct StepProgram {
+  int n_stages = 1;
+  std::int64_t n_microbatches = 1;
+  std::vector<Op> ops;
+  double model_flops_per_step = 0;   // per rank, summed over ops
+  double tokens_per_step = 0;        // global
+};
+
+// Lowers the step. mesh degrees must already be resolved (config_loader::resolve_layout).
+StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j);
+
+// Model FLOPs per token: 6 * (N - input embeddings) + 12 * L * (heads * head_dim) * seq
+// (PaLM appendix B / torchtitan's count: attention counted without the causal discount).
+double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len);
+
+}  // namespace meshplan

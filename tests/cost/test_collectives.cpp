@@ -1,0 +1,485 @@
+// Collective cost model: the NCCL constants file loads strictly, each algorithm's closed form
+// matches hand-worked cases (NCCL's own derived latencies in hardware.md §1.3), and predicted
+// busbw matches measured nccl-tests figures of hardware.md §2 (A100 and H100, one node and
+// several): within 10 % at >= 1 MiB, 25 % below. Measured points the model does not meet with
+// physically meaningful parameters are listed as known gaps, with the reason, and printed.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cost/collective_cost.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/error.hpp"
+#include "spec/nccl_table.hpp"
+#include "test_paths.hpp"
+
+using namespace meshplan;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kUs = 1e-6;
+constexpr double kGB = 1e9;
+constexpr double kKiB = 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+const ClusterSpec& h100() {
+  static const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  return c;
+}
+const ClusterSpec& a100() {
+  static const ClusterSpec c = load_cluster("a100-80gb");
+  return c;
+}
+
+CollectiveOptions only(NcclAlgo a, NcclProto p) {
+  CollectiveOptions o;
+  o.algorithm_mask = algorithm_bit(a);
+  o.protocol_mask = protocol_bit(p);
+  return o;
+}
+CollectiveOptions only(NcclAlgo a) {
+  CollectiveOptions o;
+  o.algorithm_mask = algorithm_bit(a);
+  return o;
+}
+
+GroupPlacement place(int nodes, int per_node) { return GroupPlacement{nodes * per_node, per_node}; }
+
+double busbw(const CollectiveEstimate& e) { return e.bus_bytes / e.seconds; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path shipped_table() { return test::data_root() / "hardware_profiles" / "nccl" / "nccl-2.30.7.toml"; }
+
+// Write a modified copy of the shipped table and return the loader's error.
+std::string load_error(const std::string& from, const std::string& to) {
+  std::string text = slurp(shipped_table());
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  const fs::path p = fs::temp_directory_path() / "meshplan_test_nccl_bad.toml";
+  {
+    std::ofstream out(p);
+    out << text;
+  }
+  try {
+    (void)load_nccl_table(p.string());
+  } catch (const InputError& e) {
+    fs::remove(p);
+    return e.what();
+  }
+  fs::remove(p);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("nccl table: shipped 2.30.7 constants load in SI units, each with a source") {
+  const NcclTable& t = default_nccl_table();
+  CHECK(t.version == "2.30.7");
+  const auto ring = static_cast<std::size_t>(NcclAlgo::ring);
+  const auto tree = static_cast<std::size_t>(NcclAlgo::tree);
+  const auto nvls = static_cast<std::size_t>(NcclAlgo::nvls);
+  const auto ll = static_cast<std::size_t>(NcclProto::ll);
+  const auto simple = static_cast<std::size_t>(NcclProto::simple);
+  CHECK(t.base_latency_seconds[ring][ll] == doctest::Approx(6.6e-6));
+  CHECK(t.base_latency_seconds[tree][simple] == doctest::Approx(8.4e-6));
+  CHECK(t.hw_latency_seconds[static_cast<std::size_t>(NcclLink::nvlink)][nvls][simple] == doctest::Approx(25e-6));
+  CHECK(t.hw_latency_seconds[static_cast<std::size_t>(NcclLink::net)][ring][simple] == doctest::Approx(14e-6));
+  CHECK(t.tree_correction[simple][11] == doctest::Approx(0.5));
+  CHECK(t.arch_table(90).ll_max_bytes_per_s[0] == doctest::Approx(141e9));
+  CHECK(t.arch_table(100).tree_per_channel_bytes_per_s[2] == doctest::Approx(24e9));
+  CHECK(t.arch_table(86).sm == 80);   // newest generation not newer than sm86
+  CHECK(t.arch_table(103).sm == 100);
+  CHECK(t.nvls_efficiency_sm90 == doctest::Approx(0.85));
+  CHECK(t.simple_buffer_bytes == 4194304.0);
+  CHECK(t.sources.at("base_latency_us.ring") == "base_lat");
+  CHECK(t.sources.at("channels.max_channels") == "max_channels");
+  for (const auto& [key, tag] : t.sources) CHECK_MESSAGE(t.source_refs.contains(tag), key);
+}
+
+TEST_CASE("nccl table: strict loader names the file and the key") {
+  CHECK(load_error("pat = [8.0, 8.0, 8.0]", "pat = [8.0, 8.0]").find("base_latency_us.pat: must have 3 entries") !=
+        std::string::npos);
+  CHECK(load_error("[buffers]\nsrc = \"buffers\"\n", "[buffers]\nsrc = \"buffers\"\nbogus = 1\n")
+            .find("buffers.bogus: unknown key") != std::string::npos);
+  CHECK(load_error("src = \"nvls_eff\"", "src = \"nope\"").find("'nope' is not declared") != std::string::npos);
+  CHECK(load_error("\nsm90 = 0.85", "\nsm90 = 1.5").find("nvls_efficiency.sm90: must be in") != std::string::npos);
+  CHECK(load_error("steps = 8\n", "").find("buffers.steps: missing") != std::string::npos);
+  CHECK(load_error("ring_ll = 0.5", "ring_ll = \"half\"").find("must be a number") != std::string::npos);
+  const std::string e = load_error("simple = 64\n", "simple = 64\n[extra]\nx = 1\n");
+  CHECK(e.find("extra: unknown key") != std::string::npos);
+  CHECK(e.find("nccl-test") == std::string::npos);  // the temp file name is reported, not the shipped one
+  CHECK_THROWS_AS(load_nccl_table("9.9.9"), InputError);
+  CHECK_THROWS_AS(load_nccl_table("../etc"), InputError);
+}
+
+// NCCL's zero-byte AllReduce latencies, derived in hardware.md §1.3 (Appendix A script, Intel
+// host, IB plugin latency 0) from the same constants: the model must reproduce them exactly.
+TEST_CASE("closed forms: all-reduce latency per algorithm equals NCCL's (hardware.md §1.3 table)") {
+  struct Row {
+    int nodes;
+    NcclAlgo algo;
+    NcclProto proto;
+    double us;
+  };
+  const Row rows[] = {
+      {1, NcclAlgo::ring, NcclProto::ll, 15.0},      {1, NcclAlgo::ring, NcclProto::ll128, 40.6},
+      {1, NcclAlgo::ring, NcclProto::simple, 56.0},  {1, NcclAlgo::tree, NcclProto::ll, 15.2},
+      {1, NcclAlgo::tree, NcclProto::ll128, 31.5},   {1, NcclAlgo::tree, NcclProto::simple, 64.4},
+      {1, NcclAlgo::nvls, NcclProto::simple, 25.0},  {2, NcclAlgo::ring, NcclProto::ll, 40.0},
+      {2, NcclAlgo::ring, NcclProto::ll128, 75.2},   {2, NcclAlgo::tree, NcclProto::ll, 25.2},
+      {2, NcclAlgo::tree, NcclProto::ll128, 48.5},   {2, NcclAlgo::tree, NcclProto::simple, 92.4},
+      {2, NcclAlgo::nvlstree, NcclProto::simple, 66.8}, {16, NcclAlgo::ring, NcclProto::ll, 311.6},
+      {16, NcclAlgo::ring, NcclProto::ll128, 559.6}, {16, NcclAlgo::tree, NcclProto::ll, 55.2},
+      {16, NcclAlgo::tree, NcclProto::ll128, 99.5},  {16, NcclAlgo::tree, NcclProto::simple, 176.4},
+      {16, NcclAlgo::nvlstree, NcclProto::simple, 192.2}, {128, NcclAlgo::ring, NcclProto::ll, 2484.4},
+      {128, NcclAlgo::tree, NcclProto::ll, 85.2},    {128, NcclAlgo::tree, NcclProto::simple, 260.4},
+      {128, NcclAlgo::nvlstree, NcclProto::simple, 317.6},
+  };
+  // NCCL's table assumes every node one switch hop away; keep all 128 nodes under one leaf here
+  // (the spine-hop term is checked below).
+  ClusterSpec flat = h100();
+  flat.fabric.nodes_per_leaf = 1000;
+  for (const Row& r : rows) {
+    // 64 bytes: below the ring plateau threshold, so latency is the bare formula.
+    const auto e = estimate_collective(flat, CollectiveOp::all_reduce, 64, place(r.nodes, 8), only(r.algo, r.proto));
+    CAPTURE(r.nodes);
+    CAPTURE(to_string(r.algo));
+    CAPTURE(to_string(r.proto));
+    CHECK(e.algorithm == to_string(r.algo));
+    CHECK(e.protocol == to_string(r.proto));
+    CHECK(e.latency_seconds / kUs == doctest::Approx(r.us).epsilon(1e-9));
+  }
+  // Ring Simple across nodes above the threshold: NCCL's x1.4 plateau factor (SM80+).
+  // 2x8: 8.4 + 28 * max(3.4, 3 * 1.0) + 2 * 14 = 131.6 us (hardware.md §1.3 table), x1.4.
+  const auto big = estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kGiB, place(2, 8),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+  CHECK(big.latency_seconds / kUs == doctest::Approx(131.6 * 1.4));
+  // Beyond one leaf group (32 nodes on the H100 profile) each network hop also crosses a spine:
+  // + 2 switch hops x 0.25 us per tree level, 128 nodes = 7 levels, twice (up and down).
+  const auto wide = estimate_collective(h100(), CollectiveOp::all_reduce, 64, place(128, 8),
+                                        only(NcclAlgo::tree, NcclProto::ll));
+  CHECK(wide.latency_seconds / kUs == doctest::Approx(85.2 + 2 * 7 * 2 * 0.25));
+}
+
+TEST_CASE("closed forms: bandwidth terms on hand-worked cases") {
+  const double S = 1 * kGiB;
+  const double h100_link = 450e9 * 0.822;  // profile: NVLink4 per direction x ring efficiency
+  SUBCASE("ring all-reduce, one node: 2(n-1)/n S over the NVLink rate") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(e.seconds == doctest::Approx(56e-6 + 1.75 * S / h100_link));
+    CHECK(e.bus_bytes == doctest::Approx(1.75 * S));
+    CHECK(e.bus_bandwidth_bytes_per_s == doctest::Approx(h100_link));
+    CHECK_FALSE(e.crosses_nodes);
+  }
+  SUBCASE("ring LL: half the link, capped by NCCL's llMaxBw (141 GB/s on Hopper, one node)") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8),
+                                       only(NcclAlgo::ring, NcclProto::ll));
+    CHECK(e.bus_bandwidth_bytes_per_s == doctest::Approx(141e9));
+  }
+  SUBCASE("NVLS all-reduce: (1 + 1/n) S per GPU per direction at link x nvlsEff") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8), only(NcclAlgo::nvls));
+    CHECK(e.seconds == doctest::Approx(25e-6 + S * 9.0 / 8.0 / (h100_link * 0.85)));
+  }
+  SUBCASE("tree, one node: 2S per GPU per direction, x0.92 and NCCL's size correction (0.9 at 1 GiB)") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8),
+                                       only(NcclAlgo::tree, NcclProto::simple));
+    CHECK(e.seconds == doctest::Approx(64.4e-6 + S / (0.5 * 0.92 * h100_link * 0.9)));
+  }
+  SUBCASE("ring across nodes: min(NVLink, the node's NICs) = min(369.9, 8 x 50 x 0.96 = 384) GB/s") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_gather, S, place(4, 8),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(e.bus_bandwidth_bytes_per_s == doctest::Approx(h100_link));
+    CHECK(e.crosses_nodes);
+    const auto a = estimate_collective(a100(), CollectiveOp::all_gather, S, place(4, 8),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(a.bus_bandwidth_bytes_per_s == doctest::Approx(8 * 25e9 * 0.96));  // 192 GB/s, NIC-bound
+  }
+  SUBCASE("one rank per node: the group gets one NIC's share of the node") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_gather, S, place(8, 1),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(e.bus_bandwidth_bytes_per_s == doctest::Approx(50e9 * 0.96));
+    const auto p = estimate_collective(h100(), CollectiveOp::all_gather, S, place(8, 1), only(NcclAlgo::pat));
+    CHECK(p.algorithm == "pat");
+    CHECK(p.bus_bandwidth_bytes_per_s == doctest::Approx(50e9 * 0.96 * 0.75));
+    // PAT latency: 8 + log2(8) * 14 / 3.5 + 8 * 2.8 = 42.4 us.
+    CHECK(p.latency_seconds / kUs == doctest::Approx(42.4));
+  }
+  SUBCASE("NVLSTree: NVLS inside the node, 2S per node over the NICs beyond two nodes") {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8), only(NcclAlgo::nvlstree));
+    const double algbw = std::min(h100_link * 0.85 * 8.0 / 9.0, 384e9 / 2.0);
+    CHECK(e.seconds == doctest::Approx(e.latency_seconds + S / algbw));
+    const auto two = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(2, 8), only(NcclAlgo::nvlstree));
+    CHECK(two.seconds == doctest::Approx(two.latency_seconds + S / std::min(h100_link * 0.85 * 8.0 / 9.0, 384e9)));
+  }
+  SUBCASE("all-to-all across nodes: the off-node share over one NIC per GPU") {
+    // 2 nodes x 8: 8/16 of S goes over the GPU's NIC (48 GB/s), 7/16 over NVLink; NIC-bound.
+    const auto e = estimate_collective(h100(), CollectiveOp::all_to_all, S, place(2, 8));
+    CHECK(e.algorithm == "direct");
+    CHECK(e.protocol == "Simple");
+    CHECK(e.seconds == doctest::Approx(e.latency_seconds + 0.5 * S / 48e9));
+    CHECK(e.latency_seconds / kUs == doctest::Approx(8.4 + 14.0));  // one Simple network hop
+  }
+  SUBCASE("send/recv: one link, busbw factor 1") {
+    const auto intra = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 2});
+    CHECK(intra.seconds == doctest::Approx(11.8e-6 + S / h100_link));
+    const auto inter = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 1});
+    CHECK(inter.seconds == doctest::Approx(22.4e-6 + S / 48e9));
+    CHECK(inter.crosses_nodes);
+  }
+  SUBCASE("broadcast: S through every rank, ring rate") {
+    const auto e = estimate_collective(a100(), CollectiveOp::broadcast, S, place(1, 8),
+                                       only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(e.bus_bytes == doctest::Approx(S));
+    CHECK(e.bus_bandwidth_bytes_per_s == doctest::Approx(300e9 * 0.775));
+    // 8.4 base + 8 steps x 4.0 (Simple broadcast hops charged the Tree NVLink latency).
+    CHECK(e.latency_seconds / kUs == doctest::Approx(8.4 + 8 * 4.0));
+  }
+  SUBCASE("spine oversubscription applies once a group outgrows a leaf group") {
+    ClusterSpec c = h100();
+    c.fabric.nodes_per_leaf = 4;
+    c.fabric.spine_oversubscription = 2.0;
+    const auto in_leaf = estimate_collective(c, CollectiveOp::all_gather, S, place(4, 8),
+                                             only(NcclAlgo::ring, NcclProto::simple));
+    const auto beyond = estimate_collective(c, CollectiveOp::all_gather, S, place(8, 8),
+                                            only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(in_leaf.bus_bandwidth_bytes_per_s == doctest::Approx(h100_link));
+    CHECK(beyond.bus_bandwidth_bytes_per_s == doctest::Approx(384e9 / 2.0));
+  }
+}
+
+TEST_CASE("selection: NCCL's choices where hardware.md records them") {
+  // MLE network/README.md L972 (hardware.md §1.4): 8xH200 picks RING/LL up to 1 MiB, NVLS from
+  // 2 MiB; H200 and H100 share NVLink4/NVLS, so the H100 profile must switch the same way.
+  for (double s : {32 * kKiB, 256 * kKiB}) {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, s, place(1, 8));
+    CHECK(e.algorithm == "ring");
+    CHECK(e.protocol == "LL");
+  }
+  for (double s : {4 * kMiB, 64 * kMiB, 1 * kGiB}) {
+    const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, s, place(1, 8));
+    CHECK(e.algorithm == "nvls");
+  }
+  // NVLS disabled: Ring Simple for large messages (same source).
+  CollectiveOptions no_nvls;
+  no_nvls.algorithm_mask &= ~algorithm_bit(NcclAlgo::nvls);
+  const auto r = estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kGiB, place(1, 8), no_nvls);
+  CHECK(r.algorithm == "ring");
+  CHECK(r.protocol == "Simple");
+  // At scale small messages go to a logarithmic algorithm (hardware.md §1.3 note).
+  const auto small = estimate_collective(h100(), CollectiveOp::all_reduce, 1024, place(64, 8));
+  CHECK((small.algorithm == "tree" || small.algorithm == "nvlstree"));
+  // A100 has no NVLS; CollNet is off unless enabled.
+  const auto a = estimate_collective(a100(), CollectiveOp::all_reduce, 1 * kGiB, place(1, 8));
+  CHECK(a.algorithm == "ring");
+  const auto multi = estimate_collective(a100(), CollectiveOp::all_reduce, 1 * kGiB, place(4, 8));
+  CHECK(multi.algorithm.rfind("collnet", 0) != 0);
+  CollectiveOptions sharp;
+  sharp.collnet = true;
+  const auto with_sharp = estimate_collective(a100(), CollectiveOp::all_reduce, 1 * kGiB, place(4, 8), sharp);
+  CHECK(with_sharp.algorithm.rfind("collnet", 0) == 0);
+  CHECK(with_sharp.seconds < multi.seconds);
+  // Degenerate inputs.
+  CHECK(estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kMiB, place(1, 1)).seconds == 0.0);
+  CHECK(estimate_collective(h100(), CollectiveOp::all_reduce, 0, place(1, 8)).seconds == 0.0);
+  CollectiveOptions none;
+  none.protocol_mask = 0;
+  CHECK(std::isinf(estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kMiB, place(1, 8), none).seconds));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accuracy against measured nccl-tests figures (hardware.md §2).
+
+namespace {
+
+struct Measured {
+  const char* source;     // where the figure comes from
+  const ClusterSpec* cluster;
+  CollectiveOp op;
+  int nodes;
+  int per_node;
+  double bytes;
+  double busbw_gbps;      // measured
+  unsigned algorithm_mask;  // what the run allowed (NCCL_ALGO); ~0 = NCCL's default choice
+  const char* gap;        // nullptr: must meet the tolerance; otherwise why it does not
+};
+
+constexpr unsigned kDefault = ~0u;
+
+double tolerance(double bytes) { return bytes >= kMiB ? 0.10 : 0.25; }
+
+// The single-process `-g 8` runs (Azure, MLE A100) drive 8 GPUs from one thread; their mid-size
+// times carry a host floor and a slow bandwidth ramp that the link model does not represent.
+constexpr const char* kGapRamp =
+    "mid-size ramp of single-process -g 8 runs: measured time ~40-200 us above latency + bytes/link "
+    "rate between 1 MiB and 256 MiB (also in multi-process H200 data); not derivable from link figures";
+constexpr const char* kGapFloor = "single-process -g 8 host floor (~42 us per iteration) above NCCL's latency";
+
+std::vector<Measured> measured_points() {
+  const ClusterSpec* A = &a100();
+  const ClusterSpec* H = &h100();
+  static ClusterSpec a100_4nic = [] {
+    ClusterSpec c = a100();
+    c.node.nics_per_node = 4;  // the measured systems have 4 HDR NICs per node
+    return c;
+  }();
+  const ClusterSpec* A4 = &a100_4nic;
+  const unsigned nvls = algorithm_bit(NcclAlgo::nvls);
+  const unsigned ring = algorithm_bit(NcclAlgo::ring);
+  const auto AR = CollectiveOp::all_reduce;
+  const char* azure_a = "Azure ND_A100_v4_results.md, 8xA100 80GB, NCCL 2.18.5, all_reduce_perf -g 8 (hardware.md §2.1)";
+  const char* azure_h = "Azure ND_H100_v5_results.md, 8xH100, NCCL_ALGO=NVLS, NCCL 2.18.5, -g 8 (hardware.md §2.1)";
+  const char* mle_a = "MLE network/README.md, 8xA100 all_reduce_perf -g 8 (hardware.md §2.1)";
+  std::vector<Measured> v = {
+      // A100, one node, Azure (default algorithm).
+      {azure_a, A, AR, 1, 8, 1 * kKiB, 0.04, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 4 * kKiB, 0.17, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 16 * kKiB, 0.67, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 32 * kKiB, 1.37, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 64 * kKiB, 2.70, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 128 * kKiB, 5.15, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 256 * kKiB, 10.11, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 512 * kKiB, 19.24, kDefault, kGapFloor},
+      {azure_a, A, AR, 1, 8, 1 * kMiB, 36.22, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 2 * kMiB, 53.54, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 4 * kMiB, 71.43, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 8 * kMiB, 89.99, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 16 * kMiB, 109.22, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 32 * kMiB, 132.77, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 64 * kMiB, 166.63, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 128 * kMiB, 174.18, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 256 * kMiB, 213.87, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 512 * kMiB, 221.58, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 1 * kGiB, 228.10, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 2 * kGiB, 230.22, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 4 * kGiB, 230.48, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 8 * kGiB, 231.58, kDefault, nullptr},
+      // A100, one node, MLE.
+      {mle_a, A, AR, 1, 8, 32 * kKiB, 1.31, kDefault, kGapFloor},
+      {mle_a, A, AR, 1, 8, 128 * kKiB, 4.43, kDefault, kGapFloor},
+      {mle_a, A, AR, 1, 8, 1 * kMiB, 18.00, kDefault, kGapFloor},
+      {mle_a, A, AR, 1, 8, 4 * kMiB, 72.33, kDefault, kGapRamp},
+      {mle_a, A, AR, 1, 8, 16 * kMiB, 106.16, kDefault, kGapRamp},
+      {mle_a, A, AR, 1, 8, 64 * kMiB, 171.54, kDefault, kGapRamp},
+      {mle_a, A, AR, 1, 8, 256 * kMiB, 194.07, kDefault, kGapRamp},
+      {mle_a, A, AR, 1, 8, 1 * kGiB, 229.04, kDefault, nullptr},
+      {mle_a, A, AR, 1, 8, 4 * kGiB, 233.88, kDefault, nullptr},
+      {mle_a, A, AR, 1, 8, 16 * kGiB, 234.89, kDefault, nullptr},
+      {"NVIDIA/nccl-tests#175: 8xA100 single node AllReduce peak 232.54 (hardware.md §2.2)", A, AR, 1, 8, 8 * kGiB,
+       232.54, kDefault, nullptr},
+      {"NVIDIA/nccl#583: 2xA100 (-g 2) all_reduce 32 B in 10.1 us (hardware.md §2.4)", A, AR, 1, 2, 32,
+       32.0 / 10.1e-6 / kGB, kDefault,
+       "NCCL 2.30's own constants give 7.8 us (Ring LL 6.6 base + 2 x 0.6 hops); the 2.3 us rest is host/launch "
+       "time of an older NCCL that its model does not contain (-29.5 %)"},
+      // A100, several nodes.
+      {"NVIDIA/nccl#812 (AddyLaddy): DGX A100 8xHDR multi-node AllReduce busbw 192 (hardware.md §2.3; node count "
+       "not stated, evaluated at 4 nodes)", A, AR, 4, 8, 8 * kGiB, 192.0, kDefault, nullptr},
+      {"NVIDIA/nccl-tests#175 / nccl#1048: 2xA100 nodes, 4xHDR each, 86 GB/s (hardware.md §2.3)", A4, AR, 2, 8,
+       8 * kGiB, 86.0, kDefault,
+       "the thread itself calls ~96-100 the theoretical figure; this run reached 0.90 of HDR line rate where the "
+       "profile's NIC efficiency is 0.96; nccl-tests#100 on the same configuration (91) is met"},
+      {"NVIDIA/nccl-tests#100: 2xHGX A100, 4xCX-6 200G, 91 GB/s (hardware.md §2.3)", A4, AR, 2, 8, 8 * kGiB, 91.0,
+       kDefault, nullptr},
+      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, peak ~96 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
+       8 * kGiB, 96.0, kDefault, nullptr},
+      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, average 84.8 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
+       8 * kGiB, 84.8, kDefault, "an average over sizes and runs, not one size; the peak of the same run is met"},
+      // H100, one node, Azure NVLS.
+      {azure_h, H, AR, 1, 8, 1 * kKiB, 0.07, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 4 * kKiB, 0.27, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 16 * kKiB, 0.95, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 64 * kKiB, 2.72, nvls, kGapFloor},
+      {azure_h, H, AR, 1, 8, 128 * kKiB, 5.40, nvls, kGapFloor},
+      {azure_h, H, AR, 1, 8, 256 * kKiB, 10.86, nvls, kGapFloor},
+      {azure_h, H, AR, 1, 8, 512 * kKiB, 21.35, nvls, kGapFloor},
+      {azure_h, H, AR, 1, 8, 1 * kMiB, 43.70, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 2 * kMiB, 81.93, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 4 * kMiB, 128.73, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 8 * kMiB, 172.13, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 16 * kMiB, 234.45, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 32 * kMiB, 295.53, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 64 * kMiB, 361.78, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 128 * kMiB, 400.61, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 256 * kMiB, 423.38, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 512 * kMiB, 438.46, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 1 * kGiB, 466.35, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 2 * kGiB, 472.36, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 4 * kGiB, 475.54, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 8 * kGiB, 478.87, nvls, nullptr},
+      // H100, one node, peaks.
+      {"NVIDIA/nccl#1455: 8xH100 AllReduce NCCL_ALGO=RING plateau 365-370 (hardware.md §2.2)", H, AR, 1, 8, 8 * kGiB,
+       367.5, ring, nullptr},
+      {"NVIDIA/nccl#2140: 8xH100 NCCL 2.30.4 default AllReduce (NVLS) busbw 480 (hardware.md §2.2)", H, AR, 1, 8,
+       8 * kGiB, 480.0, kDefault, nullptr},
+      {"NVIDIA/nccl-tests#212: 4xH100 NVLS busbw 370 (hardware.md §2.2)", H, AR, 1, 4, 8 * kGiB, 370.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 5xH100 NVLS busbw 420 (hardware.md §2.2)", H, AR, 1, 5, 8 * kGiB, 420.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 6xH100 NVLS busbw 440 (hardware.md §2.2)", H, AR, 1, 6, 8 * kGiB, 440.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 7xH100 NVLS busbw 460 (hardware.md §2.2)", H, AR, 1, 7, 8 * kGiB, 460.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 8xH100 NVLS busbw 480 (hardware.md §2.2)", H, AR, 1, 8, 8 * kGiB, 480.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: H100 AllGather Ring busbw ~370 (hardware.md §2.2)", H, CollectiveOp::all_gather, 1, 8,
+       8 * kGiB, 370.0, kDefault, nullptr},
+      {"NVIDIA/nccl-tests#212: H100 ReduceScatter Ring busbw ~370 (hardware.md §2.2)", H,
+       CollectiveOp::reduce_scatter, 1, 8, 8 * kGiB, 370.0, kDefault, nullptr},
+      // H100, several nodes.
+      {"NVIDIA/nccl#1649: GTC 2024, multi-node AllReduce busbw ~380 without SHARP, NVLSTree ~370-380 (hardware.md "
+       "§2.3; node count not stated, evaluated at 4 nodes)", H, AR, 4, 8, 8 * kGiB, 375.0, kDefault, nullptr},
+      {"NVIDIA/nccl#1221: 4 nodes x 8 H100, 8x400G RoCE, AllReduce ~320 (hardware.md §2.3)", H, AR, 4, 8, 8 * kGiB,
+       320.0, kDefault,
+       "RoCE fabric; the shipped profile is NDR InfiniBand (nic_efficiency 0.96 from IB figures) and hardware.md "
+       "has no RoCE efficiency to build a profile from"},
+      {"NVIDIA/nccl#1221: 2 nodes x 8 H100, 8x400G RoCE, NVLS(Tree) ~430 (hardware.md §2.3)", H, AR, 2, 8, 8 * kGiB,
+       430.0, kDefault,
+       "RoCE fabric (see above); with IB figures NVLSTree at 2 nodes is NVLink-bound at 524 GB/s"},
+  };
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") {
+  int met = 0, gaps = 0;
+  std::string table = "\n  measured vs predicted busbw (GB/s)\n";
+  for (const Measured& m : measured_points()) {
+    CollectiveOptions o;
+    o.algorithm_mask = m.algorithm_mask;
+    const auto e = estimate_collective(*m.cluster, m.op, m.bytes, place(m.nodes, m.per_node), o);
+    const double predicted = busbw(e) / kGB;
+    const double err = (predicted - m.busbw_gbps) / m.busbw_gbps;
+    const bool ok = std::abs(err) <= tolerance(m.bytes);
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-9s %2dx%d %-14s %12.0f B  measured %8.3f  predicted %8.3f  %+6.1f%%  %-8s %-6s %s | %s\n",
+                  m.cluster->name.c_str(), m.nodes, m.per_node, std::string(to_string(m.op)).c_str(), m.bytes,
+                  m.busbw_gbps, predicted, 100 * err, e.algorithm.c_str(), e.protocol.c_str(),
+                  ok ? "ok" : (m.gap ? "GAP" : "FAIL"), m.source);
+    table += line;
+    const std::string source = m.source;
+    CAPTURE(source);
+    CAPTURE(m.bytes);
+    CAPTURE(predicted);
+    if (m.gap == nullptr) {
+      CHECK_MESSAGE(ok, "predicted ", predicted, " GB/s vs measured ", m.busbw_gbps, " (", 100 * err, " %)");
+      ++met;
+    } else {
+      ++gaps;
+      // A listed gap that starts meeting the tolerance should be promoted to a checked point.
+      WARN_MESSAGE(!ok, "known gap now within tolerance, promote it: ", m.source);
+    }
+  }
+  MESSAGE(table);
+  MESSAGE(met, " points checked within tolerance, ", gaps, " known gaps listed");
+}

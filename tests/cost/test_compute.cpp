@@ -1,0 +1,381 @@
+// Compute cost model against the measurements of /work/shared/reference/hardware.md §3: large
+// GEMMs, skinny GEMMs, FlashAttention-2 and STREAM; plus the properties every estimate must have
+// (monotone in work, never slower on a faster GPU, no allocation per estimate).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cost/compute_cost.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/error.hpp"
+#include "test_paths.hpp"
+
+// Counts heap allocations so a test can assert that an estimate makes none. GCC cannot see that
+// these replacements pair malloc with free, hence the pragma.
+namespace {
+std::atomic<long> g_allocations{0};
+}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+using namespace meshplan;
+
+namespace {
+
+ClusterSpec profile(const std::string& name) {
+  return load_cluster((test::data_root() / "hardware_profiles" / (name + ".toml")).string());
+}
+
+double tflops(const KernelEstimate& e) { return e.flops / e.seconds / 1e12; }
+
+// The sweeps time kernels back to back, so the host launch cost is hidden behind the previous
+// kernel: compare them with the device part of the estimate.
+double device_tflops(const KernelEstimate& e) { return e.flops / (e.seconds - e.launch_seconds) / 1e12; }
+
+double rel_err(double predicted, double measured) { return (predicted - measured) / measured; }
+
+// Shipped profiles that carry at least a bf16 GEMM curve.
+const std::vector<std::string> kProfiles = {"a100-40gb", "a100-80gb",   "h100-sxm-80gb", "h100-sxm-96gb",
+                                            "h200-141gb", "b200",       "gb200",         "gb300"};
+
+}  // namespace
+
+TEST_CASE("large square GEMMs land within 5% of the measured sweeps (hardware.md §3.2)") {
+  struct Row {
+    const char* cluster;
+    Dtype dtype;
+    std::int64_t dim;
+    double measured_tflops;
+  };
+  // The curves are these measurements divided by the peak, so the residual is the interpolation,
+  // the running-max envelope and the 4 us launch; the 5% bound is the spread between two runs of
+  // the same GEMM on the same GPU (H100 BF16 8192^3: torch 797.5 vs MAMF best shape 794.5).
+  const Row rows[] = {
+      {"h100-sxm-80gb", Dtype::bf16, 8192, 797.5}, {"h100-sxm-80gb", Dtype::bf16, 4096, 788.7},
+      {"a100-80gb", Dtype::fp16, 8192, 253.7},     {"a100-80gb", Dtype::fp16, 16384, 256.5},
+      {"h100-sxm-80gb", Dtype::fp8, 8192, 1290.1}, {"h100-sxm-80gb", Dtype::fp8, 16384, 1377.3},
+      {"h200-141gb", Dtype::fp8, 8192, 1300.6},    {"gb200", Dtype::fp8, 8192, 2876.6},
+  };
+  for (const Row& r : rows) {
+    const ClusterSpec c = profile(r.cluster);
+    const KernelEstimate e = gemm_time(c, GemmShape{r.dim, r.dim, r.dim}, r.dtype);
+    CAPTURE(r.cluster);
+    CAPTURE(r.dim);
+    CHECK(std::abs(rel_err(device_tflops(e), r.measured_tflops)) < 0.05);
+    CHECK(std::abs(rel_err(tflops(e), r.measured_tflops)) < 0.05);  // launch < 0.5% here
+    CHECK_FALSE(e.memory_bound);
+    CHECK_FALSE(e.curve_fallback);
+  }
+  // Non-square but not skinny: 6144x12288x12288 (A100 FP16 250.8, H100 FP8 1351.4).
+  CHECK(std::abs(rel_err(device_tflops(gemm_time(profile("a100-80gb"), {6144, 12288, 12288}, Dtype::fp16)), 250.8)) < 0.05);
+  CHECK(std::abs(rel_err(device_tflops(gemm_time(profile("h100-sxm-80gb"), {6144, 12288, 12288}, Dtype::fp8)), 1351.4)) < 0.05);
+}
+
+TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never falls with size") {
+  const ClusterSpec h100 = profile("h100-sxm-80gb");
+  const double at_8k = gemm_efficiency(h100, {8192, 8192, 8192}, Dtype::bf16);
+  const double at_10k = gemm_efficiency(h100, {10240, 10240, 10240}, Dtype::bf16);
+  const double at_16k = gemm_efficiency(h100, {16384, 16384, 16384}, Dtype::bf16);
+  CHECK(at_10k >= at_8k);
+  CHECK(at_16k >= at_10k);
+  CHECK(at_16k == doctest::Approx(0.8060).epsilon(1e-9));  // clamped at the envelope's top
+}
+
+TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube") {
+  // Measured (hardware.md §3.2): A100 FP16 802816x192x768 157.8 and 1024x2145x1024 132.8 TFLOP/s,
+  // H100 FP8 802816x192x768 663.8. The model overpredicts all three by 11-13% (device time): one
+  // fixed tile (not cuBLAS's per-shape choice) and perfect compute/memory overlap at shapes that
+  // sit on the roofline ridge. 20% covers that plus the ~5% run-to-run spread of the square
+  // sweeps. Read off the curve at their cube dim (4910, 1310) the same shapes come out 12-87% high.
+  struct Row {
+    const char* cluster;
+    Dtype dtype;
+    GemmShape shape;
+    double measured_tflops;
+  };
+  const Row rows[] = {
+      {"a100-80gb", Dtype::fp16, {802816, 192, 768}, 157.8},
+      {"a100-80gb", Dtype::fp16, {1024, 2145, 1024}, 132.8},
+      {"h100-sxm-80gb", Dtype::fp8, {802816, 192, 768}, 663.8},
+  };
+  for (const Row& r : rows) {
+    const ClusterSpec c = profile(r.cluster);
+    const KernelEstimate e = gemm_time(c, r.shape, r.dtype);
+    const double cube_dim = std::cbrt(r.shape.flops() / 2);
+    const double naive_tflops = gemm_curve_efficiency(c, r.dtype, cube_dim) * c.peak_flops_per_s(r.dtype) / 1e12;
+    CAPTURE(r.cluster);
+    CAPTURE(r.shape.m);
+    CAPTURE(device_tflops(e));
+    CAPTURE(naive_tflops);
+    CHECK(std::abs(rel_err(device_tflops(e), r.measured_tflops)) < 0.20);
+    CHECK(std::abs(rel_err(device_tflops(e), r.measured_tflops)) < std::abs(rel_err(naive_tflops, r.measured_tflops)));
+  }
+  // The H100 FP8 skinny GEMM is limited by HBM (it moves 0.93 GB for 0.24 TFLOP).
+  CHECK(gemm_time(profile("h100-sxm-80gb"), {802816, 192, 768}, Dtype::fp8).memory_bound);
+}
+
+TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (hardware.md §3.3)") {
+  struct Row {
+    const char* cluster;
+    bool causal;
+    std::int64_t head_dim, seq;
+    double measured_tflops;
+  };
+  // Bars read off the FA README figures: hidden 2048 (heads = 2048 / head_dim), batch 16k / seqlen.
+  // Both passes run at the curve's rate, so their device times add up to the figure's.
+  const Row rows[] = {
+      {"h100-sxm-80gb", false, 64, 512, 215},   {"h100-sxm-80gb", false, 128, 2048, 320},
+      {"h100-sxm-80gb", false, 128, 16384, 338}, {"h100-sxm-80gb", true, 64, 4096, 257},
+      {"h100-sxm-80gb", true, 128, 512, 163},    {"h100-sxm-80gb", true, 128, 8192, 308},
+      {"a100-80gb", true, 128, 1024, 133},       {"a100-80gb", false, 64, 8192, 175},
+  };
+  for (const Row& r : rows) {
+    const ClusterSpec c = profile(r.cluster);
+    AttentionShape a;
+    a.batch = 16384 / r.seq;
+    a.heads = a.kv_heads = 2048 / r.head_dim;
+    a.seq_q = a.seq_kv = r.seq;
+    a.head_dim = r.head_dim;
+    a.causal = r.causal;
+    const KernelEstimate f = attention_time(c, a, Pass::forward, Dtype::bf16);
+    const KernelEstimate b = attention_time(c, a, Pass::backward, Dtype::bf16);
+    const double fwd_bwd_tflops =
+        (f.flops + b.flops) / (f.seconds - f.launch_seconds + b.seconds - b.launch_seconds) / 1e12;
+    CAPTURE(r.cluster);
+    CAPTURE(r.seq);
+    CHECK(std::abs(rel_err(fwd_bwd_tflops, r.measured_tflops)) < 0.02);
+    CHECK_FALSE(f.curve_fallback);
+    CHECK(b.seconds > f.seconds);
+  }
+  // Between measured sequence lengths and head dims the rate stays between its neighbours.
+  const ClusterSpec h100 = profile("h100-sxm-80gb");
+  AttentionShape mid;
+  mid.batch = 2;
+  mid.heads = mid.kv_heads = 16;
+  mid.seq_q = mid.seq_kv = 6000;
+  mid.head_dim = 96;
+  const double rate = attention_flops(mid, Pass::forward) /
+                      attention_time(h100, mid, Pass::forward, Dtype::bf16).compute_seconds / 1e12;
+  CHECK(rate > 273.0);  // causal hd64 at 8k
+  CHECK(rate < 308.0);  // causal hd128 at 8k
+}
+
+TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA changes bytes only") {
+  AttentionShape a;
+  a.batch = 2;
+  a.heads = 32;
+  a.kv_heads = 32;
+  a.seq_q = a.seq_kv = 4096;
+  a.head_dim = 128;
+  a.causal = false;
+  const double full = attention_flops(a, Pass::forward);
+  CHECK(full == doctest::Approx(4.0 * 2 * 32 * 4096.0 * 4096 * 128));
+  CHECK(attention_flops(a, Pass::backward) == doctest::Approx(2.5 * full));
+  a.causal = true;
+  CHECK(attention_flops(a, Pass::forward) == doctest::Approx(0.5 * full));
+  AttentionShape gqa = a;
+  gqa.kv_heads = 8;
+  CHECK(attention_flops(gqa, Pass::forward) == attention_flops(a, Pass::forward));
+  CHECK(attention_bytes(gqa, Pass::forward, Dtype::bf16) < attention_bytes(a, Pass::forward, Dtype::bf16));
+  gqa.kv_heads = 5;  // 32 query heads cannot be grouped over 5 kv heads
+  CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), gqa, Pass::forward, Dtype::bf16), InputError);
+}
+
+TEST_CASE("memory-bound kernels run at the STREAM copy bandwidth (hardware.md §3.4)") {
+  struct Row {
+    const char* cluster;
+    double stream_copy_bytes_per_s;
+  };
+  const Row rows[] = {{"a100-80gb", 1.61e12}, {"h100-sxm-80gb", 2.90e12}, {"h200-141gb", 4.01e12}};
+  for (const Row& r : rows) {
+    const ClusterSpec c = profile(r.cluster);
+    const double bytes = 16e9;  // large enough that the launch is < 0.1%
+    const KernelEstimate e = memory_bound_time(c, bytes);
+    CAPTURE(r.cluster);
+    CHECK(e.memory_bound);
+    CHECK(bytes / e.seconds == doctest::Approx(r.stream_copy_bytes_per_s).epsilon(0.01));
+    // A tiny kernel costs its launch.
+    CHECK(memory_bound_time(c, 1024).seconds == doctest::Approx(c.gpu.kernel_launch_seconds).epsilon(0.01));
+  }
+  CHECK(memory_bound_time(profile("h100-sxm-80gb"), 0).seconds == 0.0);
+  CHECK_THROWS_AS(memory_bound_time(profile("h100-sxm-80gb"), -1.0), InputError);
+}
+
+TEST_CASE("more work never takes less time, within one shape family") {
+  const std::vector<std::int64_t> sizes = [] {
+    std::vector<std::int64_t> v;
+    for (double x = 1; x < 300000; x = std::ceil(x * 1.07) + 1) v.push_back(static_cast<std::int64_t>(x));
+    return v;
+  }();
+  for (const std::string& name : kProfiles) {
+    const ClusterSpec c = profile(name);
+    for (const GemmCurve& curve : c.gpu.gemm_curves) {
+      if (c.peak_flops_per_s(curve.dtype) <= 0) continue;
+      CAPTURE(name);
+      CAPTURE(to_string(curve.dtype));
+      // Square, M-only, N-only and K-only sweeps (the LLM projection family varies M = tokens).
+      const auto shapes = [](std::int64_t x) {
+        return std::vector<GemmShape>{{x, x, x}, {x, 4096, 4096}, {8192, x, 1024}, {8192, 1024, x}};
+      };
+      std::vector<double> prev(4, 0.0);
+      for (std::int64_t x : sizes) {
+        const auto s = shapes(x);
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          const double t = gemm_time(c, s[i], curve.dtype).seconds;
+          CHECK(t >= prev[i]);
+          prev[i] = t;
+        }
+      }
+    }
+    // Attention grows with sequence length, head dim and batch.
+    double prev_attention = 0;
+    for (std::int64_t seq = 128; seq <= 65536; seq += seq / 4) {
+      AttentionShape a;
+      a.heads = a.kv_heads = 16;
+      a.seq_q = a.seq_kv = seq;
+      const double t = attention_time(c, a, Pass::forward, Dtype::bf16).seconds;
+      CHECK(t >= prev_attention);
+      prev_attention = t;
+    }
+  }
+}
+
+TEST_CASE("a faster GPU is never slower") {
+  // Each pair: the second has >= peak and >= HBM bandwidth in every dtype both support.
+  // Equal hardware (H100 vs H200 compute) may differ in the last bit of a division.
+  constexpr double kTie = 1 + 1e-12;
+  const std::pair<const char*, const char*> pairs[] = {
+      {"a100-80gb", "h100-sxm-80gb"}, {"h100-sxm-80gb", "h200-141gb"}, {"h100-sxm-80gb", "b200"},
+      {"h200-141gb", "gb200"},        {"a100-40gb", "a100-80gb"},
+  };
+  const std::vector<GemmShape> gemms = {{1, 1, 1},         {256, 256, 256},     {1024, 1024, 1024},
+                                        {4096, 4096, 4096}, {16384, 8192, 8192}, {802816, 192, 768},
+                                        {8192, 28672, 4096}, {65536, 128, 128},  {300, 70000, 5000}};
+  for (const auto& [slow_name, fast_name] : pairs) {
+    const ClusterSpec slow = profile(slow_name), fast = profile(fast_name);
+    CAPTURE(slow_name);
+    CAPTURE(fast_name);
+    for (Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
+      if (slow.peak_flops_per_s(d) <= 0 || fast.peak_flops_per_s(d) <= 0) continue;
+      for (const GemmShape& g : gemms) {
+        CAPTURE(g.m);
+        CHECK(gemm_time(fast, g, d).seconds <= gemm_time(slow, g, d).seconds * kTie);
+      }
+    }
+    for (std::int64_t seq : {512, 3000, 8192, 32768}) {
+      for (bool causal : {false, true}) {
+        AttentionShape a;
+        a.heads = 32;
+        a.kv_heads = 8;
+        a.seq_q = a.seq_kv = seq;
+        a.causal = causal;
+        for (Pass p : {Pass::forward, Pass::backward})
+          CHECK(attention_time(fast, a, p, Dtype::bf16).seconds <= attention_time(slow, a, p, Dtype::bf16).seconds * kTie);
+      }
+    }
+    for (double bytes : {1e3, 1e6, 1e9})
+      CHECK(memory_bound_time(fast, bytes).seconds <= memory_bound_time(slow, bytes).seconds * kTie);
+  }
+}
+
+TEST_CASE("a dtype without a curve uses the bf16 curve and says so; a dtype without a peak is an error") {
+  const ClusterSpec a100 = profile("a100-80gb");  // fp32 and tf32 peaks, no fp32/tf32 curve
+  const KernelEstimate e = gemm_time(a100, {4096, 4096, 4096}, Dtype::tf32);
+  CHECK(e.curve_fallback);
+  CHECK(e.curve_dtype == Dtype::bf16);
+  CHECK(gemm_efficiency(a100, {4096, 4096, 4096}, Dtype::tf32) ==
+        doctest::Approx(gemm_efficiency(a100, {4096, 4096, 4096}, Dtype::bf16)));
+  CHECK_THROWS_AS(gemm_time(a100, {4096, 4096, 4096}, Dtype::fp8), InputError);  // A100 has no FP8
+  CHECK_FALSE(gemm_time(profile("h100-sxm-80gb"), {4096, 4096, 4096}, Dtype::fp8).curve_fallback);
+}
+
+TEST_CASE("degenerate shapes") {
+  const ClusterSpec h100 = profile("h100-sxm-80gb");
+  CHECK(gemm_time(h100, {0, 4096, 4096}, Dtype::bf16).seconds == 0.0);  // nothing launched
+  CHECK_THROWS_AS(gemm_time(h100, {-1, 4096, 4096}, Dtype::bf16), InputError);
+  // Batched GEMM = the same work as its matrices stacked along M, plus each matrix's own B.
+  const KernelEstimate batched = gemm_time(h100, GemmShape{4096, 4096, 4096, 8}, Dtype::bf16);
+  const KernelEstimate stacked = gemm_time(h100, GemmShape{8 * 4096, 4096, 4096}, Dtype::bf16);
+  CHECK(batched.flops == stacked.flops);
+  CHECK(batched.compute_seconds == doctest::Approx(stacked.compute_seconds));
+  CHECK(batched.bytes > stacked.bytes);
+  // A 1x1x1 GEMM is all launch.
+  CHECK(gemm_time(h100, {1, 1, 1}, Dtype::bf16).seconds == doctest::Approx(h100.gpu.kernel_launch_seconds).epsilon(0.01));
+}
+
+TEST_CASE("an estimate allocates nothing") {
+  const ClusterSpec h100 = profile("h100-sxm-80gb");
+  AttentionShape a;
+  a.seq_q = a.seq_kv = 8192;
+  const long before = g_allocations.load();
+  double sink = 0;
+  for (int i = 0; i < 100; ++i) {
+    sink += gemm_time(h100, {8192 + i, 1024, 4096}, Dtype::bf16).seconds;
+    sink += attention_time(h100, a, Pass::backward, Dtype::bf16).seconds;
+    sink += memory_bound_time(h100, 1e6 * i + 1).seconds;
+  }
+  CHECK(g_allocations.load() == before);
+  CHECK(sink > 0);
+}
+
+TEST_CASE("meshplan kernel CLI: JSON contract and one-line errors") {
+  const std::filesystem::path bin = test::meshplan_bin();
+  if (!std::filesystem::exists(bin)) {
+    MESSAGE("meshplan binary not built; CLI checks skipped");
+    return;
+  }
+  auto run = [&](const std::string& args, int& status) {
+    const std::string cmd = bin.string() + " kernel " + args + " 2>&1";
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    status = pclose(p);
+    return out;
+  };
+  int status = 0;
+  const std::string out = run("--cluster h100-sxm-80gb --gemm 8192x8192x8192 --dtype bf16 --json", status);
+  REQUIRE(status == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j.at("tflops").get<double>() == doctest::Approx(797.5).epsilon(0.05));
+  CHECK(j.at("time_us").get<double>() > 0);
+  CHECK(j.at("efficiency").get<double>() == doctest::Approx(0.806).epsilon(0.05));
+  CHECK(j.at("bound").get<std::string>() == "compute");
+
+  const auto att = nlohmann::json::parse(
+      run("--cluster h100-sxm-80gb --attention b=1,heads=32,seq=8192,head_dim=128,causal=1 --pass bwd --json", status));
+  CHECK(status == 0);
+  CHECK(att.at("tflops").get<double>() == doctest::Approx(308).epsilon(0.05));
+
+  const auto mem = nlohmann::json::parse(run("--cluster h100-sxm-80gb --memory-bytes 16e9 --json", status));
+  CHECK(status == 0);
+  CHECK(mem.at("bound").get<std::string>() == "memory");
+
+  for (const char* bad : {"--gemm 8192x8192", "--gemm 0x1x1", "--gemm axbxc", "--gemm 8x8x8 --dtype int7",
+                          "--attention heads=32", "--attention b=1,heads=32,seq=8,bogus=1",
+                          "--cluster h100-sxm-80gb --gemm 8x8x8 --dtype fp4"}) {
+    const std::string err = run(bad, status);
+    CAPTURE(bad);
+    CAPTURE(err);
+    CHECK(status != 0);
+    CHECK(err.find("error") != std::string::npos);
+    CHECK(err.find('\n') == err.size() - 1);  // one line
+  }
+}

@@ -1,0 +1,197 @@
+// The step simulator: physical invariants and hand-checkable schedules.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <numeric>
+
+#include "report/chrome_trace.hpp"
+#include "sim/step_simulator.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/model_loader.hpp"
+#include "workload/step_program.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+Plan fsdp_plan(int dp_shard) {
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.mesh.dp_shard = dp_shard;
+  p.sharding = Sharding::zero3;
+  return p;
+}
+
+double breakdown_sum(const StepResult& r) {
+  double s = 0;
+  for (const auto& [k, v] : r.breakdown_s) s += v;
+  return s;
+}
+
+ClusterSpec scaled_links(ClusterSpec c, double factor) {
+  c.node.nvlink_bandwidth_bytes_per_s *= factor;
+  c.node.nic_bandwidth_bytes_per_s *= factor;
+  c.node.host_h2d_bytes_per_s *= factor;
+  c.node.host_d2h_bytes_per_s *= factor;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("breakdown adds up to the step time (FSDP, TP+SP, PP interleaved, CP, offload)") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  std::vector<std::pair<Plan, Job>> cases;
+  {
+    Plan p = fsdp_plan(8);
+    cases.push_back({p, Job{8192, 16, 1, 2}});
+  }
+  {
+    Plan p = fsdp_plan(4);
+    p.mesh.tp = 2;
+    p.sequence_parallel = true;
+    p.ac = AcMode::full;
+    cases.push_back({p, Job{8192, 8, 1, 2}});
+  }
+  {
+    Plan p;
+    p.runtime = Runtime::megatron;
+    p.sharding = Sharding::zero1;
+    p.mesh.pp = 4;
+    p.mesh.vpp = 2;
+    p.mesh.tp = 2;
+    p.mesh.dp_replicate = 2;
+    p.mesh.dp_shard = 1;
+    p.schedule = PipelineSchedule::interleaved_1f1b;
+    p.sequence_parallel = true;
+    cases.push_back({p, Job{4096, 16, 1, 8}});
+  }
+  {
+    Plan p = fsdp_plan(2);
+    p.mesh.cp = 4;
+    cases.push_back({p, Job{32768, 2, 1, 1}});
+  }
+  {
+    Plan p = fsdp_plan(8);
+    p.act_offload = true;
+    cases.push_back({p, Job{4096, 8, 1, 1}});
+  }
+  for (const auto& [p, j] : cases) {
+    const auto r = simulate_step(m, p, j, c).result;
+    CHECK(r.step_time_s > 0);
+    CHECK(breakdown_sum(r) == doctest::Approx(r.step_time_s).epsilon(0.001));
+    CHECK(r.tokens_per_s == doctest::Approx(static_cast<double>(j.global_batch * j.seq_len) / r.step_time_s));
+    CHECK(r.mfu > 0.05);
+    CHECK(r.mfu < 1.0);
+  }
+}
+
+TEST_CASE("more link bandwidth never slows a step") {
+  const auto c = load_cluster("a100-80gb");
+  const auto m = load_model("llama2-7b");
+  Plan p = fsdp_plan(64);
+  Job j{4096, 64, 1, 1};
+  double previous = 1e30;
+  for (double f : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    const double t = simulate_step(m, p, j, scaled_links(c, f)).result.step_time_s;
+    CHECK(t <= previous * (1 + 1e-9));
+    previous = t;
+  }
+}
+
+TEST_CASE("with free communication the step is the compute sum") {
+  auto c = load_cluster("h100-sxm-80gb");
+  c.gpu.comm_interference_factor = 0;
+  const auto m = load_model("llama3.1-8b");
+  // One GPU: no collectives at all; the step is exactly the compute stream's busy time.
+  Plan p = fsdp_plan(1);
+  p.sharding = Sharding::none;
+  const auto r = simulate_step(m, p, Job{4096, 2, 1, 2}, c).result;
+  CHECK(r.step_time_s == doctest::Approx(r.stages[0].compute_busy_seconds).epsilon(1e-9));
+  CHECK(r.breakdown_s.at("exposed_comm") == doctest::Approx(0).epsilon(1e-12));
+}
+
+TEST_CASE("a pipeline bubble appears with few micro-batches and shrinks with more") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::none;
+  p.mesh.pp = 4;
+  p.mesh.dp_shard = 1;
+  const auto few = simulate_step(m, p, Job{4096, 1, 1, 1}, c).result;
+  const auto many = simulate_step(m, p, Job{4096, 32, 1, 32}, c).result;
+  // 1F1B bubble fraction is (pp-1)/(m+pp-1): 3/4 with one micro-batch. With 32 the (pp-1) fill
+  // and drain shrink to 3/35, but the last stage also runs the 128k-vocab head and loss, so
+  // the other stages wait on it every micro-batch: the bubble shrinks, but not to 3/35.
+  const double few_fraction = few.breakdown_s.at("bubble") / few.step_time_s;
+  const double many_fraction = many.breakdown_s.at("bubble") / many.step_time_s;
+  CHECK(few_fraction == doctest::Approx(0.75).epsilon(0.1));
+  CHECK(many_fraction < few_fraction / 2);
+  CHECK(many.tokens_per_s_per_gpu > 2 * few.tokens_per_s_per_gpu);
+}
+
+TEST_CASE("activation checkpointing lowers the simulated activation peak and adds recompute") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  Plan none = fsdp_plan(8);
+  Plan full = none;
+  full.ac = AcMode::full;
+  Job j{8192, 16, 2, 1};
+  const auto rn = simulate_step(m, none, j, c).result;
+  const auto rf = simulate_step(m, full, j, c).result;
+  CHECK(rf.stages[0].breakdown.activations < rn.stages[0].breakdown.activations);
+  CHECK(rf.breakdown_s.at("recompute") > 0);
+  CHECK(rn.breakdown_s.at("recompute") == 0);
+  CHECK(rf.step_time_s > rn.step_time_s);
+  CHECK(rf.hfu > rf.mfu);
+}
+
+TEST_CASE("the trace is valid, tracks do not overlap, and it spans the step") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  Plan p = fsdp_plan(8);
+  SimOptions so;
+  so.keep_timeline = true;
+  const auto step = simulate_step(m, p, Job{4096, 8, 1, 1}, c, so);
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace(step.program, step.timings).dump());
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
+  double end_us = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const double ts = e.at("ts"), dur = e.at("dur");
+    tracks[{e.at("pid"), e.at("tid")}].push_back({ts, ts + dur});
+    end_us = std::max(end_us, ts + dur);
+  }
+  for (auto& [k, v] : tracks) {
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i) CHECK(v[i].first >= v[i - 1].second - 1e-6);
+  }
+  CHECK(end_us == doctest::Approx(step.result.step_time_s * 1e6).epsilon(1e-9));
+}
+
+TEST_CASE("same inputs, same result") {
+  const auto c = load_cluster("a100-80gb");
+  const auto m = load_model("llama2-13b");
+  Plan p = fsdp_plan(16);
+  p.ac = AcMode::selective_op;
+  const auto a = simulate_step(m, p, Job{4096, 32, 2, 1}, c).result;
+  const auto b = simulate_step(m, p, Job{4096, 32, 2, 1}, c).result;
+  CHECK(a.step_time_s == b.step_time_s);
+  CHECK(a.breakdown_s == b.breakdown_s);
+}
+
+TEST_CASE("group placement follows TP-innermost rank order") {
+  Mesh mesh;
+  mesh.tp = 8;
+  mesh.dp_shard = 16;
+  CHECK(group_placement(mesh, GroupKind::tp, 8).ranks_per_node == 8);
+  CHECK(group_placement(mesh, GroupKind::fsdp, 8).ranks_per_node == 1);
+  CHECK(group_placement(mesh, GroupKind::fsdp, 8).n_nodes() == 16);
+  mesh.tp = 2;
+  mesh.dp_shard = 32;
+  CHECK(group_placement(mesh, GroupKind::fsdp, 8).ranks_per_node == 4);
+  CHECK(group_placement(mesh, GroupKind::tp, 8).n_ranks == 2);
+}

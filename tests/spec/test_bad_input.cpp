@@ -1,0 +1,224 @@
+// Malformed and infeasible run configs: each must be an InputError whose one-line message names
+// the file and the config's own key.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "spec/config_loader.hpp"
+#include "spec/error.hpp"
+
+using namespace meshplan;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  std::string name;                  // file name (its extension picks the parser)
+  std::string text;
+  std::optional<std::int64_t> gpus;  // resolve_layout is called when set (or when the file has gpus)
+  std::string key;                   // expected InputError::key() (prefix match for syntax errors)
+  std::string reason_has = {};       // optional substring of the reason
+  bool resolve = true;
+};
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("meshplan_test_bad_input_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// ---- valid bases, broken one key at a time
+std::string foundry(const std::string& fsdp = "  mixed_precision: PURE\n", const std::string& top = "",
+                    const std::string& model_extra = "") {
+  return "max_seq_len: 2048\n"
+         "global_train_batch_size: 64\n"
+         "device_train_microbatch_size: 4\n" +
+         top +
+         "model:\n  name: mpt_causal_lm\n  d_model: 1024\n  n_heads: 16\n  n_layers: 8\n"
+         "  expansion_ratio: 4\n  max_seq_len: 2048\n  vocab_size: 50368\n" +
+         model_extra + "fsdp_config:\n" + fsdp;
+}
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+std::string titan(const std::string& training = "", const std::string& parallelism = "",
+                  const std::string& extra = "", const std::string& flavor = "8B") {
+  return "[job]\ndescription = \"t\"\n[model]\nname = \"llama3\"\nflavor = \"" + flavor +
+         "\"\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n" + training + "[parallelism]\n" + parallelism +
+         "[compile]\nenable = false\n" + extra;
+}
+
+std::string plan(const std::string& layout = "", const std::string& batch = "global_batch = 64\nmicro_batch = 1\n",
+                 const std::string& cluster = "gpus = 8\n", const std::string& extra = "",
+                 const std::string& model = "name = \"llama3.1-8b\"\n") {
+  return "[model]\n" + model + "[cluster]\n" + cluster + "[layout]\n" + layout + "[batch]\nseq_len = 4096\n" + batch +
+         extra;
+}
+
+std::vector<Case> cases() {
+  return {
+      // ---------------- torchtitan
+      {"tt_unknown_key.toml", titan("batch_sz = 4\n"), 8, "training.batch_sz", "unknown key"},
+      {"tt_unknown_section.toml", titan() + "[trainer]\nsteps = 1\n", 8, "trainer", "unknown section"},
+      {"tt_other_layout_key.toml", titan("compile = true\n"), 8, "training.compile", "mid-2025"},
+      {"tt_other_layout_section.toml", titan() + "[float8]\nenable_fsdp_float8_all_gather = false\n", 8, "float8",
+       "mid-2025"},
+      {"tt_wrong_type.toml", replace(titan(), "local_batch_size = 1", "local_batch_size = \"1\""), 8,
+       "training.local_batch_size", "integer"},
+      {"tt_zero_local_batch.toml", replace(titan(), "local_batch_size = 1", "local_batch_size = 0"), 8,
+       "training.local_batch_size", "positive"},
+      {"tt_negative_tp.toml", titan("", "tensor_parallel_degree = -2\n"), 8, "parallelism.tensor_parallel_degree"},
+      {"tt_replicate_minus_one.toml", titan("", "data_parallel_replicate_degree = -1\n"), 8,
+       "parallelism.data_parallel_replicate_degree"},
+      {"tt_product_mismatch.toml", titan("", "data_parallel_shard_degree = 3\ntensor_parallel_degree = 2\n"), 8,
+       "parallelism.data_parallel_shard_degree", "= 6 GPUs"},
+      {"tt_minus_one_cannot_absorb.toml", titan("", "tensor_parallel_degree = 4\n"), 6,
+       "parallelism.data_parallel_shard_degree", "not divisible"},
+      {"tt_heads_tp.toml", titan("", "tensor_parallel_degree = 3\n", "", "70B"), 24, "parallelism.tensor_parallel_degree",
+       "attention heads"},
+      {"tt_kv_heads_tp.toml", titan("", "tensor_parallel_degree = 16\n"), 16, "parallelism.tensor_parallel_degree",
+       "kv heads"},
+      {"tt_layers_pp.toml", titan("", "pipeline_parallel_degree = 3\n"), 3, "parallelism.pipeline_parallel_degree",
+       "layers"},
+      {"tt_seq_cp.toml", replace(titan("", "context_parallel_degree = 2\n"), "seq_len = 4096", "seq_len = 4098"), 2,
+       "training.seq_len", "2 x cp 2"},
+      {"tt_seq_tp.toml", replace(titan("", "tensor_parallel_degree = 8\n"), "seq_len = 4096", "seq_len = 4100"), 8,
+       "training.seq_len", "tp 8"},
+      {"tt_debugmodel.toml", titan("", "", "", "debugmodel"), 8, "model.flavor", "debugmodel"},
+      {"tt_unknown_flavor.toml", titan("", "", "", "13B"), 8, "model.flavor"},
+      {"tt_unknown_model.toml", replace(titan(), "name = \"llama3\"", "name = \"llama4\""), 8, "model.name",
+       "--model"},
+      {"tt_reduce_bf16.toml", titan("mixed_precision_reduce = \"bfloat16\"\n"), 8, "training.mixed_precision_reduce",
+       "float32"},
+      {"tt_param_fp16.toml", titan("mixed_precision_param = \"float16\"\n"), 8, "training.mixed_precision_param"},
+      {"tt_ac_mode.toml", titan("", "", "[activation_checkpoint]\nmode = \"partial\"\n"), 8, "activation_checkpoint.mode"},
+      {"tt_ac_option.toml", titan("", "", "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"0\"\n"),
+       8, "activation_checkpoint.selective_ac_option"},
+      {"tt_schedule.toml", titan("", "pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"2F2B\"\n"), 8,
+       "parallelism.pipeline_parallel_schedule"},
+      {"tt_global_batch.toml", titan("global_batch_size = 12\n"), 8, "training.global_batch_size", "not divisible"},
+      {"tt_pp_microbatch.toml",
+       replace(titan("", "pipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 2\n"), "local_batch_size = 1",
+               "local_batch_size = 3"),
+       8, "parallelism.pipeline_parallel_microbatch_size", "not divisible"},
+      {"tt_converter.toml", titan("", "", "", "8B") + "", 8, "model.converters", "unknown converter", true},
+      {"tt_syntax.toml", "[training\nseq_len = 4096\n", 8, "line ", "TOML syntax error"},
+      {"tt_bad_value_type_section.toml", "[job]\ndescription = \"x\"\n[model]\nflavor = \"8B\"\ntraining = 3\n", 8,
+       "model.training", "unknown key"},
+      {"tt_no_gpus.toml", titan(), std::nullopt, "n_gpus", "--gpus"},
+
+      // ---------------- llm-foundry
+      {"lf_syntax.yaml", "model: [unclosed\nfsdp_config: {}\n", 8, "line ", "YAML syntax error"},
+      {"lf_unknown_top_level.yaml", foundry("  mixed_precision: PURE\n", "trainer_cfg: 1\n"), 8, "trainer_cfg",
+       "Unused parameters"},
+      {"lf_sharding.yaml", foundry("  sharding_strategy: ZERO3\n"), 8, "fsdp_config.sharding_strategy"},
+      {"lf_mixed_precision.yaml", foundry("  mixed_precision: HALF\n"), 8, "fsdp_config.mixed_precision"},
+      {"lf_mp_dict_dtype.yaml", foundry("  mixed_precision:\n    param_dtype: bf17\n"), 8,
+       "fsdp_config.mixed_precision.param_dtype"},
+      {"lf_cpu_offload.yaml", foundry("  cpu_offload: true\n"), 8, "fsdp_config.cpu_offload", "ValueError"},
+      {"lf_act_offload_orig_params.yaml", foundry("  activation_cpu_offload: true\n  use_orig_params: false\n"), 8,
+       "fsdp_config.activation_cpu_offload", "use_orig_params"},
+      {"lf_unknown_hf_id.yaml",
+       replace(foundry(), "  name: mpt_causal_lm\n", "  name: hf_causal_lm\n  pretrained_model_name_or_path: acme/giant-1t\n"),
+       8, "model.pretrained_model_name_or_path", "--model"},
+      {"lf_unknown_model_class.yaml", replace(foundry(), "name: mpt_causal_lm", "name: bert_lm"), 8, "model.name"},
+      {"lf_global_world.yaml", foundry(), 48, "global_train_batch_size", "world size 48"},
+      {"lf_micro_zero.yaml", replace(foundry(), "device_train_microbatch_size: 4", "device_train_microbatch_size: 0"), 8,
+       "device_train_microbatch_size"},
+      {"lf_global_negative.yaml", replace(foundry(), "global_train_batch_size: 64", "global_train_batch_size: -64"), 8,
+       "global_train_batch_size"},
+      {"lf_unresolved_interp.yaml", replace(foundry(), "max_seq_len: 2048\nglobal", "max_seq_len: ${variables.nope}\nglobal"),
+       8, "max_seq_len", "not defined"},
+      {"lf_seq_type.yaml", replace(foundry(), "max_seq_len: 2048\nglobal", "max_seq_len: long\nglobal"), 8, "max_seq_len",
+       "integer"},
+      {"lf_tp_strategy.yaml", foundry("  mixed_precision: PURE\n", "tp_config:\n  strategy: attn\n  tensor_parallel_degree: 2\n"),
+       8, "tp_config.strategy"},
+      {"lf_tp_ffn_div.yaml", foundry("  mixed_precision: PURE\n", "tp_config:\n  strategy: ffn\n  tensor_parallel_degree: 3\n"),
+       6, "tp_config.tensor_parallel_degree", "MLP width"},
+      {"lf_hsdp_product.yaml", foundry("  data_parallel_shard_degree: 8\n  data_parallel_replicate_degree: 3\n"), 16,
+       "fsdp_config.data_parallel_shard_degree", "= 24 GPUs"},
+      {"lf_precision.yaml", foundry("  mixed_precision: PURE\n", "precision: amp_int8\n"), 8, "precision"},
+      {"lf_shard_zero.yaml", foundry("  data_parallel_shard_degree: 0\n"), 8, "fsdp_config.data_parallel_shard_degree"},
+      {"lf_bool_type.yaml", foundry("  activation_checkpointing: maybe\n"), 8, "fsdp_config.activation_checkpointing",
+       "true or false"},
+      {"lf_mpt_heads.yaml", replace(foundry(), "n_heads: 16", "n_heads: 0"), 8, "model.n_heads"},
+
+      // ---------------- meshplan plan TOML
+      {"plan_unknown_section.toml", plan() + "[layuot]\ntp = 2\n", std::nullopt, "layuot", "did you mean 'layout'"},
+      {"plan_unknown_key.toml", plan("tpp = 2\n"), std::nullopt, "layout.tpp", "did you mean"},
+      {"plan_unknown_model.toml", plan("", "global_batch = 64\n", "gpus = 8\n", "", "name = \"llama5-1t\"\n"),
+       std::nullopt, "model.name", "unknown model"},
+      {"plan_zero_gpus.toml", plan("", "global_batch = 64\n", "gpus = 0\n"), std::nullopt, "cluster.gpus"},
+      {"plan_gpus_conflict.toml", plan(), 16, "cluster.gpus", "16 were requested"},
+      {"plan_no_gpus.toml", plan("", "global_batch = 64\n", ""), std::nullopt, "cluster.gpus", "--gpus"},
+      {"plan_seq_missing.toml", replace(plan(), "seq_len = 4096\n", ""), std::nullopt, "batch.seq_len", "required"},
+      {"plan_sharding.toml", plan("", "global_batch = 64\n", "gpus = 8\n", "[sharding]\nstrategy = \"zero4\"\n"),
+       std::nullopt, "sharding.strategy"},
+      {"plan_dtype.toml", plan("", "global_batch = 64\n", "gpus = 8\n", "[precision]\nparam = \"fp12\"\n"), std::nullopt,
+       "precision.param"},
+      {"plan_vpp_schedule.toml", plan("pp = 2\nvpp = 2\nschedule = \"1f1b\"\n"), std::nullopt, "layout.vpp"},
+      {"plan_global_div.toml", plan("", "global_batch = 12\nmicro_batch = 1\n"), std::nullopt, "batch.global_batch",
+       "not divisible"},
+      {"plan_inline_vocab.toml",
+       plan("", "global_batch = 64\n", "gpus = 8\n", "", "name = \"x\"\nn_layers = 2\nd_model = 64\nn_heads = 4\nffn_hidden = 256\n"),
+       std::nullopt, "model.vocab", "required"},
+      {"plan_grad_accum.toml", plan("", "global_batch = 64\nmicro_batch = 1\ngrad_accum = 3\n"), std::nullopt,
+       "batch.grad_accum", "disagrees"},
+      {"plan_two_wildcards.toml", plan("tp = -1\n"), std::nullopt, "layout.tp", "only one"},
+      {"plan_micro_type.toml", plan("", "global_batch = 64\nmicro_batch = \"big\"\n"), std::nullopt, "batch.micro_batch"},
+      {"plan_heads_tp.toml", plan("tp = 3\n", "global_batch = 64\n", "gpus = 6\n", "", "name = \"llama2-13b\"\n"),
+       std::nullopt, "layout.tp", "heads"},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("malformed and infeasible inputs are one-line InputErrors naming the file and key") {
+  const auto all = cases();
+  CHECK(all.size() >= 30);
+  for (auto c : all) {
+    // One real converter error, built here so the case list stays declarative.
+    if (c.name == "tt_converter.toml") c.text = replace(c.text, "flavor = \"8B\"", "flavor = \"8B\"\nconverters = [\"fp8\"]");
+    CAPTURE(c.name);
+    const fs::path p = temp_dir() / c.name;
+    std::ofstream(p, std::ios::binary) << c.text;
+    bool threw = false;
+    try {
+      RunConfig rc = load_run_config(p.string());
+      if (c.resolve) resolve_layout(rc, c.gpus);
+    } catch (const InputError& e) {
+      threw = true;
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find(p.string()) != std::string::npos);
+      CHECK(e.key().rfind(c.key, 0) == 0);
+      CHECK(what.find(c.key) != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+      if (!c.reason_has.empty()) CHECK(e.reason().find(c.reason_has) != std::string::npos);
+    } catch (const std::exception& e) {
+      FAIL("not an InputError: " << e.what());
+    }
+    CHECK_MESSAGE(threw, "no error for " << c.name);
+  }
+}
+
+TEST_CASE("a missing file names the path") {
+  const std::string p = (temp_dir() / "does_not_exist.toml").string();
+  try {
+    (void)load_run_config(p);
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find(p) != std::string::npos);
+  }
+}

@@ -1,0 +1,294 @@
+// Memory model against hand-derived values and published formulas.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "spec/cluster_spec.hpp"
+#include "workload/activation_memory.hpp"
+#include "workload/memory_estimate.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+// GPT-3 175B as in Korthikanti et al. 2022 Table 3 (h 12288, a 96, L 96, s 2048, V 51200).
+ModelSpec gpt3_175b() {
+  ModelSpec m;
+  m.name = "gpt3-175b";
+  m.n_layers = 96;
+  m.d_model = 12288;
+  m.n_heads = 96;
+  m.n_kv_heads = 96;
+  m.head_dim = 128;
+  m.ffn_hidden = 4 * 12288;
+  m.mlp = MlpKind::gelu;
+  m.vocab = 51200;
+  m.tied_embeddings = true;
+  m.pos_emb = PosEmb::learned;
+  m.norm = NormKind::layernorm;
+  m.linear_bias = true;
+  m.norm_bias = true;
+  m.max_seq_len = 2048;
+  return m;
+}
+
+ModelSpec llama3_8b() {
+  ModelSpec m;
+  m.name = "llama3.1-8b";
+  m.n_layers = 32;
+  m.d_model = 4096;
+  m.n_heads = 32;
+  m.n_kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn_hidden = 14336;
+  m.mlp = MlpKind::swiglu;
+  m.vocab = 128256;
+  m.max_seq_len = 8192;
+  return m;
+}
+
+// Megatron as in the paper: unfused attention, dropout on, 16-bit activations.
+Plan korthikanti_plan(int tp, bool sp, AcMode ac) {
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.mesh.tp = tp;
+  p.sequence_parallel = sp;
+  p.flash_attention = false;
+  p.dropout = true;
+  p.ac = ac;
+  p.sharding = Sharding::none;
+  return p;
+}
+
+ClusterSpec test_cluster(double hbm_bytes) {
+  ClusterSpec c;
+  c.name = "test";
+  c.gpu.hbm_bytes = hbm_bytes;
+  c.framework.cuda_context_bytes = 0;
+  c.framework.nccl_buffer_bytes_per_group = 0;
+  c.framework.allocator_reserve_fraction = 0;
+  return c;
+}
+
+constexpr double s = 2048, b = 1, h = 12288, a = 96;
+
+}  // namespace
+
+TEST_CASE("Korthikanti eq. 1: no parallelism, no recompute: sbh(34 + 5as/h)") {
+  const auto m = gpt3_175b();
+  const double expected = s * b * h * (34 + 5 * a * s / h);
+  const double got = block_activations(m, korthikanti_plan(1, false, AcMode::none), {2048, 1}).total();
+  CHECK(got == doctest::Approx(expected).epsilon(0.01));
+}
+
+TEST_CASE("Korthikanti eq. 2: TP without SP: sbh(10 + 24/t + 5as/(ht))") {
+  const auto m = gpt3_175b();
+  for (int t : {2, 4, 8}) {
+    const double expected = s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t));
+    const double got = block_activations(m, korthikanti_plan(t, false, AcMode::none), {2048, 1}).total();
+    CHECK(got == doctest::Approx(expected).epsilon(0.01));
+  }
+}
+
+TEST_CASE("Korthikanti eq. 4: TP + SP: sbh(34 + 5as/h)/t") {
+  const auto m = gpt3_175b();
+  const double expected = s * b * h * (34 + 5 * a * s / h) / 8;
+  const double got = block_activations(m, korthikanti_plan(8, true, AcMode::none), {2048, 1}).total();
+  CHECK(got == doctest::Approx(expected).epsilon(0.01));
+}
+
+TEST_CASE("Korthikanti eq. 6: TP + SP + selective recompute: 34 sbh / t") {
+  const auto m = gpt3_175b();
+  const double got = saved_block_bytes(m, korthikanti_plan(8, true, AcMode::selective_attn), {2048, 1}, 0);
+  CHECK(got == doctest::Approx(34 * s * b * h / 8).epsilon(0.01));
+}
+
+TEST_CASE("Full recompute keeps 2sbh per layer") {
+  const auto m = gpt3_175b();
+  const double got = saved_block_bytes(m, korthikanti_plan(1, false, AcMode::full), {2048, 1}, 5);
+  CHECK(got == doctest::Approx(2 * s * b * h).epsilon(0.01));
+}
+
+TEST_CASE("FlashAttention removes the s^2 term; only the fp32 log-sum-exp remains") {
+  auto m = gpt3_175b();
+  Plan p = korthikanti_plan(1, false, AcMode::none);
+  p.flash_attention = true;
+  p.dropout = false;
+  // 34 - 2 dropout masks = 32 sbh, plus 4 bytes per head per token.
+  const double expected = 32 * s * b * h + 4 * a * s * b;
+  CHECK(block_activations(m, p, {2048, 1}).total() == doctest::Approx(expected).epsilon(0.001));
+}
+
+TEST_CASE("Llama-3 block (GQA, SwiGLU, flash, no dropout), hand-derived") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  const double S = 8192, H = 4096, F = 14336, KV = 1024;
+  // norms 2*2SH; QKV input 2SH; Q 2SH; K,V 2*2S*KV; O 2SH; MLP input 2SH; 4 x 2SF; lse 4*32*S.
+  const double expected = 4 * S * H + 2 * S * H + 2 * S * H + 4 * S * KV + 2 * S * H + 2 * S * H + 8 * S * F +
+                          4 * 32 * S;
+  CHECK(block_activations(m, p, {8192, 1}).total() == doctest::Approx(expected).epsilon(1e-9));
+}
+
+TEST_CASE("Persistent state is 16 P / N with AdamW under FSDP, in every mixed-precision mode") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Job j{8192, 16, 1, 2};  // grad accumulation keeps the fp32 grads alive through forward
+  for (Dtype reduce : {Dtype::fp32, Dtype::bf16}) {
+    Plan p;
+    p.runtime = Runtime::composer_fsdp1;
+    p.mesh.dp_shard = 8;
+    p.reduce_dtype = reduce;
+    const auto e = estimate_memory(m, p, j, c);
+    const auto& br = e.stages.at(0).breakdown;
+    CHECK(br.params + br.grads + br.optimizer ==
+          doctest::Approx(16.0 * static_cast<double>(n_params(m)) / 8).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("PURE vs DEFAULT changes only the reduce buffer, by the fp32 upcast of one unit") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Job j{8192, 8, 1, 1};
+  Plan def;
+  def.runtime = Runtime::composer_fsdp1;
+  def.mesh.dp_shard = 8;
+  def.reduce_dtype = Dtype::fp32;
+  Plan pure = def;
+  pure.reduce_dtype = Dtype::bf16;
+  const auto ed = estimate_memory(m, def, j, c).stages.at(0);
+  const auto ep = estimate_memory(m, pure, j, c).stages.at(0);
+  CHECK(ed.breakdown.params == ep.breakdown.params);
+  CHECK(ed.breakdown.optimizer == ep.breakdown.optimizer);
+  CHECK(ed.breakdown.activations == ep.breakdown.activations);
+  const double unit = static_cast<double>(param_counts(m).per_layer());
+  // DEFAULT: 4U upcast copy + 4U/N fp32 shard; PURE reduces in place + 2U/N bf16 shard.
+  CHECK(ed.breakdown.reduce_buffers - ep.breakdown.reduce_buffers ==
+        doctest::Approx(4 * unit + (4 - 2) * unit / 8).epsilon(1e-9));
+}
+
+TEST_CASE("Reentrant checkpointing never uses less memory than non-reentrant") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Job j{8192, 8, 1, 1};
+  for (AcMode ac : {AcMode::full, AcMode::selective_layer, AcMode::selective_op}) {
+    Plan p;
+    p.mesh.dp_shard = 8;
+    p.ac = ac;
+    p.ac_every_n = 2;
+    Plan r = p;
+    r.ac_reentrant = true;
+    CHECK(estimate_memory(m, r, j, c).stages[0].peak_bytes > estimate_memory(m, p, j, c).stages[0].peak_bytes);
+  }
+}
+
+TEST_CASE("Full AC never raises activation memory; selective lies in between") {
+  const auto m = llama3_8b();
+  const MicroBatchShape mb{8192, 2};
+  Plan none, full, sel;
+  full.ac = AcMode::full;
+  sel.ac = AcMode::selective_layer;
+  sel.ac_every_n = 2;
+  double sum_none = 0, sum_full = 0, sum_sel = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    sum_none += saved_block_bytes(m, none, mb, l);
+    sum_full += saved_block_bytes(m, full, mb, l);
+    sum_sel += saved_block_bytes(m, sel, mb, l);
+  }
+  CHECK(sum_full < sum_sel);
+  CHECK(sum_sel < sum_none);
+  // Every second block checkpointed: half the blocks keep everything, half their input.
+  const double all = block_activations(m, none, mb).total();
+  const double input = block_activations(m, none, mb).block_input_bytes;
+  CHECK(sum_sel == doctest::Approx(16 * all + 16 * input).epsilon(1e-9));
+}
+
+TEST_CASE("SHARD_GRAD_OP keeps the whole unsharded bf16 model (2 P) between forward and backward") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Plan p;
+  p.runtime = Runtime::composer_fsdp1;
+  p.sharding = Sharding::zero2;
+  p.reshard_after_forward = false;
+  p.mesh.dp_shard = 8;
+  const auto st = estimate_memory(m, p, Job{2048, 8, 1, 1}, c).stages.at(0);
+  CHECK(st.breakdown.unsharded_params == doctest::Approx(2.0 * static_cast<double>(n_params(m))).epsilon(1e-9));
+}
+
+TEST_CASE("HSDP shards state within the shard group only") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Plan full;
+  full.mesh.dp_shard = 64;
+  Plan hsdp;
+  hsdp.mesh.dp_shard = 8;
+  hsdp.mesh.dp_replicate = 8;
+  Job j{8192, 64, 1, 1};
+  const auto ef = estimate_memory(m, full, j, c).stages.at(0).breakdown;
+  const auto eh = estimate_memory(m, hsdp, j, c).stages.at(0).breakdown;
+  CHECK(eh.params == doctest::Approx(8 * ef.params).epsilon(1e-9));
+}
+
+TEST_CASE("Megatron distributed optimizer: 6 + 12/d bytes per parameter") {
+  const auto m = gpt3_175b();
+  const auto c = test_cluster(1e15);
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::zero1;
+  p.mesh.dp_replicate = 8;
+  p.mesh.dp_shard = 1;
+  p.mesh.tp = 8;
+  p.mesh.pp = 16;
+  const auto st = estimate_memory(m, p, Job{2048, 1536, 1, 192}, c).stages.at(1);
+  const auto& br = st.breakdown;
+  CHECK(br.params + br.grads + br.optimizer == doctest::Approx((6 + 12.0 / 8) * st.params_per_rank).epsilon(1e-9));
+}
+
+TEST_CASE("Pipeline micro-batches in flight: 1F1B, interleaved (Korthikanti eq. 8 factor), GPipe") {
+  Plan p;
+  p.mesh.pp = 8;
+  p.schedule = PipelineSchedule::one_f_one_b;
+  CHECK(microbatches_in_flight(p, 0, 64) == 8);
+  CHECK(microbatches_in_flight(p, 7, 64) == 1);
+  CHECK(microbatches_in_flight(p, 0, 4) == 4);
+  p.schedule = PipelineSchedule::interleaved_1f1b;
+  p.mesh.vpp = 4;
+  // First stage holds pp * (1 + (pp-1)/(pp*v)) layers' worth, in units of its L/pp layers.
+  CHECK(microbatches_in_flight(p, 0, 64) == doctest::Approx(8 * (1 + 7.0 / 32)).epsilon(1e-12));
+  p.schedule = PipelineSchedule::gpipe;
+  CHECK(microbatches_in_flight(p, 3, 64) == 64);
+}
+
+TEST_CASE("Activation offload moves saved tensors to the host and keeps two blocks on the GPU") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Plan p;
+  p.mesh.dp_shard = 8;
+  Plan off = p;
+  off.act_offload = true;
+  Job j{8192, 8, 1, 1};
+  const auto base = estimate_memory(m, p, j, c).stages.at(0);
+  const auto moved = estimate_memory(m, off, j, c).stages.at(0);
+  const double block = block_activations(m, p, {8192, 1}).total();
+  CHECK(moved.host_bytes == doctest::Approx(32 * block).epsilon(1e-9));
+  CHECK(base.breakdown.activations - moved.breakdown.activations == doctest::Approx(30 * block).epsilon(1e-9));
+}
+
+TEST_CASE("Breakdown adds up to the peak, and fit compares with capacity") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.mesh.dp_shard = 8;
+  Job j{8192, 8, 1, 1};
+  auto c = test_cluster(80e9);
+  c.framework.cuda_context_bytes = 0.5e9;
+  c.framework.nccl_buffer_bytes_per_group = 0.2e9;
+  c.framework.allocator_reserve_fraction = 0.1;
+  const auto e = estimate_memory(m, p, j, c);
+  const auto& st = e.stages.at(0);
+  CHECK(st.breakdown.total() == doctest::Approx(st.peak_bytes).epsilon(1e-12));
+  CHECK(st.breakdown.comm_buffers == doctest::Approx(0.2e9));
+  CHECK(st.breakdown.framework == doctest::Approx(0.5e9 + 0.1 * st.allocated_peak_bytes).epsilon(1e-9));
+  CHECK(e.fits == (st.peak_bytes <= 80e9));
+  auto tiny = test_cluster(1e9);
+  CHECK_FALSE(estimate_memory(m, p, j, tiny).fits);
+}
