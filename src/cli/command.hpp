@@ -16,6 +16,9 @@ Command add_memory_command(CLI::App& root);
 Command add_demo_command(CLI::App& root);
 Command add_collective_command(CLI::App& root);
 Command add_simulate_command(CLI::App& root);
+Command add_plan_command(CLI::App& root);
 Command add_kernel_command(CLI::App& root);
+Command add_validate_command(CLI::App& root);
+Command add_calibrate_command(CLI::App& root);
 
 }  // namespace meshplan::cli

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "cli/command.hpp"
@@ -21,13 +22,34 @@ int main(int argc, char** argv) {
       meshplan::cli::add_topology_command(app),
       meshplan::cli::add_memory_command(app),
       meshplan::cli::add_simulate_command(app),
+      meshplan::cli::add_plan_command(app),
       meshplan::cli::add_kernel_command(app),
+      meshplan::cli::add_validate_command(app),
+      meshplan::cli::add_calibrate_command(app),
   };
 
+  std::string names;
+  bool known = false;
+  for (const auto& c : commands) {
+    names += (names.empty() ? "" : ", ") + c.app->get_name();
+    known = known || (argc > 1 && c.app->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    fmt::print(stderr, "meshplan: error: unknown command '{}' (commands: {})\n", argv[1], names);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other input error; --help has the details.
+    fmt::print(stderr, "meshplan: error: {} (see --help)\n", e.what());
+    return 2;
   }
   try {
     for (const auto& c : commands)

@@ -11,6 +11,28 @@
 
 namespace meshplan::cli {
 
+namespace {
+bool mesh_is_explicit(const Mesh& m) {
+  return m.pp > 0 && m.dp_replicate > 0 && m.dp_shard > 0 && m.cp > 0 && m.tp > 0;
+}
+}  // namespace
+
+CLI::Validator positive_integer() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        std::size_t pos = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(v, &pos);
+        } catch (...) {
+          pos = 0;
+        }
+        if (pos != v.size() || v.empty() || n <= 0) return "must be a positive integer, got '" + v + "'";
+        return {};
+      },
+      "POSITIVE");
+}
+
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {
   app.add_option("-c,--config", o.config,
                  "run config: llm-foundry/Composer YAML, torchtitan TOML or meshplan plan TOML")
@@ -21,7 +43,7 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
                  fmt::format("hardware profile name or TOML path (default: the config's, else {})",
                              kDefaultCluster));
   app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
 }
 
 RunInputs load_run_inputs(const RunInputOptions& o) {
@@ -38,6 +60,8 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
   std::optional<std::int64_t> gpus;
   if (o.gpus > 0) {
     gpus = o.gpus;
+  } else if (in.run.n_gpus <= 0 && mesh_is_explicit(in.run.plan.mesh)) {
+    gpus = in.run.plan.mesh.world();  // every degree given: the product is the GPU count
   } else if (in.run.n_gpus <= 0) {
     gpus = in.cluster.node.gpus_per_node;
     in.run.warnings.push_back(fmt::format(

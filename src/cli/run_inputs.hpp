@@ -19,6 +19,9 @@ struct RunInputOptions {
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o);
 
+// A CLI11 validator whose message fits on one line: "must be a positive integer, got 'x'".
+CLI::Validator positive_integer();
+
 struct RunInputs {
   RunConfig run;
   ClusterSpec cluster;

@@ -80,12 +80,22 @@ Geometry geometry(const ClusterSpec& c, GroupPlacement g) {
 }
 
 struct Candidate {
-  double seconds = std::numeric_limits<double>::infinity();
+  double seconds = std::numeric_limits<double>::infinity();  // NCCL's predicted time: what it selects on
   double latency_seconds = 0;
-  double transfer_seconds = 0;
+  double transfer_seconds = 0;  // at the channel count the kernel really runs with (after shrinking)
   NcclAlgo algo = NcclAlgo::ring;
   NcclProto proto = NcclProto::simple;
+  int channels = 0;
   bool direct = false;  // point-to-point (all-to-all, send/recv): not one of NCCL's algorithms
+};
+
+// NCCL's small-message channel/thread shrinking (hardware.md §1.1, enqueue.cc): after choosing the
+// pair, `while (nBytes < nc * nt * threadThreshold) nc--`, then nt halves (while a multiple of 128).
+// The collective then runs on nc channels of nt threads: busBw = nc x per-channel bw (§1.4), so the
+// rate scales by (nc / nc0) x (nt / nt0).
+struct Shrink {
+  int channels = 1;
+  double rate_factor = 1.0;
 };
 
 class Model {
@@ -130,6 +140,19 @@ public:
     return std::clamp(n, 2, t_.max_channels);
   }
 
+  Shrink shrink(NcclAlgo a, NcclProto p, int nc0) const {
+    const auto pi = static_cast<std::size_t>(p);
+    const int nt0 = t_.max_threads[pi];
+    // Ring LL's threshold is multiplied by the rank count (hardware.md §1.1).
+    const double thr = t_.thread_threshold_bytes[pi] * (a == NcclAlgo::ring && p == NcclProto::ll ? geo_.n : 1);
+    // Closed form of the nc-- loop: the largest nc with nc * nt * thr <= nBytes (at least 1).
+    int nc = nc0, nt = nt0;
+    if (bytes_ < static_cast<double>(nc) * nt * thr)
+      nc = std::max(1, static_cast<int>(std::floor(bytes_ / (static_cast<double>(nt) * thr))));
+    while (nc == 1 && bytes_ < static_cast<double>(nt) * thr && nt % 128 == 0) nt /= 2;
+    return Shrink{nc, (static_cast<double>(nc) / nc0) * (static_cast<double>(nt) / nt0)};
+  }
+
   int nvls_channels() const {
     if (geo_.sm >= 100) return geo_.islands > 1 ? t_.nvls_channels_sm100_multi_node : t_.nvls_channels_sm100_single_domain;
     return t_.nvls_channels_sm90;
@@ -167,7 +190,7 @@ public:
       if (op == CollectiveOp::all_reduce && p == NcclProto::simple && I > 1 &&
           bytes_ / (static_cast<double>(nch) * n) >= t_.ring_simple_plateau_min_bytes)
         lat *= geo_.sm >= 80 ? t_.ring_simple_plateau_factor_sm80 : t_.ring_simple_plateau_factor_older;
-      consider(best, NcclAlgo::ring, p, lat, bus_bytes / bw);
+      consider(best, NcclAlgo::ring, p, lat, bus_bytes / bw, shrink(NcclAlgo::ring, p, nch));
     }
   }
 
@@ -192,7 +215,7 @@ public:
       const double lat = base(NcclAlgo::tree, p) +
                          2.0 * ((geo_.local - 1) * intra_lat(NcclAlgo::tree, p) +
                                 log2i(geo_.islands) * inter_lat(NcclAlgo::tree, p));
-      consider(best, NcclAlgo::tree, p, lat, bytes_ / algbw);
+      consider(best, NcclAlgo::tree, p, lat, bytes_ / algbw, shrink(NcclAlgo::tree, p, nch));
     }
   }
 
@@ -205,7 +228,7 @@ public:
     const double n = geo_.n;
     const double per_rank_bytes = op == CollectiveOp::all_reduce ? bytes_ * (n + 1) / n : bytes_ * (n - 1) / n;
     consider(best, NcclAlgo::nvls, NcclProto::simple, intra_lat(NcclAlgo::nvls, NcclProto::simple),
-             per_rank_bytes / rate);
+             per_rank_bytes / rate, Shrink{nvls_channels(), 1.0});
   }
 
   // NVLS inside each node, a tree of nodes over the NICs: each node moves its reduced buffer
@@ -221,7 +244,7 @@ public:
     if (cap > 0) algbw = std::min(algbw, nvls_channels() * cap * n / (2.0 * (n - 1)));
     const double lat = base(NcclAlgo::nvlstree, NcclProto::simple) + intra_lat(NcclAlgo::nvlstree, NcclProto::simple) +
                        2.0 * log2i(geo_.islands) * inter_lat(NcclAlgo::nvlstree, NcclProto::simple);
-    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw);
+    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw, Shrink{nvls_channels(), 1.0});
   }
 
   // Parallel aggregated trees (one rank per node): ring bytes, log-depth latency, NCCL's 0.75.
@@ -279,7 +302,7 @@ public:
                                    net_bytes > 0 ? net_bytes / (geo_.gpu_net_bytes_per_s * eff) : 0.0);
       const double lat = base(NcclAlgo::ring, p) + hw(link, NcclAlgo::ring, p) +
                          (link == NcclLink::net ? geo_.extra_inter_seconds : 0.0);
-      Candidate cand{lat + t_bw, lat, t_bw, NcclAlgo::ring, p, true};
+      Candidate cand{lat + t_bw, lat, t_bw, NcclAlgo::ring, p, 0, true};
       if (cand.seconds < best.seconds) best = cand;
     }
   }
@@ -288,10 +311,11 @@ private:
   double hw(NcclLink l, NcclAlgo a, NcclProto p) const {
     return t_.hw_latency_seconds[static_cast<std::size_t>(l)][static_cast<std::size_t>(a)][static_cast<std::size_t>(p)];
   }
-  static void consider(Candidate& best, NcclAlgo a, NcclProto p, double lat, double t_bw) {
+  // NCCL selects on its own prediction (full channel count); the kernel then runs shrunk.
+  static void consider(Candidate& best, NcclAlgo a, NcclProto p, double lat, double t_bw, Shrink sh = Shrink{}) {
     if (!(t_bw >= 0) || !std::isfinite(t_bw)) return;
     const double s = lat + t_bw;
-    if (s < best.seconds) best = Candidate{s, lat, t_bw, a, p, false};
+    if (s < best.seconds) best = Candidate{s, lat, t_bw / sh.rate_factor, a, p, sh.channels, false};
   }
 
   const ClusterSpec& c_;
@@ -425,8 +449,19 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
     e.protocol = "none";
     return e;
   }
-  e.seconds = best.seconds;
+  e.seconds = best.latency_seconds + best.transfer_seconds;
   e.latency_seconds = best.latency_seconds;
+  e.channels = best.channels;
+  if (options.launch_mode == LaunchMode::single_process_multi_gpu) {
+    // One host thread enqueues and launches the kernels of its node's GPUs one after the other;
+    // back-to-back iterations pipeline host and GPUs, so the period is max(GPU time, host time).
+    const double per_gpu = options.amd_host ? table.host_launch_amd_seconds : table.host_launch_intel_seconds;
+    e.host_floor_seconds = geo.ppn * per_gpu;
+    if (e.host_floor_seconds > e.seconds) {
+      e.seconds = e.host_floor_seconds;
+      e.host_bound = true;
+    }
+  }
   e.bus_bytes = bus_bytes;
   e.bus_bandwidth_bytes_per_s = best.transfer_seconds > 0 ? bus_bytes / best.transfer_seconds : 0.0;
   e.algorithm = best.direct ? std::string_view("direct") : to_string(best.algo);

@@ -19,7 +19,15 @@ struct CollectiveEstimate {
   std::string algorithm;            // "ring", "tree", "nvls", "nvlstree", "pat", "direct"
   std::string protocol;             // "LL", "LL128", "Simple"
   bool crosses_nodes = false;
+  int channels = 0;                 // channels NCCL runs the chosen pair on, after small-message shrinking
+  double host_floor_seconds = 0;    // single-process launch floor (0 in one-process-per-GPU mode)
+  bool host_bound = false;          // `seconds` is the host floor, not the GPU time
 };
+
+// How the ranks' kernels are launched. Training runs one process per GPU; nccl-tests `-g N` drives
+// N GPUs from one host thread, which enqueues and launches their kernels one after the other, so an
+// iteration cannot be shorter than N x the per-GPU host launch cost (NCCL table, host_launch_us).
+enum class LaunchMode { one_process_per_gpu, single_process_multi_gpu };
 
 // What NCCL is allowed to pick from (NCCL_ALGO / NCCL_PROTO / CollNet availability) and which
 // constants it uses. The defaults are NCCL's defaults: every algorithm but CollNet, every protocol.
@@ -28,7 +36,8 @@ struct CollectiveOptions {
   unsigned algorithm_mask = ~0u;    // bit (1u << int(NcclAlgo)) set = allowed
   unsigned protocol_mask = ~0u;     // bit (1u << int(NcclProto)) set = allowed
   bool collnet = false;             // IB SHARP / CollNet plugin present: enables CollNet algorithms
-  bool amd_host = false;            // NCCL's net overhead and multi-node LL cap depend on the CPU vendor
+  bool amd_host = false;            // NCCL's net overhead, multi-node LL cap and host launch cost depend on the CPU vendor
+  LaunchMode launch_mode = LaunchMode::one_process_per_gpu;  // single_process_multi_gpu: one thread per node
 };
 
 inline constexpr unsigned algorithm_bit(NcclAlgo a) { return 1u << static_cast<int>(a); }

@@ -69,6 +69,12 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
     st["allocated_peak_bytes"] = static_cast<std::int64_t>(std::llround(s.allocated_peak_bytes));
     st["peak_time_s"] = s.peak_time_seconds;
     st["compute_busy_s"] = s.compute_busy_seconds;
+    const MemoryBreakdown& b = s.breakdown;
+    st["breakdown"] = {{"params", b.params},           {"grads", b.grads},
+                       {"optimizer", b.optimizer},     {"unsharded_params", b.unsharded_params},
+                       {"reduce_buffers", b.reduce_buffers}, {"activations", b.activations},
+                       {"recompute", b.recompute},     {"comm_buffers", b.comm_buffers},
+                       {"framework", b.framework}};
     j["stages"].push_back(st);
   }
   j["model"] = rc.model.name;

@@ -173,30 +173,53 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       compute_end[static_cast<std::size_t>(prog.ops[i].stage)] =
           std::max(compute_end[static_cast<std::size_t>(prog.ops[i].stage)], run.timings[i].end_seconds);
   r.critical_stage = static_cast<int>(std::max_element(compute_end.begin(), compute_end.end()) - compute_end.begin());
-  auto charge_wait = [&](std::size_t waiting_op, double gap) {
-    if (gap <= 0) return;
-    // The dependency that finished last gated the start.
-    int gate = -1;
-    double gate_end = -1;
-    for (int d : prog.ops[waiting_op].deps) {
-      const double e = run.timings[static_cast<std::size_t>(d)].end_seconds;
-      if (e > gate_end) {
-        gate_end = e;
-        gate = d;
-      }
-    }
-    const OpCategory cat = gate >= 0 ? prog.ops[static_cast<std::size_t>(gate)].category : OpCategory::compute;
-    const bool other_stage = gate >= 0 && prog.ops[static_cast<std::size_t>(gate)].stage != prog.ops[waiting_op].stage;
+  auto charge = [&](OpCategory cat, bool other_stage, double seconds) {
+    if (seconds <= 0) return;
     if (cat == OpCategory::pp || other_stage) {
-      r.breakdown_s["bubble"] += gap;
+      r.breakdown_s["bubble"] += seconds;
     } else if (cat == OpCategory::offload) {
-      r.breakdown_s["offload_stall"] += gap;
+      r.breakdown_s["offload_stall"] += seconds;
     } else if (is_communication(cat)) {
-      r.breakdown_s["exposed_comm"] += gap;
-      r.exposed_comm_s[std::string(to_string(cat))] += gap;
+      r.breakdown_s["exposed_comm"] += seconds;
+      r.exposed_comm_s[std::string(to_string(cat))] += seconds;
     } else {
-      r.breakdown_s["other"] += gap;
+      r.breakdown_s["other"] += seconds;
     }
+  };
+  // An idle gap [from, to) on the compute stream is blamed along the critical chain: the
+  // dependency that finished last owns the part of the gap it was running; whatever it was
+  // itself waiting for owns the part before it started, and so on.
+  auto charge_wait = [&](std::size_t waiting_op, double from) {
+    double to = run.timings[waiting_op].start_seconds;
+    std::size_t op = waiting_op;
+    for (int depth = 0; to > from && depth < 64; ++depth) {
+      int gate = -1;
+      double gate_end = -1;
+      for (int d : prog.ops[op].deps) {
+        const double e = run.timings[static_cast<std::size_t>(d)].end_seconds;
+        if (e > gate_end) {
+          gate_end = e;
+          gate = d;
+        }
+      }
+      if (gate < 0) break;
+      const Op& g = prog.ops[static_cast<std::size_t>(gate)];
+      const bool other_stage = g.stage != prog.ops[waiting_op].stage;
+      const double g_start = run.timings[static_cast<std::size_t>(gate)].start_seconds;
+      const double own = std::min(to, gate_end) - std::max(from, g_start);
+      if (g.stream == StreamKind::compute && !other_stage) {
+        // Waiting on our own compute cannot leave a gap; anything left is scheduling slack.
+        break;
+      }
+      charge(g.category, other_stage, own);
+      to = std::min(to, std::max(from, g_start));
+      if (other_stage) {
+        charge(g.category, true, to - from);  // everything earlier is the other stage's doing
+        to = from;
+      }
+      op = static_cast<std::size_t>(gate);
+    }
+    if (to > from) r.breakdown_s["other"] += to - from;
   };
   double cursor = 0;
   std::size_t last_compute = 0;
@@ -205,7 +228,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     const Op& op = prog.ops[i];
     if (op.stage != r.critical_stage || op.stream != StreamKind::compute) continue;
     const auto& tm = run.timings[i];
-    charge_wait(i, tm.start_seconds - cursor);
+    if (tm.start_seconds > cursor) charge_wait(i, cursor);
     const double busy = tm.end_seconds - tm.start_seconds;
     const char* key = op.category == OpCategory::recompute ? "recompute"
                       : op.category == OpCategory::optimizer ? "optimizer"

@@ -338,7 +338,7 @@ void read_sources(Context& ctx, const toml::table& root) {
   const toml::table* t = n->as_table();
   if (t == nullptr) ctx.fail("sources", "must be a table, got " + std::string(type_name(*n)), n);
   static const std::vector<std::string> kinds = {"spec", "measured", "model", "derived",
-                                                 "estimate"};
+                                                 "estimate", "calibrated"};
   for (auto&& [k, v] : *t) {
     const std::string tag(k.str());
     const std::string key = "sources." + tag;

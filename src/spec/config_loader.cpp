@@ -1,6 +1,8 @@
 // Format detection and layout resolution for run configs (config_loader.hpp).
 #include "spec/config_loader.hpp"
 
+#include "spec/pipeline_split.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -192,9 +194,11 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     }
   }
   const std::int64_t stages = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
-  if (m.n_layers % stages != 0)
+  if (!split_layers(m.n_layers, static_cast<int>(stages)))
     fail(mesh.pp > 1 ? keys.pp : keys.vpp,
-         fmt::format("{} layers of {} are not divisible by pp x vpp = {} x {}", m.n_layers, m.name, mesh.pp, mesh.vpp));
+         fmt::format("{} layers of {} are not divisible by pp x vpp = {} x {} (nor are {} counting the embedding "
+                     "and head as one layer each, torchtitan's uneven split)",
+                     m.n_layers, m.name, mesh.pp, mesh.vpp, m.n_layers + 2));
   if (mesh.ep > 1) {
     const std::int64_t ep_pool = static_cast<std::int64_t>(mesh.dp()) * mesh.cp;
     if (ep_pool % mesh.ep != 0)

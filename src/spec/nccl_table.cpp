@@ -267,11 +267,11 @@ NcclTable read_table(const fs::path& path) {
   }
   read_sources(ctx, root);
 
-  static constexpr std::array<std::string_view, 15> kTop = {
+  static constexpr std::array<std::string_view, 17> kTop = {
       "schema_version", "nccl_version", "sources", "base_latency_us", "hw_latency_us", "latency",
       "protocol_efficiency", "nvls_efficiency", "tree_correction_factor", "caps_gb_per_s",
       "ll_max_multi_node_gb_per_s", "speed_ladder_gb_per_s", "channels", "buffers",
-      "thread_threshold_bytes"};
+      "thread_threshold_bytes", "max_threads", "host_launch_us"};
   for (const auto& [k, v] : root)
     if (std::find(kTop.begin(), kTop.end(), k.str()) == kTop.end())
       ctx.fail(std::string(k.str()), "unknown key", &v);
@@ -379,6 +379,17 @@ NcclTable read_table(const fs::path& path) {
     Reader r(ctx, child(ctx, root, "", "thread_threshold_bytes"), "thread_threshold_bytes");
     out.thread_threshold_bytes = {r.number("ll", 0, 1e6, false), r.number("ll128", 0, 1e6, false),
                                   r.number("simple", 0, 1e6, false)};
+    r.finish();
+  }
+  {
+    Reader r(ctx, child(ctx, root, "", "max_threads"), "max_threads");
+    out.max_threads = {r.integer("ll", 32, 4096), r.integer("ll128", 32, 4096), r.integer("simple", 32, 4096)};
+    r.finish();
+  }
+  {
+    Reader r(ctx, child(ctx, root, "", "host_launch_us"), "host_launch_us");
+    out.host_launch_intel_seconds = r.number("intel", 0, 1e3) * kUs;
+    out.host_launch_amd_seconds = r.number("amd", 0, 1e3) * kUs;
     r.finish();
   }
 

@@ -84,6 +84,12 @@ struct NcclTable {
   double simple_buffer_bytes = 0;
   int steps = 0;
   ProtoValues thread_threshold_bytes{};
+  std::array<int, kNcclProtoCount> max_threads{};  // threads per channel (CTA) NCCL launches, per protocol
+
+  // Host time to enqueue one GPU's part of a collective (NCCL enqueue + cudaLaunchKernel) when one
+  // host thread drives several GPUs (nccl-tests -g N): by CPU vendor, like NCCL's net overhead.
+  double host_launch_intel_seconds = 0;
+  double host_launch_amd_seconds = 0;
 
   std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
   std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"

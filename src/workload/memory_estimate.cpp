@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/pipeline_split.hpp"
 #include "workload/activation_memory.hpp"
 
 namespace meshplan {
@@ -129,13 +130,23 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   const bool foreach_optimizer =
       p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2 || p.runtime == Runtime::generic;
 
-  int first_layer = 0;
+  // Layers of each pipeline chunk; a stage owns chunks stage, stage + pp, ... (interleaving).
+  const int v = p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
+  std::vector<int> chunk_sizes(static_cast<std::size_t>(pp * v), m.n_layers / (pp * v));
+  if (auto split = split_layers(m.n_layers, pp * v)) chunk_sizes = *split;
+  else for (int i = 0; i < m.n_layers % (pp * v); ++i) ++chunk_sizes[static_cast<std::size_t>(i)];
+  std::vector<int> chunk_first(chunk_sizes.size(), 0);
+  for (std::size_t i = 1; i < chunk_sizes.size(); ++i) chunk_first[i] = chunk_first[i - 1] + chunk_sizes[i - 1];
   for (int stage = 0; stage < pp; ++stage) {
     StageMemory sm;
     sm.stage = stage;
-    sm.first_layer = first_layer;
-    sm.n_layers = m.n_layers / pp + (stage < m.n_layers % pp ? 1 : 0);
-    first_layer += sm.n_layers;
+    sm.first_layer = chunk_first[static_cast<std::size_t>(stage)];
+    std::vector<int> stage_layers;
+    for (int c = 0; c < v; ++c) {
+      const auto chunk = static_cast<std::size_t>(c * pp + stage);
+      for (int l = 0; l < chunk_sizes[chunk]; ++l) stage_layers.push_back(chunk_first[chunk] + l);
+    }
+    sm.n_layers = static_cast<int>(stage_layers.size());
     const StageParams sp = stage_params(m, p, stage, sm.n_layers);
     sm.params_per_rank = sp.total();
     const double P = sp.total();
@@ -192,8 +203,8 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
 
     // Activations kept for backward, for every micro-batch in flight on this stage.
     double per_microbatch = 0, largest_block = 0;
-    for (int l = 0; l < sm.n_layers; ++l) {
-      const double b = saved_block_bytes(m, p, mb, sm.first_layer + l);
+    for (int layer : stage_layers) {
+      const double b = saved_block_bytes(m, p, mb, layer);
       per_microbatch += b;
       largest_block = std::max(largest_block, b);
     }

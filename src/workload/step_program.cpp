@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "spec/pipeline_split.hpp"
 #include "workload/activation_memory.hpp"
 
 namespace meshplan {
@@ -251,7 +252,13 @@ double Builder::stage_params(int stage) const {
   const ParamCounts c = param_counts(m_);
   const bool full_tp = p_.tp_style == TpStyle::full;
   const double vs = full_tp ? p_.mesh.tp : 1.0;
-  double params = unit_params() * (m_.n_layers / p_.mesh.pp);
+  // Layers on this stage (all its chunks); the split is exact (checked in build()).
+  const int pp = std::max(1, p_.mesh.pp);
+  const int v = p_.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p_.mesh.vpp) : 1;
+  const auto split = split_layers(m_.n_layers, pp * v);
+  int layers = 0;
+  for (int c = 0; c < v && split; ++c) layers += (*split)[static_cast<std::size_t>(c * pp + stage)];
+  double params = unit_params() * layers;
   if (stage == 0) params += static_cast<double>(c.embedding) / vs + static_cast<double>(c.position);
   if (stage == p_.mesh.pp - 1)
     params += static_cast<double>(m_.tied_embeddings && p_.mesh.pp == 1 ? 0 : c.embedding) / vs +
@@ -492,9 +499,13 @@ StepProgram Builder::build() {
   const int pp = std::max(1, p_.mesh.pp);
   const int v = p_.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p_.mesh.vpp) : 1;
   n_vstages_ = pp * v;
-  if (m_.n_layers % n_vstages_ != 0)
+  const auto split = split_layers(m_.n_layers, n_vstages_);
+  if (!split)
     throw std::invalid_argument(fmt::format("{} layers do not split into {} pipeline chunks", m_.n_layers, n_vstages_));
-  const int layers_per_chunk = m_.n_layers / n_vstages_;
+  std::vector<int> chunk_first(static_cast<std::size_t>(n_vstages_), 0);
+  for (int c = 1; c < n_vstages_; ++c)
+    chunk_first[static_cast<std::size_t>(c)] = chunk_first[static_cast<std::size_t>(c - 1)] + (*split)[static_cast<std::size_t>(c - 1)];
+  auto chunk_layers = [&](int vstage) { return (*split)[static_cast<std::size_t>(vstage)]; };
   const std::int64_t m = std::max<std::int64_t>(1, j_.grad_accum);
   prog_.n_stages = pp;
   prog_.n_microbatches = m;
@@ -507,6 +518,7 @@ StepProgram Builder::build() {
   const bool prefetch_two = p_.backward_prefetch == BackwardPrefetch::backward_pre ||
                             p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2;
   const bool hsdp = p_.mesh.dp_replicate > 1 && p_.mesh.dp_shard * p_.mesh.cp > 1;
+  const bool is_fsdp2 = fsdp() && (p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2);
   const int dp_all = p_.mesh.dp_replicate * p_.mesh.dp_shard * p_.mesh.cp;
   const MicroBatchShape mbs{d_.s_local, d_.b};
   const double act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
@@ -518,7 +530,7 @@ StepProgram Builder::build() {
     const bool first_stage = stage == 0;
     const bool last_stage = stage == pp - 1;
     // Per layer (global index) on this stage: ops whose end frees the gathered unit, etc.
-    std::map<std::pair<int, std::int64_t>, int> fwd_end_of_layer, bwd_end_of_layer;
+    std::map<std::pair<int, std::int64_t>, int> fwd_end_of_layer, bwd_end_of_layer, rs_of_layer;
     int prev_ag = -1;
     // torchtitan runs one pipeline schedule per local batch (pp_microbatches each), paying the
     // bubble every time; Megatron runs all micro-batches of the step in one schedule.
@@ -535,8 +547,8 @@ StepProgram Builder::build() {
     std::map<int, int> param_gather_of_layer;
     if (p_.sharding == Sharding::zero1 && dp_all > 1) {
       for (int c = 0; c < v; ++c)
-        for (int l = 0; l < layers_per_chunk; ++l) {
-          const int layer = (c * pp + stage) * layers_per_chunk + l;
+        for (int l = 0; l < chunk_layers(c * pp + stage); ++l) {
+          const int layer = chunk_first[static_cast<std::size_t>(c * pp + stage)] + l;
           param_gather_of_layer[layer] = add(collective_op(
               stage, fmt::format("param_ag.L{}", layer), StreamKind::dp, OpCategory::param_all_gather,
               CollectiveOp::all_gather, GroupKind::dp, bytes_per_element(p_.param_dtype) * unit));
@@ -545,8 +557,15 @@ StepProgram Builder::build() {
 
     for (const Step& st : order) {
       const int vstage = st.chunk * pp + stage;
-      const int l0 = vstage * layers_per_chunk;
+      const int l0 = chunk_first[static_cast<std::size_t>(vstage)];
+      const int n_chunk_layers = chunk_layers(vstage);
       const bool last_mb = st.mb == m - 1;
+      // torchtitan under PP keeps units gathered and skips gradient sync until the last backward
+      // of a schedule run (the pipelining stage sets reshard_after_backward / requires_gradient_sync
+      // only for the last micro-batch), so a unit is gathered once per run, not per micro-batch.
+      const bool run_first = st.mb % per_run == 0;
+      const bool run_last = st.mb % per_run == per_run - 1 || last_mb;
+      const bool defer = p_.runtime == Runtime::torchtitan_fsdp2 && pp > 1 && !reshard;
       if (st.forward) {
         std::vector<int> entry_deps;
         if (first_stage && st.chunk == 0) {
@@ -558,7 +577,7 @@ StepProgram Builder::build() {
           fwd_first[{vstage, st.mb}] = id;
         }
         int last = -1;
-        for (int li = 0; li < layers_per_chunk; ++li) {
+        for (int li = 0; li < n_chunk_layers; ++li) {
           const int layer = l0 + li;
           std::vector<int> deps = entry_deps;
           entry_deps.clear();
@@ -566,7 +585,7 @@ StepProgram Builder::build() {
           int ag = -1;
           // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
           // gathered unit after each backward.
-          if (fsdp()) {
+          if (fsdp() && (!defer || run_first)) {
             Op g = collective_op(stage, fmt::format("fsdp_ag.fwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
                                  OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
                                  gather_b * unit);
@@ -644,7 +663,7 @@ StepProgram Builder::build() {
           last = add(std::move(head));
           bwd_first[{vstage, st.mb}] = last;
         }
-        for (int li = layers_per_chunk - 1; li >= 0; --li) {
+        for (int li = n_chunk_layers - 1; li >= 0; --li) {
           const int layer = l0 + li;
           std::vector<int> deps;
           if (last >= 0) deps.push_back(last);
@@ -675,6 +694,13 @@ StepProgram Builder::build() {
             h2d.bytes = saved_block_bytes(m_, p_, mbs, layer);
             if (last >= 0) h2d.deps = {last};
             deps.push_back(add(std::move(h2d)));
+          }
+          // FSDP2's post-backward waits for the previous group's reduce-scatter before copying in
+          // its own (one reduce-scatter in flight bounds the buffers), so the compute stream stalls
+          // when reduce-scatters are slower than backward.
+          if (is_fsdp2) {
+            auto it = rs_of_layer.find({layer + 2, st.mb});
+            if (it != rs_of_layer.end()) deps.push_back(it->second);
           }
           const bool checkpointed =
               p_.ac == AcMode::full || (p_.ac == AcMode::selective_layer && layer % std::max(1, p_.ac_every_n) == 0);
@@ -712,11 +738,12 @@ StepProgram Builder::build() {
           const bool recomputed = checkpointed || p_.ac == AcMode::selective_op ||
                                   (p_.ac == AcMode::selective_attn && !p_.flash_attention);
           if (recomputed) end.at_end.push_back({"recompute", -recompute_working_bytes(m_, p_, mbs)});
-          if (fsdp()) end.at_end.push_back({"unsharded_params", -gather_b * unit});  // resharded after backward
+          if (fsdp() && (!defer || run_last))
+            end.at_end.push_back({"unsharded_params", -gather_b * unit});  // resharded after backward
           bwd_end_of_layer[{layer, st.mb}] = be;
           last = be;
           // Gradient reduction of this unit.
-          const bool sync = p_.grad_sync_every_microbatch ? true : last_mb;
+          const bool sync = defer ? run_last : p_.grad_sync_every_microbatch ? true : last_mb;
           if (fsdp() && sync && dp_all > 1) {
             const bool needs_copy = p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2 ||
                                     p_.reduce_dtype != p_.param_dtype;
@@ -729,6 +756,7 @@ StepProgram Builder::build() {
             prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({"reduce_buffers", buffer});
             rs.at_end.push_back({"reduce_buffers", -buffer});
             int rs_id = add(std::move(rs));
+            rs_of_layer[{layer, st.mb}] = rs_id;
             if (hsdp) {
               Op ar = collective_op(stage, fmt::format("hsdp_ar.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
                                     OpCategory::dp_all_reduce, CollectiveOp::all_reduce, GroupKind::dp_replicate,

@@ -254,6 +254,27 @@ TEST_CASE("Meta-style ToR fabric: all NICs of a rack's nodes on one leaf") {
   CHECK(find_route(t, 3, 8 + 5).switch_hops == 1);
 }
 
+TEST_CASE("direct NVLink mesh and PCIe scale-up") {
+  ClusterSpec mesh_node = h100();
+  mesh_node.node.scaleup_kind = "nvlink-mesh";
+  const Topology m = build_topology(mesh_node, 16);
+  CHECK(boost::num_edges(m.graph) == 2 * 28 + 16 + 16 + 8 * 4);  // 28 pairs per node, NICs, leaves->spines
+  const Route& nv = m.route(Tier::nvlink);
+  CHECK(nv.switch_hops == 0);
+  CHECK(nv.path.size() == 2);
+  CHECK(nv.bottleneck_bytes_per_s == doctest::Approx(450e9 / 7).epsilon(kRel));
+  CHECK(tier_bandwidth(m, Tier::nvlink).bisection_bytes_per_s == doctest::Approx(16 * 450e9 / 7).epsilon(kRel));
+
+  ClusterSpec pcie = h100();
+  pcie.node.scaleup_kind = "pcie";
+  pcie.node.nvlink_domain_gpus = 16;  // ignored: PCIe reaches no further than the node
+  const Topology p = build_topology(pcie, 32);
+  CHECK(p.domain_gpus == 8);
+  CHECK(p.n_domains == 4);
+  CHECK(p.graph[p.route(Tier::nvlink).path[1]].kind == VertexKind::pcie_switch);
+  CHECK(route_group(p, mesh(1, 1, 2, 1, 16), MeshGroup::tp).tier == Tier::leaf);
+}
+
 TEST_CASE("bandwidth per tier on 1024 H100") {
   const Topology t = build_topology(h100(), 1024);
   const TierBandwidth nv = tier_bandwidth(t, Tier::nvlink);

@@ -1,0 +1,114 @@
+// `meshplan calibrate [--quick] [--out measurements.json]`: run the CUDA microbenchmarks and write
+// the raw measurements; `meshplan calibrate --fit measurements.json --base PROFILE --out mine.toml`:
+// fit them into a hardware profile. Fitting needs no GPU. docs/calibration.md.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "calibrate/backend.hpp"
+#include "calibrate/fit_profile.hpp"
+#include "calibrate/measurements.hpp"
+#include "calibrate/profile_writer.hpp"
+#include "cli/command.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/data_root.hpp"
+#include "spec/error.hpp"
+
+namespace meshplan::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CalibrateArgs {
+  bool quick = false;
+  std::string out;
+  std::string fit;
+  std::string base;
+  std::string name;
+};
+
+// A path to a profile TOML, or the name of a shipped profile.
+std::string resolve_profile_file(const std::string& base) {
+  std::error_code ec;
+  if (fs::is_regular_file(base, ec)) return base;
+  const fs::path shipped = data_root() / "hardware_profiles" / (base + ".toml");
+  if (base.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
+  throw InputError(base, "--base", "no such profile file or shipped profile name");
+}
+
+int run_fit(const CalibrateArgs& a) {
+  if (a.base.empty()) throw InputError("", "--base", "--fit needs --base PROFILE (the profile to start from)");
+  if (a.out.empty()) throw InputError("", "--out", "--fit needs --out FILE.toml (the calibrated profile)");
+  const std::string base_file = resolve_profile_file(a.base);
+  const calibrate::Measurements m = calibrate::read_measurements(a.fit);
+  const ClusterSpec base = load_cluster(base_file);
+  const calibrate::ProfileFit fit = calibrate::fit_profile(m, base, a.fit);
+
+  fmt::print("calibrate --fit {} on {} (base {}):\n", a.fit, m.device.name.empty() ? "?" : m.device.name, base.name);
+  for (const std::string& line : calibrate::residual_report(fit)) fmt::print("  {}\n", line);
+  for (const std::string& w : fit.warnings) fmt::print(stderr, "meshplan: calibrate: warning: {}\n", w);
+
+  const std::string name = a.name.empty() ? fs::path(a.out).stem().string() : a.name;
+  const std::string text = calibrate::calibrated_profile_toml(fit, base_file, name);
+  // Written next to the target and checked with the strict loader before it replaces anything.
+  const std::string tmp = a.out + ".tmp";
+  {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "w"), &std::fclose);
+    if (!f || std::fwrite(text.data(), 1, text.size(), f.get()) != text.size())
+      throw InputError(tmp, "", "cannot write the calibrated profile");
+  }
+  try {
+    (void)load_cluster(tmp);
+  } catch (const InputError& e) {
+    throw InputError(tmp, "", std::string("the calibrated profile does not load (left for inspection): ") + e.what());
+  }
+  std::error_code ec;
+  fs::rename(tmp, a.out, ec);
+  if (ec) throw InputError(a.out, "", "cannot move " + tmp + " into place: " + ec.message());
+  fmt::print("wrote {} (profile \"{}\")\n", a.out, name);
+  return 0;
+}
+
+int run_measure(const CalibrateArgs& a) {
+  if (const auto reason = calibrate::backend_unavailable_reason()) {
+    fmt::print(stderr,
+               "meshplan: calibrate: {}; run it on a machine with an NVIDIA GPU, or fit measurements taken there with "
+               "`meshplan calibrate --fit measurements.json --base PROFILE --out mine.toml`\n",
+               *reason);
+    return 3;
+  }
+  calibrate::BenchOptions options;
+  options.quick = a.quick;
+  options.progress = [](const std::string& line) { fmt::print(stderr, "calibrate: {}\n", line); };
+  bool writer = false;
+  const calibrate::Measurements m = calibrate::run_microbenchmarks(options, writer);
+  if (!writer) return 0;
+  const std::string out = a.out.empty() ? "measurements.json" : a.out;
+  calibrate::write_measurements(m, out);
+  fmt::print("wrote {}: {} GEMM, {} attention, {} HBM, {} launch, {} host-copy, {} collective, {} interference samples\n",
+             out, m.gemm.size(), m.attention.size(), m.hbm.size(), m.launch.size(), m.host_copy.size(),
+             m.collectives.size(), m.interference.size());
+  return 0;
+}
+
+}  // namespace
+
+Command add_calibrate_command(CLI::App& root) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* app = root.add_subcommand(
+      "calibrate",
+      "Measure this machine's GPUs and links (needs a CUDA build and a GPU), or fit measurements into a profile (--fit)");
+  app->add_flag("--quick", args->quick, "shorter sweep (< 3 minutes on one GPU)");
+  app->add_option("--out", args->out,
+                  "measuring: the measurements JSON (default measurements.json); --fit: the calibrated profile TOML");
+  app->add_option("--fit", args->fit, "fit this measurements JSON instead of measuring");
+  app->add_option("--base", args->base, "with --fit: the profile to start from (file or shipped name)");
+  app->add_option("--name", args->name, "with --fit: profile name (default: the --out file stem)");
+  return {app, [args]() { return args->fit.empty() ? run_measure(*args) : run_fit(*args); }};
+}
+
+}  // namespace meshplan::cli

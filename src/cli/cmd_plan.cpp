@@ -1,0 +1,156 @@
+// meshplan plan: the best layouts for a model on N GPUs, ranked by simulated tokens/s.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "cli/command.hpp"
+#include "cli/run_inputs.hpp"
+#include "plan/planner.hpp"
+#include "report/memory_report.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan::cli {
+
+namespace {
+
+// "4M" -> 4,000,000 tokens (decimal, as token budgets are quoted); "4Mi" binary.
+std::int64_t parse_count(const std::string& s, const std::string& flag) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw InputError("", flag, fmt::format("'{}' is not a number (use e.g. 4M or 4194304)", s));
+  }
+  std::string suffix = s.substr(pos);
+  double mult = 1;
+  if (suffix == "K" || suffix == "k") mult = 1e3;
+  else if (suffix == "M") mult = 1e6;
+  else if (suffix == "G" || suffix == "B") mult = 1e9;
+  else if (suffix == "T") mult = 1e12;
+  else if (suffix == "Ki") mult = 1024.0;
+  else if (suffix == "Mi") mult = 1024.0 * 1024.0;
+  else if (suffix == "Gi") mult = 1024.0 * 1024.0 * 1024.0;
+  else if (!suffix.empty()) throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, G, T, Ki, Mi, Gi)", suffix, s));
+  if (!(v > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", s));
+  return static_cast<std::int64_t>(std::llround(v * mult));
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& root) {
+  struct Options {
+    std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
+    std::int64_t gpus = 0, global_batch = 0, seq = 8192;
+    int top = 10;
+    double headroom_pct = 5;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  Command c;
+  c.app = root.add_subcommand(
+      "plan",
+      "Find the best layout for a model on N GPUs: enumerates every valid PP x VPP x DP x CP x TP x micro-batch x "
+      "sharding x AC x precision plan the runtime supports, drops what does not fit (with --headroom), simulates "
+      "the most promising and ranks them by tokens/s. Prints the top plans, the Pareto front of tokens/s vs memory, "
+      "and why the winner wins.");
+  c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
+  c.app->add_option("--cluster", o->cluster, "hardware profile")->capture_default_str();
+  c.app->add_option("--gpus", o->gpus, "total GPUs")->required()->check(positive_integer());
+  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M");
+  auto* gb = c.app->add_option("--global-batch", o->global_batch, "sequences per optimizer step")->check(positive_integer());
+  tok->excludes(gb);
+  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--top", o->top, "plans to show")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
+      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  c.app->add_option("--headroom", o->headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
+  c.app->add_option("--out", o->out, "write a launchable bundle for the winner into DIR");
+  c.app->add_flag("--json", o->json, "machine-readable output");
+  c.run = [o] {
+    if (o->tokens.empty() && o->global_batch == 0)
+      throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
+    PlanRequest rq;
+    rq.model = load_model(o->model);
+    rq.cluster = load_cluster(o->cluster);
+    rq.n_gpus = o->gpus;
+    rq.seq_len = o->seq;
+    rq.global_batch = o->global_batch;
+    if (!o->tokens.empty()) rq.global_batch_tokens = parse_count(o->tokens, "--global-batch-tokens");
+    rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
+                 : o->runtime == "megatron"  ? Runtime::megatron
+                                             : Runtime::composer_fsdp1;
+    rq.headroom_fraction = o->headroom_pct / 100.0;
+    rq.top_k = o->top;
+    const auto t0 = std::chrono::steady_clock::now();
+    bool drew = false;
+    const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
+      // A progress bar only when the search is slow enough to wonder about.
+      if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
+      const int width = 30;
+      const int filled = total ? static_cast<int>(width * done / total) : width;
+      fmt::print(stderr, "\rsimulating plans [{:<{}}] {}/{}", std::string(static_cast<std::size_t>(filled), '#'), width,
+                 done, total);
+      drew = true;
+    });
+    if (drew) fmt::print(stderr, "\n");
+    if (o->json) {
+      nlohmann::json j;
+      j["evaluated"] = s.evaluated;
+      j["feasible"] = s.feasible;
+      j["search_seconds"] = s.search_seconds;
+      j["plans"] = nlohmann::json::array();
+      for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o->top; ++i) {
+        const auto& cnd = s.ranked[i];
+        const Plan& p = cnd.plan;
+        j["plans"].push_back({{"rank", i + 1},
+                              {"pp", p.mesh.pp},
+                              {"vpp", p.mesh.vpp},
+                              {"dp_replicate", p.mesh.dp_replicate},
+                              {"dp_shard", p.mesh.dp_shard},
+                              {"cp", p.mesh.cp},
+                              {"tp", p.mesh.tp},
+                              {"ep", p.mesh.ep},
+                              {"micro_batch", cnd.job.micro_batch},
+                              {"grad_accum", cnd.job.grad_accum},
+                              {"sharding", std::string(to_string(p.sharding))},
+                              {"activation_ckpt", std::string(to_string(p.ac))},
+                              {"mixed_precision", p.mixed_precision_name.empty() ? fmt::format("param {} / reduce {}", to_string(p.param_dtype), to_string(p.reduce_dtype)) : p.mixed_precision_name},
+                              {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
+                              {"step_time_s", cnd.result.step_time_s},
+                              {"mfu", cnd.result.mfu},
+                              {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
+                              {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()}});
+      }
+      j["why"] = s.why_winner;
+      j["notes"] = s.notes;
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
+                 rq.cluster.name, s.ranked.empty() ? 0 : s.ranked[0].job.global_batch, rq.seq_len, o->runtime);
+      fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
+                 o->headroom_pct, s.ranked.size());
+      fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
+                 "sharding", "AC", "tok/s/GPU", "MFU", "step s", "peak");
+      for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o->top; ++i) {
+        const auto& cnd = s.ranked[i];
+        const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
+        fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
+                   describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
+                   to_string(cnd.plan.ac), cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
+                   cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
+      }
+      if (!s.pareto.empty()) fmt::print("\n* on the Pareto front of tokens/s vs peak memory\n");
+      if (!s.why_winner.empty()) fmt::print("\nwhy: {}\n", s.why_winner);
+      for (const auto& n : s.notes) fmt::print("note: {}\n", n);
+    }
+    return s.ranked.empty() ? 3 : 0;
+  };
+  return c;
+}
+
+}  // namespace meshplan::cli

@@ -1,0 +1,75 @@
+// `meshplan validate FILE.csv [--json] [--by source|framework|gpu] [--cluster-dir DIR]` and
+// `meshplan validate --collectives FILE.csv --cluster NAME [--json]`: predictions against
+// published measurements. Method and current results: docs/validation.md.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.hpp"
+#include "report/validation.hpp"
+#include "spec/cluster_search.hpp"
+#include "spec/error.hpp"
+#include "spec/validation_row.hpp"
+
+namespace meshplan::cli {
+
+Command add_validate_command(CLI::App& root) {
+  struct Options {
+    std::string file;
+    std::string collectives;
+    std::string cluster;
+    std::string by = "source";
+    std::vector<std::string> cluster_dirs;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  Command c;
+  c.app = root.add_subcommand(
+      "validate",
+      "Simulates every row of a validation CSV (../shared/validation/dev.csv, memory.csv) and compares "
+      "tokens/s per GPU (or the source's own TFLOP/s / MFU) and peak memory with what was measured: per-row "
+      "error, dominant term, and MAPE / median / p90 / max error per group. With --collectives, compares an "
+      "nccl-tests-style CSV with the collective cost model. See docs/validation.md.");
+  c.app->add_option("file", o->file, "validation CSV (columns: ../shared/validation/README.md)");
+  c.app->add_option("--collectives", o->collectives,
+                    "nccl-tests-style CSV (op, gpus, gpus_per_node, size_bytes, time_us or busbw_gbps); needs --cluster");
+  c.app->add_option("--cluster", o->cluster, "hardware profile for --collectives (name or TOML path)");
+  c.app->add_option("--by", o->by, "group the summary by source, framework or gpu")
+      ->check(CLI::IsMember({"source", "framework", "gpu"}))
+      ->capture_default_str();
+  c.app->add_option("--cluster-dir", o->cluster_dirs,
+                    "folder of extra hardware profiles (NAME.toml), looked up by the gpu column before the shipped ones");
+  c.app->add_flag("--json", o->json, "machine-readable output (docs/validation.md)");
+
+  c.run = [o] {
+    if (!o->collectives.empty()) {
+      if (!o->file.empty())
+        throw InputError("", "file", "give either a validation CSV or --collectives FILE, not both");
+      if (o->cluster.empty()) throw InputError("", "--cluster", "required with --collectives");
+      std::vector<std::filesystem::path> dirs(o->cluster_dirs.begin(), o->cluster_dirs.end());
+      const ClusterSpec cluster = load_cluster_search(o->cluster, dirs);
+      const CollectiveValidation v = run_collective_validation(read_csv_table(o->collectives), cluster);
+      if (o->json) fmt::print("{}\n", collective_validation_json(v).dump(2));
+      else fmt::print("{}", collective_validation_text(v));
+      return 0;
+    }
+    if (o->file.empty()) throw InputError("", "file", "required: a validation CSV (or --collectives FILE --cluster NAME)");
+    if (!o->cluster.empty())
+      throw InputError("", "--cluster", "applies only to --collectives; rows name their GPU in the gpu column");
+    ValidationOptions opts;
+    opts.by = *parse_group_by(o->by);
+    for (const auto& d : o->cluster_dirs) {
+      if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
+      opts.cluster_dirs.emplace_back(d);
+    }
+    const ValidationReport rep = run_validation_file(o->file, opts);
+    if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));
+    else fmt::print("{}", validation_text(rep));
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace meshplan::cli

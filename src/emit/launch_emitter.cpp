@@ -1,0 +1,173 @@
+// Launch scripts. torchtitan: run_train.sh's torchrun line (c10d rendezvous, rank-0 logs);
+// llm-foundry: Composer's launcher with --world_size/--node_rank/--master_addr/--master_port;
+// Megatron-LM: torchrun pretrain_gpt.py with CUDA_DEVICE_MAX_CONNECTIONS=1 as its examples set.
+#include "emit/launch_emitter.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fmt/format.h>
+
+namespace meshplan {
+
+namespace {
+
+std::string joined_args(const std::vector<std::string>& args, std::string_view indent) {
+  // One flag (with its value) per line, so a diff of two bundles reads flag by flag.
+  std::string out;
+  for (const auto& a : args) {
+    if (a.rfind("--", 0) == 0) {
+      out += fmt::format(" \\\n{}{}", indent, shell_word(a));
+    } else {
+      out += ' ';  // separate appends: GCC 12 warns (-Wrestrict, a false positive) on " " + string
+      out += shell_word(a);
+    }
+  }
+  return out;
+}
+
+std::string header(const RunConfig& rc, const ClusterSpec& c, const NodeLayout& n, const LaunchSpec& s,
+                   std::string_view what) {
+  std::string rt(to_string(s.runtime));
+  if (s.runtime == EmitRuntime::torchtitan) rt += fmt::format(" @ {}", to_string(s.torchtitan_version));
+  return fmt::format("# meshplan {}: {} on {} GPUs ({} node{} x {} of {}), {}.\n", what, rc.model.name, rc.n_gpus,
+                     n.nodes, n.nodes == 1 ? "" : "s", n.gpus_per_node, c.name, rt);
+}
+
+// Where the runtime's code is: scripts run from a checkout of the pinned version.
+std::string workdir(const LaunchSpec& s) {
+  switch (s.runtime) {
+    case EmitRuntime::torchtitan:
+      return fmt::format("# Run from a torchtitan checkout at {} (or set TORCHTITAN_DIR).\ncd \"${{TORCHTITAN_DIR:-.}}\"\n",
+                         s.torchtitan_version == TorchtitanVersion::registry ? "a post-9810191bb commit"
+                                                                             : std::string(to_string(s.torchtitan_version)));
+    case EmitRuntime::llm_foundry:
+      return "# Run from an llm-foundry checkout (or set LLM_FOUNDRY_DIR); train.py lives in scripts/train/.\n"
+             "cd \"${LLM_FOUNDRY_DIR:-.}/scripts\"\n";
+    case EmitRuntime::megatron:
+      return "# Run from a Megatron-LM checkout at core_v0.15.0 (or set MEGATRON_DIR).\n"
+             "cd \"${MEGATRON_DIR:-.}\"\n";
+  }
+  return "";
+}
+
+std::string env_lines(const ClusterSpec& c, const LaunchSpec& s) {
+  std::string out;
+  if (s.runtime == EmitRuntime::torchtitan) out += "export PYTORCH_ALLOC_CONF=\"expandable_segments:True\"\n";
+  if (s.runtime == EmitRuntime::megatron) out += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  if (s.fsdp2_env) out += "export FSDP_VERSION=2  # Composer reads fsdp_config as FSDP2Config\n";
+  if (c.fabric.transport == "efa") out += "export FI_PROVIDER=efa  # as torchtitan's multinode_trainer.slurm\n";
+  return out;
+}
+
+// The training entry point and its arguments, after the launcher.
+std::string program(const LaunchSpec& s, std::string_view indent) {
+  switch (s.runtime) {
+    case EmitRuntime::torchtitan:
+      if (s.torchtitan_version == TorchtitanVersion::registry)
+        return "-m torchtitan.train" + joined_args(s.train_args, indent);
+      return fmt::format("-m torchtitan.train \\\n{}--job.config_file \"$BUNDLE_DIR/{}\"", indent, s.config_file);
+    case EmitRuntime::llm_foundry: return fmt::format("train/train.py \"$BUNDLE_DIR/{}\"", s.config_file);
+    case EmitRuntime::megatron: return "pretrain_gpt.py" + joined_args(s.train_args, indent);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("_./:=,+-").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+NodeLayout node_layout(const RunConfig& rc, const ClusterSpec& cluster) {
+  const int per_node = cluster.node.gpus_per_node;
+  if (per_node <= 0) throw InputError(cluster.name, "node.gpus_per_node", "must be positive");
+  if (rc.n_gpus <= per_node) return {1, static_cast<int>(rc.n_gpus)};
+  if (rc.n_gpus % per_node != 0)
+    throw InputError(cluster.name, "n_gpus", fmt::format("{} GPUs do not fill whole {}-GPU nodes", rc.n_gpus, per_node));
+  return {static_cast<int>(rc.n_gpus / per_node), per_node};
+}
+
+LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const LaunchSpec& s) {
+  const NodeLayout n = node_layout(rc, cluster);
+  const bool multi = n.nodes > 1;
+  const std::string indent = "    ";
+  LaunchScripts out;
+
+  // ---- launch.sh
+  std::string sh = "#!/usr/bin/env bash\n";
+  sh += header(rc, cluster, n, s, "launch script");
+  if (multi)
+    sh += fmt::format("# Without Slurm: run on each of the {} nodes with NODE_RANK (0..{}) and MASTER_ADDR (node 0) set;\n"
+                      "# with Slurm use sbatch.slurm.\n", n.nodes, n.nodes - 1);
+  sh += "set -euo pipefail\nBUNDLE_DIR=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n";
+  sh += workdir(s);
+  sh += env_lines(cluster, s);
+  if (multi) {
+    sh += fmt::format("NODE_RANK=\"${{NODE_RANK:?set NODE_RANK (0..{})}}\"\n"
+                      "MASTER_ADDR=\"${{MASTER_ADDR:?set MASTER_ADDR to node 0}}\"\nMASTER_PORT=\"${{MASTER_PORT:-29500}}\"\n",
+                      n.nodes - 1);
+  } else if (n.gpus_per_node < cluster.node.gpus_per_node) {
+    std::string devs;
+    for (int i = 0; i < n.gpus_per_node; ++i) devs += fmt::format("{}{}", i ? "," : "", i);
+    sh += fmt::format("export CUDA_VISIBLE_DEVICES=\"${{CUDA_VISIBLE_DEVICES:-{}}}\"\n", devs);
+  }
+  switch (s.runtime) {
+    case EmitRuntime::torchtitan:
+    case EmitRuntime::megatron:
+      if (multi)
+        sh += fmt::format("torchrun --nnodes={} --nproc_per_node={} --node_rank=\"$NODE_RANK\" \\\n{}--rdzv_backend c10d "
+                          "--rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\\n{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
+                          n.nodes, n.gpus_per_node, indent, indent, indent, program(s, indent));
+      else
+        sh += fmt::format("torchrun --nproc_per_node={} --rdzv_backend c10d --rdzv_endpoint=\"localhost:0\" \\\n"
+                          "{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
+                          n.gpus_per_node, indent, indent, program(s, indent));
+      break;
+    case EmitRuntime::llm_foundry:
+      if (multi)
+        sh += fmt::format("composer --world_size {} --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" "
+                          "--master_port \"$MASTER_PORT\" \\\n{}{} \"$@\"\n", rc.n_gpus, indent, program(s, indent));
+      else
+        sh += fmt::format("composer {} \"$@\"\n", program(s, indent));
+      break;
+  }
+  out.launch_sh = sh;
+  if (!multi) return out;
+
+  // ---- sbatch.slurm: one task per node; each runs the node-local launcher.
+  std::string sb = "#!/bin/bash\n";
+  sb += fmt::format("#SBATCH --job-name=meshplan-{}\n#SBATCH --nodes={}\n#SBATCH --ntasks-per-node=1\n"
+                    "#SBATCH --gpus-per-node={}\n#SBATCH --exclusive\n",
+                    rc.model.name, n.nodes, n.gpus_per_node);
+  sb += header(rc, cluster, n, s, "Slurm script");
+  sb += "# Submit from the bundle folder: sbatch sbatch.slurm\n";
+  sb += "set -euo pipefail\nBUNDLE_DIR=\"${BUNDLE_DIR:-$SLURM_SUBMIT_DIR}\"\n";
+  sb += workdir(s);
+  sb += env_lines(cluster, s);
+  sb += "nodes=( $(scontrol show hostnames \"$SLURM_JOB_NODELIST\") )\nhead_node=${nodes[0]}\n"
+        "head_node_ip=$(srun --nodes=1 --ntasks=1 -w \"$head_node\" hostname --ip-address | awk '{print $1}')\n";
+  switch (s.runtime) {
+    case EmitRuntime::torchtitan:
+    case EmitRuntime::megatron:
+      sb += fmt::format("srun torchrun --nnodes {} --nproc_per_node {} --rdzv_id \"$SLURM_JOB_ID\" --rdzv_backend c10d "
+                        "\\\n{}--rdzv_endpoint \"$head_node_ip:29500\" \\\n{}{}\n",
+                        n.nodes, n.gpus_per_node, indent, indent, program(s, indent));
+      break;
+    case EmitRuntime::llm_foundry:
+      // Composer's launcher takes the node rank explicitly; Slurm gives it per task.
+      sb += fmt::format("export BUNDLE_DIR head_node_ip\nsrun bash -c 'composer --world_size {} --node_rank \"$SLURM_NODEID\" "
+                        "--master_addr \"$head_node_ip\" --master_port 29500 \\\n{}{}'\n",
+                        rc.n_gpus, indent, program(s, indent));
+      break;
+  }
+  out.sbatch = sb;
+  return out;
+}
+
+}  // namespace meshplan

@@ -1,0 +1,237 @@
+// Megatron-LM emitter (runtimes.md §4, megatron/training/arguments.py @ core_v0.15.0).
+#include "emit/megatron_emitter.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "emit/foundry_emitter.hpp"
+
+namespace meshplan {
+
+namespace {
+constexpr std::string_view kRt = "megatron";
+using emit::refuse;
+}  // namespace
+
+std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
+  emit::require_resolved(rc, kRt);
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
+  const Job& j = rc.job;
+  const ModelSpec& model = rc.model;
+  std::vector<std::string> a;
+  auto flag = [&](std::string f) { a.push_back(std::move(f)); };
+  auto arg = [&](std::string f, auto v) {
+    a.push_back(std::move(f));
+    a.push_back(fmt::format("{}", v));
+  };
+
+  // ---- parallelism. DP = world / (tp x pp x cp); Megatron has no HSDP split of it.
+  if (m.tp > 1 && p.tp_style != TpStyle::full)
+    refuse(kRt, "tp_style", "Megatron's TP shards attention and MLP; MLP-only TP is llm-foundry's");
+  arg("--tensor-model-parallel-size", m.tp);
+  arg("--pipeline-model-parallel-size", m.pp);
+  if (m.pp > 1) {
+    if (p.schedule == PipelineSchedule::gpipe) refuse(kRt, "schedule", "Megatron runs 1F1B or interleaved 1F1B, not GPipe");
+    if ((m.vpp > 1) != (p.schedule == PipelineSchedule::interleaved_1f1b))
+      refuse(kRt, "vpp", fmt::format("vpp {} with schedule {}: Megatron interleaves exactly when vpp > 1", m.vpp,
+                                     to_string(p.schedule)));
+    if (model.n_layers % (m.pp * m.vpp) != 0)
+      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages", model.n_layers, m.pp * m.vpp));
+    if (m.vpp > 1) arg("--num-layers-per-virtual-pipeline-stage", model.n_layers / (m.pp * m.vpp));
+    // Megatron runs every micro-batch of a step in one schedule run.
+    if (j.pp_microbatches != 0 && j.pp_microbatches != j.grad_accum)
+      refuse(kRt, "pp_microbatches", "Megatron runs all micro-batches of a step in one pipeline schedule");
+  } else if (m.vpp != 1) {
+    refuse(kRt, "vpp", "virtual stages need pp > 1");
+  }
+  if (m.cp > 1) {
+    if (j.seq_len % (2 * m.cp) != 0) refuse(kRt, "seq_len", fmt::format("{} is not divisible by 2 x cp = {}", j.seq_len, 2 * m.cp));
+    arg("--context-parallel-size", m.cp);
+  }
+  // --sequence-parallel is silently dropped at TP 1; emit it only where it acts.
+  if (p.sequence_parallel && m.tp > 1) {
+    if (j.seq_len % m.tp != 0) refuse(kRt, "seq_len", fmt::format("{} is not divisible by tp {}", j.seq_len, m.tp));
+    flag("--sequence-parallel");
+  }
+  if (p.async_tp) {
+    if (!(p.sequence_parallel && m.tp > 1)) refuse(kRt, "async_tp", "--tp-comm-overlap requires --sequence-parallel and tp > 1");
+    flag("--tp-comm-overlap");
+  }
+  if (m.ep > 1) {
+    if (!model.moe.enabled()) refuse(kRt, "ep", "the model has no experts");
+    arg("--expert-model-parallel-size", m.ep);
+  }
+
+  // ---- data-parallel sharding: DDP or the distributed optimizer (ZeRO-1).
+  switch (p.sharding) {
+    case Sharding::none:
+      if (m.dp() > 1) flag("--overlap-grad-reduce");
+      break;
+    case Sharding::zero1:
+      flag("--use-distributed-optimizer");
+      flag("--overlap-grad-reduce");
+      flag("--overlap-param-gather");  // requires both flags above (§4)
+      break;
+    default:
+      refuse(kRt, "sharding", fmt::format("{}: meshplan emits Megatron with DDP or the distributed optimizer (ZeRO-1); "
+                                          "Megatron-FSDP is not emitted", to_string(p.sharding)));
+  }
+
+  // ---- model shape
+  arg("--num-layers", model.n_layers);
+  arg("--hidden-size", model.d_model);
+  arg("--num-attention-heads", model.n_heads);
+  if (model.head_dim * model.n_heads != model.d_model) arg("--kv-channels", model.head_dim);
+  if (model.n_kv_heads != model.n_heads) {
+    flag("--group-query-attention");
+    arg("--num-query-groups", model.n_kv_heads);
+  }
+  if (model.moe.enabled()) {
+    if (model.moe.n_shared_experts > 0) refuse(kRt, "model", "shared experts are not emitted");
+    arg("--ffn-hidden-size", model.moe.expert_ffn);
+    arg("--num-experts", model.moe.n_experts);
+    arg("--moe-router-topk", model.moe.top_k);
+  } else {
+    arg("--ffn-hidden-size", model.ffn_hidden);
+  }
+  switch (model.mlp) {
+    case MlpKind::swiglu: flag("--swiglu"); break;
+    case MlpKind::gelu: break;  // Megatron's default activation
+    case MlpKind::relu2: refuse(kRt, "model", "squared-ReLU MLPs are not emitted");
+  }
+  if (model.norm == NormKind::rmsnorm) {
+    arg("--normalization", "RMSNorm");
+  } else {
+    if (!model.norm_bias) refuse(kRt, "model", "Megatron's LayerNorm always has a bias");
+    arg("--normalization", "LayerNorm");
+  }
+  if (!model.linear_bias) flag("--disable-bias-linear");
+  switch (model.pos_emb) {
+    case PosEmb::rope: arg("--position-embedding-type", "rope"); break;
+    case PosEmb::learned:
+      if (j.seq_len > model.max_seq_len)
+        refuse(kRt, "seq_len", fmt::format("{} exceeds the learned position table of {} rows", j.seq_len, model.max_seq_len));
+      arg("--position-embedding-type", "learned_absolute");
+      break;
+    default: refuse(kRt, "model", fmt::format("{} positions are not a Megatron GPT option (rope, learned_absolute)",
+                                              to_string(model.pos_emb)));
+  }
+  arg("--max-position-embeddings", std::max(model.max_seq_len, j.seq_len));
+  if (!model.tied_embeddings) flag("--untie-embeddings-and-output-weights");
+  if (!p.flash_attention) refuse(kRt, "flash_attention", "Megatron plans are emitted with fused attention (Transformer Engine)");
+  if (!p.dropout) {
+    arg("--attention-dropout", "0.0");
+    arg("--hidden-dropout", "0.0");
+  }
+
+  // ---- batch: global = micro x DP x number of micro-batches.
+  const std::int64_t dp = m.dp();
+  if (j.global_batch != j.micro_batch * dp * j.grad_accum)
+    refuse(kRt, "global_batch", fmt::format("{} != micro {} x data-parallel {} x accumulation {}", j.global_batch,
+                                            j.micro_batch, dp, j.grad_accum));
+  arg("--micro-batch-size", j.micro_batch);
+  arg("--global-batch-size", j.global_batch);
+  arg("--seq-length", j.seq_len);
+
+  // ---- precision: params in bf16/fp16, fp32 main params, grads reduced in fp32 unless asked.
+  if (p.state_dtype != Dtype::fp32) refuse(kRt, "state_dtype", "meshplan emits Megatron with fp32 main params and moments");
+  if (p.keep_low_precision_grads) refuse(kRt, "keep_low_precision_grads", "an FSDP1 option");
+  if (p.compute_dtype != p.param_dtype) refuse(kRt, "compute_dtype", "Megatron computes in the parameter dtype");
+  switch (p.param_dtype) {
+    case Dtype::bf16:
+      flag("--bf16");
+      if (p.reduce_dtype == Dtype::bf16) flag("--grad-reduce-in-bf16");
+      else if (p.reduce_dtype != Dtype::fp32) refuse(kRt, "reduce_dtype", "bf16 runs reduce gradients in fp32 or bf16");
+      break;
+    case Dtype::fp16:
+      flag("--fp16");
+      if (p.reduce_dtype != Dtype::fp32) refuse(kRt, "reduce_dtype", "fp16 runs reduce gradients in fp32");
+      break;
+    case Dtype::fp32:
+      if (p.reduce_dtype != Dtype::fp32) refuse(kRt, "reduce_dtype", "fp32 runs reduce gradients in fp32");
+      break;
+    default: refuse(kRt, "param_dtype", fmt::format("{} is not a Megatron parameter dtype", to_string(p.param_dtype)));
+  }
+
+  // ---- activation recompute
+  switch (p.ac) {
+    case AcMode::none: break;
+    case AcMode::full:
+      arg("--recompute-granularity", "full");
+      arg("--recompute-method", "uniform");
+      arg("--recompute-num-layers", 1);
+      break;
+    case AcMode::selective_attn: flag("--recompute-activations"); break;  // selective, core_attn
+    case AcMode::selective_layer:
+      if (p.ac_every_n == 1) {
+        arg("--recompute-granularity", "full");
+        arg("--recompute-method", "uniform");
+        arg("--recompute-num-layers", 1);
+        break;
+      }
+      refuse(kRt, "ac", "checkpointing every N-th block is torchtitan's; Megatron has full (uniform/block) and selective");
+    case AcMode::selective_op: refuse(kRt, "ac", "per-op SAC is torchtitan's; Megatron's selective mode recomputes attention");
+  }
+  if (p.act_offload || p.param_offload)
+    refuse(kRt, p.act_offload ? "act_offload" : "param_offload", "offload is not emitted for Megatron");
+
+  // ---- fp8 through Transformer Engine
+  switch (p.fp8) {
+    case Fp8Recipe::none: break;
+    case Fp8Recipe::te_delayed: arg("--fp8-format", "hybrid"); arg("--fp8-recipe", "delayed"); break;
+    case Fp8Recipe::te_current: arg("--fp8-format", "hybrid"); arg("--fp8-recipe", "tensorwise"); break;
+    case Fp8Recipe::mxfp8: arg("--fp8-format", "e4m3"); arg("--fp8-recipe", "mxfp8"); break;
+    default: refuse(kRt, "fp8", fmt::format("{} is not a Transformer Engine recipe Megatron names", to_string(p.fp8)));
+  }
+  if (p.fp8_all_gather) {
+    if (p.fp8 == Fp8Recipe::none || p.sharding != Sharding::zero1)
+      refuse(kRt, "fp8_all_gather", "--fp8-param-gather needs FP8 and the distributed optimizer");
+    flag("--fp8-param-gather");
+  }
+  if (p.compile) refuse(kRt, "compile", "Megatron-LM does not torch.compile the model");
+
+  // ---- optimizer and schedule (values from Megatron's Llama examples; no effect on time)
+  if (p.optimizer == Optimizer::adamw) {
+    arg("--optimizer", "adam");  // Megatron's adam is AdamW (decoupled weight decay)
+    arg("--adam-beta1", "0.9");
+    arg("--adam-beta2", "0.95");
+  } else if (p.optimizer == Optimizer::sgd) {
+    arg("--optimizer", "sgd");
+  } else {
+    refuse(kRt, "optimizer", "8-bit AdamW is not a Megatron optimizer");
+  }
+  arg("--lr", "3e-4");
+  arg("--min-lr", "3e-5");
+  arg("--lr-decay-style", "cosine");
+  arg("--lr-warmup-iters", 100);
+  arg("--weight-decay", "0.1");
+  arg("--clip-grad", "1.0");
+  arg("--init-method-std", "0.02");
+  arg("--train-iters", 1000);
+
+  // ---- data and tokenizer: mock data runs without a dataset (swap for --data-path).
+  flag("--mock-data");
+  if (auto hf = foundry_hf_id(model)) {
+    arg("--tokenizer-type", "HuggingFaceTokenizer");
+    arg("--tokenizer-model", *hf);
+  } else {
+    arg("--tokenizer-type", "NullTokenizer");
+    arg("--vocab-size", model.vocab);
+  }
+  arg("--log-interval", 10);
+  arg("--eval-interval", 1000);
+  arg("--eval-iters", 0);
+  return a;
+}
+
+std::string megatron_args_text(const std::vector<std::string>& args) {
+  std::string out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool is_flag = args[i].rfind("--", 0) == 0;
+    out += is_flag ? fmt::format("{}  {}", out.empty() ? "" : " \\\n", args[i]) : fmt::format(" {}", args[i]);
+  }
+  return out + "\n";
+}
+
+}  // namespace meshplan

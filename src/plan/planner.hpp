@@ -1,0 +1,59 @@
+#pragma once
+// The planner: enumerate every valid layout for (model, cluster, GPU count, batch) that the chosen
+// runtime can express, drop what does not fit, prune with a closed-form estimate, simulate the
+// survivors and rank them by tokens/s.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/step_result.hpp"
+#include "spec/cluster_spec.hpp"
+#include "spec/model_spec.hpp"
+#include "spec/plan.hpp"
+
+namespace meshplan {
+
+struct PlanRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  std::int64_t n_gpus = 0;
+  std::int64_t seq_len = 8192;
+  std::int64_t global_batch = 0;         // sequences per step (0: from global_batch_tokens)
+  std::int64_t global_batch_tokens = 0;  // tokens per step, rounded to whole sequences per DP rank
+  Runtime runtime = Runtime::torchtitan_fsdp2;
+  double headroom_fraction = 0.05;       // keep this much of the GPU free
+  int top_k = 10;
+  int simulate_budget = 48;              // plans simulated after the closed-form prune
+  int threads = 2;
+};
+
+struct PlanCandidate {
+  Plan plan;
+  Job job;
+  double estimate_tokens_per_s_per_gpu = 0;  // closed form (prune only)
+  double peak_bytes = 0;                     // closed-form memory estimate (max over stages)
+  StepResult result;                         // simulated
+  bool simulated = false;
+};
+
+struct PlanSearch {
+  std::int64_t evaluated = 0;   // layouts enumerated
+  std::int64_t feasible = 0;    // fit in memory with headroom
+  double search_seconds = 0;
+  std::vector<PlanCandidate> ranked;       // simulated, best first (all of them)
+  std::vector<std::size_t> pareto;         // indices into ranked: tokens/s vs peak memory front
+  std::string why_winner;                  // one or two sentences: winner vs runner-up
+  std::vector<std::string> notes;
+};
+
+// progress(done, total) is called from the searching thread while plans are simulated.
+PlanSearch search_plans(const PlanRequest& request,
+                        const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// What a runtime can express (llm-foundry: FSDP1 only, MLP-only TP, no PP/CP; ...).
+bool runtime_supports(Runtime r, const Plan& p);
+
+std::string describe_layout(const Plan& p);
+
+}  // namespace meshplan

@@ -1,0 +1,664 @@
+// Validation rows: RFC-4180 CSV and the mapping of one published run onto a RunConfig.
+// Column meanings and vocabularies: ../shared/validation/README.md. Every default used for an
+// empty cell is written into ValidationCase::assumptions so the output can show it.
+#include "spec/validation_row.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "spec/config_loader.hpp"
+#include "spec/error.hpp"
+
+namespace meshplan {
+
+// ---- CSV -----------------------------------------------------------------------------------
+
+namespace {
+
+struct CsvRecord {
+  std::vector<std::string> fields;
+  int line = 1;
+};
+
+std::vector<CsvRecord> parse_records(std::string_view text, const std::string& file) {
+  std::vector<CsvRecord> out;
+  CsvRecord rec;
+  std::string field;
+  bool in_quotes = false;
+  bool field_was_quoted = false;
+  bool record_has_content = false;  // distinguishes "" (one empty field) from no record at all
+  int line = 1;
+  int quote_line = 1;
+  rec.line = 1;
+  auto end_field = [&] {
+    rec.fields.push_back(std::move(field));
+    field.clear();
+    field_was_quoted = false;
+  };
+  auto end_record = [&] {
+    end_field();
+    out.push_back(std::move(rec));
+    rec = CsvRecord{};
+    record_has_content = false;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_quotes) {
+      if (c == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '"') {
+          field.push_back('"');
+          ++i;
+        } else {
+          in_quotes = false;
+        }
+      } else {
+        if (c == '\n') ++line;
+        field.push_back(c);
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        if (!field.empty() || field_was_quoted)
+          throw InputError(file, fmt::format("line {}", line),
+                           "a double quote inside an unquoted field (RFC 4180: quote the whole field "
+                           "and double the quote)");
+        in_quotes = true;
+        field_was_quoted = true;
+        record_has_content = true;
+        quote_line = line;
+        break;
+      case ',':
+        end_field();
+        record_has_content = true;
+        break;
+      case '\r':
+        // CRLF ends a record like LF; a lone CR is kept as data.
+        if (i + 1 < text.size() && text[i + 1] == '\n') break;
+        field.push_back(c);
+        record_has_content = true;
+        break;
+      case '\n':
+        if (record_has_content || !rec.fields.empty()) end_record();
+        ++line;
+        rec.line = line;
+        break;
+      default:
+        if (field_was_quoted)
+          throw InputError(file, fmt::format("line {}", line),
+                           fmt::format("character '{}' after the closing quote of a field", c));
+        field.push_back(c);
+        record_has_content = true;
+    }
+  }
+  if (in_quotes)
+    throw InputError(file, fmt::format("line {}", quote_line), "unterminated quoted field");
+  if (record_has_content || !rec.fields.empty()) end_record();
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> parse_csv(std::string_view text, const std::string& file) {
+  std::vector<std::vector<std::string>> out;
+  for (auto& r : parse_records(text, file)) out.push_back(std::move(r.fields));
+  return out;
+}
+
+CsvTable parse_csv_table(std::string_view text, const std::string& file) {
+  // A UTF-8 byte-order mark would otherwise become part of the first column name.
+  if (text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  std::vector<CsvRecord> recs = parse_records(text, file);
+  if (recs.empty()) throw InputError(file, "line 1", "empty file: expected a header row");
+  CsvTable t;
+  t.file = file;
+  t.header = std::move(recs.front().fields);
+  std::set<std::string> seen;
+  for (const auto& h : t.header) {
+    if (h.empty()) throw InputError(file, "line 1", "empty column name in the header");
+    if (!seen.insert(h).second) throw InputError(file, "line 1", fmt::format("column '{}' appears twice", h));
+  }
+  for (std::size_t i = 1; i < recs.size(); ++i) {
+    if (recs[i].fields.size() != t.header.size())
+      throw InputError(file, fmt::format("line {}", recs[i].line),
+                       fmt::format("{} fields, but the header has {} columns", recs[i].fields.size(),
+                                   t.header.size()));
+    t.rows.push_back(std::move(recs[i].fields));
+    t.row_lines.push_back(recs[i].line);
+  }
+  return t;
+}
+
+CsvTable read_csv_table(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(path, "", "cannot open for reading");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return parse_csv_table(ss.str(), path);
+}
+
+CsvRow::CsvRow(const CsvTable& t, std::size_t index) : table_(&t), index_(index) {
+  for (std::size_t i = 0; i < t.header.size(); ++i) columns_.emplace(t.header[i], i);
+}
+
+const std::string& CsvRow::get(std::string_view column) const {
+  static const std::string kEmpty;
+  const auto it = columns_.find(column);
+  if (it == columns_.end()) return kEmpty;
+  return table_->rows[index_][it->second];
+}
+
+bool CsvRow::has_column(std::string_view column) const { return columns_.find(column) != columns_.end(); }
+
+std::string_view to_string(MemoryMetric m) {
+  switch (m) {
+    case MemoryMetric::allocated: return "allocated";
+    case MemoryMetric::reserved: return "reserved";
+    case MemoryMetric::nvidia_smi: return "nvidia-smi";
+    case MemoryMetric::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+std::string run_key(const std::string& id) {
+  for (std::string_view suffix : {"-alloc", "-resv"})
+    if (id.size() > suffix.size() && id.ends_with(suffix)) return id.substr(0, id.size() - suffix.size());
+  return id;
+}
+
+// ---- row mapping -----------------------------------------------------------------------------
+
+namespace {
+
+// Thrown inside the mapping and turned into ValidationCase::skipped: a row the simulator cannot
+// take is a result, not an error.
+struct Skip {
+  std::string reason;
+};
+
+// Sources whose software predates fused (Flash) attention: Megatron-LM of SC21 (2021) and of
+// Korthikanti et al. (2022) used the fused softmax kernel that materializes the s x s scores,
+// as did Megatron-DeepSpeed for BLOOM (2022) and metaseq for OPT (2021-22). Megatron-LM gained
+// --use-flash-attn in 2023. Every other source used a fused attention kernel.
+const std::set<std::string, std::less<>> kUnfusedAttentionSources = {"megatron-sc21", "korthikanti2022",
+                                                                     "bloom-176b", "opt-175b"};
+
+class Reader {
+public:
+  explicit Reader(const CsvRow& r) : r_(r) {}
+
+  const std::string& str(std::string_view col) const { return r_.get(col); }
+  bool empty(std::string_view col) const { return trim(r_.get(col)).empty(); }
+
+  std::optional<std::int64_t> opt_int(std::string_view col) const {
+    const std::string s = trim(r_.get(col));
+    if (s.empty()) return std::nullopt;
+    std::int64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size())
+      throw Skip{fmt::format("{}: '{}' is not a base-10 integer", col, s)};
+    return v;
+  }
+  std::int64_t req_int(std::string_view col) const {
+    const auto v = opt_int(col);
+    if (!v) throw Skip{fmt::format("{} is empty and the simulator needs it", col)};
+    return *v;
+  }
+  std::int64_t positive(std::string_view col) const {
+    const std::int64_t v = req_int(col);
+    if (v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", col, v)};
+    return v;
+  }
+  std::optional<double> opt_num(std::string_view col) const {
+    const std::string s = trim(r_.get(col));
+    if (s.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !std::isfinite(v))
+      throw Skip{fmt::format("{}: '{}' is not a decimal number", col, s)};
+    return v;
+  }
+  std::optional<bool> opt_flag(std::string_view col) const {
+    const std::string s = trim(r_.get(col));
+    if (s.empty()) return std::nullopt;
+    if (s == "0") return false;
+    if (s == "1") return true;
+    throw Skip{fmt::format("{}: '{}' is not 0 or 1", col, s)};
+  }
+  // A closed vocabulary: "" when empty, else one of `allowed` (anything else skips the row).
+  std::string vocab(std::string_view col, std::initializer_list<std::string_view> allowed) const {
+    const std::string s = trim(r_.get(col));
+    if (s.empty()) return s;
+    for (auto a : allowed)
+      if (s == a) return s;
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    throw Skip{fmt::format("{}: '{}' is not in the vocabulary ({})", col, s, list)};
+  }
+
+  static std::string trim(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) return {};
+    const auto e = s.find_last_not_of(" \t");
+    return s.substr(b, e - b + 1);
+  }
+
+private:
+  const CsvRow& r_;
+};
+
+Dtype dtype_of(const std::string& s) {
+  if (s == "fp32") return Dtype::fp32;
+  if (s == "fp16") return Dtype::fp16;
+  return Dtype::bf16;
+}
+
+bool is_megatron_family(const std::string& fw) {
+  return fw == "megatron" || fw == "nemo" || fw == "megatron-deepspeed";
+}
+
+ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::vector<std::string>& notes) {
+  ModelSpec m;
+  m.name = r.str("model").empty() ? r.str("id") : r.str("model");
+  m.n_layers = static_cast<int>(r.positive("n_layers"));
+  m.d_model = r.positive("d_model");
+  m.n_heads = static_cast<int>(r.positive("n_heads"));
+  if (auto kv = r.opt_int("n_kv_heads")) {
+    m.n_kv_heads = static_cast<int>(*kv);
+  } else {
+    m.n_kv_heads = m.n_heads;
+    notes.push_back("n_kv_heads empty: multi-head attention assumed (n_kv_heads = n_heads)");
+  }
+  if (m.d_model % m.n_heads != 0)
+    throw Skip{fmt::format("d_model {} is not divisible by n_heads {} (head_dim is not stated)", m.d_model, m.n_heads)};
+  m.head_dim = m.d_model / m.n_heads;
+
+  const std::string mlp = r.vocab("mlp", {"gelu", "swiglu", "relu2"});
+  if (mlp.empty()) throw Skip{"mlp is empty and the simulator needs it"};
+  m.mlp = mlp == "swiglu" ? MlpKind::swiglu : mlp == "relu2" ? MlpKind::relu2 : MlpKind::gelu;
+  if (auto f = r.opt_int("ffn_hidden")) {
+    m.ffn_hidden = *f;
+  } else {
+    if (m.mlp == MlpKind::swiglu) throw Skip{"ffn_hidden is empty and a SwiGLU width has no single convention"};
+    m.ffn_hidden = 4 * m.d_model;
+    notes.push_back("ffn_hidden empty: 4 x d_model assumed (2-matrix MLP convention)");
+  }
+
+  const std::string pos = r.vocab("pos_emb", {"learned", "rope", "alibi", "none"});
+  if (pos.empty()) throw Skip{"pos_emb is empty and the simulator needs it"};
+  m.pos_emb = pos == "learned" ? PosEmb::learned : pos == "alibi" ? PosEmb::alibi : pos == "none" ? PosEmb::none : PosEmb::rope;
+  // GPT-2/GPT-3/MPT/OPT (learned positions) and BLOOM (ALiBi) use LayerNorm with biases on every
+  // linear layer; the RoPE families (Llama, Nemotron, Mistral, ...) use RMSNorm-style norms
+  // without linear biases. No column states the norm, so the position scheme decides.
+  const bool gpt_style = m.pos_emb == PosEmb::learned || m.pos_emb == PosEmb::alibi;
+  m.norm = gpt_style ? NormKind::layernorm : NormKind::rmsnorm;
+  m.linear_bias = gpt_style;
+  m.norm_bias = gpt_style;
+
+  if (auto t = r.opt_flag("tied_embeddings")) {
+    m.tied_embeddings = *t;
+  } else {
+    m.tied_embeddings = gpt_style;
+    notes.push_back(fmt::format("tied_embeddings empty: {} assumed from the position scheme",
+                                gpt_style ? "tied" : "untied"));
+  }
+  m.max_seq_len = r.positive("seq_len");
+  if (auto v = r.opt_int("vocab")) {
+    m.vocab = *v;
+  } else {
+    std::string why;
+    const auto v2 = default_vocab(r.str("source"), m, tp, why);
+    if (!v2) throw Skip{fmt::format("vocab is empty and there is no documented default for source '{}' / framework '{}'",
+                                    r.str("source"), framework)};
+    m.vocab = *v2;
+    notes.push_back(fmt::format("vocab empty: {} ({})", m.vocab, why));
+  }
+  if (auto n = r.opt_int("n_params")) {
+    m.n_params_published = *n;
+    m.n_params_source = r.str("source");
+  }
+  try {
+    validate(m, r.str("id"));
+  } catch (const InputError& e) {
+    throw Skip{fmt::format("model: {}: {}", e.key(), e.reason())};
+  }
+  return m;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> default_vocab(const std::string& source, const ModelSpec& m, int tp, std::string& why) {
+  (void)source;
+  if (m.mlp == MlpKind::relu2 && m.pos_emb == PosEmb::rope) {
+    why = "Nemotron-4's 256k SentencePiece tokenizer (the only squared-ReLU RoPE family in the vocabulary)";
+    return 256000;
+  }
+  if (m.pos_emb == PosEmb::learned && m.mlp == MlpKind::gelu && source == "opt-175b") {
+    why = "OPT's GPT-2 BPE dictionary padded by metaseq to 50272 (facebook/opt-175b config)";
+    return 50272;
+  }
+  if (m.pos_emb == PosEmb::learned && m.mlp == MlpKind::gelu) {
+    // Megatron/NeMo GPT: the GPT-2 BPE (50257 tokens) padded to a multiple of
+    // make_vocab_size_divisible_by (128) x tp, so every TP shard of the embedding is equal.
+    const std::int64_t unit = 128LL * std::max(1, tp);
+    const std::int64_t padded = (50257 + unit - 1) / unit * unit;
+    why = fmt::format("GPT-2 BPE 50257 padded to a multiple of 128 x tp {} (Megatron/NeMo rule)", tp);
+    return padded;
+  }
+  return std::nullopt;
+}
+
+ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
+  const CsvRow row(table, index);
+  const Reader r(row);
+  ValidationCase vc;
+  vc.id = row.get("id");
+  vc.source = row.get("source");
+  vc.model_label = row.get("model");
+  vc.framework = row.get("framework");
+  vc.gpu = row.get("gpu");
+  std::vector<std::string>& notes = vc.assumptions;
+  try {
+    if (vc.id.empty()) throw Skip{"id is empty"};
+
+    // ---- measurements (parsed first: a malformed number is a skip, not a wrong comparison)
+    Measured& ms = vc.measured;
+    ms.tokens_per_s_per_gpu = r.opt_num("measured_tokens_per_s_per_gpu");
+    ms.tokens_derived_from = row.get("tokens_derived_from");
+    ms.tflops_per_gpu = r.opt_num("measured_tflops_per_gpu");
+    ms.mfu_pct = r.opt_num("measured_mfu_pct");
+    ms.peak_mem_gib = r.opt_num("measured_peak_mem_gib");
+    const std::string metric = r.vocab("memory_metric", {"allocated", "reserved", "nvidia-smi", "unknown"});
+    ms.memory_metric_given = !metric.empty();
+    ms.memory_metric = metric == "allocated"    ? MemoryMetric::allocated
+                       : metric == "reserved"   ? MemoryMetric::reserved
+                       : metric == "nvidia-smi" ? MemoryMetric::nvidia_smi
+                                                : MemoryMetric::unknown;
+
+    // ---- hardware
+    const std::string gpu = r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
+                                            "h200-141gb", "b200", "gb200", "gb300"});
+    if (gpu.empty()) {
+      vc.cluster = "h100-sxm-80gb";
+      notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");
+    } else {
+      vc.cluster = gpu;  // a100-unknown resolves through hardware_profiles/aliases.toml
+    }
+    if (auto g = r.opt_int("gpus_per_node")) {
+      if (*g <= 0) throw Skip{fmt::format("gpus_per_node: must be positive, got {}", *g)};
+      vc.gpus_per_node = static_cast<int>(*g);
+    }
+
+    // ---- framework -> runtime
+    const std::string fw = r.vocab("framework", {"composer-fsdp1", "torchtitan-fsdp2", "megatron", "nemo",
+                                                 "megatron-deepspeed", "fairscale", "other"});
+    if (fw.empty()) throw Skip{"framework is empty"};
+    RunConfig& rc = vc.run;
+    rc.source_file = table.file;
+    rc.format = ConfigFormat::meshplan_plan;
+    rc.cluster = vc.cluster;
+    Plan& p = rc.plan;
+    Mesh& mesh = p.mesh;
+
+    // ---- mesh
+    const std::int64_t n_gpus = r.positive("n_gpus");
+    mesh.pp = static_cast<int>(r.positive("pp"));
+    mesh.dp_replicate = static_cast<int>(r.positive("dp_replicate"));
+    mesh.dp_shard = static_cast<int>(r.positive("dp_shard"));
+    mesh.tp = static_cast<int>(r.positive("tp"));
+    if (auto cp = r.opt_int("cp")) {
+      if (*cp <= 0) throw Skip{fmt::format("cp: must be positive, got {}", *cp)};
+      mesh.cp = static_cast<int>(*cp);
+    } else {
+      mesh.cp = 1;
+      notes.push_back("cp empty: 1 assumed");
+    }
+    if (auto ep = r.opt_int("ep")) {
+      if (*ep <= 0) throw Skip{fmt::format("ep: must be positive, got {}", *ep)};
+      mesh.ep = static_cast<int>(*ep);
+    }
+    if (auto vpp = r.opt_int("vpp")) {
+      if (*vpp <= 0) throw Skip{fmt::format("vpp: must be positive, got {}", *vpp)};
+      mesh.vpp = static_cast<int>(*vpp);
+    } else {
+      mesh.vpp = 1;
+      if (mesh.pp > 1) notes.push_back("vpp empty: 1 assumed (non-interleaved schedule, the frameworks' default)");
+    }
+    p.schedule = mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+    rc.n_gpus = n_gpus;
+
+    rc.model = map_model(r, fw, mesh.tp, notes);
+    if (rc.model.moe.enabled() || mesh.ep > 1)
+      throw Skip{"ep > 1 needs a mixture-of-experts model, and the columns describe dense models only"};
+
+    // ---- precision (needed before the runtime defaults: some depend on it)
+    const std::string pd = r.vocab("param_dtype", {"fp32", "bf16", "fp16"});
+    const std::string rd = r.vocab("reduce_dtype", {"fp32", "bf16", "fp16"});
+    const std::string sd = r.vocab("state_dtype", {"fp32", "bf16"});
+    if (pd.empty()) notes.push_back("param_dtype empty: bf16 assumed");
+    p.param_dtype = pd.empty() ? Dtype::bf16 : dtype_of(pd);
+    p.state_dtype = sd.empty() ? Dtype::fp32 : dtype_of(sd);
+    if (sd.empty() && row.has_column("state_dtype")) notes.push_back("state_dtype empty: fp32 assumed");
+    if (p.state_dtype == Dtype::bf16 && p.param_dtype == Dtype::fp32)
+      throw Skip{"state_dtype bf16 with param_dtype fp32: weights stored below their compute precision"};
+    // No column gives the matmul dtype: 16-bit params compute in their own dtype; fp32 params
+    // (FSDP without a mixed-precision policy, DDP) compute under bf16 autocast.
+    p.compute_dtype = p.param_dtype == Dtype::fp32 ? Dtype::bf16 : p.param_dtype;
+    if (p.param_dtype == Dtype::fp32) notes.push_back("param_dtype fp32: matmuls assumed under bf16 autocast");
+    if (rd.empty()) {
+      // Megatron reduces fp16 gradients in fp16 and bf16 gradients in fp32 (it forces
+      // accumulate_allreduce_grads_in_fp32 with bf16); DeepSpeed's BF16_Optimizer and torch
+      // mixed precision reduce in fp32 unless told otherwise.
+      p.reduce_dtype = is_megatron_family(fw) && p.param_dtype == Dtype::fp16 ? Dtype::fp16 : Dtype::fp32;
+      notes.push_back(fmt::format("reduce_dtype empty: {} assumed", to_string(p.reduce_dtype)));
+    } else {
+      p.reduce_dtype = dtype_of(rd);
+    }
+    const std::string fp8 = r.vocab("fp8", {"none", "te-delayed", "te-current", "mxfp8", "nvfp4", "torchao-tensorwise",
+                                            "torchao-rowwise"});
+    p.fp8 = fp8.empty() ? Fp8Recipe::none : *parse_fp8(fp8);
+    if (fp8.empty()) notes.push_back("fp8 empty: none assumed");
+
+    // ---- sharding
+    const std::string sh = r.vocab("sharding", {"none", "zero1", "zero2", "zero3", "unknown"});
+    if (sh.empty() || sh == "unknown") {
+      // The framework's default: Megatron-LM without --use-distributed-optimizer is plain DDP;
+      // NeMo turns the distributed optimizer on; FSDP trainers shard fully.
+      if (fw == "megatron" || fw == "megatron-deepspeed") p.sharding = Sharding::none;
+      else if (fw == "nemo") p.sharding = Sharding::zero1;
+      else p.sharding = mesh.dp_shard > 1 ? Sharding::zero3 : Sharding::none;
+      notes.push_back(fmt::format("sharding {}: {} assumed (framework default)", sh.empty() ? "empty" : "unknown",
+                                  to_string(p.sharding)));
+    } else {
+      p.sharding = *parse_sharding(sh);
+    }
+    if (mesh.dp_shard > 1 && p.sharding != Sharding::zero3)
+      throw Skip{fmt::format("dp_shard {} > 1 with sharding {}: the README writes parameter sharding only as zero3",
+                             mesh.dp_shard, to_string(p.sharding))};
+    if (is_megatron_family(fw) && p.sharding == Sharding::zero3)
+      throw Skip{"zero3 under Megatron-family frameworks (Megatron FSDP / DeepSpeed ZeRO-3) is not modeled"};
+    if (p.sharding == Sharding::zero2 && is_megatron_family(fw))
+      throw Skip{"zero2 under Megatron-family frameworks (DeepSpeed ZeRO-2) is not modeled"};
+    p.reshard_after_forward = p.sharding == Sharding::zero3;
+
+    // ---- activation checkpointing
+    const std::string ac = r.vocab("activation_ckpt", {"none", "full", "selective", "unknown"});
+    const std::string aco = r.vocab("ac_option", {"attn", "op", "layer"});
+    if (ac == "full") {
+      p.ac = AcMode::full;
+    } else if (ac == "selective") {
+      std::string opt = aco;
+      if (opt.empty()) {
+        opt = is_megatron_family(fw) ? "attn" : "op";
+        notes.push_back(fmt::format("ac_option empty with selective: '{}' assumed (framework default)", opt));
+      }
+      if (opt == "attn") p.ac = AcMode::selective_attn;
+      else if (opt == "op") p.ac = AcMode::selective_op;
+      else {
+        p.ac = AcMode::selective_layer;
+        p.ac_every_n = 2;  // README: full checkpointing of every second layer
+      }
+    } else {
+      p.ac = AcMode::none;
+      // Megatron-LM and NeMo recompute nothing unless --recompute-granularity is given; the FSDP
+      // trainers checkpoint only when configured to.
+      if (ac.empty() || ac == "unknown")
+        notes.push_back(fmt::format("activation_ckpt {}: none assumed (framework default)", ac.empty() ? "empty" : "unknown"));
+    }
+    if (!aco.empty() && ac != "selective") notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
+    p.ac_reentrant = false;
+
+    // ---- offload
+    const auto cpu_off = r.opt_flag("cpu_offload");
+    const auto act_off = r.opt_flag("act_offload");
+    const auto par_off = r.opt_flag("param_offload");
+    p.act_offload = act_off.value_or(false);
+    p.param_offload = par_off.value_or(false);
+    if (cpu_off.value_or(false) && !act_off && !par_off)
+      throw Skip{"cpu_offload = 1 without act_offload/param_offload columns: what is offloaded is only in notes"};
+    if (!cpu_off && !row.has_column("act_offload")) notes.push_back("cpu_offload empty: no offload assumed");
+
+    // ---- other switches
+    if (auto c = r.opt_flag("compile")) p.compile = *c;
+    else p.compile = false;
+    const auto sp = r.opt_flag("sequence_parallel");
+    const auto atp = r.opt_flag("async_tp");
+    const std::string optim = r.vocab("optimizer", {"adamw", "adamw8bit", "sgd", "other"});
+    if (optim == "other") throw Skip{"optimizer 'other': its state size is unknown"};
+    p.optimizer = optim.empty() ? Optimizer::adamw : *parse_optimizer(optim);
+    if (optim.empty() && row.has_column("optimizer")) notes.push_back("optimizer empty: AdamW assumed");
+
+    // ---- runtime and its defaults for knobs no column carries
+    if (fw == "composer-fsdp1") {
+      // llm-foundry benchmark configs: FSDP1 FULL_SHARD, Composer's BACKWARD_POST default,
+      // limit_all_gathers, non-reentrant checkpointing; FSDP1 keeps the root unit (embeddings,
+      // final norm, head) unsharded; TP is llm-foundry's FFN-only strategy.
+      p.runtime = Runtime::composer_fsdp1;
+      p.backward_prefetch = BackwardPrefetch::backward_post;
+      p.forward_prefetch = false;
+      p.limit_all_gathers = true;
+      p.root_unsharded = p.sharding != Sharding::none;
+      if (mesh.tp > 1) p.tp_style = TpStyle::mlp_only;
+    } else if (fw == "torchtitan-fsdp2") {
+      p.runtime = Runtime::torchtitan_fsdp2;
+      p.backward_prefetch = BackwardPrefetch::backward_pre;
+      p.forward_prefetch = true;
+      p.limit_all_gathers = false;
+      p.root_unsharded = false;
+      // torchtitan's reshard_after_forward "default": reshard unless pipeline parallel.
+      if (p.sharding == Sharding::zero3) p.reshard_after_forward = mesh.pp == 1;
+    } else if (is_megatron_family(fw)) {
+      p.runtime = Runtime::megatron;
+      p.backward_prefetch = BackwardPrefetch::none;
+      p.limit_all_gathers = false;
+      // Megatron-LM's GPT defaults train with 0.1 hidden/attention dropout; NeMo's LLM recipes
+      // and BLOOM's Megatron-DeepSpeed run set it to 0.
+      p.dropout = fw == "megatron";
+      if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
+    } else {
+      // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
+      // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).
+      p.runtime = Runtime::generic;
+      p.backward_prefetch = BackwardPrefetch::backward_pre;
+      p.forward_prefetch = false;
+      p.limit_all_gathers = fw != "fairscale";  // fairscale FSDP has no all-gather rate limiter
+      p.root_unsharded = false;
+      if (fw == "other") notes.push_back("framework other: generic runtime with FSDP1-like defaults");
+    }
+    if (kUnfusedAttentionSources.count(vc.source) != 0) {
+      p.flash_attention = false;
+      notes.push_back("unfused attention (software predates FlashAttention)");
+    }
+    // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
+    // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
+    p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&
+                       (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3);
+
+    if (sp) {
+      p.sequence_parallel = *sp;
+    } else {
+      // torchtitan always pairs TP with sequence parallelism; NeMo's performance recipes enable
+      // it whenever TP > 1; Megatron-LM leaves it off unless --sequence-parallel.
+      p.sequence_parallel = mesh.tp > 1 && (fw == "torchtitan-fsdp2" || fw == "nemo");
+      if (mesh.tp > 1)
+        notes.push_back(fmt::format("sequence_parallel empty: {} assumed (framework default)", p.sequence_parallel ? 1 : 0));
+    }
+    if (atp) {
+      p.async_tp = *atp;
+    } else {
+      p.async_tp = mesh.tp > 1 && fw == "nemo";
+      if (mesh.tp > 1)
+        notes.push_back(fmt::format("async_tp empty: {} assumed (NeMo recipes overlap TP comm with TP > 1; others off)",
+                                    p.async_tp ? 1 : 0));
+    }
+    if (mesh.tp == 1) {
+      p.sequence_parallel = false;
+      p.async_tp = false;
+    }
+
+    // ---- batch: micro x grad_accum x dp = global; fill the one missing value.
+    Job& j = rc.job;
+    j.seq_len = r.positive("seq_len");
+    const std::int64_t dp = static_cast<std::int64_t>(mesh.dp_replicate) * mesh.dp_shard;
+    auto mb = r.opt_int("micro_batch");
+    auto gb = r.opt_int("global_batch");
+    auto ga = r.opt_int("grad_accum");
+    for (auto [name, v] : {std::pair{"micro_batch", mb}, std::pair{"global_batch", gb}, std::pair{"grad_accum", ga}})
+      if (v && *v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", name, *v)};
+    if (!gb && mb && ga) {
+      gb = *mb * *ga * dp;
+    } else if (gb && mb && !ga) {
+      if (*gb % (*mb * dp) != 0)
+        throw Skip{fmt::format("global_batch {} is not divisible by micro_batch {} x dp {}", *gb, *mb, dp)};
+      ga = *gb / (*mb * dp);
+    } else if (gb && !mb && ga) {
+      if (*gb % (*ga * dp) != 0)
+        throw Skip{fmt::format("global_batch {} is not divisible by grad_accum {} x dp {}", *gb, *ga, dp)};
+      mb = *gb / (*ga * dp);
+    } else if (gb && !mb && !ga) {
+      if (p.runtime != Runtime::megatron)
+        throw Skip{"micro_batch and grad_accum are both empty: the batch split is unknown"};
+      // Megatron's --micro-batch-size has no default; 1 is what its large-GPT examples use.
+      mb = 1;
+      if (*gb % dp != 0) throw Skip{fmt::format("global_batch {} is not divisible by dp {}", *gb, dp)};
+      ga = *gb / dp;
+      notes.push_back(fmt::format("micro_batch and grad_accum empty: micro_batch 1 assumed, grad_accum {}", *ga));
+    } else if (!gb) {
+      throw Skip{"global_batch is empty and micro_batch x grad_accum does not give it"};
+    }
+    j.micro_batch = *mb;
+    j.global_batch = *gb;
+    j.grad_accum = *ga;
+    if (j.micro_batch * j.grad_accum * dp != j.global_batch)
+      throw Skip{fmt::format("micro_batch {} x grad_accum {} x dp {} != global_batch {}", j.micro_batch, j.grad_accum,
+                             dp, j.global_batch)};
+    // Megatron and DeepSpeed run all micro-batches through one pipeline schedule.
+    j.pp_microbatches = 0;
+
+    try {
+      resolve_layout(rc, n_gpus);
+    } catch (const InputError& e) {
+      throw Skip{fmt::format("layout: {}: {}", e.key(), e.reason())};
+    }
+    for (const auto& w : rc.warnings) notes.push_back(w);
+
+    // ---- what the simulator prices but not faithfully enough to compare
+    if (p.fp8 != Fp8Recipe::none)
+      vc.throughput_not_modeled = fmt::format(
+          "fp8 {}: FP8 matmuls are not modeled (every GEMM is priced at {})", to_string(p.fp8), to_string(p.compute_dtype));
+  } catch (const Skip& s) {
+    vc.skipped = s.reason;
+  }
+  return vc;
+}
+
+}  // namespace meshplan

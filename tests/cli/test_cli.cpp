@@ -1,0 +1,169 @@
+// The command line as users meet it: bad files and flags give one line naming the file/flag,
+// the key and the reason, and a non-zero exit code; good inputs answer.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "../test_paths.hpp"
+
+namespace fs = std::filesystem;
+using meshplan::test::data_root;
+using meshplan::test::meshplan_bin;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Run run(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / "meshplan_cli_test_stderr.txt";
+  const std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) r.out += buf.data();
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return r;
+}
+
+fs::path write_temp(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / "meshplan_cli_test" / name;
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string example(const std::string& name) { return (data_root() / "plans" / "examples" / name).string(); }
+
+const char* kPlan = R"([model]
+name = "llama3.1-8b"
+[cluster]
+gpus = 8
+[layout]
+dp_shard = 8
+[batch]
+seq_len = 4096
+global_batch = 16
+micro_batch = 1
+)";
+
+// Every failure is one line on stderr that mentions `needle`, and a non-zero exit.
+void check_one_line_error(const std::string& args, const std::string& needle) {
+  CAPTURE(args);
+  const Run r = run(args);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != -1);  // exited, did not crash
+  CAPTURE(r.err);
+  REQUIRE_FALSE(r.err.empty());
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  CHECK(err.find('\n') == std::string::npos);
+  CHECK(err.find(needle) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("bad files and flags: one line, names the file or flag and the key, non-zero exit") {
+  const std::string plan = write_temp("good.toml", kPlan).string();
+  auto with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string t = kPlan;
+    const auto pos = t.find(from);
+    REQUIRE(pos != std::string::npos);
+    t.replace(pos, from.size(), to);
+    return write_temp(name, t).string();
+  };
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"memory --config /nonexistent/run.yaml", "/nonexistent/run.yaml"},
+      {"memory --config " + plan + " --cluster no-such-gpu", "no-such-gpu"},
+      {"memory --config " + plan + " --model no-such-model", "no-such-model"},
+      {"memory --config " + plan + " --gpus 16", "gpus"},
+      {"memory --config " + plan + " --gpus 0", "--gpus"},
+      {"memory --config " + plan + " --gpus -8", "--gpus"},
+      {"memory --config " + plan + " --gpus eight", "--gpus"},
+      {"memory --config " + with("tp3.toml", "dp_shard = 8", "dp_shard = 2\ntp = 3") + " --gpus 6", "tp"},
+      {"memory --config " + with("pp3.toml", "gpus = 8\n[layout]\ndp_shard = 8", "gpus = 6\n[layout]\ndp_shard = 2\npp = 3"), "layout.pp"},
+      {"memory --config " + with("seq0.toml", "seq_len = 4096", "seq_len = 0"), "seq_len"},
+      {"memory --config " + with("seqneg.toml", "seq_len = 4096", "seq_len = -5"), "seq_len"},
+      {"memory --config " + with("seqstr.toml", "seq_len = 4096", "seq_len = \"long\""), "seq_len"},
+      {"memory --config " + with("batch.toml", "global_batch = 16", "global_batch = 12"), "global_batch"},
+      {"memory --config " + with("unknown.toml", "micro_batch = 1", "micro_bach = 1"), "micro_bach"},
+      {"memory --config " + with("syntax.toml", "[layout]", "[layout"), "syntax.toml"},
+      {"memory --config " + with("model.toml", "llama3.1-8b", "llama9-1t"), "llama9-1t"},
+      {"memory --config " + with("product.toml", "dp_shard = 8", "dp_shard = 3"), "dp_shard"},
+      {"memory --config " + write_temp("bad.yaml", "fsdp_config: [unclosed\n").string(), "bad.yaml"},
+      {"memory --config " + write_temp("notyaml.json", "{\"a\": }").string(), "notyaml.json"},
+      {"simulate --config " + plan + " --cluster no-such-gpu", "no-such-gpu"},
+      {"simulate --config " + plan + " --trace /nonexistent/dir/t.json", "/nonexistent/dir/t.json"},
+      {"model no-such-model", "no-such-model"},
+      {"model " + write_temp("cfg.json", "{\"hidden_size\": 4096}").string(), "cfg.json"},
+      {"plan --model llama3.1-8b --gpus 8", "--global-batch"},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch-tokens 4Q", "--global-batch-tokens"},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --runtime deepspeed", "--runtime"},
+      {"plan --model nope --gpus 8 --global-batch 16", "nope"},
+      {"collective --cluster h100-sxm-80gb --op all_smash --gpus 8 --sizes 1K:1M", "all_smash"},
+      {"kernel --cluster h100-sxm-80gb --gemm 8192x8192 --dtype bf16", "gemm"},
+      {"no-such-command", "no-such-command"},
+  };
+  CHECK(cases.size() >= 25);
+  for (const auto& c : cases) check_one_line_error(c.args, c.needle);
+}
+
+TEST_CASE("memory --json follows the documented contract and adds up") {
+  const Run r = run("memory --config " + example("mpt-7b-8gpu-pure-ac.yaml") + " --cluster a100-80gb --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"gpu_memory_bytes", "fits", "warnings", "stages"}) CHECK(j.contains(k));
+  for (const auto& st : j.at("stages")) {
+    std::int64_t sum = 0;
+    for (const char* k : {"params", "grads", "optimizer", "unsharded_params", "reduce_buffers", "activations",
+                          "recompute", "comm_buffers", "framework"})
+      sum += st.at("breakdown").at(k).get<std::int64_t>();
+    CHECK(sum == st.at("peak_bytes").get<std::int64_t>());
+  }
+}
+
+TEST_CASE("memory answers for every shipped example and is deterministic") {
+  for (const auto& e : fs::directory_iterator(data_root() / "plans" / "examples")) {
+    CAPTURE(e.path());
+    const Run a = run("memory --config " + e.path().string() + " --cluster h100-sxm-80gb");
+    CHECK((a.exit_code == 0 || a.exit_code == 3));  // 3: answered, does not fit
+    CHECK(a.out.find("peak") != std::string::npos);
+    const Run b = run("memory --config " + e.path().string() + " --cluster h100-sxm-80gb");
+    CHECK(a.out == b.out);
+  }
+}
+
+TEST_CASE("simulate --json follows the contract; breakdown adds up to the step time") {
+  const Run r = run("simulate --config " + example("llama3.1-8b-fsdp-h100.toml") + " --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  double sum = 0;
+  for (const char* k : {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "offload_stall", "other"})
+    sum += j.at("breakdown_s").at(k).get<double>();
+  CHECK(sum == doctest::Approx(j.at("step_time_s").get<double>()).epsilon(0.001));
+  for (const char* k : {"tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "exposed_comm_s", "stages"})
+    CHECK(j.contains(k));
+}
+
+TEST_CASE("demo runs on built-in defaults") {
+  const Run r = run("demo");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("fits:") != std::string::npos);
+}

@@ -1,0 +1,395 @@
+// meshplan validate: CSV reading, row mapping, every published row handled, summary statistics.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "report/validation.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/cluster_search.hpp"
+#include "spec/error.hpp"
+#include "spec/validation_row.hpp"
+#include "test_paths.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+std::filesystem::path dev_csv() { return test::shared_root() / "validation" / "dev.csv"; }
+std::filesystem::path memory_csv() { return test::shared_root() / "validation" / "memory.csv"; }
+bool have_validation() { return std::filesystem::exists(dev_csv()) && std::filesystem::exists(memory_csv()); }
+
+// The index of row `id` in `t`.
+std::size_t row_index(const CsvTable& t, const std::string& id) {
+  for (std::size_t i = 0; i < t.rows.size(); ++i)
+    if (CsvRow(t, i).get("id") == id) return i;
+  FAIL("row not found: " << id);
+  return 0;
+}
+
+const char* kHeader =
+    "id,source,model,n_params,n_layers,d_model,n_heads,n_kv_heads,ffn_hidden,vocab,seq_len,mlp,tied_embeddings,"
+    "pos_emb,gpu,n_gpus,gpus_per_node,dp_replicate,dp_shard,tp,pp,vpp,cp,ep,sequence_parallel,sharding,micro_batch,"
+    "global_batch,grad_accum,activation_ckpt,ac_option,param_dtype,reduce_dtype,fp8,cpu_offload,framework,compile,"
+    "async_tp,measured_tokens_per_s_per_gpu,tokens_derived_from,measured_tflops_per_gpu,measured_mfu_pct,"
+    "measured_peak_mem_gib,notes\n";
+
+// A small Llama-like row on 8 GPUs with every vocabulary slot filled; `edit` replaces fields.
+std::string synthetic_row(const std::string& id, const std::string& fields) {
+  return id + "," + fields + "\n";
+}
+const char* kLlamaFields =
+    "test,tiny,,4,1024,8,8,2816,32000,2048,swiglu,0,rope,h100-sxm-80gb,8,,1,8,1,1,1,1,1,0,zero3,2,16,1,full,,bf16,"
+    "fp32,none,0,torchtitan-fsdp2,0,0,10000,reported,,,,\"notes, with \"\"quotes\"\"\"";
+
+}  // namespace
+
+TEST_CASE("CSV: RFC 4180 quoting, embedded commas, quotes and newlines") {
+  const auto r = parse_csv("a,b,c\n1,\"x,y\",\"say \"\"hi\"\"\"\n2,\"two\nlines\",\n");
+  REQUIRE(r.size() == 3);
+  CHECK(r[0] == std::vector<std::string>{"a", "b", "c"});
+  CHECK(r[1] == std::vector<std::string>{"1", "x,y", "say \"hi\""});
+  CHECK(r[2] == std::vector<std::string>{"2", "two\nlines", ""});
+}
+
+TEST_CASE("CSV: CRLF, missing final newline, empty fields and an empty quoted field") {
+  const auto r = parse_csv("a,b\r\n,\"\"\r\nx,y");
+  REQUIRE(r.size() == 3);
+  CHECK(r[1] == std::vector<std::string>{"", ""});
+  CHECK(r[2] == std::vector<std::string>{"x", "y"});
+  CHECK(parse_csv("").empty());
+  CHECK(parse_csv("\n").empty());
+  // A lone CR inside a field is data, and a quoted CRLF is kept verbatim.
+  const auto q = parse_csv("\"a\r\nb\",c\n");
+  REQUIRE(q.size() == 1);
+  CHECK(q[0][0] == "a\r\nb");
+}
+
+TEST_CASE("CSV: malformed input is an InputError naming the line") {
+  CHECK_THROWS_AS(parse_csv("a,\"unterminated\n"), InputError);
+  CHECK_THROWS_AS(parse_csv("a,b\"c\n"), InputError);
+  CHECK_THROWS_AS(parse_csv("\"a\"b,c\n"), InputError);
+  try {
+    parse_csv("x\ny\n\"z", "f.csv");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(e.key() == "line 3");
+    CHECK(e.file() == "f.csv");
+  }
+  // Tables: field counts must match the header; header names must be unique.
+  CHECK_THROWS_AS(parse_csv_table("a,b\n1\n"), InputError);
+  CHECK_THROWS_AS(parse_csv_table("a,a\n1,2\n"), InputError);
+  CHECK_THROWS_AS(parse_csv_table(""), InputError);
+  const CsvTable t = parse_csv_table("\xEF\xBB\xBFid,v\n\"r1\",\"multi\nline\"\nr2,2\n");
+  CHECK(t.header[0] == "id");
+  REQUIRE(t.rows.size() == 2);
+  CHECK(t.row_lines[1] == 4);
+  CHECK(CsvRow(t, 0).get("v") == "multi\nline");
+  CHECK(CsvRow(t, 0).get("absent").empty());
+}
+
+TEST_CASE("run_key pairs -alloc and -resv rows") {
+  CHECK(run_key("tt165-x-alloc") == "tt165-x");
+  CHECK(run_key("tt165-x-resv") == "tt165-x");
+  CHECK(run_key("dlrover-8gpu") == "dlrover-8gpu");
+  CHECK(run_key("-resv") == "-resv");
+}
+
+TEST_CASE("synthetic rows: defaults, vocabulary values and skips") {
+  const CsvTable t = parse_csv_table(std::string(kHeader) + synthetic_row("ok", kLlamaFields));
+  const ValidationCase vc = map_validation_row(t, 0);
+  REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+  CHECK(vc.run.plan.runtime == Runtime::torchtitan_fsdp2);
+  CHECK(vc.run.model.norm == NormKind::rmsnorm);
+  CHECK_FALSE(vc.run.model.linear_bias);
+  CHECK(vc.run.job.grad_accum == 1);
+  CHECK(vc.measured.tokens_per_s_per_gpu == doctest::Approx(10000));
+
+  // Every fp8 recipe, optimizer-less dev rows, unknown sharding and every gpu name map or skip.
+  for (const char* gpu : {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb", "h200-141gb",
+                          "b200", "gb200", "gb300", ""}) {
+    std::string f = kLlamaFields;
+    f.replace(f.find("h100-sxm-80gb"), 13, gpu);
+    const ValidationCase g = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("g", f)), 0);
+    CHECK_MESSAGE(g.skipped.empty(), gpu << ": " << g.skipped);
+    CHECK(g.cluster == (std::string(gpu).empty() ? std::string("h100-sxm-80gb") : std::string(gpu)));
+  }
+  for (const char* fp8 : {"te-delayed", "te-current", "mxfp8", "nvfp4", "torchao-tensorwise", "torchao-rowwise"}) {
+    std::string f = kLlamaFields;
+    f.replace(f.find(",none,"), 6, std::string(",") + fp8 + ",");
+    const ValidationCase g = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("f", f)), 0);
+    CHECK(g.skipped.empty());
+    CHECK_FALSE(g.throughput_not_modeled.empty());
+    CHECK(g.run.plan.fp8_all_gather == (std::string(fp8) == "torchao-tensorwise"));
+  }
+  for (const char* fw : {"composer-fsdp1", "megatron", "nemo", "megatron-deepspeed", "fairscale", "other"}) {
+    std::string f = kLlamaFields;
+    f.replace(f.find("torchtitan-fsdp2"), 16, fw);
+    // Megatron-family runs do not shard parameters: write the same run as DDP.
+    if (std::string(fw).find("megatron") != std::string::npos || std::string(fw) == "nemo") {
+      const std::string from = ",1,8,1,1,1,1,1,0,zero3,";
+      f.replace(f.find(from), from.size(), ",8,1,1,1,1,1,1,0,zero1,");
+    }
+    const ValidationCase g = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("w", f)), 0);
+    CHECK_MESSAGE(g.skipped.empty(), fw << ": " << g.skipped);
+  }
+
+  // Out-of-vocabulary values, non-integers and inconsistent layouts are skips with a reason.
+  auto skip_reason = [](std::string from, const std::string& to) {
+    std::string f = kLlamaFields;
+    f.replace(f.find(from), from.size(), to);
+    return map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("s", f)), 0).skipped;
+  };
+  CHECK(skip_reason("swiglu", "geglu2").find("mlp") != std::string::npos);
+  CHECK(skip_reason(",1024,", ",1k,").find("d_model") != std::string::npos);
+  CHECK(skip_reason("h100-sxm-80gb", "tpu-v5").find("gpu") != std::string::npos);
+  CHECK(skip_reason(",zero3,", ",zero4,").find("sharding") != std::string::npos);
+  CHECK(skip_reason(",2,16,1,", ",2,16,3,").find("global_batch") != std::string::npos);
+  CHECK_FALSE(skip_reason(",1,8,1,1,", ",1,4,1,1,").empty());  // world 4 != n_gpus 8
+  CHECK(skip_reason(",0,torchtitan", ",1,torchtitan").find("cpu_offload") != std::string::npos);
+  // An unknown activation_ckpt is the framework's default, written down.
+  std::string f = kLlamaFields;
+  f.replace(f.find(",full,"), 6, ",unknown,");
+  const ValidationCase u = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("u", f)), 0);
+  CHECK(u.skipped.empty());
+  CHECK(u.run.plan.ac == AcMode::none);
+  CHECK_FALSE(u.assumptions.empty());
+}
+
+TEST_CASE("default vocab: Megatron pads the GPT-2 BPE to 128 x tp; no default for unknown families") {
+  ModelSpec m;
+  m.pos_emb = PosEmb::learned;
+  m.mlp = MlpKind::gelu;
+  std::string why;
+  CHECK(default_vocab("nemo-24.07", m, 1, why) == 50304);
+  CHECK(default_vocab("nemo-24.07", m, 2, why) == 50432);
+  CHECK(default_vocab("nemo-24.07", m, 8, why) == 51200);
+  CHECK(default_vocab("opt-175b", m, 8, why) == 50272);
+  m.pos_emb = PosEmb::rope;
+  m.mlp = MlpKind::relu2;
+  CHECK(default_vocab("nemo-24.07", m, 8, why) == 256000);
+  m.mlp = MlpKind::swiglu;
+  CHECK_FALSE(default_vocab("x", m, 1, why).has_value());
+}
+
+TEST_CASE("summary statistics on a hand-made set") {
+  std::vector<ValidationRowResult> rows(6);
+  const double errs[] = {10, -20, 5, -5, 40};
+  for (int i = 0; i < 5; ++i) {
+    rows[i].id = "r" + std::to_string(i);
+    rows[i].run = rows[i].id;
+    rows[i].error_pct = errs[i];
+  }
+  rows[5].id = "skipped";
+  rows[5].run = "skipped";
+  rows[5].skipped = "reason";
+  // Memory: one run with two rows (+10, -30) and one single-row run (+5).
+  rows[0].memory_error_pct = 10;
+  rows[0].run = "pair";
+  rows[1].memory_error_pct = -30;
+  rows[1].run = "pair";
+  rows[2].memory_error_pct = 5;
+  std::vector<const ValidationRowResult*> ptrs;
+  for (const auto& r : rows) ptrs.push_back(&r);
+  const ValidationSummary s = summarize(ptrs, "g");
+  CHECK(s.rows == 6);
+  CHECK(s.n == 5);
+  CHECK(s.skipped == 1);
+  CHECK(*s.mape_pct == doctest::Approx(16.0));           // (10+20+5+5+40)/5
+  CHECK(*s.median_ape_pct == doctest::Approx(10.0));     // 5 5 10 20 40
+  CHECK(*s.p90_ape_pct == doctest::Approx(32.0));        // 20 + 0.6 x (40 - 20)
+  CHECK(*s.max_ape_pct == doctest::Approx(40.0));
+  CHECK(*s.mean_error_pct == doctest::Approx(6.0));
+  CHECK(s.memory_rows == 3);
+  CHECK(s.memory_runs == 2);
+  CHECK(*s.memory_mape_pct == doctest::Approx((20.0 + 5.0) / 2));  // pair's mean APE 20, single 5
+  CHECK(*s.memory_row_mape_pct == doctest::Approx(15.0));
+  CHECK(*s.memory_min_error_pct == doctest::Approx(-30.0));
+  CHECK(percentile({3.0}, 0.9) == doctest::Approx(3.0));
+  CHECK(percentile({1, 2, 3, 4}, 0.5) == doctest::Approx(2.5));
+}
+
+TEST_CASE("real rows mapped field by field") {
+  if (!have_validation()) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  const CsvTable dev = read_csv_table(dev_csv().string());
+  REQUIRE(dev.header.size() == 44);
+
+  SUBCASE("llm-foundry MPT-70B on 64 A100-80GB") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "foundry-a100_80-mpt70b-s2048-g64-mb8-ga4"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    const ModelSpec& m = vc.run.model;
+    CHECK(m.n_layers == 80);
+    CHECK(m.d_model == 8192);
+    CHECK(m.n_heads == 64);
+    CHECK(m.n_kv_heads == 64);
+    CHECK(m.head_dim == 128);
+    CHECK(m.ffn_hidden == 32768);
+    CHECK(m.vocab == 50368);
+    CHECK(m.mlp == MlpKind::gelu);
+    CHECK(m.tied_embeddings);
+    CHECK(m.pos_emb == PosEmb::learned);
+    CHECK(m.max_seq_len == 2048);
+    CHECK(m.norm == NormKind::layernorm);
+    CHECK(m.linear_bias);
+    CHECK(m.n_params_published == 64862437376);
+    const Plan& p = vc.run.plan;
+    CHECK(p.runtime == Runtime::composer_fsdp1);
+    CHECK(p.mesh.dp_shard == 64);
+    CHECK(p.mesh.dp_replicate == 1);
+    CHECK(p.mesh.tp == 1);
+    CHECK(p.sharding == Sharding::zero3);
+    CHECK(p.reshard_after_forward);
+    CHECK(p.root_unsharded);
+    CHECK(p.ac == AcMode::full);
+    CHECK(p.param_dtype == Dtype::bf16);
+    CHECK(p.reduce_dtype == Dtype::bf16);
+    CHECK(p.fp8 == Fp8Recipe::none);
+    CHECK(p.flash_attention);
+    const Job& j = vc.run.job;
+    CHECK(j.seq_len == 2048);
+    CHECK(j.micro_batch == 8);
+    CHECK(j.global_batch == 2048);
+    CHECK(j.grad_accum == 4);
+    CHECK(vc.run.n_gpus == 64);
+    CHECK(vc.cluster == "a100-80gb");
+    CHECK_FALSE(vc.gpus_per_node.has_value());
+    CHECK(vc.measured.tokens_per_s_per_gpu == doctest::Approx(410));
+    CHECK(vc.measured.mfu_pct == doctest::Approx(53.33));
+    CHECK(vc.throughput_not_modeled.empty());
+  }
+  SUBCASE("NeMo GPT-3 175B: vocab default, interleaved PP, fp8 not modeled for throughput") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "nemo2407-gpt3-175b-128g"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    CHECK(vc.run.model.vocab == 50688);  // 50257 padded to 128 x tp 4
+    CHECK(vc.run.plan.runtime == Runtime::megatron);
+    CHECK(vc.run.plan.mesh.pp == 8);
+    CHECK(vc.run.plan.mesh.vpp == 6);
+    CHECK(vc.run.plan.schedule == PipelineSchedule::interleaved_1f1b);
+    CHECK(vc.run.plan.sharding == Sharding::zero1);
+    CHECK(vc.run.plan.sequence_parallel);  // empty with tp 4 under NeMo
+    CHECK(vc.run.plan.fp8 == Fp8Recipe::te_delayed);
+    CHECK(vc.run.plan.reduce_dtype == Dtype::fp32);
+    CHECK(vc.run.plan.ac == AcMode::none);
+    CHECK(vc.run.job.grad_accum == 64);
+    CHECK(vc.gpus_per_node == 8);
+    CHECK_FALSE(vc.throughput_not_modeled.empty());
+  }
+  SUBCASE("Korthikanti selective recompute + SP, empty param_dtype") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "kor22-gpt175b-selective-sp"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    CHECK(vc.run.plan.ac == AcMode::selective_attn);
+    CHECK(vc.run.plan.sequence_parallel);
+    CHECK(vc.run.plan.param_dtype == Dtype::bf16);
+    CHECK_FALSE(vc.run.plan.flash_attention);
+    CHECK(vc.run.plan.dropout);
+    CHECK(vc.run.plan.mesh.tp == 8);
+  }
+  SUBCASE("Megatron-LM H100: micro-batch unknown, compared on TFLOP/s") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "mlm-h100-weak-gpt1.7b-48g"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    CHECK(vc.run.job.micro_batch == 1);
+    CHECK(vc.run.job.grad_accum == 4);
+    CHECK(vc.run.model.vocab == 131072);
+    const auto conv = source_flop_convention(vc, false);
+    REQUIRE(conv.has_value());
+    CHECK(conv->metric == "tflops_per_gpu");
+    // 72 l h^2 (1 + s/6h + V/12lh) for this GELU MHA model.
+    const double l = 24, h = 2048, s = 4096, v = 131072;
+    CHECK(conv->flops_per_token == doctest::Approx(72 * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))));
+  }
+  SUBCASE("OPT-175B: batch unknown, skipped with a reason") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "opt175b-992g"));
+    CHECK_FALSE(vc.skipped.empty());
+  }
+  SUBCASE("memory.csv: torchtune bf16 state, 8-bit AdamW, activation offload, a100-unknown alias") {
+    const CsvTable mem = read_csv_table(memory_csv().string());
+    const ValidationCase vc = map_validation_row(mem, row_index(mem, "tune-readme-l32-3b-1gpu-adamw8bit"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    CHECK(vc.run.plan.optimizer == Optimizer::adamw8bit);
+    CHECK(vc.run.plan.state_dtype == Dtype::bf16);
+    CHECK(vc.run.plan.act_offload);
+    CHECK(vc.run.plan.sharding == Sharding::none);
+    CHECK(vc.run.plan.compile);
+    CHECK(vc.measured.memory_metric == MemoryMetric::allocated);
+    const ValidationCase big = map_validation_row(mem, row_index(mem, "tune-readme-l31-70b-8xa100-fsdp-cpuoffload"));
+    REQUIRE_MESSAGE(big.skipped.empty(), big.skipped);
+    CHECK(big.cluster == "a100-unknown");
+    CHECK(big.run.plan.param_offload);
+    CHECK(big.measured.memory_metric == MemoryMetric::unknown);
+    const ValidationCase h = map_validation_row(mem, row_index(mem, "tao-fp8readme-llama3-8b-bf16"));
+    CHECK(h.cluster == "h100-sxm-80gb");  // empty gpu column
+  }
+}
+
+TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a reason") {
+  if (!have_validation()) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  for (const auto& file : {dev_csv(), memory_csv()}) {
+    ValidationReport rep;
+    REQUIRE_NOTHROW(rep = run_validation_file(file.string(), ValidationOptions{}));
+    const CsvTable t = read_csv_table(file.string());
+    REQUIRE(rep.rows.size() == t.rows.size());
+    for (const auto& r : rep.rows) {
+      INFO(r.id);
+      if (r.skipped.empty()) {
+        CHECK(r.predicted_tokens_per_s_per_gpu.has_value());
+        CHECK(*r.predicted_tokens_per_s_per_gpu > 0);
+        CHECK((r.error_pct.has_value() || r.memory_error_pct.has_value()));
+        if (r.measured_peak_gib) CHECK(r.predicted_peak_gib.has_value());
+      }
+      if (r.error_pct) CHECK(std::isfinite(*r.error_pct));
+      if (r.memory_error_pct) CHECK(std::isfinite(*r.memory_error_pct));
+    }
+    const auto j = validation_json(rep);
+    for (const char* k : {"n", "skipped", "mape_pct", "median_ape_pct", "p90_ape_pct", "max_ape_pct", "memory_mape_pct"})
+      CHECK(j["summary"].contains(k));
+    for (const char* k : {"id", "source", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
+                          "predicted_peak_gib", "measured_peak_gib", "memory_error_pct", "skipped"})
+      CHECK(j["rows"][0].contains(k));
+  }
+}
+
+TEST_CASE("--cluster-dir profiles are found before the shipped ones") {
+  const auto dir = std::filesystem::temp_directory_path() / "meshplan-test-cluster-dir";
+  std::filesystem::create_directories(dir);
+  const ClusterSpec shipped = load_cluster("a100-80gb");
+  std::filesystem::copy_file(shipped.source_file, dir / "my-a100.toml", std::filesystem::copy_options::overwrite_existing);
+  const ClusterSpec found = load_cluster_search("my-a100", {dir});
+  CHECK(found.name == "my-a100");
+  CHECK(found.gpu.hbm_bytes == shipped.gpu.hbm_bytes);
+  CHECK(load_cluster_search("a100-40gb", {dir}).name == "a100-40gb");
+  CHECK_THROWS_AS(load_cluster_search("no-such-profile", {dir}), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("collectives: nccl-tests-style CSV against the cost model") {
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const CsvTable t = parse_csv_table(
+      "op,gpus,gpus_per_node,size_bytes,time_us,busbw_gbps\n"
+      "all_reduce,8,8,1073741824,,\n"
+      "all_gather,16,8,268435456,5000,\n"
+      "all_reduce,8,,8388608,,300\n"
+      "bogus_op,8,8,1024,10,\n"
+      "all_reduce,8,16,1024,10,\n");
+  const CollectiveValidation v = run_collective_validation(t, c);
+  REQUIRE(v.rows.size() == 5);
+  CHECK_FALSE(v.rows[0].skipped.empty());  // no measurement
+  CHECK(v.rows[1].compared == "time_us");
+  REQUIRE(v.rows[1].error_pct.has_value());
+  CHECK(*v.rows[1].error_pct == doctest::Approx((v.rows[1].predicted_time_us - 5000) / 5000 * 100));
+  CHECK(v.rows[2].compared == "busbw_gbps");
+  CHECK(v.rows[2].gpus_per_node == 8);
+  CHECK_FALSE(v.rows[3].skipped.empty());
+  CHECK_FALSE(v.rows[4].skipped.empty());
+  CHECK(v.summary.n == 2);
+  CHECK(v.summary.skipped == 3);
+  CHECK(collective_validation_json(v)["summary"].contains("mape_pct"));
+  CHECK_THROWS_AS(run_collective_validation(parse_csv_table("op,gpus\nall_reduce,8\n"), c), InputError);
+}
