@@ -4,6 +4,8 @@
 #include "cli/command.hpp"
 #include "cli/run_inputs.hpp"
 #include "report/memory_report.hpp"
+#include "report/simulate_report.hpp"
+#include "sim/step_simulator.hpp"
 #include "spec/data_root.hpp"
 #include "workload/memory_estimate.hpp"
 
@@ -16,12 +18,15 @@ constexpr const char* kDemoPlan = "plans/examples/llama3.1-8b-fsdp-h100.toml";
 Command add_demo_command(CLI::App& root) {
   Command c;
   c.app = root.add_subcommand(
-      "demo", fmt::format("Memory report of a shipped plan ({}), as a first look at the tool", kDemoPlan));
+      "demo", fmt::format("Simulate a shipped plan ({}) and print its step time and memory report, as a first "
+                          "look at the tool", kDemoPlan));
   c.run = [] {
     RunInputOptions o;
     o.config = (data_root() / kDemoPlan).string();
     const RunInputs in = load_run_inputs(o);
     const MemoryEstimate e = estimate_memory(in.run.model, in.run.plan, in.run.job, in.cluster);
+    const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster);
+    fmt::print("{}\n", simulate_text(in.run, in.cluster, step.result));
     fmt::print("{}", memory_text(in.run, in.cluster, e));
     fmt::print("\nNext: `meshplan memory --config FILE` for your own llm-foundry YAML or torchtitan TOML,\n"
                "      `meshplan model --list`, and `meshplan --help` for every command.\n");

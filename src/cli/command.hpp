@@ -20,5 +20,9 @@ Command add_plan_command(CLI::App& root);
 Command add_kernel_command(CLI::App& root);
 Command add_validate_command(CLI::App& root);
 Command add_calibrate_command(CLI::App& root);
+Command add_whatif_command(CLI::App& root);
+Command add_lint_command(CLI::App& root);
+Command add_capacity_command(CLI::App& root);
+Command add_layout_command(CLI::App& root);
 
 }  // namespace meshplan::cli

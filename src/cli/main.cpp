@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
       meshplan::cli::add_kernel_command(app),
       meshplan::cli::add_validate_command(app),
       meshplan::cli::add_calibrate_command(app),
+      meshplan::cli::add_whatif_command(app),
+      meshplan::cli::add_lint_command(app),
+      meshplan::cli::add_capacity_command(app),
+      meshplan::cli::add_layout_command(app),
   };
 
   std::string names;

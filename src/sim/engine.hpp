@@ -15,6 +15,9 @@ using TaskId = std::int32_t;
 using StreamId = std::int32_t;
 using LinkId = std::int32_t;
 
+// A task on no stream starts as soon as its dependencies finish (barriers, joins).
+constexpr StreamId kNoStream = -1;
+
 struct Link {
   std::string name;
   double bandwidth_bytes_per_s = 0;
@@ -22,7 +25,7 @@ struct Link {
 
 // Memory a task allocates (+) or frees (-), with the report term it belongs to.
 struct MemoryChange {
-  std::string tag;
+  int tag = 0;  // the caller's memory term
   double bytes = 0;
 };
 
@@ -61,7 +64,7 @@ struct MemoryEvent {
   double time_seconds = 0;
   int owner = 0;
   double delta_bytes = 0;
-  std::string tag;
+  int tag = 0;
 };
 
 struct RunResult {
@@ -75,6 +78,7 @@ class Engine {
 public:
   explicit Engine(EngineOptions options = {});
 
+  void reserve_tasks(std::size_t n) { tasks_.reserve(n); }
   LinkId add_link(Link link);
   StreamId add_stream(std::string name);
   // Tasks on a stream run in the order they were added; deps may name tasks added later
@@ -92,6 +96,7 @@ private:
   std::vector<Link> links_;
   std::vector<std::string> stream_names_;
   std::vector<std::vector<TaskId>> stream_tasks_;
+  std::vector<TaskId> floating_;
   std::vector<Task> tasks_;
 };
 

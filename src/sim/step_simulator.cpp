@@ -79,72 +79,133 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   const int gpn = std::max(1, c.node.gpus_per_node);
   sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
 
-  // One representative rank per stage: its NVLink port, its share of the node's NICs, its host link.
+  // Ranks simulated per stage: one representative (symmetric mode), or every rank (`full`),
+  // where each rank has its own links and streams and a collective starts on all members once
+  // all of them are ready (a barrier task per group instance).
+  const Mesh& mesh = p.mesh;
+  const int per_stage = options.full ? static_cast<int>(mesh.world() / std::max(1, mesh.pp)) : 1;
+  const auto R = static_cast<std::size_t>(per_stage);
+  const auto n_st = static_cast<std::size_t>(prog.n_stages);
   std::vector<Links> links;
   const double nic_per_gpu = c.node.nics_per_node * c.node.nic_bandwidth_bytes_per_s *
                              (c.node.nic_efficiency > 0 ? c.node.nic_efficiency : 1.0) / gpn;
   const double nvlink = c.node.nvlink_bandwidth_bytes_per_s *
                         (c.node.nvlink_efficiency > 0 ? c.node.nvlink_efficiency : 1.0);
-  for (int s = 0; s < prog.n_stages; ++s) {
-    links.push_back({engine.add_link({fmt::format("stage{}.nvlink", s), nvlink}),
-                     engine.add_link({fmt::format("stage{}.nic", s), nic_per_gpu}),
-                     engine.add_link({fmt::format("stage{}.h2d", s), c.node.host_h2d_bytes_per_s}),
-                     engine.add_link({fmt::format("stage{}.d2h", s), c.node.host_d2h_bytes_per_s})});
-  }
-  std::vector<std::array<sim::StreamId, kStreamKinds>> streams(static_cast<std::size_t>(prog.n_stages));
-  for (int s = 0; s < prog.n_stages; ++s)
-    for (int k = 0; k < kStreamKinds; ++k)
-      streams[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
-          engine.add_stream(fmt::format("stage{}.{}", s, to_string(static_cast<StreamKind>(k))));
+  std::vector<std::array<sim::StreamId, kStreamKinds>> streams;
+  for (std::size_t s = 0; s < n_st; ++s)
+    for (std::size_t k = 0; k < R; ++k) {
+      const std::string rank = options.full ? fmt::format("rank{}", s * R + k) : fmt::format("stage{}", s);
+      links.push_back({engine.add_link({rank + ".nvlink", nvlink}), engine.add_link({rank + ".nic", nic_per_gpu}),
+                       engine.add_link({rank + ".h2d", c.node.host_h2d_bytes_per_s}),
+                       engine.add_link({rank + ".d2h", c.node.host_d2h_bytes_per_s})});
+      std::array<sim::StreamId, kStreamKinds> ids{};
+      for (int kind = 0; kind < kStreamKinds; ++kind)
+        ids[static_cast<std::size_t>(kind)] =
+            engine.add_stream(fmt::format("{}.{}", rank, to_string(static_cast<StreamKind>(kind))));
+      streams.push_back(ids);
+    }
+  // Coordinates of a rank inside its stage, TP innermost: ((rep * S + shard) * C + cp) * T + tp.
+  const int T = mesh.tp, C = mesh.cp, S = mesh.dp_shard;
+  auto members = [&](std::size_t k, GroupKind g) {
+    const int tp = static_cast<int>(k) % T, cp = static_cast<int>(k) / T % C, sh = static_cast<int>(k) / (T * C) % S,
+              rep = static_cast<int>(k) / (T * C * S);
+    std::vector<std::size_t> out;
+    const bool vary_tp = g == GroupKind::tp;
+    const bool vary_cp = g == GroupKind::cp || g == GroupKind::fsdp || g == GroupKind::dp || g == GroupKind::ep;
+    const bool vary_sh = g == GroupKind::fsdp || g == GroupKind::dp || g == GroupKind::ep;
+    const bool vary_rep = g == GroupKind::dp_replicate || g == GroupKind::dp || g == GroupKind::ep;
+    for (int r2 = vary_rep ? 0 : rep; r2 <= (vary_rep ? mesh.dp_replicate - 1 : rep); ++r2)
+      for (int s2 = vary_sh ? 0 : sh; s2 <= (vary_sh ? S - 1 : sh); ++s2)
+        for (int c2 = vary_cp ? 0 : cp; c2 <= (vary_cp ? C - 1 : cp); ++c2)
+          for (int t2 = vary_tp ? 0 : tp; t2 <= (vary_tp ? T - 1 : tp); ++t2)
+            out.push_back(static_cast<std::size_t>(((r2 * S + s2) * C + c2) * T + t2));
+    return out;
+  };
+  auto task_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>(op * R + k); };
 
   std::map<std::string, double> comm_bytes;
-  for (const Op& op : prog.ops) {
-    sim::Task t;
-    t.name = op.name;
-    t.category = std::string(to_string(op.category));
-    t.stream = streams[static_cast<std::size_t>(op.stage)][static_cast<std::size_t>(op.stream)];
-    t.deps.assign(op.deps.begin(), op.deps.end());
-    t.owner = op.stage;
-    for (const auto& [tag, bytes] : op.at_start) t.at_start.push_back({tag, bytes});
-    for (const auto& [tag, bytes] : op.at_end) t.at_end.push_back({tag, bytes});
-    const Links& l = links[static_cast<std::size_t>(op.stage)];
-    switch (op.kind) {
-      case OpKind::compute:
-        t.kind = sim::TaskKind::work;
-        t.work_seconds = compute_seconds(op, c, p.compute_dtype);
-        break;
-      case OpKind::collective:
-      case OpKind::p2p: {
-        const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, group_placement(p.mesh, GroupKind::pp, gpn).ranks_per_node}
-                                                         : group_placement(p.mesh, op.group, gpn);
-        if (gp.n_ranks <= 1) {
-          t.kind = sim::TaskKind::work;  // a group of one moves nothing
+  engine.reserve_tasks(prog.ops.size() * R);
+  std::vector<sim::Task> barriers;
+  std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of;  // (op, first member)
+  const auto first_barrier = static_cast<sim::TaskId>(prog.ops.size() * R);
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+    const Op& op = prog.ops[i];
+    for (std::size_t k = 0; k < R; ++k) {
+      const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
+      sim::Task t;  // names stay in the program; the engine only needs indices
+      t.stream = streams[slot][static_cast<std::size_t>(op.stream)];
+      for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
+      t.owner = static_cast<int>(slot);
+      for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
+      for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
+      const Links& l = links[slot];
+      switch (op.kind) {
+        case OpKind::compute:
+          t.kind = sim::TaskKind::work;
+          t.work_seconds = compute_seconds(op, c, p.compute_dtype);
+          break;
+        case OpKind::collective:
+        case OpKind::p2p: {
+          const GroupPlacement gp = op.kind == OpKind::p2p
+                                        ? GroupPlacement{2, group_placement(mesh, GroupKind::pp, gpn).ranks_per_node}
+                                        : group_placement(mesh, op.group, gpn);
+          if (gp.n_ranks <= 1) {
+            t.kind = sim::TaskKind::work;  // a group of one moves nothing
+            break;
+          }
+          const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
+          const CollectiveEstimate est = estimate_collective(c, cop, op.bytes, gp);
+          t.kind = sim::TaskKind::flow;
+          t.latency_seconds = est.latency_seconds;
+          t.bytes = est.bus_bytes;
+          t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s;
+          t.links = {est.crosses_nodes ? l.nic : l.nvlink};
+          if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
+            t.kind = sim::TaskKind::work;
+            t.work_seconds = est.seconds;
+          }
+          if (k == 0) comm_bytes[std::string(to_string(op.category))] += op.bytes;
+          if (options.full && op.kind == OpKind::collective) {
+            // Every member must be ready: one barrier per group instance gates all members.
+            const auto group = members(k, op.group);
+            auto [it, inserted] = barrier_of.try_emplace({i, group.front()}, 0);
+            if (inserted) {
+              sim::Task b;
+              b.stream = sim::kNoStream;
+              b.owner = t.owner;
+              for (std::size_t mk : group)
+                for (int d : op.deps) b.deps.push_back(task_id(static_cast<std::size_t>(d), mk));
+              it->second = first_barrier + static_cast<sim::TaskId>(barriers.size());
+              barriers.push_back(std::move(b));
+            }
+            t.deps = {it->second};
+          }
           break;
         }
-        const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
-        const CollectiveEstimate est = estimate_collective(c, cop, op.bytes, gp);
-        t.kind = sim::TaskKind::flow;
-        t.latency_seconds = est.latency_seconds;
-        t.bytes = est.bus_bytes;
-        t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s;
-        t.links = {est.crosses_nodes ? l.nic : l.nvlink};
-        if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
-          t.kind = sim::TaskKind::work;
-          t.work_seconds = est.seconds;
-        }
-        comm_bytes[std::string(to_string(op.category))] += op.bytes;
-        break;
+        case OpKind::host_copy:
+          t.kind = sim::TaskKind::flow;
+          t.bytes = op.bytes;
+          t.links = {op.host_to_device ? l.h2d : l.d2h};
+          break;
       }
-      case OpKind::host_copy:
-        t.kind = sim::TaskKind::flow;
-        t.bytes = op.bytes;
-        t.links = {op.host_to_device ? l.h2d : l.d2h};
-        break;
+      engine.add_task(std::move(t));
     }
-    engine.add_task(std::move(t));
   }
+  for (auto& b : barriers) engine.add_task(std::move(b));
 
-  const sim::RunResult run = engine.run();
+  const sim::RunResult full_run = engine.run();
+  // The report follows rank 0 of each stage (every rank of a stage does the same work).
+  sim::RunResult run;
+  run.makespan_seconds = full_run.makespan_seconds;
+  run.events_processed = full_run.events_processed;
+  run.timings.resize(prog.ops.size());
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) run.timings[i] = full_run.timings[i * R];
+  for (const auto& ev : full_run.memory)
+    if (static_cast<std::size_t>(ev.owner) % R == 0) {
+      sim::MemoryEvent e = ev;
+      e.owner = static_cast<int>(static_cast<std::size_t>(ev.owner) / R);
+      run.memory.push_back(e);
+    }
   StepResult& r = out.result;
   r.step_time_s = run.makespan_seconds;
   r.n_tasks = static_cast<std::int64_t>(prog.ops.size());
@@ -259,31 +320,37 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
 
   // Memory along the timeline: static state from the closed form, transients from the events.
   const MemoryEstimate est = estimate_memory(m, p, j, c);
+  // One pass over the memory events, tracking every stage's live bytes and its peak.
+  std::vector<std::array<double, kMemoryTerms>> live(n_st), at_best(n_st);
+  std::vector<double> transient(n_st, 0), best(n_st, 0), best_t(n_st, 0);
+  for (const auto& ev : run.memory) {
+    const auto o = static_cast<std::size_t>(ev.owner);
+    live[o][static_cast<std::size_t>(ev.tag)] += ev.delta_bytes;
+    transient[o] += ev.delta_bytes;
+    if (transient[o] > best[o]) {
+      best[o] = transient[o];
+      best_t[o] = ev.time_seconds;
+      at_best[o] = live[o];
+    }
+  }
+  std::vector<double> busy(n_st, 0);
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].stream == StreamKind::compute)
+      busy[static_cast<std::size_t>(prog.ops[i].stage)] += run.timings[i].end_seconds - run.timings[i].start_seconds;
   for (int s = 0; s < prog.n_stages; ++s) {
     StageTimeline tl;
     tl.stage = s;
     const MemoryBreakdown& eb = est.stages[static_cast<std::size_t>(s)].breakdown;
-    std::map<std::string, double> live;
-    double transient = 0, best = 0, best_t = 0;
-    std::map<std::string, double> at_best;
-    for (const auto& ev : run.memory) {
-      if (ev.owner != s) continue;
-      live[ev.tag] += ev.delta_bytes;
-      transient += ev.delta_bytes;
-      if (transient > best) {
-        best = transient;
-        best_t = ev.time_seconds;
-        at_best = live;
-      }
-    }
+    const double best_time = best_t[static_cast<std::size_t>(s)];
     MemoryBreakdown b;
     b.params = eb.params;
     b.optimizer = eb.optimizer;
     b.grads = eb.grads;
-    b.unsharded_params = at_best["unsharded_params"];
-    b.reduce_buffers = at_best["reduce_buffers"];
-    b.activations = at_best["activations"];
-    b.recompute = at_best["recompute"];
+    auto term = [&](MemoryTerm t) { return at_best[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)]; };
+    b.unsharded_params = term(MemoryTerm::unsharded_params);
+    b.reduce_buffers = term(MemoryTerm::reduce_buffers);
+    b.activations = term(MemoryTerm::activations);
+    b.recompute = term(MemoryTerm::recompute);
     b.comm_buffers = eb.comm_buffers;
     const double allocated = b.params + b.grads + b.optimizer + b.unsharded_params + b.reduce_buffers +
                              b.activations + b.recompute;
@@ -291,10 +358,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     tl.breakdown = b;
     tl.allocated_peak_bytes = allocated;
     tl.peak_bytes = b.total();
-    tl.peak_time_seconds = best_t;
-    for (std::size_t i = 0; i < prog.ops.size(); ++i)
-      if (prog.ops[i].stage == s && prog.ops[i].stream == StreamKind::compute)
-        tl.compute_busy_seconds += run.timings[i].end_seconds - run.timings[i].start_seconds;
+    tl.peak_time_seconds = best_time;
+    tl.compute_busy_seconds = busy[static_cast<std::size_t>(s)];
     r.stages.push_back(tl);
   }
 

@@ -16,6 +16,7 @@ namespace meshplan {
 
 struct SimOptions {
   bool keep_timeline = false;  // keep the program and the engine's timings (for --trace)
+  bool full = false;           // every rank with its own links and streams (small clusters)
 };
 
 struct SimulatedStep {

@@ -290,7 +290,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   // Under async TP the collective overlaps the neighbouring GEMM: the op after the next waits.
   int tp_pending = -1;
   auto comm = [&](Op op) {
-    if (p_.async_tp && op.category == OpCategory::tp) {
+    if (p_.async_tp && op.category == OpCategory::tp && prev >= 0) {
       op.deps.push_back(prev);
       tp_pending = add(std::move(op));
       return;
@@ -509,6 +509,8 @@ StepProgram Builder::build() {
   const std::int64_t m = std::max<std::int64_t>(1, j_.grad_accum);
   prog_.n_stages = pp;
   prog_.n_microbatches = m;
+  // Roughly 20-30 ops per layer and micro-batch: reserve once instead of growing.
+  prog_.ops.reserve(static_cast<std::size_t>(m) * static_cast<std::size_t>(m_.n_layers) * 28 + 64);
   prog_.tokens_per_step = static_cast<double>(j_.global_batch) * static_cast<double>(j_.seq_len);
 
   const double gather_b = p_.fp8_all_gather ? 1.0 : bytes_per_element(p_.param_dtype);
@@ -593,7 +595,7 @@ StepProgram Builder::build() {
             auto two_back = fwd_end_of_layer.find({layer - 2, st.mb});
             if (two_back != fwd_end_of_layer.end()) g.deps.push_back(two_back->second);
             if (prev_ag >= 0) g.deps.push_back(prev_ag);
-            g.at_start.push_back({"unsharded_params", gather_b * unit});
+            g.at_start.push_back({MemoryTerm::unsharded_params, gather_b * unit});
             ag = add(std::move(g));
             prev_ag = ag;
             deps.push_back(ag);
@@ -604,8 +606,8 @@ StepProgram Builder::build() {
           if (!fwd_first.count({vstage, st.mb})) fwd_first[{vstage, st.mb}] = f;
           // Saved activations are allocated as the layer's forward completes.
           Op& end = prog_.ops[static_cast<std::size_t>(e)];
-          end.at_end.push_back({"activations", saved_block_bytes(m_, p_, mbs, layer)});
-          if (fsdp() && reshard && ag >= 0) end.at_end.push_back({"unsharded_params", -gather_b * unit});
+          end.at_end.push_back({MemoryTerm::activations, saved_block_bytes(m_, p_, mbs, layer)});
+          if (fsdp() && reshard && ag >= 0) end.at_end.push_back({MemoryTerm::unsharded_params, -gather_b * unit});
           fwd_end_of_layer[{layer, st.mb}] = e;
           last = e;
           if (p_.act_offload) {
@@ -629,7 +631,7 @@ StepProgram Builder::build() {
           head.hardware_flops = gemm_flops(head.gemms);
           head.model_flops = head.hardware_flops;
           head.deps = {last};
-          head.at_end.push_back({"activations", loss_saved_bytes(m_, p_, mbs)});
+          head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, mbs)});
           last = add(std::move(head));
         }
         fwd_last[{vstage, st.mb}] = last;
@@ -658,8 +660,8 @@ StepProgram Builder::build() {
           head.model_flops = head.hardware_flops;
           head.deps = {fwd_last.at({vstage, st.mb})};
           // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
-          head.at_start.push_back({"activations", loss_backward_working_bytes(m_, p_, mbs)});
-          head.at_end.push_back({"activations", -loss_saved_bytes(m_, p_, mbs) - loss_backward_working_bytes(m_, p_, mbs)});
+          head.at_start.push_back({MemoryTerm::activations, loss_backward_working_bytes(m_, p_, mbs)});
+          head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, mbs) - loss_backward_working_bytes(m_, p_, mbs)});
           last = add(std::move(head));
           bwd_first[{vstage, st.mb}] = last;
         }
@@ -678,7 +680,7 @@ StepProgram Builder::build() {
             if (it != bwd_end_of_layer.end()) g.deps.push_back(it->second);
             else if (last >= 0 && !prefetch_two) g.deps.push_back(last);
             if (prev_ag >= 0) g.deps.push_back(prev_ag);
-            g.at_start.push_back({"unsharded_params", gather_b * unit});
+            g.at_start.push_back({MemoryTerm::unsharded_params, gather_b * unit});
             ag = add(std::move(g));
             prev_ag = ag;
             deps.push_back(ag);
@@ -706,7 +708,7 @@ StepProgram Builder::build() {
               p_.ac == AcMode::full || (p_.ac == AcMode::selective_layer && layer % std::max(1, p_.ac_every_n) == 0);
           if (checkpointed) {
             auto [rf, re] = layer_forward(stage, layer, st.mb, true, deps);
-            prog_.ops[static_cast<std::size_t>(rf)].at_start.push_back({"recompute", recompute_working_bytes(m_, p_, mbs)});
+            prog_.ops[static_cast<std::size_t>(rf)].at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, mbs)});
             if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = rf;
             deps = {re};
           } else if (p_.ac == AcMode::selective_op || (p_.ac == AcMode::selective_attn && !p_.flash_attention)) {
@@ -726,7 +728,7 @@ StepProgram Builder::build() {
             }
             rc.hardware_flops = gemm_flops(rc.gemms) + (rc.attention.empty() ? 0 : attention_fwd_flops(k_.attention));
             rc.deps = deps;
-            rc.at_start.push_back({"recompute", recompute_working_bytes(m_, p_, mbs)});
+            rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, mbs)});
             const int id = add(std::move(rc));
             if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = id;
             deps = {id};
@@ -734,12 +736,12 @@ StepProgram Builder::build() {
           auto [bf, be] = layer_backward(stage, layer, st.mb, deps);
           if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = bf;
           Op& end = prog_.ops[static_cast<std::size_t>(be)];
-          end.at_end.push_back({"activations", -saved_block_bytes(m_, p_, mbs, layer)});
+          end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, mbs, layer)});
           const bool recomputed = checkpointed || p_.ac == AcMode::selective_op ||
                                   (p_.ac == AcMode::selective_attn && !p_.flash_attention);
-          if (recomputed) end.at_end.push_back({"recompute", -recompute_working_bytes(m_, p_, mbs)});
+          if (recomputed) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, mbs)});
           if (fsdp() && (!defer || run_last))
-            end.at_end.push_back({"unsharded_params", -gather_b * unit});  // resharded after backward
+            end.at_end.push_back({MemoryTerm::unsharded_params, -gather_b * unit});  // resharded after backward
           bwd_end_of_layer[{layer, st.mb}] = be;
           last = be;
           // Gradient reduction of this unit.
@@ -753,8 +755,8 @@ StepProgram Builder::build() {
             rs.deps = {be};
             const double buffer = bytes_per_element(p_.param_dtype) * unit + (needs_copy ? reduce_b * unit : 0);
             // The unit's unsharded grad and the reduce input live from its backward to the end of the RS.
-            prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({"reduce_buffers", buffer});
-            rs.at_end.push_back({"reduce_buffers", -buffer});
+            prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({MemoryTerm::reduce_buffers, buffer});
+            rs.at_end.push_back({MemoryTerm::reduce_buffers, -buffer});
             int rs_id = add(std::move(rs));
             rs_of_layer[{layer, st.mb}] = rs_id;
             if (hsdp) {

@@ -36,6 +36,10 @@ std::string_view to_string(GroupKind g);
 
 enum class OpKind { compute, collective, p2p, host_copy };
 
+// The transient memory terms the timeline tracks (the rest of the breakdown is static state).
+enum class MemoryTerm { activations, unsharded_params, reduce_buffers, recompute };
+constexpr int kMemoryTerms = 4;
+
 struct Op {
   std::string name;
   int stage = 0;
@@ -57,9 +61,8 @@ struct Op {
   bool host_to_device = false;       // host copies
   // schedule
   std::vector<int> deps;             // indices into StepProgram::ops
-  // Memory allocated (+) / freed (-) when the op starts and when it ends, by report term
-  // ("activations", "unsharded_params", "reduce_buffers", "recompute").
-  std::vector<std::pair<std::string, double>> at_start, at_end;
+  // Memory allocated (+) / freed (-) when the op starts and when it ends, by report term.
+  std::vector<std::pair<MemoryTerm, double>> at_start, at_end;
 };
 
 struct StepProgram {

@@ -99,10 +99,10 @@ TEST_CASE("memory events follow task starts and ends") {
   Engine e;
   const auto s = e.add_stream("compute");
   Task a = work(s, 1.0);
-  a.at_start = {{"activations", 10}};
+  a.at_start = {{7, 10}};
   e.add_task(a);
   Task b = work(s, 1.0);
-  b.at_end = {{"activations", -10}};
+  b.at_end = {{7, -10}};
   e.add_task(b);
   const auto r = e.run();
   REQUIRE(r.memory.size() == 2);

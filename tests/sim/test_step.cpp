@@ -195,3 +195,46 @@ TEST_CASE("group placement follows TP-innermost rank order") {
   CHECK(group_placement(mesh, GroupKind::fsdp, 8).ranks_per_node == 4);
   CHECK(group_placement(mesh, GroupKind::tp, 8).n_ranks == 2);
 }
+
+TEST_CASE("--full (every rank) agrees with the symmetric mode within 1%") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  std::vector<std::pair<Plan, Job>> cases;
+  {
+    Plan p = fsdp_plan(16);  // two nodes: FSDP over the NICs
+    cases.push_back({p, Job{4096, 16, 1, 1}});
+  }
+  {
+    Plan p = fsdp_plan(4);
+    p.mesh.tp = 2;
+    p.sequence_parallel = true;
+    p.ac = AcMode::full;
+    cases.push_back({p, Job{4096, 8, 1, 2}});
+  }
+  {
+    Plan p;
+    p.runtime = Runtime::megatron;
+    p.sharding = Sharding::zero1;
+    p.mesh.pp = 2;
+    p.mesh.tp = 2;
+    p.mesh.dp_replicate = 4;
+    p.mesh.dp_shard = 1;
+    p.sequence_parallel = true;
+    cases.push_back({p, Job{4096, 16, 1, 4}});
+  }
+  {
+    Plan p = fsdp_plan(2);
+    p.mesh.dp_replicate = 2;  // HSDP
+    p.mesh.cp = 2;
+    cases.push_back({p, Job{16384, 4, 1, 1}});
+  }
+  for (const auto& [p, j] : cases) {
+    SimOptions full;
+    full.full = true;
+    const auto sym = simulate_step(m, p, j, c).result;
+    const auto all = simulate_step(m, p, j, c, full).result;
+    CHECK(all.n_tasks == sym.n_tasks);
+    CHECK(all.step_time_s == doctest::Approx(sym.step_time_s).epsilon(0.01));
+    CHECK(all.stages[0].peak_bytes == doctest::Approx(sym.stages[0].peak_bytes).epsilon(0.01));
+  }
+}

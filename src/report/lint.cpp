@@ -1,0 +1,237 @@
+// meshplan lint (lint.hpp). Facts behind each check: reference/runtimes.md §1, §2 and §6.
+#include "report/lint.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "spec/error.hpp"
+#include "spec/model_loader.hpp"
+
+namespace meshplan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A bf16 sum over this many ranks loses enough low bits (8-bit mantissa, error growing with the
+// ring length) to be worth a second look; fp32 reduction costs 2x the reduce-scatter bytes.
+constexpr std::int64_t kLargeBf16ReduceGroup = 64;
+
+std::string severity_of_importer_warning(const std::string& msg) {
+  if (msg.find("no effect") != std::string::npos || msg.find("dropped by") != std::string::npos ||
+      msg.find("modeled") != std::string::npos)
+    return "info";
+  return "warning";
+}
+
+LintFinding from_warning(const std::string& w) {
+  // Importer warnings read "section.key: why".
+  const auto colon = w.find(": ");
+  if (colon != std::string::npos && w.substr(0, colon).find(' ') == std::string::npos)
+    return {w.substr(0, colon), severity_of_importer_warning(w), w.substr(colon + 2)};
+  return {"", severity_of_importer_warning(w), w};
+}
+
+// Names of a concept in each input format.
+struct Keys {
+  std::string reduce, micro, prefetch, limit, sharding, ac, ac_option;
+};
+Keys keys_for(ConfigFormat f) {
+  switch (f) {
+    case ConfigFormat::llm_foundry_yaml:
+      return {"fsdp_config.mixed_precision", "device_train_microbatch_size", "fsdp_config.backward_prefetch",
+              "fsdp_config.limit_all_gathers", "fsdp_config.sharding_strategy", "fsdp_config.activation_checkpointing",
+              ""};
+    case ConfigFormat::torchtitan_toml:
+      return {"training.mixed_precision_reduce", "training.local_batch_size", "", "", "parallelism.fsdp_reshard_after_forward",
+              "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"};
+    case ConfigFormat::meshplan_plan:
+      break;
+  }
+  return {"precision.reduce_dtype", "batch.micro_batch", "sharding.backward_prefetch", "sharding.limit_all_gathers",
+          "sharding.strategy", "activation_checkpoint.mode", ""};
+}
+
+// "simulated: tokens/s/GPU a → b (+x%), peak p → q GiB" for the same config with KEY=VALUE.
+std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64_t fallback, const Variant& base,
+                     const std::string& key, const std::string& value) {
+  if (key.empty() || !base.ok()) return "";
+  Variant alt;
+  try {
+    alt = evaluate_document(with_value(doc, key, value), src, fallback, {{key, value}});
+  } catch (const InputError&) {
+    return "";
+  }
+  if (!alt.ok()) return "";
+  return fmt::format(" Simulated with {}={}: tokens/s/GPU {:.1f} → {:.1f} ({:+.1f}%), peak {:.2f} → {:.2f} GiB.", key,
+                     value, base.result.tokens_per_s_per_gpu, alt.result.tokens_per_s_per_gpu,
+                     base.result.tokens_per_s_per_gpu > 0
+                         ? 100 * (alt.result.tokens_per_s_per_gpu / base.result.tokens_per_s_per_gpu - 1)
+                         : 0.0,
+                     base.peak_bytes / kGiB, alt.peak_bytes / kGiB);
+}
+
+}  // namespace
+
+LintReport lint_config(const RunSource& src) {
+  LintReport r;
+  r.config = src.config;
+  auto& f = r.findings;
+  auto error_finding = [&](const InputError& e) { f.push_back({e.key(), "error", e.reason()}); };
+
+  ConfigDocument doc;
+  RunConfig imported;
+  try {
+    ImportOptions opts;
+    if (!src.model.empty()) opts.model = load_model(src.model);
+    doc = read_config_document(src.config, opts);
+    imported = import_document(doc, opts);
+  } catch (const InputError& e) {
+    error_finding(e);
+    return r;
+  }
+  for (const auto& w : imported.warnings) f.push_back(from_warning(w));
+
+  std::vector<std::string> notes;
+  std::int64_t fallback = 0;
+  try {
+    fallback = fallback_gpu_count(src, imported, notes);
+  } catch (const InputError& e) {
+    error_finding(e);
+    return r;
+  }
+  for (const auto& n : notes) f.push_back({"", "info", n + " (pass --gpus to lint the real layout)"});
+  const Variant base = evaluate_document(doc, src, fallback);
+  if (!base.ok()) {
+    // Layout errors (divisibility, degrees): the run would not start.
+    f.push_back({base.error_key, "error", base.error_reason.empty() ? base.error : base.error_reason});
+  } else {
+    for (const auto& w : base.run.warnings)
+      if (std::find(imported.warnings.begin(), imported.warnings.end(), w) == imported.warnings.end())
+        f.push_back(from_warning(w));
+  }
+
+  const Keys keys = keys_for(doc.format);
+  const Plan& p = base.ok() ? base.run.plan : imported.plan;
+  const bool composer1 = p.runtime == Runtime::composer_fsdp1;
+  const bool fsdp = p.sharding != Sharding::none;
+
+  if (base.ok()) {
+    const RunConfig& rc = base.run;
+    const Mesh& m = rc.plan.mesh;
+    // Micro-batches that do not divide the per-rank batch (Composer: device batch = global / world).
+    if (p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2) {
+      const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
+      if (rc.job.micro_batch > 0 && device % rc.job.micro_batch != 0)
+        f.push_back({keys.micro, "warning",
+                     fmt::format("{} does not divide the per-rank batch {} (global {} / {} GPUs): {} micro-batches, the "
+                                 "last with {} sequences; each one still pays full FSDP all-gathers and a reduce-scatter",
+                                 rc.job.micro_batch, device, rc.job.global_batch, rc.n_gpus, rc.job.grad_accum,
+                                 device % rc.job.micro_batch)});
+    }
+    // bf16 gradient reduction over a large group.
+    const std::int64_t reduce_group = static_cast<std::int64_t>(m.dp_shard) * m.cp * m.dp_replicate;
+    if (fsdp && bytes_per_element(p.reduce_dtype) < 4 && reduce_group >= kLargeBf16ReduceGroup)
+      f.push_back({keys.reduce, "warning",
+                   fmt::format("gradients are summed in {} over {} data-parallel ranks: an 8-bit mantissa loses low "
+                               "bits as the sum grows with the group; fp32 reduction (DEFAULT) is safer at 2x the "
+                               "reduce-scatter bytes ({} per step now)",
+                               to_string(p.reduce_dtype), reduce_group,
+                               format_gb(base.result.comm_bytes.count("fsdp_reduce_scatter")
+                                             ? base.result.comm_bytes.at("fsdp_reduce_scatter")
+                                             : 0.0)) +
+                       quantify(doc, src, fallback, base, doc.format == ConfigFormat::llm_foundry_yaml ? keys.reduce : "",
+                                "DEFAULT")});
+    // Fit and headroom.
+    if (!base.fits)
+      f.push_back({"", "error",
+                   fmt::format("does not fit: simulated peak {:.2f} GiB per GPU exceeds the {:.2f} GiB of {} (largest "
+                               "terms: activations {:.2f} GiB, optimizer {:.2f} GiB)",
+                               base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name,
+                               base.peak_breakdown.activations / kGiB, base.peak_breakdown.optimizer / kGiB)});
+    else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
+      f.push_back({"", "warning",
+                   fmt::format("simulated peak {:.2f} GiB is within 10% of the {:.2f} GiB GPU: allocator fragmentation "
+                               "can trigger cudaMalloc retries or OOM",
+                               base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB)});
+    if (composer1 && m.tp > 1)
+      f.push_back({"tp_config.strategy", "info",
+                   "llm-foundry's ffn strategy makes only the MLP tensor-parallel: attention and embeddings stay "
+                   "replicated over the TP ranks, and each TP rank still brings its own micro-batch"});
+  }
+
+  // FSDP1 scheduling knobs (Composer).
+  if (composer1 && fsdp) {
+    if (!p.limit_all_gathers)
+      f.push_back({keys.limit, "warning",
+                   "false lets the CPU run ahead and allocate many units' unsharded parameters at once (memory spikes, "
+                   "fragmentation); the rate limiter's CPU waits do not delay GPU kernels (FSDP1 docstring)" +
+                       quantify(doc, src, fallback, base, keys.limit, "true")});
+    if (p.backward_prefetch == BackwardPrefetch::backward_post)
+      f.push_back({keys.prefetch, "info",
+                   "BACKWARD_POST (Composer's default) issues the next unit's all-gather after the current gradient "
+                   "computation; BACKWARD_PRE (torch's default) overlaps it with that computation at the cost of one "
+                   "more gathered unit" + quantify(doc, src, fallback, base, keys.prefetch, "BACKWARD_PRE")});
+    if (p.backward_prefetch == BackwardPrefetch::none)
+      f.push_back({keys.prefetch, "warning",
+                   "NONE: backward all-gathers are not overlapped with gradient computation" +
+                       quantify(doc, src, fallback, base, keys.prefetch, "BACKWARD_PRE")});
+    if (p.sharding == Sharding::zero2)
+      f.push_back({keys.sharding, "info",
+                   "SHARD_GRAD_OP does not save memory over FULL_SHARD: unsharded parameters stay alive from forward "
+                   "to backward (the whole model's bf16 copy); it saves the backward all-gather" +
+                       quantify(doc, src, fallback, base, keys.sharding, "FULL_SHARD")});
+    if (p.keep_low_precision_grads)
+      f.push_back({"fsdp_config.keep_low_precision_grads", "info",
+                   "does not halve gradient memory: sharded gradients are still accumulated in fp32 and only cast "
+                   "down just before the optimizer step"});
+  }
+  if (composer1 && p.ac != AcMode::none && p.ac_reentrant) {
+    // The importer already explains the reentrant default; add what switching costs or saves.
+    const std::string q = quantify(doc, src, fallback, base, "fsdp_config.activation_checkpointing_reentrant", "false");
+    for (auto& x : f)
+      if (x.key == "fsdp_config.activation_checkpointing_reentrant") x.message += q;
+  }
+  if (p.runtime == Runtime::composer_fsdp1 && p.sharding == Sharding::none && base.ok() && base.run.n_gpus > 1)
+    f.push_back({keys.sharding, "info",
+                 "NO_SHARD replicates the whole fp32 model state (params, grads, optimizer) on every GPU and all-reduces "
+                 "fp32 gradients; FULL_SHARD divides that state by the group size"});
+  if (p.act_offload && p.ac != AcMode::none)
+    f.push_back({"fsdp_config.activation_cpu_offload", "info",
+                 "with checkpointing on, only the checkpointed blocks' inputs go to host memory; the forward copies "
+                 "are blocking (save_on_cpu), so the saving is small and the stall is not hidden"});
+  if (doc.format == ConfigFormat::torchtitan_toml && p.ac == AcMode::selective_layer &&
+      value_of(doc, "activation_checkpoint.selective_ac_option").empty())
+    f.push_back({"activation_checkpoint.selective_ac_option", "info",
+                 fmt::format("not set: torchtitan's code default is \"2\" (every second block), not per-op \"op\"{}",
+                             quantify(doc, src, fallback, base, keys.ac_option, "op"))});
+
+  std::stable_sort(f.begin(), f.end(), [](const LintFinding& a, const LintFinding& b) {
+    auto rank = [](const std::string& s) { return s == "error" ? 0 : s == "warning" ? 1 : 2; };
+    return rank(a.severity) < rank(b.severity);
+  });
+  return r;
+}
+
+std::string lint_text(const LintReport& r) {
+  std::string out = fmt::format("meshplan lint: {}\n", r.config);
+  if (r.findings.empty()) return out + "no findings\n";
+  for (const auto& x : r.findings)
+    out += fmt::format("{:<7} {}{}\n", x.severity, x.key.empty() ? "" : x.key + ": ", x.message);
+  std::size_t e = 0, w = 0, i = 0;
+  for (const auto& x : r.findings) (x.severity == "error" ? e : x.severity == "warning" ? w : i) += 1;
+  out += fmt::format("{} error(s), {} warning(s), {} info\n", e, w, i);
+  return out;
+}
+
+nlohmann::json lint_json(const LintReport& r) {
+  nlohmann::json j;
+  j["config"] = r.config;
+  j["findings"] = nlohmann::json::array();
+  for (const auto& x : r.findings) j["findings"].push_back({{"key", x.key}, {"severity", x.severity}, {"message", x.message}});
+  return j;
+}
+
+}  // namespace meshplan
