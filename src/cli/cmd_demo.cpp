@@ -28,8 +28,9 @@ Command add_demo_command(CLI::App& root) {
     const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster);
     fmt::print("{}\n", simulate_text(in.run, in.cluster, step.result));
     fmt::print("{}", memory_text(in.run, in.cluster, e));
-    fmt::print("\nNext: `meshplan memory --config FILE` for your own llm-foundry YAML or torchtitan TOML,\n"
-               "      `meshplan model --list`, and `meshplan --help` for every command.\n");
+    fmt::print("\nNext: `meshplan simulate --config FILE` / `meshplan memory --config FILE` for your own\n"
+               "      llm-foundry YAML or torchtitan TOML; `meshplan plan --model llama3.1-70b --gpus 256\n"
+               "      --global-batch-tokens 4M`; `meshplan model --list`; `meshplan --help` for every command.\n");
     return 0;
   };
   return c;

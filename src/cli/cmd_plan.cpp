@@ -2,11 +2,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 
 #include "cli/command.hpp"
 #include "cli/run_inputs.hpp"
+#include "emit/bundle.hpp"
+#include "emit/emit_common.hpp"
 #include "plan/planner.hpp"
 #include "report/memory_report.hpp"
 #include "spec/cluster_loader.hpp"
@@ -17,7 +20,8 @@ namespace meshplan::cli {
 
 namespace {
 
-// "4M" -> 4,000,000 tokens (decimal, as token budgets are quoted); "4Mi" binary.
+// Batch sizes in tokens are powers of two in practice ("4M tokens" = 512 x 8192 = 4,194,304):
+// K, M, G are binary here; a plain number is taken as is.
 std::int64_t parse_count(const std::string& s, const std::string& flag) {
   std::size_t pos = 0;
   double v = 0;
@@ -28,14 +32,13 @@ std::int64_t parse_count(const std::string& s, const std::string& flag) {
   }
   std::string suffix = s.substr(pos);
   double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1e3;
-  else if (suffix == "M") mult = 1e6;
-  else if (suffix == "G" || suffix == "B") mult = 1e9;
-  else if (suffix == "T") mult = 1e12;
+  if (suffix == "K" || suffix == "k") mult = 1024.0;
+  else if (suffix == "M") mult = 1024.0 * 1024.0;
+  else if (suffix == "G") mult = 1024.0 * 1024.0 * 1024.0;
   else if (suffix == "Ki") mult = 1024.0;
   else if (suffix == "Mi") mult = 1024.0 * 1024.0;
   else if (suffix == "Gi") mult = 1024.0 * 1024.0 * 1024.0;
-  else if (!suffix.empty()) throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, G, T, Ki, Mi, Gi)", suffix, s));
+  else if (!suffix.empty()) throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, G = 2^10, 2^20, 2^30)", suffix, s));
   if (!(v > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", s));
   return static_cast<std::int64_t>(std::llround(v * mult));
 }
@@ -45,6 +48,7 @@ std::int64_t parse_count(const std::string& s, const std::string& flag) {
 Command add_plan_command(CLI::App& root) {
   struct Options {
     std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
+    std::string torchtitan_version = "238fa9953e4a";
     std::int64_t gpus = 0, global_batch = 0, seq = 8192;
     int top = 10;
     double headroom_pct = 5;
@@ -69,7 +73,13 @@ Command add_plan_command(CLI::App& root) {
   c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
   c.app->add_option("--headroom", o->headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
-  c.app->add_option("--out", o->out, "write a launchable bundle for the winner into DIR");
+  c.app->add_option("--out", o->out,
+                    "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "
+                    "when multi-node, plan.md)");
+  c.app->add_option("--torchtitan-version", o->torchtitan_version,
+                    "torchtitan commit the bundle targets: 8570415c3 (mid-2025 TOML), 238fa9953e4a (early-2026 "
+                    "TOML), or registry (Python-registry era)")
+      ->capture_default_str();
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
     if (o->tokens.empty() && o->global_batch == 0)
@@ -95,9 +105,36 @@ Command add_plan_command(CLI::App& root) {
       const int filled = total ? static_cast<int>(width * done / total) : width;
       fmt::print(stderr, "\rsimulating plans [{:<{}}] {}/{}", std::string(static_cast<std::size_t>(filled), '#'), width,
                  done, total);
+      std::fflush(stderr);
       drew = true;
     });
     if (drew) fmt::print(stderr, "\n");
+    if (!o->out.empty() && !s.ranked.empty()) {
+      const PlanCandidate& best = s.ranked.front();
+      RunConfig rc;
+      rc.source_file = "meshplan plan";
+      rc.model = rq.model;
+      rc.plan = best.plan;
+      rc.job = best.job;
+      rc.cluster = rq.cluster.name;
+      rc.n_gpus = rq.n_gpus;
+      const auto version = parse_torchtitan_version(o->torchtitan_version);
+      if (!version)
+        throw InputError("", "--torchtitan-version", fmt::format("unknown version '{}'", o->torchtitan_version));
+      PlanSummary summary;
+      summary.tokens_per_s_per_gpu = best.result.tokens_per_s_per_gpu;
+      summary.step_time_s = best.result.step_time_s;
+      summary.peak_bytes = static_cast<std::int64_t>(std::llround(best.peak_bytes));
+      for (const auto& [k, v] : best.result.breakdown_s)
+        summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
+      summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
+      summary.assumptions.push_back(s.why_winner);
+      const EmitRuntime er = o->runtime == "megatron" ? EmitRuntime::megatron
+                             : o->runtime == "llm-foundry" ? EmitRuntime::llm_foundry
+                                                           : EmitRuntime::torchtitan;
+      const auto files = write_bundle(o->out, rc, rq.cluster, er, *version, summary);
+      for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
+    }
     if (o->json) {
       nlohmann::json j;
       j["evaluated"] = s.evaluated;

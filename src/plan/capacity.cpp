@@ -96,12 +96,17 @@ CapacityReport plan_capacity(const CapacityRequest& rq) {
       std::int64_t n = round_up_to_grid(need, node);
       // Fewer GPUs than the reference may not fit: start from the smallest count that does.
       while (n < ref && !at(n).feasible) n *= 2;
-      for (int k = 0; k < rq.max_doublings && !(at(n).feasible && at(n).meets_deadline); ++k) n *= 2;
+      for (int k = 0; k < rq.max_doublings && !(at(n).feasible && at(n).meets_deadline); ++k) {
+        // Past the reference, a count where nothing fits means the batch no longer spreads over
+        // more GPUs (too few sequences per data-parallel rank): more GPUs will not help.
+        if (n > ref && !at(n).feasible) break;
+        n *= 2;
+      }
       // The fewest GPUs on the grid: step down while the half still meets the deadline.
       while (n / 2 >= node && at(n / 2).feasible && at(n / 2).meets_deadline) n /= 2;
       answer = n;
       if (n / 2 >= node) at(n / 2);
-      at(n * 2);
+      if (at(n).feasible) at(n * 2);
       if (!(at(n).feasible && at(n).meets_deadline))
         out.notes.push_back(fmt::format("{}: no GPU count up to {} meets the {:g}-day deadline", c.name, n, *rq.deadline_days));
     }

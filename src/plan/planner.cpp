@@ -179,6 +179,7 @@ Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
               if (per_rank % mb != 0) continue;
               const std::int64_t accum = per_rank / mb;
               if (pp > 1 && accum < pp) continue;  // fewer micro-batches than stages: mostly bubble
+              if (v > 1 && accum % pp != 0) continue;  // interleaving needs whole rounds of pp
               for (AcMode ac : acs) {
                 for (Dtype reduce : reduces) {
                   for (bool zero2 : foundry ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
@@ -272,6 +273,40 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
 
 }  // namespace
 
+StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  // A step repeats the same micro-batch pattern: with m micro-batches its time is
+  // fill + m x period (1F1B, GPipe, interleaved, gradient accumulation alike). Simulating two
+  // shorter steps with m0 < m1 micro-batches gives fill and period; the long step is the line
+  // through them. Exact for periodic schedules; used when m is large.
+  const std::int64_t m_full = std::max<std::int64_t>(1, j.grad_accum);
+  const std::int64_t unit = p.mesh.pp > 1 ? p.mesh.pp : 1;  // keep whole pipeline rounds
+  const std::int64_t m0 = unit, m1 = 2 * unit;
+  if (m_full <= m1 + unit || j.pp_microbatches > 0) return simulate_step(m, p, j, c).result;
+  auto shortened = [&](std::int64_t mbs) {
+    Job s = j;
+    s.grad_accum = mbs;
+    s.global_batch = j.global_batch / m_full * mbs;
+    return simulate_step(m, p, s, c).result;
+  };
+  const StepResult r0 = shortened(m0);
+  StepResult r1 = shortened(m1);
+  const double scale = static_cast<double>(m_full - m1) / static_cast<double>(m1 - m0);
+  auto extend = [&](double v1, double v0) { return v1 + scale * (v1 - v0); };
+  r1.step_time_s = extend(r1.step_time_s, r0.step_time_s);
+  for (auto& [k, v] : r1.breakdown_s) v = extend(v, r0.breakdown_s.count(k) ? r0.breakdown_s.at(k) : 0.0);
+  for (auto& [k, v] : r1.exposed_comm_s) v = extend(v, r0.exposed_comm_s.count(k) ? r0.exposed_comm_s.at(k) : 0.0);
+  for (auto& [k, v] : r1.comm_bytes) v = extend(v, r0.comm_bytes.count(k) ? r0.comm_bytes.at(k) : 0.0);
+  const double tokens = static_cast<double>(j.global_batch) * static_cast<double>(j.seq_len);
+  r1.tokens_per_s = tokens / r1.step_time_s;
+  const double world = static_cast<double>(p.mesh.world());
+  const double mfu_per_tps = r1.tokens_per_s_per_gpu > 0 ? r1.mfu / r1.tokens_per_s_per_gpu : 0;
+  const double hfu_per_mfu = r1.mfu > 0 ? r1.hfu / r1.mfu : 0;
+  r1.tokens_per_s_per_gpu = r1.tokens_per_s / world;
+  r1.mfu = mfu_per_tps * r1.tokens_per_s_per_gpu;
+  r1.hfu = hfu_per_mfu * r1.mfu;
+  return r1;
+}
+
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
@@ -288,25 +323,31 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   const std::size_t n_sim = std::min<std::size_t>(e.feasible.size(), static_cast<std::size_t>(std::max(1, rq.simulate_budget)));
   std::vector<PlanCandidate> sims(e.feasible.begin(), e.feasible.begin() + static_cast<std::ptrdiff_t>(n_sim));
   std::atomic<std::size_t> next{0}, done{0};
-  auto worker = [&]() {
-    for (std::size_t i = next++; i < sims.size(); i = next++) {
-      sims[i].result = simulate_step(rq.model, sims[i].plan, sims[i].job, rq.cluster).result;
+  // A plan the simulator rejects is dropped, never fatal (and never escapes a thread).
+  auto simulate_one = [&](std::size_t i) {
+    try {
+      sims[i].result = simulate_steady_state(rq.model, sims[i].plan, sims[i].job, rq.cluster);
       sims[i].simulated = true;
-      ++done;
+    } catch (const std::exception&) {
+      sims[i].simulated = false;
     }
+    ++done;
+  };
+  auto worker = [&]() {
+    for (std::size_t i = next++; i < sims.size(); i = next++) simulate_one(i);
   };
   std::vector<std::thread> pool;
   const int threads = std::max(1, rq.threads);
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   // The calling thread works too, and reports progress between plans.
   for (std::size_t i = next++; i < sims.size(); i = next++) {
-    sims[i].result = simulate_step(rq.model, sims[i].plan, sims[i].job, rq.cluster).result;
-    sims[i].simulated = true;
-    ++done;
+    simulate_one(i);
     if (progress) progress(done.load(), sims.size());
   }
   for (auto& th : pool) th.join();
   if (progress) progress(sims.size(), sims.size());
+  sims.erase(std::remove_if(sims.begin(), sims.end(), [](const PlanCandidate& c) { return !c.simulated; }),
+             sims.end());
   std::stable_sort(sims.begin(), sims.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     return a.result.tokens_per_s_per_gpu > b.result.tokens_per_s_per_gpu;
   });

@@ -51,6 +51,10 @@ struct PlanSearch {
 PlanSearch search_plans(const PlanRequest& request,
                         const std::function<void(std::size_t, std::size_t)>& progress = {});
 
+// simulate_step's result for a step with many micro-batches, from two shorter simulated steps
+// (fill + m x period); falls back to a direct simulation when m is small.
+StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
+
 // What a runtime can express (llm-foundry: FSDP1 only, MLP-only TP, no PP/CP; ...).
 bool runtime_supports(Runtime r, const Plan& p);
 

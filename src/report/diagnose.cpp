@@ -159,7 +159,7 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
                     "takes {:.2f} s (+{:.2f} s)",
                     exposed_now, at, at - d.predicted_step_s),
         rc.plan.runtime == Runtime::composer_fsdp1
-            ? "try fsdp_config.forward_prefetch: true and backward_prefetch: BACKWARD_PRE; a CPU-bound Python loop "
+            ? "set fsdp_config.forward_prefetch: true and backward_prefetch: BACKWARD_PRE; a CPU-bound Python loop "
               "(many small FSDP units) also delays the all-gather launches"
             : "check with a profiler that all-gathers run on their own stream ahead of the compute that needs them");
   }

@@ -46,11 +46,10 @@ double nice_max(double v) {
 }
 
 std::string label(const WhatIfReport& r, std::size_t i) {
+  // The values only: the table above names the keys, and long labels would not fit.
   std::string s = fmt::format("#{}", i + 1);
-  for (const auto& [k, v] : r.variants[i].settings) {
-    const auto dot = k.rfind('.');
-    s += fmt::format(" {}={}", dot == std::string::npos ? k : k.substr(dot + 1), v);
-  }
+  for (std::size_t k = 0; k < r.variants[i].settings.size(); ++k)
+    s += (k == 0 ? " " : ", ") + r.variants[i].settings[k].second;
   return s;
 }
 
@@ -64,8 +63,21 @@ std::string stacked_chart(const WhatIfReport& r, const std::string& id, const st
                           const std::vector<std::string>& part_names,
                           const std::vector<std::vector<Part>>& bars, const std::vector<std::size_t>& which,
                           double limit, const std::string& limit_label) {
-  const double label_w = 330, plot_w = 520, bar_h = 22, gap = 10, top = 30, legend_h = 26;
-  const double h = top + which.size() * (bar_h + gap) + 40 + legend_h;
+  const double label_w = 200, plot_w = 560, bar_h = 22, gap = 10, top = 30, legend_row_h = 20;
+  // Legend entries wrap to the plot's width.
+  auto legend_w = [](const std::string& n) { return 24 + 7.0 * static_cast<double>(n.size()); };
+  int legend_rows = 1;
+  {
+    double x = 0;
+    for (const auto& n : part_names) {
+      if (x + legend_w(n) > plot_w && x > 0) {
+        ++legend_rows;
+        x = 0;
+      }
+      x += legend_w(n);
+    }
+  }
+  const double h = top + which.size() * (bar_h + gap) + 46 + legend_rows * legend_row_h;
   double vmax = limit;
   for (const auto& b : bars) {
     double s = 0;
@@ -115,12 +127,16 @@ std::string stacked_chart(const WhatIfReport& r, const std::string& id, const st
                      lx, top - 10, lx, top + which.size() * (bar_h + gap), lx, top - 14, esc(limit_label));
   }
   double lx = label_w;
-  const double ly = h - legend_h + 8;
+  double ly = h - legend_rows * legend_row_h;
   for (std::size_t k = 0; k < part_names.size(); ++k) {
+    if (lx + legend_w(part_names[k]) > label_w + plot_w && lx > label_w) {
+      lx = label_w;
+      ly += legend_row_h;
+    }
     o += fmt::format("<g class=\"legend\"><rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
                      "<text x=\"{:.0f}\" y=\"{:.0f}\">{}</text></g>",
                      lx, ly, colour(k), lx + 16, ly + 10, esc(part_names[k]));
-    lx += 24 + 7.0 * static_cast<double>(part_names[k].size());
+    lx += legend_w(part_names[k]);
   }
   o += "\n</svg>\n";
   return o;

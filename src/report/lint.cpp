@@ -65,7 +65,7 @@ std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64
     return "";
   }
   if (!alt.ok()) return "";
-  return fmt::format(" Simulated with {}={}: tokens/s/GPU {:.1f} → {:.1f} ({:+.1f}%), peak {:.2f} → {:.2f} GiB.", key,
+  return fmt::format("; simulated with {}={}: tokens/s/GPU {:.1f} → {:.1f} ({:+.1f}%), peak {:.2f} → {:.2f} GiB.", key,
                      value, base.result.tokens_per_s_per_gpu, alt.result.tokens_per_s_per_gpu,
                      base.result.tokens_per_s_per_gpu > 0
                          ? 100 * (alt.result.tokens_per_s_per_gpu / base.result.tokens_per_s_per_gpu - 1)

@@ -199,6 +199,7 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
       if (s.peak_bytes > v.peak_bytes) {
         v.peak_bytes = s.peak_bytes;
         v.peak_breakdown = s.breakdown;
+        v.peak_time_s = s.peak_time_seconds;
       }
     v.fits = v.peak_bytes <= v.gpu_memory_bytes;
   } catch (const InputError& e) {
@@ -354,7 +355,13 @@ std::string explain_difference(const Variant& x, const Variant& y, const std::st
     std::string terms_s;
     for (const auto& [d, s] : mm) terms_s += (terms_s.empty() ? "" : ", ") + s;
     if (std::abs(y.peak_bytes - x.peak_bytes) < 0.005 * 1024.0 * 1024.0 * 1024.0)
-      parts.push_back(fmt::format("peak memory unchanged at {}", gib(y.peak_bytes)));
+      parts.push_back(fmt::format(
+          "peak memory unchanged at {}{}", gib(y.peak_bytes),
+          ma.reduce_buffers + mb.reduce_buffers + ma.recompute + mb.recompute == 0
+              ? fmt::format(" (the peak comes at t = {:.2f} s of the {:.2f} s step, when no gradient-reduce or "
+                            "recompute buffer is live)",
+                            y.peak_time_s, y.result.step_time_s)
+              : std::string()));
     else
       parts.push_back(fmt::format("peak memory {} → {} ({:+.2f} GiB{})", gib(x.peak_bytes), gib(y.peak_bytes),
                                   (y.peak_bytes - x.peak_bytes) / (1024.0 * 1024.0 * 1024.0),
@@ -460,7 +467,7 @@ std::string whatif_text(const WhatIfReport& r) {
       if (shown.insert(w).second) out += fmt::format("warning: {}{}\n", w,
                                                     std::all_of(r.variants.begin(), r.variants.end(), [&](const Variant& o) {
                                                       return std::find(o.run.warnings.begin(), o.run.warnings.end(), w) != o.run.warnings.end();
-                                                    }) ? "" : " (" + settings_label(v.settings) + ")");
+                                                    }) ? "" : " (with " + settings_label(v.settings) + ")");
   return out;
 }
 

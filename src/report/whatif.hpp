@@ -46,6 +46,7 @@ struct Variant {
   StepResult result;
   double peak_bytes = 0;       // simulated device peak, worst stage
   MemoryBreakdown peak_breakdown;  // of that stage at its peak
+  double peak_time_s = 0;          // when in the step that peak happens
   bool fits = false;
   bool ok() const { return error.empty(); }
 };

@@ -157,8 +157,13 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
           const CollectiveEstimate est = estimate_collective(c, cop, op.bytes, gp);
           t.kind = sim::TaskKind::flow;
           t.latency_seconds = est.latency_seconds;
-          t.bytes = est.bus_bytes;
-          t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s;
+          // Bus bytes are what each rank moves over all its hops. Across nodes a ring or tree
+          // with r members per node crosses the network on only 1/r of those hops (the rest are
+          // NVLink), so the rank's NIC share carries bus_bytes / r: 8 GPUs of a node in one ring
+          // reach the node's whole NIC bandwidth, one GPU per node only its own rail.
+          const double on_link = est.crosses_nodes ? std::max(1, gp.ranks_per_node) : 1;
+          t.bytes = est.bus_bytes / on_link;
+          t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s / on_link;
           t.links = {est.crosses_nodes ? l.nic : l.nvlink};
           if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
             t.kind = sim::TaskKind::work;

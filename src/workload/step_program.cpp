@@ -507,6 +507,10 @@ StepProgram Builder::build() {
     chunk_first[static_cast<std::size_t>(c)] = chunk_first[static_cast<std::size_t>(c - 1)] + (*split)[static_cast<std::size_t>(c - 1)];
   auto chunk_layers = [&](int vstage) { return (*split)[static_cast<std::size_t>(vstage)]; };
   const std::int64_t m = std::max<std::int64_t>(1, j_.grad_accum);
+  const std::int64_t per_schedule = j_.pp_microbatches > 0 && pp > 1 ? std::min(j_.pp_microbatches, m) : m;
+  if (v > 1 && (per_schedule % pp != 0 || m % per_schedule != 0))
+    throw std::invalid_argument(fmt::format(
+        "the interleaved schedule needs micro-batches per schedule ({}) divisible by pp ({})", per_schedule, pp));
   prog_.n_stages = pp;
   prog_.n_microbatches = m;
   // Roughly 20-30 ops per layer and micro-batch: reserve once instead of growing.

@@ -167,3 +167,20 @@ TEST_CASE("demo runs on built-in defaults") {
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("fits:") != std::string::npos);
 }
+
+TEST_CASE("memory answers for every shipped model (FSDP over one node)") {
+  for (const auto& e : fs::directory_iterator(data_root() / "models")) {
+    if (e.path().extension() != ".toml") continue;
+    const std::string name = e.path().stem().string();
+    CAPTURE(name);
+    const std::string plan = "[model]\nname = \"" + name + "\"\n[cluster]\ngpus = 8\n[layout]\ndp_shard = 8\n" +
+                             "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 2048\nglobal_batch = 8\n" +
+                             "micro_batch = 1\n";
+    const Run r = run("memory --json --cluster h100-sxm-80gb --config " + write_temp(name + ".toml", plan).string());
+    CHECK((r.exit_code == 0 || r.exit_code == 3));
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("stages").size() == 1);
+    CHECK(j.at("stages")[0].at("peak_bytes").get<double>() > 0);
+    CHECK(j.at("fits").get<bool>() == (r.exit_code == 0));
+  }
+}

@@ -27,8 +27,9 @@ flags=(--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --dis
 dom="$work/dom.html"
 timeout 120 "$chromium" "${flags[@]}" --dump-dom "file://$html" > "$dom" 2> "$work/chromium.log" || {
   echo "FAIL: chromium exited with an error"; tail -20 "$work/chromium.log"; exit 1; }
-if grep -q 'script error' "$dom"; then echo "FAIL: $(grep -o 'script error[^<]*' "$dom")"; exit 1; fi
-status="$(grep -o 'charts ok: [^<]*' "$dom" || true)"
+# The page's error handler marks #status with class "err" and the message.
+if grep -q 'class="err">script error' "$dom"; then echo "FAIL: $(grep -o 'class="err">script error[^<]*' "$dom")"; exit 1; fi
+status="$(grep -o 'id="status"[^>]*>charts ok: [^<]*' "$dom" | sed 's/^[^>]*>//' || true)"
 echo "page says: ${status:-nothing}"
 [[ "$status" =~ ^'charts ok: 4 time bars, 4 memory bars, 4 points, '[1-4]' on the Pareto front'$ ]] || {
   echo "FAIL: the page's chart check did not pass"; exit 1; }
