@@ -65,7 +65,7 @@ std::string stacked_chart(const WhatIfReport& r, const std::string& id, const st
                           double limit, const std::string& limit_label) {
   const double label_w = 200, plot_w = 560, bar_h = 22, gap = 10, top = 30, legend_row_h = 20;
   // Legend entries wrap to the plot's width.
-  auto legend_w = [](const std::string& n) { return 24 + 7.0 * static_cast<double>(n.size()); };
+  auto legend_w = [](const std::string& n) { return 26 + 7.6 * static_cast<double>(n.size()); };
   int legend_rows = 1;
   {
     double x = 0;

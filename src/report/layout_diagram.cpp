@@ -117,7 +117,9 @@ std::string layout_text(const LayoutDiagram& d) {
     const int stage = layer / (d.layers / m.pp);
     out += fmt::format("\nlayer {}{}: ", layer, m.pp > 1 ? fmt::format(" (stage {})", stage) : "");
     out += m.tp > 1 ? fmt::format("weights split into {} TP slices", m.tp) : "weights whole (no TP)";
-    out += m.dp_shard > 1 ? fmt::format(", each slice sharded {} ways by FSDP", m.dp_shard) : "";
+    if (m.dp_shard > 1)
+      out += m.tp > 1 ? fmt::format(", each slice sharded {} ways by FSDP", m.dp_shard)
+                      : fmt::format(", sharded {} ways by FSDP", m.dp_shard);
     out += m.dp_replicate > 1 ? fmt::format(", {} replicas", m.dp_replicate) : "";
     out += "\n";
     const int cw = 12;
@@ -125,6 +127,7 @@ std::string layout_text(const LayoutDiagram& d) {
       std::string head = fmt::format("  {:<16}", m.dp_replicate > 1 ? fmt::format("replica {}", rep) : "");
       for (int t = 0; t < m.tp; ++t)
         head += fmt::format("{:<{}}", m.tp > 1 ? fmt::format("TP slice {}", t) : "whole layer", cw);
+      while (!head.empty() && head.back() == ' ') head.pop_back();
       out += head + "\n";
       for (int s = 0; s < m.dp_shard; ++s) {
         std::string row = fmt::format("  {:<16}", m.dp_shard > 1 ? fmt::format("FSDP shard {}", s) : "unsharded");

@@ -192,6 +192,19 @@ private:
     o.kind = OpKind::compute;
     return o;
   }
+  // Activations (forward) or their gradients (backward) to the neighbouring pipeline stage.
+  Op p2p_send(int stage, std::string name, double bytes, int after) const {
+    Op o;
+    o.name = std::move(name);
+    o.stage = stage;
+    o.stream = StreamKind::pp;
+    o.category = OpCategory::pp;
+    o.kind = OpKind::p2p;
+    o.group = GroupKind::pp;
+    o.bytes = bytes;
+    o.deps = {after};
+    return o;
+  }
   Op collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c,
                    GroupKind g, double bytes) const {
     Op o;
@@ -640,16 +653,7 @@ StepProgram Builder::build() {
         }
         fwd_last[{vstage, st.mb}] = last;
         if (vstage < n_vstages_ - 1) {
-          Op send;
-          send.name = fmt::format("pp.send_act.v{}.mb{}", vstage, st.mb);
-          send.stage = stage;
-          send.stream = StreamKind::pp;
-          send.category = OpCategory::pp;
-          send.kind = OpKind::p2p;
-          send.group = GroupKind::pp;
-          send.bytes = act_p2p;
-          send.deps = {last};
-          fwd_send[{vstage, st.mb}] = add(std::move(send));
+          fwd_send[{vstage, st.mb}] = add(p2p_send(stage, fmt::format("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       } else {
         int last = -1;
@@ -792,16 +796,7 @@ StepProgram Builder::build() {
         }
         bwd_last[{vstage, st.mb}] = last;
         if (vstage > 0) {
-          Op send;
-          send.name = fmt::format("pp.send_grad.v{}.mb{}", vstage, st.mb);
-          send.stage = stage;
-          send.stream = StreamKind::pp;
-          send.category = OpCategory::pp;
-          send.kind = OpKind::p2p;
-          send.group = GroupKind::pp;
-          send.bytes = act_p2p;
-          send.deps = {last};
-          bwd_send[{vstage, st.mb}] = add(std::move(send));
+          bwd_send[{vstage, st.mb}] = add(p2p_send(stage, fmt::format("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       }
     }
