@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "plan/capacity.hpp"
 #include "report/memory_report.hpp"
@@ -17,25 +18,6 @@ namespace meshplan::cli {
 namespace {
 
 // "15T" -> 1.5e13 (decimal suffixes K, M, G/B, T, as token budgets are quoted).
-double parse_amount(const std::string& s, const std::string& flag) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InputError("", flag, fmt::format("'{}' is not a number (e.g. 15T)", s));
-  }
-  const std::string suffix = s.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1e3;
-  else if (suffix == "M") mult = 1e6;
-  else if (suffix == "G" || suffix == "B") mult = 1e9;
-  else if (suffix == "T") mult = 1e12;
-  else if (!suffix.empty()) throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, B, T)", suffix, s));
-  if (!(v > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", s));
-  return v * mult;
-}
-
 // "60d" / "60" -> days; "12w" weeks; "36h" hours.
 double parse_days(const std::string& s) {
   std::size_t pos = 0;
@@ -106,12 +88,12 @@ Command add_capacity_command(CLI::App& root) {
     rq.model = load_model(o->model);
     for (const auto& name : split_commas(o->cluster)) rq.clusters.push_back(load_cluster(name));
     if (rq.clusters.empty()) throw InputError("", "--cluster", "no cluster given");
-    rq.tokens = parse_amount(o->tokens, "--tokens");
+    rq.tokens = parse_scaled(o->tokens, "--tokens", Scale::decimal);
     if (!o->deadline.empty()) rq.deadline_days = parse_days(o->deadline);
     rq.gpus = o->gpus;
     if (o->price >= 0) rq.price_per_gpu_hour = o->price;
     rq.seq_len = o->seq;
-    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(parse_amount(o->batch_tokens, "--global-batch-tokens")));
+    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(parse_scaled(o->batch_tokens, "--global-batch-tokens", Scale::binary)));
     rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
                  : o->runtime == "megatron"  ? Runtime::megatron
                                              : Runtime::composer_fsdp1;

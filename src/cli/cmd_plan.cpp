@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "emit/bundle.hpp"
 #include "emit/emit_common.hpp"
@@ -17,33 +18,6 @@
 #include "spec/model_loader.hpp"
 
 namespace meshplan::cli {
-
-namespace {
-
-// Batch sizes in tokens are powers of two in practice ("4M tokens" = 512 x 8192 = 4,194,304):
-// K, M, G are binary here; a plain number is taken as is.
-std::int64_t parse_count(const std::string& s, const std::string& flag) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InputError("", flag, fmt::format("'{}' is not a number (use e.g. 4M or 4194304)", s));
-  }
-  std::string suffix = s.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1024.0;
-  else if (suffix == "M") mult = 1024.0 * 1024.0;
-  else if (suffix == "G") mult = 1024.0 * 1024.0 * 1024.0;
-  else if (suffix == "Ki") mult = 1024.0;
-  else if (suffix == "Mi") mult = 1024.0 * 1024.0;
-  else if (suffix == "Gi") mult = 1024.0 * 1024.0 * 1024.0;
-  else if (!suffix.empty()) throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, G = 2^10, 2^20, 2^30)", suffix, s));
-  if (!(v > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", s));
-  return static_cast<std::int64_t>(std::llround(v * mult));
-}
-
-}  // namespace
 
 Command add_plan_command(CLI::App& root) {
   struct Options {
@@ -90,7 +64,7 @@ Command add_plan_command(CLI::App& root) {
     rq.n_gpus = o->gpus;
     rq.seq_len = o->seq;
     rq.global_batch = o->global_batch;
-    if (!o->tokens.empty()) rq.global_batch_tokens = parse_count(o->tokens, "--global-batch-tokens");
+    if (!o->tokens.empty()) rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(parse_scaled(o->tokens, "--global-batch-tokens", Scale::binary)));
     rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
                  : o->runtime == "megatron"  ? Runtime::megatron
                                              : Runtime::composer_fsdp1;

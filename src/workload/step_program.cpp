@@ -838,7 +838,7 @@ StepProgram Builder::build() {
     if (vstage < n_vstages_ - 1) prog_.ops[static_cast<std::size_t>(first)].deps.push_back(bwd_send.at({vstage + 1, mb}));
   }
   for (const auto& o : prog_.ops) prog_.model_flops_per_step += o.model_flops;
-  return prog_;
+  return std::move(prog_);
 }
 
 }  // namespace
