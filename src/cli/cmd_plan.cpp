@@ -25,6 +25,7 @@ Command add_plan_command(CLI::App& root) {
     std::string torchtitan_version = "238fa9953e4a";
     std::int64_t gpus = 0, global_batch = 0, seq = 8192;
     int top = 10;
+    int budget = 20;
     double headroom_pct = 5;
     bool json = false;
   };
@@ -54,6 +55,10 @@ Command add_plan_command(CLI::App& root) {
                     "torchtitan commit the bundle targets: 8570415c3 (mid-2025 TOML), 238fa9953e4a (early-2026 "
                     "TOML), or registry (Python-registry era)")
       ->capture_default_str();
+  c.app->add_option("--simulate-budget", o->budget,
+                    "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
+      ->capture_default_str()
+      ->check(positive_integer());
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
     if (o->tokens.empty() && o->global_batch == 0)
@@ -70,6 +75,7 @@ Command add_plan_command(CLI::App& root) {
                                              : Runtime::composer_fsdp1;
     rq.headroom_fraction = o->headroom_pct / 100.0;
     rq.top_k = o->top;
+    rq.simulate_budget = o->budget;
     const auto t0 = std::chrono::steady_clock::now();
     bool drew = false;
     const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
@@ -84,30 +90,44 @@ Command add_plan_command(CLI::App& root) {
     });
     if (drew) fmt::print(stderr, "\n");
     if (!o->out.empty() && !s.ranked.empty()) {
-      const PlanCandidate& best = s.ranked.front();
-      RunConfig rc;
-      rc.source_file = "meshplan plan";
-      rc.model = rq.model;
-      rc.plan = best.plan;
-      rc.job = best.job;
-      rc.cluster = rq.cluster.name;
-      rc.n_gpus = rq.n_gpus;
       const auto version = parse_torchtitan_version(o->torchtitan_version);
       if (!version)
         throw InputError("", "--torchtitan-version", fmt::format("unknown version '{}'", o->torchtitan_version));
-      PlanSummary summary;
-      summary.tokens_per_s_per_gpu = best.result.tokens_per_s_per_gpu;
-      summary.step_time_s = best.result.step_time_s;
-      summary.peak_bytes = static_cast<std::int64_t>(std::llround(best.peak_bytes));
-      for (const auto& [k, v] : best.result.breakdown_s)
-        summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
-      summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
-      summary.assumptions.push_back(s.why_winner);
       const EmitRuntime er = o->runtime == "megatron" ? EmitRuntime::megatron
                              : o->runtime == "llm-foundry" ? EmitRuntime::llm_foundry
                                                            : EmitRuntime::torchtitan;
-      const auto files = write_bundle(o->out, rc, rq.cluster, er, *version, summary);
-      for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
+      // The bundle is for the fastest plan the target runtime version can express (e.g. an
+      // uneven pipeline split is refused by some emitters); say so when it is not the winner.
+      std::string refusals;
+      bool written = false;
+      for (std::size_t i = 0; i < s.ranked.size() && !written; ++i) {
+        const PlanCandidate& best = s.ranked[i];
+        RunConfig rc;
+        rc.source_file = "meshplan plan";
+        rc.model = rq.model;
+        rc.plan = best.plan;
+        rc.job = best.job;
+        rc.cluster = rq.cluster.name;
+        rc.n_gpus = rq.n_gpus;
+        PlanSummary summary;
+        summary.tokens_per_s_per_gpu = best.result.tokens_per_s_per_gpu;
+        summary.step_time_s = best.result.step_time_s;
+        summary.peak_bytes = static_cast<std::int64_t>(std::llround(best.peak_bytes));
+        for (const auto& [k, v] : best.result.breakdown_s)
+          summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
+        summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
+        summary.assumptions.push_back(i == 0 ? s.why_winner
+                                             : fmt::format("rank {} of the search; faster plans the runtime "
+                                                           "cannot express: {}", i + 1, refusals));
+        try {
+          const auto files = write_bundle(o->out, rc, rq.cluster, er, *version, summary);
+          for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
+          written = true;
+        } catch (const InputError& e) {
+          refusals += fmt::format("{}rank {} ({})", refusals.empty() ? "" : "; ", i + 1, e.reason());
+        }
+      }
+      if (!written) throw InputError("", "--out", "no ranked plan can be expressed for this runtime: " + refusals);
     }
     if (o->json) {
       nlohmann::json j;

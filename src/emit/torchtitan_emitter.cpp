@@ -2,6 +2,8 @@
 // layout of the file follows the shipped llama3 train_configs of each pinned commit.
 #include "emit/torchtitan_emitter.hpp"
 
+#include "spec/pipeline_split.hpp"
+
 #include <fmt/format.h>
 #include <utility>
 
@@ -157,8 +159,9 @@ Settings check(const RunConfig& rc) {
       refuse(kRt, "schedule", fmt::format("vpp {} needs Interleaved1F1B, not {}", m.vpp, schedule_name(p.schedule)));
     if (m.vpp == 1 && p.schedule == PipelineSchedule::interleaved_1f1b)
       refuse(kRt, "vpp", "Interleaved1F1B runs at least 2 stages per rank (vpp >= 2)");
-    if (rc.model.n_layers % (m.pp * m.vpp) != 0)
-      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} equal stages", rc.model.n_layers, m.pp * m.vpp));
+    if (!split_layers(rc.model.n_layers, m.pp * m.vpp))
+      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages (evenly, or with the "
+                                     "embedding and head counted as one layer each)", rc.model.n_layers, m.pp * m.vpp));
   } else if (m.vpp != 1) {
     refuse(kRt, "vpp", "virtual stages need pp > 1");
   }
@@ -281,16 +284,22 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
     d.key("pipeline_parallel_schedule", quoted(schedule_name(p.schedule)));
     d.key("pipeline_parallel_microbatch_size", std::to_string(rc.job.micro_batch));
     const int stages = m.pp * m.vpp;
-    const int per_stage = rc.model.n_layers / stages;
+    const std::vector<int> split = *split_layers(rc.model.n_layers, stages);
+    const bool even = rc.model.n_layers % stages == 0;
     if (early) {
-      // Equal stages: the embedding and output are not counted as layers (less_layers = 0).
-      d.key("pipeline_parallel_layers_per_stage", std::to_string(per_stage));
-      d.key("pipeline_parallel_first_stage_less_layers", "0");
-      d.key("pipeline_parallel_last_stage_less_layers", "0");
+      // Even split: the embedding and output are not counted as layers (less_layers = 0).
+      // Uneven: torchtitan's default counts each as one layer, so the end stages get one fewer.
+      d.key("pipeline_parallel_layers_per_stage", std::to_string(even ? split[0] : split[1]));
+      d.key("pipeline_parallel_first_stage_less_layers", even ? "0" : "1");
+      d.key("pipeline_parallel_last_stage_less_layers", even ? "0" : "1");
     } else {
       std::vector<std::string> splits;
-      for (int i = 1; i < stages; ++i) splits.push_back(fmt::format("layers.{}", i * per_stage));
-      d.key("pipeline_parallel_split_points", string_array(splits), "equal stages");
+      int at = 0;
+      for (int i = 0; i + 1 < stages; ++i) {
+        at += split[static_cast<std::size_t>(i)];
+        splits.push_back(fmt::format("layers.{}", at));
+      }
+      d.key("pipeline_parallel_split_points", string_array(splits), even ? "equal stages" : "end stages one layer fewer");
     }
   }
   d.key("context_parallel_degree", std::to_string(m.cp));

@@ -246,8 +246,17 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
       best_key = k;
     }
   }
-  std::string s = fmt::format("{} beats {} by {:.1f}% ({:.0f} vs {:.0f} tokens/s/GPU)", describe_layout(a.plan),
-                              describe_layout(b.plan),
+  // Name the plans by their layout, plus whatever else tells them apart.
+  auto name = [&](const PlanCandidate& x, const PlanCandidate& other) {
+    std::string n = describe_layout(x.plan);
+    if (x.job.micro_batch != other.job.micro_batch) n += fmt::format(", micro-batch {}", x.job.micro_batch);
+    if (x.plan.ac != other.plan.ac) n += fmt::format(", AC {}", to_string(x.plan.ac));
+    if (x.plan.reduce_dtype != other.plan.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.plan.reduce_dtype));
+    if (x.plan.sharding != other.plan.sharding) n += fmt::format(", {}", to_string(x.plan.sharding));
+    if (x.plan.mesh.vpp != other.plan.mesh.vpp) n += fmt::format(", vpp {}", x.plan.mesh.vpp);
+    return n;
+  };
+  std::string s = fmt::format("{} beats {} by {:.1f}% ({:.0f} vs {:.0f} tokens/s/GPU)", name(a, b), name(b, a),
                               100 * (ra.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu - 1), ra.tokens_per_s_per_gpu,
                               rb.tokens_per_s_per_gpu);
   if (!best_key.empty())
@@ -320,7 +329,8 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   std::stable_sort(e.feasible.begin(), e.feasible.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
   });
-  const std::size_t n_sim = std::min<std::size_t>(e.feasible.size(), static_cast<std::size_t>(std::max(1, rq.simulate_budget)));
+  const std::size_t n_sim = std::min<std::size_t>(e.feasible.size(),
+                                                  static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k})));
   std::vector<PlanCandidate> sims(e.feasible.begin(), e.feasible.begin() + static_cast<std::ptrdiff_t>(n_sim));
   std::atomic<std::size_t> next{0}, done{0};
   // A plan the simulator rejects is dropped, never fatal (and never escapes a thread).

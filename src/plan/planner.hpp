@@ -24,7 +24,7 @@ struct PlanRequest {
   Runtime runtime = Runtime::torchtitan_fsdp2;
   double headroom_fraction = 0.05;       // keep this much of the GPU free
   int top_k = 10;
-  int simulate_budget = 48;              // plans simulated after the closed-form prune
+  int simulate_budget = 20;              // plans simulated after the closed-form prune (>= top_k)
   int threads = 2;
 };
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# meshplan launch script: llama3.1-70b on 64 GPUs (8 nodes x 8 of h100-sxm-80gb), torchtitan @ 238fa9953e4a.
+# Without Slurm: run on each of the 8 nodes with NODE_RANK (0..7) and MASTER_ADDR (node 0) set;
+# with Slurm use sbatch.slurm.
+set -euo pipefail
+BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Run from a torchtitan checkout at 238fa9953e4a (or set TORCHTITAN_DIR).
+cd "${TORCHTITAN_DIR:-.}"
+export PYTORCH_ALLOC_CONF="expandable_segments:True"
+NODE_RANK="${NODE_RANK:?set NODE_RANK (0..7)}"
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0}"
+MASTER_PORT="${MASTER_PORT:-29500}"
+torchrun --nnodes=8 --nproc_per_node=8 --node_rank="$NODE_RANK" \
+    --rdzv_backend c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
+    --local-ranks-filter 0 --role rank --tee 3 \
+    -m torchtitan.train \
+    --job.config_file "$BUNDLE_DIR/llama3.1-70b.toml" "$@"
