@@ -162,7 +162,10 @@ Command add_plan_command(CLI::App& root) {
       fmt::print("{}\n", j.dump(2));
     } else {
       fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
-                 rq.cluster.name, s.ranked.empty() ? 0 : s.ranked[0].job.global_batch, rq.seq_len, o->runtime);
+                 rq.cluster.name,
+                 rq.global_batch > 0 ? rq.global_batch
+                                     : std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len),
+                 rq.seq_len, o->runtime);
       fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
                  o->headroom_pct, s.ranked.size());
       fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
@@ -172,7 +175,8 @@ Command add_plan_command(CLI::App& root) {
         const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
         fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
                    describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
-                   to_string(cnd.plan.ac), cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
+                   std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
+                   cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
                    cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
       }
       if (!s.pareto.empty()) fmt::print("\n* on the Pareto front of tokens/s vs peak memory\n");

@@ -183,6 +183,9 @@ Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
               for (AcMode ac : acs) {
                 for (Dtype reduce : reduces) {
                   for (bool zero2 : foundry ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                   // Activation CPU offload: Composer's activation_cpu_offload (save_on_cpu). Parameter
+                   // offload is not searched: its host-side optimizer step is not simulated yet.
+                   for (bool offload : foundry ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                     ++out.evaluated;
                     Plan p = base_plan(rq.runtime);
                     p.mesh.tp = tp;
@@ -201,6 +204,7 @@ Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
                     }
                     if (zero2 && shard * cp <= 1) continue;
                     p.ac = ac;
+                    p.act_offload = offload;
                     p.reduce_dtype = reduce;
                     p.mixed_precision_name = foundry ? (reduce == Dtype::bf16 ? "PURE" : "DEFAULT") : "";
                     if (!runtime_supports(rq.runtime, p)) continue;
@@ -221,6 +225,7 @@ Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
                     cand.estimate_tokens_per_s_per_gpu =
                         static_cast<double>(global_batch * rq.seq_len) / step / static_cast<double>(n);
                     out.feasible.push_back(std::move(cand));
+                   }
                   }
                 }
               }
@@ -254,6 +259,7 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
     if (x.plan.reduce_dtype != other.plan.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.plan.reduce_dtype));
     if (x.plan.sharding != other.plan.sharding) n += fmt::format(", {}", to_string(x.plan.sharding));
     if (x.plan.mesh.vpp != other.plan.mesh.vpp) n += fmt::format(", vpp {}", x.plan.mesh.vpp);
+    if (x.plan.act_offload != other.plan.act_offload) n += x.plan.act_offload ? ", activation offload" : ", no offload";
     return n;
   };
   std::string s = fmt::format("{} beats {} by {:.1f}% ({:.0f} vs {:.0f} tokens/s/GPU)", name(a, b), name(b, a),
