@@ -8,35 +8,33 @@
 
 #include "cost/collective_cost.hpp"
 #include "cost/compute_cost.hpp"
+#include "spec/placement.hpp"
 
 namespace meshplan {
 
-GroupPlacement group_placement(const Mesh& mesh, GroupKind g, int gpus_per_node) {
-  // Stride of the group's ranks in the global rank order and its size.
-  long stride = 1, size = 1;
+namespace {
+// The workload names process groups by what they do; placement knows where their ranks sit.
+MeshGroup mesh_group(GroupKind g) {
   switch (g) {
-    case GroupKind::tp: stride = 1; size = mesh.tp; break;
-    case GroupKind::cp: stride = mesh.tp; size = mesh.cp; break;
-    case GroupKind::fsdp: stride = mesh.tp; size = static_cast<long>(mesh.cp) * mesh.dp_shard; break;
-    case GroupKind::dp_replicate:
-      stride = static_cast<long>(mesh.tp) * mesh.cp * mesh.dp_shard;
-      size = mesh.dp_replicate;
-      break;
-    case GroupKind::dp:
-      stride = mesh.tp;
-      size = static_cast<long>(mesh.cp) * mesh.dp_shard * mesh.dp_replicate;
-      break;
-    case GroupKind::ep: stride = mesh.tp; size = std::max(1, mesh.ep); break;
-    case GroupKind::pp:
-      stride = static_cast<long>(mesh.tp) * mesh.cp * mesh.dp_shard * mesh.dp_replicate;
-      size = mesh.pp;
-      break;
+    case GroupKind::tp: return MeshGroup::tp;
+    case GroupKind::cp: return MeshGroup::cp;
+    case GroupKind::fsdp: return MeshGroup::fsdp;
+    case GroupKind::dp_replicate: return MeshGroup::dp_replicate;
+    case GroupKind::dp: return MeshGroup::dp;
+    case GroupKind::ep: return MeshGroup::ep;
+    case GroupKind::pp: return MeshGroup::pp;
   }
+  return MeshGroup::dp;
+}
+}  // namespace
+
+GroupPlacement group_placement(const Mesh& mesh, GroupKind g, int gpus_per_node) {
+  const GroupShape shape = group_shape(mesh, mesh_group(g));
   GroupPlacement gp;
-  gp.n_ranks = static_cast<int>(size);
+  gp.n_ranks = shape.n_ranks;
   // Consecutive members are `stride` ranks apart: a node of G GPUs holds G/stride of them.
-  const long per_node = stride >= gpus_per_node ? 1 : std::max<long>(1, gpus_per_node / stride);
-  gp.ranks_per_node = static_cast<int>(std::min(size, per_node));
+  const std::int64_t per_node = shape.stride >= gpus_per_node ? 1 : std::max<std::int64_t>(1, gpus_per_node / shape.stride);
+  gp.ranks_per_node = static_cast<int>(std::min<std::int64_t>(shape.n_ranks, per_node));
   return gp;
 }
 
@@ -104,21 +102,12 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
             engine.add_stream(fmt::format("{}.{}", rank, to_string(static_cast<StreamKind>(kind))));
       streams.push_back(ids);
     }
-  // Coordinates of a rank inside its stage, TP innermost: ((rep * S + shard) * C + cp) * T + tp.
-  const int T = mesh.tp, C = mesh.cp, S = mesh.dp_shard;
-  auto members = [&](std::size_t k, GroupKind g) {
-    const int tp = static_cast<int>(k) % T, cp = static_cast<int>(k) / T % C, sh = static_cast<int>(k) / (T * C) % S,
-              rep = static_cast<int>(k) / (T * C * S);
+  // Members of the group of kind g around rank k of a stage, as indices within that stage
+  // (pp is the outermost rank dimension, so a stage's ranks are one contiguous block).
+  auto members = [&](std::size_t stage, std::size_t k, GroupKind g) {
     std::vector<std::size_t> out;
-    const bool vary_tp = g == GroupKind::tp;
-    const bool vary_cp = g == GroupKind::cp || g == GroupKind::fsdp || g == GroupKind::dp || g == GroupKind::ep;
-    const bool vary_sh = g == GroupKind::fsdp || g == GroupKind::dp || g == GroupKind::ep;
-    const bool vary_rep = g == GroupKind::dp_replicate || g == GroupKind::dp || g == GroupKind::ep;
-    for (int r2 = vary_rep ? 0 : rep; r2 <= (vary_rep ? mesh.dp_replicate - 1 : rep); ++r2)
-      for (int s2 = vary_sh ? 0 : sh; s2 <= (vary_sh ? S - 1 : sh); ++s2)
-        for (int c2 = vary_cp ? 0 : cp; c2 <= (vary_cp ? C - 1 : cp); ++c2)
-          for (int t2 = vary_tp ? 0 : tp; t2 <= (vary_tp ? T - 1 : tp); ++t2)
-            out.push_back(static_cast<std::size_t>(((r2 * S + s2) * C + c2) * T + t2));
+    for (std::int64_t r : group_members(mesh, mesh_group(g), static_cast<std::int64_t>(stage * R + k)))
+      out.push_back(static_cast<std::size_t>(r) % R);
     return out;
   };
   auto task_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>(op * R + k); };
@@ -172,7 +161,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
           if (k == 0) comm_bytes[std::string(to_string(op.category))] += op.bytes;
           if (options.full && op.kind == OpKind::collective) {
             // Every member must be ready: one barrier per group instance gates all members.
-            const auto group = members(k, op.group);
+            const auto group = members(static_cast<std::size_t>(op.stage), k, op.group);
             auto [it, inserted] = barrier_of.try_emplace({i, group.front()}, 0);
             if (inserted) {
               sim::Task b;
@@ -288,7 +277,6 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     if (to > from) r.breakdown_s["other"] += to - from;
   };
   double cursor = 0;
-  std::size_t last_compute = 0;
   bool any = false;
   for (std::size_t i = 0; i < prog.ops.size(); ++i) {
     const Op& op = prog.ops[i];
@@ -301,7 +289,6 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
                                                              : "compute";
     r.breakdown_s[key] += busy;
     cursor = tm.end_seconds;
-    last_compute = i;
     any = true;
   }
   if (any && r.step_time_s > cursor) {
@@ -321,7 +308,6 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       r.breakdown_s["other"] += tail;
     }
   }
-  (void)last_compute;
 
   // Memory along the timeline: static state from the closed form, transients from the events.
   const MemoryEstimate est = estimate_memory(m, p, j, c);

@@ -677,7 +677,6 @@ StepProgram Builder::build() {
           const int layer = l0 + li;
           std::vector<int> deps;
           if (last >= 0) deps.push_back(last);
-          int ag = -1;
           if (fsdp() && reshard) {
             Op g = collective_op(stage, fmt::format("fsdp_ag.bwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
                                  OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
@@ -689,9 +688,8 @@ StepProgram Builder::build() {
             else if (last >= 0 && !prefetch_two) g.deps.push_back(last);
             if (prev_ag >= 0) g.deps.push_back(prev_ag);
             g.at_start.push_back({MemoryTerm::unsharded_params, gather_b * unit});
-            ag = add(std::move(g));
-            prev_ag = ag;
-            deps.push_back(ag);
+            prev_ag = add(std::move(g));
+            deps.push_back(prev_ag);
           }
           if (p_.act_offload) {
             Op h2d;
