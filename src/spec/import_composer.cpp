@@ -326,8 +326,12 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
   rc.plan.dropout = positive_float(m["resid_pdrop"]) || positive_float(m["emb_pdrop"]) ||
                     (m["attn_config"] && m["attn_config"].IsMap() && positive_float(m["attn_config"]["attn_pdrop"]));
   if (m["attn_config"] && m["attn_config"].IsMap() && m["attn_config"]["attn_impl"] &&
-      m["attn_config"]["attn_impl"].IsScalar())
-    rc.plan.flash_attention = m["attn_config"]["attn_impl"].Scalar() != "torch";
+      m["attn_config"]["attn_impl"].IsScalar()) {
+    const std::string impl = m["attn_config"]["attn_impl"].Scalar();
+    rc.plan.flash_attention = impl != "torch";
+    // MPT's Triton kernel is the flash-attn 1.x-era Triton port: FlashAttention-1 class.
+    if (impl == "triton") rc.plan.flash_attention_version = 1;
+  }
 
   if (opts.model) {
     rc.model = *opts.model;

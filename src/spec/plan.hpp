@@ -102,6 +102,7 @@ struct Plan {
   bool async_tp = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept
+  int flash_attention_version = 2;       // fused kernel generation (2: flash-attn 2.x/SDPA, 1: flash-attn 1.x, Triton)
   bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)
 
   Optimizer optimizer = Optimizer::adamw;

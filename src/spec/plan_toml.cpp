@@ -37,7 +37,8 @@ const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant"};
 const std::vector<std::string> kOffloadKeys = {"activations", "params"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
                                              "pp_microbatches"};
-const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention", "dropout"};
+const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
+                                              "flash_attention_version", "dropout"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -291,6 +292,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
+  if (const auto v = rt.get_int("flash_attention_version")) {
+    if (*v != 1 && *v != 2) rt.fail("flash_attention_version", fmt::format("must be 1 or 2, got {}", *v));
+    plan.flash_attention_version = static_cast<int>(*v);
+  }
   plan.dropout = rt.get_bool("dropout").value_or(false);
   return rc;
 }
@@ -386,6 +391,8 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
   line(fmt::format("compile = {}", b(p.compile)));
   line(fmt::format("flash_attention = {}", b(p.flash_attention)));
+  if (p.flash_attention && p.flash_attention_version != 2)
+    line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
   line(fmt::format("dropout = {}", b(p.dropout)));
   return o;
 }

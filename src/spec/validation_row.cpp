@@ -577,6 +577,11 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     if (kUnfusedAttentionSources.count(vc.source) != 0) {
       p.flash_attention = false;
       notes.push_back("unfused attention (software predates FlashAttention)");
+    } else if (fw == "composer-fsdp1") {
+      // llm-foundry's default images of the PyTorch 2.1 era installed flash-attn 1.x (FA2 came in
+      // separate `_flash2` images), so MPT's `attn_impl: flash` ran a FlashAttention-1 class kernel.
+      p.flash_attention_version = 1;
+      notes.push_back("attention kernel not recorded: FlashAttention-1 class assumed (llm-foundry images of the PyTorch 2.1 era)");
     }
     // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
     // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.

@@ -18,6 +18,9 @@ struct AttentionShape {
   std::int64_t seq_kv = 0;       // key/value tokens
   std::int64_t head_dim = 128;
   bool causal = true;
+  // Fused kernel generation: 2 = FlashAttention-2 class (what the profiles' curves measure),
+  // 1 = FlashAttention-1 class (flash-attn 1.x, Triton flash), priced relative to FA2.
+  int flash_version = 2;
 };
 
 enum class Pass { forward, backward };

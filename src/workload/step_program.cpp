@@ -111,6 +111,12 @@ GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }
 struct LayerKernels {
   std::vector<GemmShape> pre_attention;   // QKV
   AttentionShape attention;
+  // Unfused attention (no FlashAttention): QK^T and PV as batched GEMMs over the full s x s
+  // score matrix, and the softmax (+ dropout) over it as memory-bound kernels.
+  bool fused_attention = true;
+  std::vector<GemmShape> score_gemms;
+  double score_bytes_fwd = 0, score_bytes_bwd = 0;
+  int score_kernels_fwd = 0, score_kernels_bwd = 0;
   std::vector<GemmShape> post_attention;  // out projection
   std::vector<GemmShape> mlp;             // up (+gate), down; MoE: router + experts
   double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
@@ -121,12 +127,27 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
   LayerKernels k;
   const double t = static_cast<double>(d.tokens);
   k.pre_attention.push_back({d.tokens, (d.q_width + 2 * d.kv_width) / d.attn_split, d.h, 1});
-  // norm (read + write), RoPE on q and k (read + write)
+  // norm (read + write); RoPE models rotate q and k (read + write)
+  const bool rope = m.pos_emb == PosEmb::rope;
   k.pre_attention_bytes = 2 * d.e * t * static_cast<double>(d.h) / d.sp_split +
-                          2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split;
-  k.pre_kernels = 4;
+                          (rope ? 2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split : 0.0);
+  k.pre_kernels = rope ? 4 : 2;
   k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
-                 d.s_local, d.s_full, m.head_dim, true};
+                 d.s_local, d.s_full, m.head_dim, true, p.flash_attention_version};
+  if (!p.flash_attention) {
+    const AttentionShape& a = k.attention;
+    const std::int64_t bh = a.batch * a.heads;
+    k.fused_attention = false;
+    k.score_gemms = {{a.seq_q, a.seq_kv, a.head_dim, bh},   // S = Q K^T (every pair: no causal skip)
+                     {a.seq_q, a.head_dim, a.seq_kv, bh}};  // O = P V
+    const double scores = static_cast<double>(bh) * static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv);
+    // Fused scale-mask-softmax reads and writes the scores; dropout writes the kept values and a
+    // 1-byte mask. Backward: dropout (read grad and mask, write), softmax (read y and dy, write).
+    k.score_bytes_fwd = scores * (2 * d.e + (p.dropout ? 2 * d.e + 1 : 0.0));
+    k.score_bytes_bwd = scores * (3 * d.e + (p.dropout ? 2 * d.e + 1 : 0.0));
+    k.score_kernels_fwd = 3 + (p.dropout ? 1 : 0);
+    k.score_kernels_bwd = 5 + (p.dropout ? 1 : 0);
+  }
   k.post_attention.push_back({d.tokens, d.h, d.q_width / d.attn_split, 1});
   // residual add (2 reads + 1 write), second norm
   k.post_attention_bytes = 3 * d.e * t * static_cast<double>(d.h) / d.sp_split +
@@ -168,6 +189,31 @@ double attention_fwd_flops(const AttentionShape& a) {
   // 2 matmuls (QK^T, PV) of 2*s_q*s_kv*d each per head; causal keeps half the pairs.
   const double pairs = static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv) * (a.causal ? 0.5 : 1.0);
   return 4.0 * static_cast<double>(a.batch) * a.heads * pairs * a.head_dim;
+}
+
+// Adds the core attention of one layer (the fused kernel, or the unfused batched GEMMs and softmax)
+// to `op`; returns the FLOPs the GPU executes for it.
+double add_core_attention(Op& op, const LayerKernels& k, Pass pass) {
+  if (k.fused_attention) {
+    op.attention = {k.attention};
+    op.attention_pass = pass;
+    // FlashAttention-2 backward: 2.5x the forward matmul FLOPs (it recomputes the scores).
+    return (pass == Pass::forward ? 1.0 : 2.5) * attention_fwd_flops(k.attention);
+  }
+  double flops = 0;
+  for (const GemmShape& g : k.score_gemms) {
+    if (pass == Pass::forward) {
+      op.gemms.push_back(g);
+      flops += g.flops();
+    } else {
+      op.gemms.push_back({g.m, g.k, g.n, g.batch});  // dgrad
+      op.gemms.push_back({g.k, g.n, g.m, g.batch});  // wgrad
+      flops += 2 * g.flops();
+    }
+  }
+  op.memory_bound_bytes += pass == Pass::forward ? k.score_bytes_fwd : k.score_bytes_bwd;
+  op.kernels += pass == Pass::forward ? k.score_kernels_fwd : k.score_kernels_bwd;
+  return flops;
 }
 
 // Builds the op list. Keeps the indices needed to wire pipeline stages together.
@@ -336,22 +382,20 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     comm(collective_op(stage, tag + ".cp_ag_kv", StreamKind::cp, OpCategory::cp, CollectiveOp::all_gather,
                        GroupKind::cp, kv));
     Op attn = compute_op(stage, tag + ".attn", cat);
-    attn.attention = {k_.attention};
-    attn.attention_pass = Pass::forward;
     attn.gemms = k_.post_attention;
     attn.memory_bound_bytes = k_.post_attention_bytes;
     attn.kernels = k_.attn_kernels;
-    attn.hardware_flops = attention_fwd_flops(k_.attention) + gemm_flops(attn.gemms);
-    attn.model_flops = flops_scale * attn.hardware_flops;
+    const double projection = gemm_flops(attn.gemms);
+    attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::forward);
+    attn.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
     compute(std::move(attn));
   } else {
-    pre.attention = {k_.attention};
-    pre.attention_pass = Pass::forward;
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
     pre.kernels += k_.attn_kernels;
-    pre.hardware_flops = attention_fwd_flops(k_.attention) + gemm_flops(pre.gemms);
-    pre.model_flops = flops_scale * pre.hardware_flops;
+    const double projection = gemm_flops(pre.gemms);
+    pre.hardware_flops = projection + add_core_attention(pre, k_, Pass::forward);
+    pre.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
     compute(std::move(pre));
   }
   if (tp && full_tp) {
@@ -434,13 +478,11 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
                        GroupKind::tp, act));
   Op attn = compute_op(stage, tag + ".attn", OpCategory::compute);
   attn.gemms = grads_of(k_.post_attention);
-  attn.attention = {k_.attention};
-  attn.attention_pass = Pass::backward;
   attn.memory_bound_bytes = 2 * k_.post_attention_bytes;
   attn.kernels = 2 * k_.attn_kernels;
-  // FlashAttention-2 backward: 2.5x the forward matmul FLOPs (it recomputes the scores).
-  attn.hardware_flops = gemm_flops(attn.gemms) + 2.5 * attention_fwd_flops(k_.attention);
-  attn.model_flops = gemm_flops(attn.gemms) + 2.0 * attention_fwd_flops(k_.attention);
+  const double projection = gemm_flops(attn.gemms);
+  attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::backward);
+  attn.model_flops = projection + 2.0 * attention_fwd_flops(k_.attention);
   comm(std::move(attn));
   if (p_.mesh.cp > 1) {
     const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
@@ -727,12 +769,10 @@ StepProgram Builder::build() {
               for (std::size_t i = 1; i < all.size(); i += 2) rc.gemms.push_back(all[i]);
               rc.memory_bound_bytes = k_.pre_attention_bytes + k_.post_attention_bytes + k_.mlp_bytes;
               rc.kernels = k_.pre_kernels + k_.mlp_kernels;
+              rc.hardware_flops = gemm_flops(rc.gemms);
             } else {
-              rc.attention = {k_.attention};
-              rc.attention_pass = Pass::forward;
-              rc.kernels = 2;
+              rc.hardware_flops = add_core_attention(rc, k_, Pass::forward);
             }
-            rc.hardware_flops = gemm_flops(rc.gemms) + (rc.attention.empty() ? 0 : attention_fwd_flops(k_.attention));
             rc.deps = deps;
             rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, mbs)});
             const int id = add(std::move(rc));

@@ -176,6 +176,27 @@ TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (hardware.
   CHECK(rate < 308.0);  // causal hd128 at 8k
 }
 
+TEST_CASE("a FlashAttention-1 class kernel runs at half the FA2 rate (FA2 paper: ~2x speedup)") {
+  const ClusterSpec c = profile("a100-80gb");
+  AttentionShape a;
+  a.batch = 4;
+  a.heads = a.kv_heads = 16;
+  a.seq_q = a.seq_kv = 4096;
+  a.head_dim = 128;
+  AttentionShape v1 = a;
+  v1.flash_version = 1;
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    const KernelEstimate k2 = attention_time(c, a, pass, Dtype::bf16);
+    const KernelEstimate k1 = attention_time(c, v1, pass, Dtype::bf16);
+    CHECK(k1.flops == k2.flops);
+    CHECK(k1.compute_seconds == doctest::Approx(2.0 * k2.compute_seconds).epsilon(1e-12));
+    // A100 causal hd128 at 4k: FA2 173 TFLOP/s fwd+bwd (hardware.md §3.3), so FA1 class 86.5.
+    CHECK(k1.flops / k1.compute_seconds / 1e12 == doctest::Approx(86.5).epsilon(0.01));
+  }
+  v1.flash_version = 3;
+  CHECK_THROWS_AS(attention_time(c, v1, Pass::forward, Dtype::bf16), InputError);
+}
+
 TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA changes bytes only") {
   AttentionShape a;
   a.batch = 2;

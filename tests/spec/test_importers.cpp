@@ -544,3 +544,31 @@ TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   resolve_layout(back, std::nullopt);
   CHECK(back.job.grad_accum == 16);
 }
+
+TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the key") {
+  RunConfig rc;
+  rc.model = load_model("llama3.1-8b");
+  rc.cluster = "a100-80gb";
+  rc.n_gpus = 8;
+  rc.plan.mesh.dp_shard = 8;
+  rc.plan.flash_attention_version = 1;
+  rc.job = Job{.seq_len = 2048, .global_batch = 64, .micro_batch = 2, .grad_accum = 4, .pp_microbatches = 0};
+  const std::string text = to_plan_toml(rc);
+  CHECK(text.find("flash_attention_version = 1") != std::string::npos);
+  const RunConfig back = load_run_config(write_temp("fa1.toml", text));
+  CHECK(back.plan.flash_attention_version == 1);
+  // The default generation writes nothing, so existing plan files stay byte-identical.
+  rc.plan.flash_attention_version = 2;
+  CHECK(to_plan_toml(rc).find("flash_attention_version") == std::string::npos);
+
+  std::string bad = text;
+  bad.replace(bad.find("flash_attention_version = 1"), 27, "flash_attention_version = 3");
+  try {
+    load_run_config(write_temp("fa3.toml", bad));
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("flash_attention_version") != std::string::npos);
+    CHECK(what.find("must be 1 or 2") != std::string::npos);
+  }
+}

@@ -1,0 +1,116 @@
+// The lowered step: the shapes and bytes of one layer's ops, hand-derived.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "workload/step_program.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+// A GPT-style block small enough to derive by hand: h = 1024, 8 heads of 128, 4h GELU MLP.
+ModelSpec gpt(PosEmb pos) {
+  ModelSpec m;
+  m.name = "gpt-test";
+  m.n_layers = 2;
+  m.d_model = 1024;
+  m.n_heads = m.n_kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn_hidden = 4096;
+  m.mlp = MlpKind::gelu;
+  m.vocab = 50304;
+  m.pos_emb = pos;
+  m.norm = NormKind::layernorm;
+  m.max_seq_len = 2048;
+  return m;
+}
+
+Plan single_gpu() {
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::none;
+  return p;
+}
+
+const Op& find(const StepProgram& prog, const std::string& name) {
+  for (const Op& o : prog.ops)
+    if (o.name == name) return o;
+  FAIL("no op named " << name);
+  return prog.ops.front();
+}
+
+constexpr double kSeq = 2048, kBatch = 2, kHeads = 8, kHeadDim = 128, kHidden = 1024;
+const Job kJob{2048, 2, 2, 1};
+
+}  // namespace
+
+TEST_CASE("RoPE rotates q and k only in RoPE models: 2e t (q + kv) bytes, two kernels") {
+  const Plan p = single_gpu();
+  const StepProgram with_rope = lower_step(gpt(PosEmb::rope), p, kJob);
+  const StepProgram with_learned = lower_step(gpt(PosEmb::learned), p, kJob);
+  const Op& rope = find(with_rope, "fwd.L0.mb0.qkv");
+  const Op& learned = find(with_learned, "fwd.L0.mb0.qkv");
+  const double tokens = kSeq * kBatch;
+  CHECK(rope.memory_bound_bytes - learned.memory_bound_bytes == doctest::Approx(2 * 2 * tokens * (kHidden + kHidden)));
+  CHECK(rope.kernels - learned.kernels == 2);
+}
+
+TEST_CASE("unfused attention: QK^T and PV as batched GEMMs over every pair, softmax and dropout in HBM") {
+  Plan fused = single_gpu();
+  fused.dropout = true;
+  Plan unfused = fused;
+  unfused.flash_attention = false;
+  const ModelSpec m = gpt(PosEmb::learned);
+  const StepProgram pf = lower_step(m, fused, kJob);
+  const StepProgram pu = lower_step(m, unfused, kJob);
+  const double bh = kBatch * kHeads;
+  const double scores = bh * kSeq * kSeq;
+  const double e = 2;  // bf16
+
+  const Op& f = find(pf, "fwd.L0.mb0.qkv");
+  const Op& u = find(pu, "fwd.L0.mb0.qkv");
+  CHECK(f.attention.size() == 1);
+  CHECK(u.attention.empty());
+  REQUIRE(u.gemms.size() == f.gemms.size() + 2);
+  const GemmShape qk = u.gemms[u.gemms.size() - 2], pv = u.gemms.back();
+  CHECK((qk.m == 2048 && qk.n == 2048 && qk.k == 128 && qk.batch == 16));
+  CHECK((pv.m == 2048 && pv.n == 128 && pv.k == 2048 && pv.batch == 16));
+  // softmax read + write (2e), dropout read + write + 1-byte mask (2e + 1)
+  CHECK(u.memory_bound_bytes - f.memory_bound_bytes == doctest::Approx(scores * (4 * e + 1)));
+  // The GPU multiplies every pair (4 b h s^2 d); the model counts the causal half (2 b h s^2 d).
+  const double every_pair = 4 * bh * kSeq * kSeq * kHeadDim;
+  CHECK(u.hardware_flops - f.hardware_flops == doctest::Approx(every_pair / 2));
+  CHECK(u.model_flops == doctest::Approx(f.model_flops));
+
+  const Op& fb = find(pf, "bwd.L0.mb0.attn");
+  const Op& ub = find(pu, "bwd.L0.mb0.attn");
+  CHECK(ub.gemms.size() == fb.gemms.size() + 4);
+  // dropout backward (read grad + mask, write: 2e + 1) and softmax backward (read y, dy; write: 3e)
+  CHECK(ub.memory_bound_bytes - fb.memory_bound_bytes == doctest::Approx(scores * (5 * e + 1)));
+  // Four GEMMs of 2 b h s^2 d each, against FA2's 2.5 x the causal forward.
+  CHECK(ub.hardware_flops - fb.hardware_flops == doctest::Approx(2 * every_pair - 2.5 * every_pair / 2));
+  CHECK(ub.model_flops == doctest::Approx(fb.model_flops));
+}
+
+TEST_CASE("Megatron selective recompute of unfused attention reruns the score GEMMs and the softmax") {
+  Plan p = single_gpu();
+  p.flash_attention = false;
+  p.ac = AcMode::selective_attn;
+  const StepProgram prog = lower_step(gpt(PosEmb::learned), p, kJob);
+  const Op& rc = find(prog, "recompute.L0.mb0");
+  CHECK(rc.category == OpCategory::recompute);
+  CHECK(rc.gemms.size() == 2);
+  CHECK(rc.memory_bound_bytes == doctest::Approx(kBatch * kHeads * kSeq * kSeq * 2 * 2));
+  CHECK(rc.hardware_flops == doctest::Approx(4 * kBatch * kHeads * kSeq * kSeq * kHeadDim));
+  CHECK(rc.model_flops == 0);
+}
+
+TEST_CASE("the fused kernel generation reaches the attention shape") {
+  Plan p = single_gpu();
+  p.flash_attention_version = 1;
+  const StepProgram prog = lower_step(gpt(PosEmb::rope), p, kJob);
+  const Op& f = find(prog, "fwd.L0.mb0.qkv");
+  REQUIRE(f.attention.size() == 1);
+  CHECK(f.attention.front().flash_version == 1);
+}
