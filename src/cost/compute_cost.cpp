@@ -287,7 +287,11 @@ KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
   KernelEstimate e;
   if (bytes == 0) return e;  // nothing to move, no kernel
   e.bytes = bytes;
-  e.memory_seconds = bytes / achieved_hbm_bytes_per_s(c);
+  const double eff = c.gpu.elementwise_efficiency > 0 ? c.gpu.elementwise_efficiency : c.gpu.hbm_efficiency;
+  if (!(eff > 0 && c.gpu.hbm_bandwidth_bytes_per_s > 0))
+    throw InputError(c.source_file, "gpu.elementwise_efficiency",
+                     "HBM bandwidth x efficiency must be positive to time memory-bound kernels");
+  e.memory_seconds = bytes / (c.gpu.hbm_bandwidth_bytes_per_s * eff);
   return finish(e, c.gpu.kernel_launch_seconds);
 }
 

@@ -194,6 +194,11 @@ public:
     return v * scale;
   }
 
+  // A number a profile may leave out; absent, the caller's default stands and needs no source.
+  double optional_number(std::string_view k, const std::string& spec_field, Range range, double dflt) {
+    return table_.get(k) == nullptr ? dflt : number(k, spec_field, range);
+  }
+
   int integer(std::string_view k, const std::string& spec_field, std::int64_t min_value) {
     const toml::node& n = require(k);
     if (!n.is_integer())
@@ -311,6 +316,7 @@ private:
       case Range::at_least_one:
         if (!(v >= 1)) ctx_.fail(k, "must be >= 1 (1 = non-blocking), got " + fmt_double(v), n);
         break;
+
     }
   }
 
@@ -379,6 +385,8 @@ void read_gpu(Context& ctx, const toml::table& t) {
   g.hbm_bandwidth_bytes_per_s =
       r.quantity("hbm_bandwidth_{}", kBandwidthUnits, "hbm_bandwidth_bytes_per_s", Range::positive);
   g.hbm_efficiency = r.number("hbm_efficiency", "hbm_efficiency", Range::efficiency);
+  g.elementwise_efficiency =
+      r.optional_number("elementwise_efficiency", "elementwise_efficiency", Range::efficiency, g.hbm_efficiency);
   g.kernel_launch_seconds =
       r.quantity("kernel_launch_{}", kTimeUnits, "kernel_launch_seconds", Range::positive);
   g.comm_interference_factor =

@@ -39,6 +39,9 @@ struct GpuSpec {
   double hbm_bytes = 0;                    // physical capacity as torch reports it
   double hbm_bandwidth_bytes_per_s = 0;    // spec peak
   double hbm_efficiency = 0;               // achieved copy bandwidth / peak (STREAM copy)
+  // What eager element-wise and normalization kernels reach (bf16 casts, LayerNorm/RMSNorm
+  // backward reductions, GELU's erf, dropout's RNG), as a fraction of peak; STREAM's if unset.
+  double elementwise_efficiency = 0;
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
   // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.

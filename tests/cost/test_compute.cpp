@@ -218,7 +218,9 @@ TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA chan
   CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), gqa, Pass::forward, Dtype::bf16), InputError);
 }
 
-TEST_CASE("memory-bound kernels run at the STREAM copy bandwidth (hardware.md §3.4)") {
+TEST_CASE("memory-bound kernels run at 0.65 of the STREAM copy bandwidth (hardware.md §3.4)") {
+  // Eager element-wise and normalization kernels reach 0.65 of STREAM copy (the profiles'
+  // elementwise_efficiency, fitted once on the A100 rows of dev.csv; docs/compute.md).
   struct Row {
     const char* cluster;
     double stream_copy_bytes_per_s;
@@ -230,10 +232,14 @@ TEST_CASE("memory-bound kernels run at the STREAM copy bandwidth (hardware.md §
     const KernelEstimate e = memory_bound_time(c, bytes);
     CAPTURE(r.cluster);
     CHECK(e.memory_bound);
-    CHECK(bytes / e.seconds == doctest::Approx(r.stream_copy_bytes_per_s).epsilon(0.01));
+    CHECK(bytes / e.seconds == doctest::Approx(0.65 * r.stream_copy_bytes_per_s).epsilon(0.01));
     // A tiny kernel costs its launch.
     CHECK(memory_bound_time(c, 1024).seconds == doctest::Approx(c.gpu.kernel_launch_seconds).epsilon(0.01));
   }
+  // A GEMM's own HBM bound still streams at the STREAM rate: its operands are read in bulk.
+  const ClusterSpec h100 = profile("h100-sxm-80gb");
+  const KernelEstimate skinny = gemm_time(h100, {802816, 192, 768}, Dtype::fp8);
+  CHECK(skinny.bytes / skinny.memory_seconds == doctest::Approx(2.90e12).epsilon(0.01));
   CHECK(memory_bound_time(profile("h100-sxm-80gb"), 0).seconds == 0.0);
   CHECK_THROWS_AS(memory_bound_time(profile("h100-sxm-80gb"), -1.0), InputError);
 }
