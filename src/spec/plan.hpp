@@ -109,6 +109,13 @@ struct Plan {
   bool compile = false;
 };
 
+// fp32 weights computed under torch.autocast alone (no FSDP/Megatron mixed-precision policy):
+// the residual stream stays fp32 and autocast caches a low-precision copy of every weight it
+// casts until the forward's autocast region exits.
+inline bool autocast_fp32_weights(const Plan& p) {
+  return p.param_dtype == Dtype::fp32 && (p.compute_dtype == Dtype::bf16 || p.compute_dtype == Dtype::fp16);
+}
+
 // The batch: what one optimizer step processes.
 // Importers may leave global_batch, micro_batch or grad_accum at 0 when the file fixes them only
 // in terms of the GPU count (torchtitan global_batch_size=-1, Composer microbatch 'auto');

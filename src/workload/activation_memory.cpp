@@ -49,7 +49,18 @@ double mlp_inner_tensors(MlpKind k) {
 
 struct Dims {
   double s, b, h, q_width, kv_width, heads, ffn, e;  // e = bytes per activation element
+  double residual_e;  // bytes per element of the residual stream (block input, norm inputs)
+  double norm_e;      // bytes a norm saves per element of its input
 };
+
+// An eager RMSNorm (x.float() * rsqrt(mean(x^2) + eps), cast back, times the weight: torchtitan's,
+// torchtune's, HF's and litgpt's modules) saves the fp32 upcast for pow/mul backward and the cast
+// output for the weight multiply. Fused norms (LayerNorm's kernel, Transformer Engine, Inductor
+// under torch.compile) save only their input.
+double norm_saved_bytes_per_element(const ModelSpec& m, const Plan& p, double residual_e) {
+  const bool eager_rmsnorm = m.norm == NormKind::rmsnorm && !p.compile && p.runtime != Runtime::megatron;
+  return eager_rmsnorm ? 4.0 + residual_e : residual_e;
+}
 
 Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   Dims d{};
@@ -60,6 +71,8 @@ Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   d.kv_width = static_cast<double>(m.n_kv_heads) * static_cast<double>(m.head_dim);
   d.heads = m.n_heads;
   d.e = bytes_per_element(p.compute_dtype);
+  d.residual_e = autocast_fp32_weights(p) ? 4.0 : d.e;
+  d.norm_e = norm_saved_bytes_per_element(m, p, d.residual_e);
   if (m.moe.enabled()) {
     // Each token visits top_k experts (plus shared ones): that many inner-width tensors.
     d.ffn = static_cast<double>(m.moe.expert_ffn) * (m.moe.top_k + m.moe.n_shared_experts);
@@ -76,7 +89,7 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   const TpSplit t = tp_split(p);
   const double sb = d.s * d.b;
   BlockActivations a;
-  a.norms_bytes = 2 * d.e * sb * d.h / t.seq_sharded;
+  a.norms_bytes = 2 * d.norm_e * sb * d.h / t.seq_sharded;
   // QKV input, Q, K, V, and the attention output O (which is also the out-proj input).
   a.attention_bytes = d.e * sb * d.h / t.linear_input +
                       d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads;
@@ -91,7 +104,7 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   a.mlp_bytes = d.e * sb * d.h * t.mlp_input_batch / t.linear_input +
                 mlp_inner_tensors(m.mlp) * d.e * sb * d.ffn / t.mlp_inner;
   if (p.dropout) a.dropout_masks_bytes = 2 * sb * d.h / t.seq_sharded;
-  a.block_input_bytes = d.e * sb * d.h / t.seq_sharded;
+  a.block_input_bytes = d.residual_e * sb * d.h / t.seq_sharded;
   return a;
 }
 
@@ -170,7 +183,7 @@ double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const Dims d = dims(m, p, mb);
   const TpSplit t = tp_split(p);
   const double sb = d.s * d.b;
-  const double final_norm_input = d.e * sb * d.h / t.seq_sharded;
+  const double final_norm_input = d.norm_e * sb * d.h / t.seq_sharded;
   const double head_input = d.e * sb * d.h;
   const double log_probs_fp32 = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
   return final_norm_input + head_input + log_probs_fp32;

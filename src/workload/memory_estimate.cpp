@@ -125,10 +125,13 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   // Grads live through forward only when they accumulate across micro-batches (zero_grad sets
   // them to None after each step) or when the runtime keeps a contiguous grad buffer.
   const bool grads_during_forward = j.grad_accum > 1 || megatron_buffers;
-  // torch's foreach AdamW allocates one fp32 temporary per local param (_foreach_sqrt);
-  // fused AdamW (torchtitan's default) and Megatron's fused Adam do not.
+  // torch's foreach AdamW allocates one temporary per local param in the state dtype
+  // (_foreach_sqrt(exp_avg_sq)); fused AdamW (torchtitan's default), Megatron's fused Adam and
+  // bitsandbytes' 8-bit kernels do not.
   const bool foreach_optimizer =
-      p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2 || p.runtime == Runtime::generic;
+      (p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2 || p.runtime == Runtime::generic) &&
+      p.optimizer == Optimizer::adamw;
+  const bool autocast_cache = autocast_fp32_weights(p);
 
   // Layers of each pipeline chunk; a stage owns chunks stage, stage + pp, ... (interleaving).
   const int v = p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
@@ -160,6 +163,13 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
       state.params = bytes_per_element(p.param_dtype) * P;
       state.grads = (p.reduce_dtype == Dtype::fp32 ? 4.0 : reduce_b) * P;
       state.optimizer = (4.0 + optimizer_state_bytes_per_param(p)) * P / n_state;
+    } else if (!fsdp && (p.sharding == Sharding::none || p.sharding == Sharding::zero1) &&
+               bytes_per_element(p.param_dtype) < state_b) {
+      // DeepSpeed / apex-style mixed precision without FSDP: a low-precision model copy and its
+      // gradients on every rank, the fp32 master weights kept by the (ZeRO-1: sharded) optimizer.
+      state.params = bytes_per_element(p.param_dtype) * P;
+      state.grads = reduce_b * P;
+      state.optimizer = (state_b + optimizer_state_bytes_per_param(p)) * P / n_state;
     } else {
       state.params = state_b * P / (p.sharding == Sharding::none || p.sharding == Sharding::zero1 ? 1 : n_state);
       state.grads = state_b * P / (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3 ? n_state : 1);
@@ -221,24 +231,42 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
     if (last) fb.activations += loss_saved_bytes(m, p, mb) + loss_backward_working_bytes(m, p, mb);
     fb.recompute = recompute_working_bytes(m, p, mb);
 
+    // --- transient: end of forward, under autocast with fp32 weights ----------------------
+    // autocast keeps the low-precision cast of every weight it multiplied until its region
+    // exits at the end of forward; backward (recompute, reduce buffers, loss gradient) has not
+    // started yet. The cached copies are counted with the unsharded params.
+    MemoryBreakdown fwd_end = fb;
+    if (autocast_cache) {
+      fwd_end.unsharded_params += bytes_per_element(p.compute_dtype) * (sp.blocks + sp.head_group);
+      fwd_end.recompute = 0;
+      fwd_end.reduce_buffers = 0;
+      fwd_end.activations = saved + (last ? loss_saved_bytes(m, p, mb) : 0.0);
+    }
     // --- transient: optimizer step --------------------------------------------------------
     MemoryBreakdown opt = state;
-    if (foreach_optimizer && !p.param_offload) opt.optimizer += 4.0 * P / n_state;
+    if (foreach_optimizer && !p.param_offload) opt.optimizer += state_b * P / n_state;
     if (fsdp && p.root_unsharded && !is_fsdp2(p)) opt.unsharded_params = 0;
 
     // --- fixed costs ------------------------------------------------------------------------
     const double comm = c.framework.nccl_buffer_bytes_per_group * communicators(p);
-    for (MemoryBreakdown* b : {&fb, &opt}) {
+    for (MemoryBreakdown* b : {&fb, &fwd_end, &opt}) {
       b->comm_buffers = comm;
       const double allocated = b->total() - comm;
       b->framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
     }
-    const bool fb_wins = fb.total() >= opt.total();
-    sm.breakdown = fb_wins ? fb : opt;
-    sm.peak_phase = fb_wins ? "forward->backward" : "optimizer step";
+    const bool fwd_end_wins = autocast_cache && fwd_end.total() > fb.total();
+    const MemoryBreakdown& fwd_bwd = fwd_end_wins ? fwd_end : fb;
+    const bool fb_wins = fwd_bwd.total() >= opt.total();
+    sm.breakdown = fb_wins ? fwd_bwd : opt;
+    sm.peak_phase = !fb_wins ? "optimizer step" : fwd_end_wins ? "end of forward (autocast cache)" : "forward->backward";
     sm.peak_bytes = sm.breakdown.total();
     sm.allocated_peak_bytes = sm.peak_bytes - sm.breakdown.comm_buffers - sm.breakdown.framework;
-    sm.reserved_peak_bytes = sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction);
+    // The caching allocator keeps freed blocks reserved, but when cudaMalloc fails it releases its
+    // cache and retries, so what it reserves never exceeds the device less the CUDA context and the
+    // NCCL buffers (unless the allocations themselves do: then the run is out of memory).
+    const double device_room = c.gpu.hbm_bytes - c.framework.cuda_context_bytes - comm;
+    sm.reserved_peak_bytes = std::max(sm.allocated_peak_bytes,
+                                      std::min(sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction), device_room));
     est.stages.push_back(sm);
   }
 
@@ -248,6 +276,9 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   est.fits = est.headroom_bytes >= 0;
   if (p.act_offload) est.notes.push_back("activation offload: saved tensors live in pinned host memory");
   if (p.param_offload) est.notes.push_back("CPU offload: params, grads and optimizer step on the host");
+  if (autocast_cache)
+    est.notes.push_back("fp32 weights under autocast: fp32 residual stream, and the cached low-precision weight "
+                        "copies (counted in unsharded_params) until the forward ends");
   if (!p.flash_attention) est.notes.push_back("unfused attention keeps the s^2 softmax per head");
   return est;
 }

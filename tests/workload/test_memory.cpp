@@ -124,10 +124,43 @@ TEST_CASE("Llama-3 block (GQA, SwiGLU, flash, no dropout), hand-derived") {
   Plan p;
   p.runtime = Runtime::torchtitan_fsdp2;
   const double S = 8192, H = 4096, F = 14336, KV = 1024;
-  // norms 2*2SH; QKV input 2SH; Q 2SH; K,V 2*2S*KV; O 2SH; MLP input 2SH; 4 x 2SF; lse 4*32*S.
-  const double expected = 4 * S * H + 2 * S * H + 2 * S * H + 4 * S * KV + 2 * S * H + 2 * S * H + 8 * S * F +
-                          4 * 32 * S;
-  CHECK(block_activations(m, p, {8192, 1}).total() == doctest::Approx(expected).epsilon(1e-9));
+  // Eager RMSNorm saves its fp32 upcast (4SH) and the bf16 normalized output (2SH), twice per block;
+  // QKV input 2SH; Q 2SH; K,V 2*2S*KV; O 2SH; MLP input 2SH; 4 x 2SF; lse 4*32*S.
+  const double rest = 2 * S * H + 2 * S * H + 4 * S * KV + 2 * S * H + 2 * S * H + 8 * S * F + 4 * 32 * S;
+  CHECK(block_activations(m, p, {8192, 1}).total() == doctest::Approx(2 * 6 * S * H + rest).epsilon(1e-9));
+  // torch.compile fuses the norm: it saves only its bf16 input.
+  p.compile = true;
+  CHECK(block_activations(m, p, {8192, 1}).total() == doctest::Approx(2 * 2 * S * H + rest).epsilon(1e-9));
+}
+
+TEST_CASE("fp32 weights under autocast: fp32 residual stream and the cached bf16 weights at the end of forward") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::generic;
+  p.mesh.dp_shard = 8;
+  p.sharding = Sharding::zero3;
+  p.compile = true;  // fused norms, so the block input is the only residual term that changes
+  p.ac = AcMode::full;
+  const Job j{8192, 8, 1, 1};
+  const ClusterSpec c = test_cluster(80e9);
+  const MemoryEstimate mixed = estimate_memory(m, p, j, c);
+  p.param_dtype = Dtype::fp32;
+  const MemoryEstimate autocast = estimate_memory(m, p, j, c);
+  // Full AC keeps the block input: 4 bytes per element instead of 2, for all 32 blocks.
+  const double S = 8192, H = 4096;
+  CHECK(saved_block_bytes(m, p, {8192, 1}, 0) == doctest::Approx(4 * S * H));
+  const StageMemory& st = autocast.stages.front();
+  CHECK(st.peak_phase == "end of forward (autocast cache)");
+  // The cache holds a bf16 copy of every block weight and the head: 2 bytes per parameter.
+  const ParamCounts pc = param_counts(m);
+  const double cached = 2.0 * (pc.per_layer() * m.n_layers + pc.lm_head + pc.final_norm);
+  CHECK(st.breakdown.unsharded_params > cached);
+  CHECK(st.breakdown.unsharded_params < cached + 4.0 * 3 * pc.per_layer());  // + the gathered fp32 units
+  CHECK(st.breakdown.recompute == 0);
+  CHECK(st.breakdown.reduce_buffers == 0);
+  // Backward has not started: the saved block inputs and the loss's saved tensors, nothing else.
+  CHECK(st.breakdown.activations == doctest::Approx(32 * 4 * S * H + loss_saved_bytes(m, p, {8192, 1})));
+  CHECK(mixed.stages.front().peak_phase == "forward->backward");
 }
 
 TEST_CASE("Persistent state is 16 P / N with AdamW under FSDP, in every mixed-precision mode") {
@@ -291,4 +324,43 @@ TEST_CASE("Breakdown adds up to the peak, and fit compares with capacity") {
   CHECK(e.fits == (st.peak_bytes <= 80e9));
   auto tiny = test_cluster(1e9);
   CHECK_FALSE(estimate_memory(m, p, j, tiny).fits);
+}
+
+TEST_CASE("the allocator's reserve never exceeds the device: it frees its cache and retries first") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.mesh.dp_shard = 8;
+  const Job j{8192, 8, 1, 1};
+  ClusterSpec c = test_cluster(1e15);
+  c.framework.allocator_reserve_fraction = 0.2;
+  c.framework.cuda_context_bytes = 0.5e9;
+  const StageMemory roomy = estimate_memory(m, p, j, c).stages.front();
+  CHECK(roomy.reserved_peak_bytes == doctest::Approx(1.2 * roomy.allocated_peak_bytes));
+  // A device 10% larger than the allocations: the reserve is what is left after the context.
+  c.gpu.hbm_bytes = 1.1 * roomy.allocated_peak_bytes + 0.5e9;
+  const StageMemory tight = estimate_memory(m, p, j, c).stages.front();
+  CHECK(tight.allocated_peak_bytes == doctest::Approx(roomy.allocated_peak_bytes));
+  CHECK(tight.reserved_peak_bytes == doctest::Approx(1.1 * roomy.allocated_peak_bytes));
+  // Allocations beyond the device: reserved = allocated (the run does not fit).
+  c.gpu.hbm_bytes = 0.5 * roomy.allocated_peak_bytes;
+  CHECK(estimate_memory(m, p, j, c).stages.front().reserved_peak_bytes == doctest::Approx(roomy.allocated_peak_bytes));
+}
+
+TEST_CASE("DeepSpeed-style fp16 model + fp32 master without FSDP: 2 + 2 + 12/d bytes per parameter") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::generic;
+  p.mesh.dp_replicate = 8;
+  p.sharding = Sharding::zero1;
+  p.param_dtype = p.compute_dtype = p.reduce_dtype = Dtype::fp16;
+  const StageMemory st = estimate_memory(m, p, Job{512, 8, 1, 1}, test_cluster(1e15)).stages.front();
+  const double P = st.params_per_rank;
+  REQUIRE(st.peak_phase == "optimizer step");
+  CHECK(st.breakdown.params == doctest::Approx(2 * P));
+  CHECK(st.breakdown.grads == doctest::Approx(2 * P));
+  // fp32 master + both moments sharded 8 ways, plus foreach AdamW's temporary (one fp32 tensor
+  // per local master weight): (4 + 8 + 4) / 8 = 2 bytes per parameter.
+  CHECK(st.breakdown.optimizer == doctest::Approx(16 * P / 8));
+  CHECK(st.allocated_peak_bytes == doctest::Approx(6 * P));
 }
