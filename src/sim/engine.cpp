@@ -9,6 +9,22 @@
 
 namespace meshplan::sim {
 
+void Task::reset() {
+  name.clear();
+  category.clear();
+  stream = 0;
+  kind = TaskKind::work;
+  work_seconds = 0;
+  bytes = 0;
+  latency_seconds = 0;
+  max_rate_bytes_per_s = std::numeric_limits<double>::infinity();
+  links.clear();
+  deps.clear();
+  owner = 0;
+  at_start.clear();
+  at_end.clear();
+}
+
 Engine::Engine(EngineOptions options) : options_(options) {}
 
 LinkId Engine::add_link(Link link) {
@@ -22,7 +38,14 @@ StreamId Engine::add_stream(std::string name) {
   return static_cast<StreamId>(stream_names_.size() - 1);
 }
 
-TaskId Engine::add_task(Task task) {
+void Engine::reserve_tasks(std::size_t n, std::size_t items_per_task) {
+  tasks_.reserve(n);
+  dep_pool_.reserve(n * items_per_task);
+  link_pool_.reserve(n);
+  memory_pool_.reserve(n);
+}
+
+TaskId Engine::add_task(const Task& task) {
   if (task.stream < kNoStream || task.stream >= static_cast<StreamId>(stream_tasks_.size()))
     throw std::logic_error("task '" + task.name + "' names an unknown stream");
   const auto id = static_cast<TaskId>(tasks_.size());
@@ -34,8 +57,30 @@ TaskId Engine::add_task(Task task) {
   } else {
     stream_tasks_[static_cast<std::size_t>(task.stream)].push_back(id);
   }
-  tasks_.push_back(std::move(task));
+  auto append = [](auto& pool, const auto& items) {
+    const auto begin = static_cast<std::uint32_t>(pool.size());
+    pool.insert(pool.end(), items.begin(), items.end());
+    return Range{begin, static_cast<std::uint32_t>(pool.size())};
+  };
+  StoredTask& t = tasks_.emplace_back();
+  t.stream = task.stream;
+  t.kind = task.kind;
+  t.owner = task.owner;
+  t.work_seconds = task.work_seconds;
+  t.bytes = task.bytes;
+  t.latency_seconds = task.latency_seconds;
+  t.max_rate_bytes_per_s = task.max_rate_bytes_per_s;
+  t.links = append(link_pool_, task.links);
+  t.deps = append(dep_pool_, task.deps);
+  t.at_start = append(memory_pool_, task.at_start);
+  t.at_end = append(memory_pool_, task.at_end);
+  if (!task.name.empty()) names_.emplace_back(id, task.name);
   return id;
+}
+
+std::string Engine::name_of(TaskId id) const {
+  auto it = std::lower_bound(names_.begin(), names_.end(), id, [](const auto& n, TaskId i) { return n.first < i; });
+  return it != names_.end() && it->first == id ? it->second : std::string();
 }
 
 namespace {
@@ -64,18 +109,28 @@ RunResult Engine::run() {
   const std::size_t n = tasks_.size();
   RunResult result;
   result.timings.assign(n, {});
+  result.memory.reserve(memory_pool_.size());
   std::vector<Running> st(n);
   std::vector<int> unfinished_deps(n, 0);
-  std::vector<std::vector<TaskId>> dependents(n);
+  // Dependents of task d: dependents[dependents_begin[d] .. dependents_begin[d + 1]), in the
+  // order the tasks naming d were added (one flat array instead of a vector per task).
+  std::vector<std::uint32_t> dependents_begin(n + 1, 0);
   int max_owner = 0;
   for (std::size_t i = 0; i < n; ++i) {
     max_owner = std::max(max_owner, tasks_[i].owner);
-    for (TaskId d : tasks_[i].deps) {
+    for (TaskId d : deps_of(tasks_[i])) {
       if (d < 0 || static_cast<std::size_t>(d) >= n || static_cast<std::size_t>(d) == i)
-        throw std::logic_error("task '" + tasks_[i].name + "' depends on an unknown task");
+        throw std::logic_error("task '" + name_of(static_cast<TaskId>(i)) + "' depends on an unknown task");
       ++unfinished_deps[i];
-      dependents[static_cast<std::size_t>(d)].push_back(static_cast<TaskId>(i));
+      ++dependents_begin[static_cast<std::size_t>(d) + 1];
     }
+  }
+  for (std::size_t i = 0; i < n; ++i) dependents_begin[i + 1] += dependents_begin[i];
+  std::vector<TaskId> dependents(dep_pool_.size());
+  {
+    std::vector<std::uint32_t> fill(dependents_begin.begin(), dependents_begin.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+      for (TaskId d : deps_of(tasks_[i])) dependents[fill[static_cast<std::size_t>(d)]++] = static_cast<TaskId>(i);
   }
   const auto owners = static_cast<std::size_t>(max_owner + 1);
   std::vector<std::size_t> stream_head(stream_tasks_.size(), 0);
@@ -117,24 +172,25 @@ RunResult Engine::run() {
     schedule(id);
   };
   auto activate_flow = [&](TaskId id) {
-    if (tasks_[static_cast<std::size_t>(id)].links.empty()) fresh.push_back(id);  // only its cap limits it
-    for (LinkId l : tasks_[static_cast<std::size_t>(id)].links) {
+    const auto task_links = links_of(tasks_[static_cast<std::size_t>(id)]);
+    if (task_links.empty()) fresh.push_back(id);  // only its cap limits it
+    for (LinkId l : task_links) {
       flows_on_link[static_cast<std::size_t>(l)].push_back(id);
       dirty_links.push_back(l);
     }
   };
   auto deactivate_flow = [&](TaskId id) {
-    for (LinkId l : tasks_[static_cast<std::size_t>(id)].links) {
+    for (LinkId l : links_of(tasks_[static_cast<std::size_t>(id)])) {
       erase_one(flows_on_link[static_cast<std::size_t>(l)], id);
       dirty_links.push_back(l);
     }
   };
 
   auto start = [&](TaskId id) {
-    const Task& t = tasks_[static_cast<std::size_t>(id)];
+    const StoredTask& t = tasks_[static_cast<std::size_t>(id)];
     Running& r = st[static_cast<std::size_t>(id)];
     result.timings[static_cast<std::size_t>(id)].start_seconds = now;
-    for (const auto& ch : t.at_start) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
+    for (const auto& ch : changes(t.at_start)) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
     r.updated_at = now;
     const auto owner = static_cast<std::size_t>(t.owner);
     if (t.kind == TaskKind::flow) {
@@ -162,62 +218,63 @@ RunResult Engine::run() {
     const auto su = static_cast<std::size_t>(s);
     if (stream_head[su] >= stream_tasks_[su].size()) return;
     const TaskId id = stream_tasks_[su][stream_head[su]];
-    if (st[static_cast<std::size_t>(id)].phase != Phase::waiting || unfinished_deps[static_cast<std::size_t>(id)] > 0)
+    // The small dependency counts first: most looks find the head still waiting on one.
+    if (unfinished_deps[static_cast<std::size_t>(id)] > 0 || st[static_cast<std::size_t>(id)].phase != Phase::waiting)
       return;
     start(id);
   };
 
   // New rates for what the last event touched: flows in the link components it changed
   // (max-min), work tasks of owners whose communication started or stopped (interference),
-  // and freshly started tasks.
-  std::vector<FlowDemand> demands;
+  // and freshly started tasks. The working vectors live across events: no allocation per event.
+  MaxMinShare solver;
   std::vector<double> shares;
   std::vector<TaskId> component;
   std::vector<char> link_seen(links_.size(), 0);
   std::vector<char> collected(n, 0);
-  std::vector<LinkId> seen_links;
+  std::vector<LinkId> queue;
+  const double slowed = 1.0 / (1.0 + options_.interference_factor);
   auto update_rates = [&]() {
-    component.clear();
-    seen_links.clear();
-    // Every flow reachable from a dirty link through shared links.
-    std::vector<LinkId> queue = dirty_links;
-    for (LinkId l : queue) link_seen[static_cast<std::size_t>(l)] = 1;
-    seen_links = queue;
-    for (std::size_t qi = 0; qi < queue.size(); ++qi) {
-      for (TaskId f : flows_on_link[static_cast<std::size_t>(queue[qi])]) {
-        if (collected[static_cast<std::size_t>(f)]) continue;
-        collected[static_cast<std::size_t>(f)] = 1;
-        component.push_back(f);
-        for (LinkId l2 : tasks_[static_cast<std::size_t>(f)].links) {
-          if (link_seen[static_cast<std::size_t>(l2)]) continue;
-          link_seen[static_cast<std::size_t>(l2)] = 1;
-          seen_links.push_back(l2);
-          queue.push_back(l2);
+    if (!dirty_links.empty()) {
+      component.clear();
+      // Every flow reachable from a dirty link through shared links; `queue` ends up holding
+      // each link seen once, so it also says which marks to clear.
+      queue.assign(dirty_links.begin(), dirty_links.end());
+      for (LinkId l : queue) link_seen[static_cast<std::size_t>(l)] = 1;
+      for (std::size_t qi = 0; qi < queue.size(); ++qi) {
+        for (TaskId f : flows_on_link[static_cast<std::size_t>(queue[qi])]) {
+          if (collected[static_cast<std::size_t>(f)]) continue;
+          collected[static_cast<std::size_t>(f)] = 1;
+          component.push_back(f);
+          for (LinkId l2 : links_of(tasks_[static_cast<std::size_t>(f)])) {
+            if (link_seen[static_cast<std::size_t>(l2)]) continue;
+            link_seen[static_cast<std::size_t>(l2)] = 1;
+            queue.push_back(l2);
+          }
         }
       }
+      for (LinkId l : queue) link_seen[static_cast<std::size_t>(l)] = 0;
+      std::sort(component.begin(), component.end());  // deterministic order
+      for (TaskId f : component) {
+        collected[static_cast<std::size_t>(f)] = 0;
+        const StoredTask& t = tasks_[static_cast<std::size_t>(f)];
+        solver.add_flow(links_of(t), t.max_rate_bytes_per_s);
+      }
+      solver.solve(links_, shares);
+      for (std::size_t k = 0; k < component.size(); ++k) set_rate(component[k], shares[k]);
     }
-    for (LinkId l : seen_links) link_seen[static_cast<std::size_t>(l)] = 0;
-    std::sort(component.begin(), component.end());  // deterministic order
-    demands.clear();
-    for (TaskId f : component) {
-      collected[static_cast<std::size_t>(f)] = 0;
-      const Task& t = tasks_[static_cast<std::size_t>(f)];
-      demands.push_back({&t.links, t.max_rate_bytes_per_s});
-    }
-    max_min_share(links_, demands, shares);
-    for (std::size_t k = 0; k < component.size(); ++k) set_rate(component[k], shares[k]);
     for (int o : dirty_owners) {
-      const double rate = owner_flows[static_cast<std::size_t>(o)] > 0 ? 1.0 / (1.0 + options_.interference_factor) : 1.0;
+      const double rate = owner_flows[static_cast<std::size_t>(o)] > 0 ? slowed : 1.0;
       for (TaskId w : owner_work[static_cast<std::size_t>(o)]) set_rate(w, rate);
     }
     for (TaskId id : fresh) {
-      const Task& t = tasks_[static_cast<std::size_t>(id)];
+      const StoredTask& t = tasks_[static_cast<std::size_t>(id)];
       if (st[static_cast<std::size_t>(id)].phase == Phase::latency) {
         set_rate(id, 1.0);
       } else if (t.kind == TaskKind::flow) {
         set_rate(id, t.max_rate_bytes_per_s);
       } else if (t.kind == TaskKind::work) {
-        const double rate = owner_flows[static_cast<std::size_t>(t.owner)] > 0 ? 1.0 / (1.0 + options_.interference_factor) : 1.0;
+        const double rate = owner_flows[static_cast<std::size_t>(t.owner)] > 0 ? slowed : 1.0;
         set_rate(id, rate);
       }
     }
@@ -238,7 +295,7 @@ RunResult Engine::run() {
     if (ev.version != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
     ++result.events_processed;
     now = ev.time;
-    const Task& t = tasks_[static_cast<std::size_t>(ev.task)];
+    const StoredTask& t = tasks_[static_cast<std::size_t>(ev.task)];
     r.remaining = 0;
     r.updated_at = now;
     if (r.phase == Phase::latency && t.bytes > 0) {
@@ -251,7 +308,7 @@ RunResult Engine::run() {
       const bool was_moving = r.phase == Phase::active && t.kind == TaskKind::flow;
       r.phase = Phase::done;
       result.timings[static_cast<std::size_t>(ev.task)].end_seconds = now;
-      for (const auto& ch : t.at_end) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
+      for (const auto& ch : changes(t.at_end)) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
       const auto owner = static_cast<std::size_t>(t.owner);
       if (t.kind == TaskKind::flow) {
         if (was_moving) deactivate_flow(ev.task);
@@ -265,7 +322,9 @@ RunResult Engine::run() {
         ++stream_head[static_cast<std::size_t>(t.stream)];
         candidates.push_back(t.stream);
       }
-      for (TaskId d : dependents[static_cast<std::size_t>(ev.task)]) {
+      const auto task_index = static_cast<std::size_t>(ev.task);
+      for (std::uint32_t k = dependents_begin[task_index]; k < dependents_begin[task_index + 1]; ++k) {
+        const TaskId d = dependents[k];
         const auto du = static_cast<std::size_t>(d);
         --unfinished_deps[du];
         if (tasks_[du].stream != kNoStream) {
@@ -283,9 +342,8 @@ RunResult Engine::run() {
   if (finished != n) {
     for (std::size_t s = 0; s < stream_tasks_.size(); ++s) {
       if (stream_head[s] < stream_tasks_[s].size()) {
-        const Task& t = tasks_[static_cast<std::size_t>(stream_tasks_[s][stream_head[s]])];
         throw std::logic_error("simulation deadlock: stream '" + stream_names_[s] + "' waits on task '" +
-                               t.name + "' whose dependencies never finish");
+                               name_of(stream_tasks_[s][stream_head[s]]) + "' whose dependencies never finish");
       }
     }
     throw std::logic_error("simulation deadlock");

@@ -6,7 +6,9 @@
 // This is the only mutable state of a simulation (design.md §5, SimGrid's engine/model split).
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshplan::sim {
@@ -34,6 +36,8 @@ enum class TaskKind {
   flow,  // `bytes` over `links`, after `latency_seconds`
 };
 
+// What a caller describes; the engine copies it into flat arrays, so one Task can be refilled
+// and added again without reallocating its vectors.
 struct Task {
   std::string name;
   std::string category;             // report bucket: "compute", "fsdp_all_gather", ...
@@ -48,6 +52,10 @@ struct Task {
   int owner = 0;                    // rank whose compute/communication interfere
   std::vector<MemoryChange> at_start;  // allocations (+) and frees (-) when the task starts
   std::vector<MemoryChange> at_end;    // ... and when it ends
+
+  // Every field back to its default above, keeping the lists' buffers (a caller adding tens of
+  // thousands of tasks refills one).
+  void reset();
 };
 
 struct TaskTiming {
@@ -78,26 +86,57 @@ class Engine {
 public:
   explicit Engine(EngineOptions options = {});
 
-  void reserve_tasks(std::size_t n) { tasks_.reserve(n); }
+  // Sizes the flat task arrays once (tasks, and dependencies + links + memory changes in all).
+  void reserve_tasks(std::size_t n, std::size_t items_per_task = 4);
   LinkId add_link(Link link);
   StreamId add_stream(std::string name);
   // Tasks on a stream run in the order they were added; deps may name tasks added later
   // (pipeline stages wait on each other). A cycle is reported by run() as a deadlock.
-  TaskId add_task(Task task);
+  TaskId add_task(const Task& task);
 
   const std::vector<std::string>& stream_names() const { return stream_names_; }
-  const std::vector<Task>& tasks() const { return tasks_; }
 
   // Runs every task to completion. Throws std::logic_error on a dependency cycle (deadlock).
   RunResult run();
 
 private:
+  // A task as the engine keeps it: its lists are ranges [begin, end) of the shared pools below
+  // (one allocation per pool instead of four vectors per task).
+  struct Range {
+    std::uint32_t begin = 0, end = 0;
+  };
+  struct StoredTask {
+    StreamId stream = 0;
+    TaskKind kind = TaskKind::work;
+    int owner = 0;
+    double work_seconds = 0;
+    double bytes = 0;
+    double latency_seconds = 0;
+    double max_rate_bytes_per_s = 0;
+    Range links, deps, at_start, at_end;
+  };
+  std::span<const LinkId> links_of(const StoredTask& t) const {
+    return {link_pool_.data() + t.links.begin, link_pool_.data() + t.links.end};
+  }
+  std::span<const TaskId> deps_of(const StoredTask& t) const {
+    return {dep_pool_.data() + t.deps.begin, dep_pool_.data() + t.deps.end};
+  }
+  std::span<const MemoryChange> changes(Range r) const {
+    return {memory_pool_.data() + r.begin, memory_pool_.data() + r.end};
+  }
+  // Names only feed error messages, and most callers leave them empty: kept sparse.
+  std::string name_of(TaskId id) const;
+
   EngineOptions options_;
   std::vector<Link> links_;
   std::vector<std::string> stream_names_;
   std::vector<std::vector<TaskId>> stream_tasks_;
   std::vector<TaskId> floating_;
-  std::vector<Task> tasks_;
+  std::vector<StoredTask> tasks_;
+  std::vector<LinkId> link_pool_;
+  std::vector<TaskId> dep_pool_;
+  std::vector<MemoryChange> memory_pool_;
+  std::vector<std::pair<TaskId, std::string>> names_;  // ascending TaskId
 };
 
 }  // namespace meshplan::sim

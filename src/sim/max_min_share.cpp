@@ -7,61 +7,97 @@ namespace meshplan::sim {
 
 void max_min_share(const std::vector<Link>& links, const std::vector<FlowDemand>& flows,
                    std::vector<double>& rates) {
-  const std::size_t nf = flows.size();
+  MaxMinShare solver;
+  for (const auto& f : flows) solver.add_flow(*f.links, f.cap_bytes_per_s);
+  solver.solve(links, rates);
+}
+
+void MaxMinShare::add_flow(std::span<const LinkId> links, double cap_bytes_per_s) {
+  flow_links_.push_back(links);
+  caps_.push_back(cap_bytes_per_s);
+}
+
+void MaxMinShare::solve(const std::vector<Link>& links, std::vector<double>& rates) {
+  const std::size_t nf = flow_links_.size();
   rates.assign(nf, 0.0);
   if (nf == 0) return;
-  // Work only on the links these flows cross (a few among possibly thousands).
-  std::vector<LinkId> used;
-  for (const auto& f : flows) used.insert(used.end(), f.links->begin(), f.links->end());
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
-  auto local = [&](LinkId l) {
-    return static_cast<std::size_t>(std::lower_bound(used.begin(), used.end(), l) - used.begin());
-  };
-  std::vector<double> capacity(used.size());
-  std::vector<int> unfrozen_on_link(used.size(), 0);
-  for (std::size_t i = 0; i < used.size(); ++i)
-    capacity[i] = links[static_cast<std::size_t>(used[i])].bandwidth_bytes_per_s;
-  std::vector<std::vector<std::size_t>> flow_links(nf);
-  for (std::size_t i = 0; i < nf; ++i)
-    for (LinkId l : *flows[i].links) {
-      flow_links[i].push_back(local(l));
-      ++unfrozen_on_link[flow_links[i].back()];
-    }
-  std::vector<bool> frozen(nf, false);
-  std::vector<bool> tight(used.size(), false);
-  std::size_t remaining = nf;
   constexpr double inf = std::numeric_limits<double>::infinity();
+  if (nf == 1 && flow_links_[0].size() <= 1) {
+    // The common event: one flow alone on its link. The first round of the filling below, with
+    // the same operations in the same order, and it always freezes the flow.
+    double level = inf;
+    for (LinkId l : flow_links_[0])
+      level = std::min(level, links[static_cast<std::size_t>(l)].bandwidth_bytes_per_s / 1);
+    level = std::min(level, caps_[0]);
+    rates[0] = level == inf ? inf : std::max(level, 0.0);
+    flow_links_.clear();
+    caps_.clear();
+    return;
+  }
+  // Work only on the links these flows cross (a few among possibly thousands).
+  used_.clear();
+  for (const auto& fl : flow_links_) used_.insert(used_.end(), fl.begin(), fl.end());
+  std::sort(used_.begin(), used_.end());
+  used_.erase(std::unique(used_.begin(), used_.end()), used_.end());
+  if (local_of_.size() < links.size()) local_of_.resize(links.size(), -1);
+  const std::size_t nl = used_.size();
+  capacity_.resize(nl);
+  unfrozen_on_link_.assign(nl, 0);
+  for (std::size_t i = 0; i < nl; ++i) {
+    local_of_[static_cast<std::size_t>(used_[i])] = static_cast<std::int32_t>(i);
+    capacity_[i] = links[static_cast<std::size_t>(used_[i])].bandwidth_bytes_per_s;
+  }
+  local_links_.clear();
+  local_begin_.clear();
+  for (const auto& fl : flow_links_) {
+    local_begin_.push_back(static_cast<std::uint32_t>(local_links_.size()));
+    for (LinkId l : fl) {
+      const auto li = static_cast<std::uint32_t>(local_of_[static_cast<std::size_t>(l)]);
+      local_links_.push_back(li);
+      ++unfrozen_on_link_[li];
+    }
+  }
+  local_begin_.push_back(static_cast<std::uint32_t>(local_links_.size()));
+  for (LinkId l : used_) local_of_[static_cast<std::size_t>(l)] = -1;
+  frozen_.assign(nf, 0);
+  tight_.assign(nl, 0);
+  auto flow_local = [&](std::size_t i) {
+    const std::uint32_t* base = local_links_.data();
+    return std::span<const std::uint32_t>(base + local_begin_[i], base + local_begin_[i + 1]);
+  };
+  std::size_t remaining = nf;
   while (remaining > 0) {
     // The tightest constraint: the smallest fair share on any link, or a flow's own cap.
     double level = inf;
-    for (std::size_t l = 0; l < used.size(); ++l)
-      if (unfrozen_on_link[l] > 0) level = std::min(level, capacity[l] / unfrozen_on_link[l]);
+    for (std::size_t l = 0; l < nl; ++l)
+      if (unfrozen_on_link_[l] > 0) level = std::min(level, capacity_[l] / unfrozen_on_link_[l]);
     for (std::size_t i = 0; i < nf; ++i)
-      if (!frozen[i]) level = std::min(level, flows[i].cap_bytes_per_s);
+      if (!frozen_[i]) level = std::min(level, caps_[i]);
     if (level == inf) {  // flows crossing no link and uncapped: nothing limits them
       for (std::size_t i = 0; i < nf; ++i)
-        if (!frozen[i]) rates[i] = inf;
-      return;
+        if (!frozen_[i]) rates[i] = inf;
+      break;
     }
     level = std::max(level, 0.0);
     // Freeze every flow that this level saturates: capped ones, and all flows on a tight link.
-    for (std::size_t l = 0; l < used.size(); ++l)
-      tight[l] = unfrozen_on_link[l] > 0 && capacity[l] / unfrozen_on_link[l] <= level * (1 + 1e-12);
+    for (std::size_t l = 0; l < nl; ++l)
+      tight_[l] = unfrozen_on_link_[l] > 0 && capacity_[l] / unfrozen_on_link_[l] <= level * (1 + 1e-12);
     for (std::size_t i = 0; i < nf; ++i) {
-      if (frozen[i]) continue;
-      bool freeze = flows[i].cap_bytes_per_s <= level * (1 + 1e-12);
-      for (std::size_t l : flow_links[i]) freeze = freeze || tight[l];
+      if (frozen_[i]) continue;
+      bool freeze = caps_[i] <= level * (1 + 1e-12);
+      for (std::uint32_t l : flow_local(i)) freeze = freeze || tight_[l];
       if (!freeze) continue;
-      frozen[i] = true;
+      frozen_[i] = 1;
       --remaining;
       rates[i] = level;
-      for (std::size_t l : flow_links[i]) {
-        capacity[l] -= level;
-        --unfrozen_on_link[l];
+      for (std::uint32_t l : flow_local(i)) {
+        capacity_[l] -= level;
+        --unfrozen_on_link_[l];
       }
     }
   }
+  flow_links_.clear();
+  caps_.clear();
 }
 
 }  // namespace meshplan::sim

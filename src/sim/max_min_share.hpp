@@ -3,6 +3,8 @@
 // largest rate such that no link is oversubscribed and no flow could go faster without slowing
 // a flow that already has less. A flow's own cap (e.g. what its NCCL algorithm can reach) acts
 // as a private link.
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sim/engine.hpp"
@@ -17,5 +19,26 @@ struct FlowDemand {
 // rates[i] receives flow i's share in bytes/s.
 void max_min_share(const std::vector<Link>& links, const std::vector<FlowDemand>& flows,
                    std::vector<double>& rates);
+
+// The same solver with its working arrays kept between problems: the engine solves one at
+// almost every event, and allocating them each time cost more than the solve itself.
+class MaxMinShare {
+public:
+  // Flows of the next problem, in order; `links` must stay valid until solve().
+  void add_flow(std::span<const LinkId> links, double cap_bytes_per_s);
+  // rates[i] receives the share of the i-th added flow; the flows are then cleared.
+  void solve(const std::vector<Link>& links, std::vector<double>& rates);
+
+private:
+  std::vector<std::span<const LinkId>> flow_links_;
+  std::vector<double> caps_;
+  std::vector<LinkId> used_;                  // links the flows cross, ascending
+  std::vector<std::int32_t> local_of_;        // global link -> index in used_ (-1: unused)
+  std::vector<double> capacity_;
+  std::vector<int> unfrozen_on_link_;
+  std::vector<std::uint32_t> local_links_;    // every flow's links as indices in used_, flow after flow
+  std::vector<std::uint32_t> local_begin_;    // flow i's are [local_begin_[i], local_begin_[i + 1])
+  std::vector<char> frozen_, tight_;
+};
 
 }  // namespace meshplan::sim

@@ -4,7 +4,13 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
 
 #include "cost/collective_cost.hpp"
 #include "cost/compute_cost.hpp"
@@ -64,6 +70,99 @@ double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype) {
   return std::max(gpu_seconds, kernels * c.gpu.kernel_launch_seconds);
 }
 
+// The layers of a model repeat a handful of kernel mixes, so ops of the same shape are priced
+// once: the cost models are pure functions of their inputs, and pricing every op again was a
+// fifth of a 16k-GPU step.
+class ComputeCosts {
+public:
+  ComputeCosts(const ClusterSpec& c, Dtype dtype) : c_(c), dtype_(dtype) {}
+
+  double seconds(const Op& op) {
+    std::vector<Entry>& bucket = by_hash_[hash(op)];
+    for (const Entry& e : bucket)
+      if (same(e, op)) return e.seconds;
+    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.kernels,
+                      compute_seconds(op, c_, dtype_)});
+    return bucket.back().seconds;
+  }
+
+private:
+  struct Entry {
+    Gemms gemms;
+    decltype(Op::attention) attention;
+    Pass attention_pass;
+    double memory_bound_bytes;
+    int kernels;
+    double seconds;
+  };
+  // Doubles compare by bit pattern: equal bits are the same input, whatever they mean.
+  static std::uint64_t bits(double x) { return std::bit_cast<std::uint64_t>(x); }
+  static std::uint64_t hash(const Op& op) {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (const auto& g : op.gemms) {
+      mix(static_cast<std::uint64_t>(g.m));
+      mix(static_cast<std::uint64_t>(g.n));
+      mix(static_cast<std::uint64_t>(g.k));
+      mix(static_cast<std::uint64_t>(g.batch));
+    }
+    for (const auto& a : op.attention) {
+      mix(static_cast<std::uint64_t>(a.seq_q));
+      mix(static_cast<std::uint64_t>(a.heads));
+    }
+    mix(bits(op.memory_bound_bytes));
+    mix(static_cast<std::uint64_t>(op.kernels));
+    return h;
+  }
+  static bool same(const Entry& e, const Op& op) {
+    auto same_gemm = [](const GemmShape& a, const GemmShape& b) {
+      return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch;
+    };
+    auto same_attention = [](const AttentionShape& a, const AttentionShape& b) {
+      return a.batch == b.batch && a.heads == b.heads && a.kv_heads == b.kv_heads && a.seq_q == b.seq_q &&
+             a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal;
+    };
+    return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
+           e.kernels == op.kernels &&
+           std::equal(e.gemms.begin(), e.gemms.end(), op.gemms.begin(), op.gemms.end(), same_gemm) &&
+           std::equal(e.attention.begin(), e.attention.end(), op.attention.begin(), op.attention.end(), same_attention);
+  }
+
+  const ClusterSpec& c_;
+  Dtype dtype_;
+  std::unordered_map<std::uint64_t, std::vector<Entry>> by_hash_;
+};
+
+// What the simulator needs of a collective's estimate, priced once per distinct (operation,
+// size, placement): a step repeats the same few collectives thousands of times.
+struct PricedCollective {
+  double seconds = 0;
+  double latency_seconds = 0;
+  double bus_bytes = 0;
+  double bus_bandwidth_bytes_per_s = 0;
+  bool crosses_nodes = false;
+};
+
+class CollectiveCosts {
+public:
+  explicit CollectiveCosts(const ClusterSpec& c) : c_(c) {}
+
+  const PricedCollective& estimate(CollectiveOp op, double bytes, GroupPlacement g) {
+    const Key key{static_cast<int>(op), std::bit_cast<std::uint64_t>(bytes), g.n_ranks, g.ranks_per_node};
+    auto [it, inserted] = priced_.try_emplace(key);
+    if (inserted) {
+      const CollectiveEstimate e = estimate_collective(c_, op, bytes, g);
+      it->second = {e.seconds, e.latency_seconds, e.bus_bytes, e.bus_bandwidth_bytes_per_s, e.crosses_nodes};
+    }
+    return it->second;
+  }
+
+private:
+  using Key = std::tuple<int, std::uint64_t, int, int>;
+  const ClusterSpec& c_;
+  std::map<Key, PricedCollective> priced_;
+};
+
 struct Links {
   sim::LinkId nvlink, nic, h2d, d2h;
 };
@@ -73,7 +172,7 @@ struct Links {
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
                             SimOptions options) {
   SimulatedStep out;
-  StepProgram prog = lower_step(m, p, j);
+  StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline});
   const int gpn = std::max(1, c.node.gpus_per_node);
   sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
 
@@ -112,16 +211,40 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   };
   auto task_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>(op * R + k); };
 
-  std::map<std::string, double> comm_bytes;
+  // Per report category, summed in op order (as a map keyed by name would, without the lookups).
+  std::array<double, kOpCategories> comm_bytes{};
+  std::array<bool, kOpCategories> has_comm_bytes{};
+  ComputeCosts compute_costs(c, p.compute_dtype);
+  CollectiveCosts collective_costs(c);
+  // Placement per group kind, worked out the first time an op needs it.
+  std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of;
+  auto placement = [&](GroupKind g) {
+    auto& slot = placement_of[static_cast<std::size_t>(g)];
+    if (!slot) slot = group_placement(mesh, g, gpn);
+    return *slot;
+  };
   engine.reserve_tasks(prog.ops.size() * R);
   std::vector<sim::Task> barriers;
   std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of;  // (op, first member)
   const auto first_barrier = static_cast<sim::TaskId>(prog.ops.size() * R);
+  // What the report reads of every op, kept compact: its passes below would otherwise stream the
+  // whole program (hundreds of bytes per op) through the cache again and again.
+  struct OpBrief {
+    int stage;
+    StreamKind stream;
+    OpCategory category;
+  };
+  std::vector<OpBrief> brief(prog.ops.size());
+  double model_flops = 0, hardware_flops = 0;
+  sim::Task t;  // names stay in the program; the engine only needs indices
   for (std::size_t i = 0; i < prog.ops.size(); ++i) {
     const Op& op = prog.ops[i];
+    brief[i] = {op.stage, op.stream, op.category};
+    model_flops += op.model_flops;
+    hardware_flops += op.hardware_flops;
     for (std::size_t k = 0; k < R; ++k) {
       const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
-      sim::Task t;  // names stay in the program; the engine only needs indices
+      t.reset();
       t.stream = streams[slot][static_cast<std::size_t>(op.stream)];
       for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
       t.owner = static_cast<int>(slot);
@@ -131,19 +254,18 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       switch (op.kind) {
         case OpKind::compute:
           t.kind = sim::TaskKind::work;
-          t.work_seconds = compute_seconds(op, c, p.compute_dtype);
+          t.work_seconds = compute_costs.seconds(op);
           break;
         case OpKind::collective:
         case OpKind::p2p: {
-          const GroupPlacement gp = op.kind == OpKind::p2p
-                                        ? GroupPlacement{2, group_placement(mesh, GroupKind::pp, gpn).ranks_per_node}
-                                        : group_placement(mesh, op.group, gpn);
+          const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, placement(GroupKind::pp).ranks_per_node}
+                                                           : placement(op.group);
           if (gp.n_ranks <= 1) {
             t.kind = sim::TaskKind::work;  // a group of one moves nothing
             break;
           }
           const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
-          const CollectiveEstimate est = estimate_collective(c, cop, op.bytes, gp);
+          const PricedCollective& est = collective_costs.estimate(cop, op.bytes, gp);
           t.kind = sim::TaskKind::flow;
           t.latency_seconds = est.latency_seconds;
           // Bus bytes are what each rank moves over all its hops. Across nodes a ring or tree
@@ -153,12 +275,15 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
           const double on_link = est.crosses_nodes ? std::max(1, gp.ranks_per_node) : 1;
           t.bytes = est.bus_bytes / on_link;
           t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s / on_link;
-          t.links = {est.crosses_nodes ? l.nic : l.nvlink};
+          t.links.push_back(est.crosses_nodes ? l.nic : l.nvlink);
           if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
             t.kind = sim::TaskKind::work;
             t.work_seconds = est.seconds;
           }
-          if (k == 0) comm_bytes[std::string(to_string(op.category))] += op.bytes;
+          if (k == 0) {
+            comm_bytes[static_cast<std::size_t>(op.category)] += op.bytes;
+            has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
+          }
           if (options.full && op.kind == OpKind::collective) {
             // Every member must be ready: one barrier per group instance gates all members.
             const auto group = members(static_cast<std::size_t>(op.stage), k, op.group);
@@ -179,13 +304,13 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         case OpKind::host_copy:
           t.kind = sim::TaskKind::flow;
           t.bytes = op.bytes;
-          t.links = {op.host_to_device ? l.h2d : l.d2h};
+          t.links.push_back(op.host_to_device ? l.h2d : l.d2h);
           break;
       }
-      engine.add_task(std::move(t));
+      engine.add_task(t);
     }
   }
-  for (auto& b : barriers) engine.add_task(std::move(b));
+  for (const auto& b : barriers) engine.add_task(b);
 
   const sim::RunResult full_run = engine.run();
   // The report follows rank 0 of each stage (every rank of a stage does the same work).
@@ -211,22 +336,19 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   r.flops_formula = "6*(N - embedding) + 12*L*(heads*head_dim)*seq per token (PaLM/torchtitan), over dense peak";
   const double peak = c.peak_flops_per_s(p.compute_dtype);
   r.mfu = peak > 0 ? r.model_flops_per_token * r.tokens_per_s_per_gpu / peak : 0;
-  double model_flops = 0, hardware_flops = 0;
-  for (const Op& op : prog.ops) {
-    model_flops += op.model_flops;
-    hardware_flops += op.hardware_flops;
-  }
   r.hfu = model_flops > 0 ? r.mfu * hardware_flops / model_flops : 0;
-  r.comm_bytes = comm_bytes;
+  for (int cat = 0; cat < kOpCategories; ++cat)
+    if (has_comm_bytes[static_cast<std::size_t>(cat)])
+      r.comm_bytes[std::string(to_string(static_cast<OpCategory>(cat)))] = comm_bytes[static_cast<std::size_t>(cat)];
 
   // Breakdown: walk the compute stream of the stage that finishes last. Busy time goes to the op's
   // category; each idle gap goes to whatever the next compute op was waiting for.
   for (const char* k : kBreakdownKeys) r.breakdown_s[k] = 0;
   std::vector<double> compute_end(static_cast<std::size_t>(prog.n_stages), 0.0);
-  for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].stream == StreamKind::compute)
-      compute_end[static_cast<std::size_t>(prog.ops[i].stage)] =
-          std::max(compute_end[static_cast<std::size_t>(prog.ops[i].stage)], run.timings[i].end_seconds);
+  for (std::size_t i = 0; i < brief.size(); ++i)
+    if (brief[i].stream == StreamKind::compute)
+      compute_end[static_cast<std::size_t>(brief[i].stage)] =
+          std::max(compute_end[static_cast<std::size_t>(brief[i].stage)], run.timings[i].end_seconds);
   r.critical_stage = static_cast<int>(std::max_element(compute_end.begin(), compute_end.end()) - compute_end.begin());
   auto charge = [&](OpCategory cat, bool other_stage, double seconds) {
     if (seconds <= 0) return;
@@ -258,8 +380,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         }
       }
       if (gate < 0) break;
-      const Op& g = prog.ops[static_cast<std::size_t>(gate)];
-      const bool other_stage = g.stage != prog.ops[waiting_op].stage;
+      const OpBrief& g = brief[static_cast<std::size_t>(gate)];
+      const bool other_stage = g.stage != brief[waiting_op].stage;
       const double g_start = run.timings[static_cast<std::size_t>(gate)].start_seconds;
       const double own = std::min(to, gate_end) - std::max(from, g_start);
       if (g.stream == StreamKind::compute && !other_stage) {
@@ -278,8 +400,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   };
   double cursor = 0;
   bool any = false;
-  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-    const Op& op = prog.ops[i];
+  for (std::size_t i = 0; i < brief.size(); ++i) {
+    const OpBrief& op = brief[i];
     if (op.stage != r.critical_stage || op.stream != StreamKind::compute) continue;
     const auto& tm = run.timings[i];
     if (tm.start_seconds > cursor) charge_wait(i, cursor);
@@ -296,10 +418,10 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     double tail = r.step_time_s - cursor;
     OpCategory cat = OpCategory::compute;
     double latest = -1;
-    for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    for (std::size_t i = 0; i < brief.size(); ++i)
       if (run.timings[i].end_seconds > latest) {
         latest = run.timings[i].end_seconds;
-        cat = prog.ops[i].category;
+        cat = brief[i].category;
       }
     if (is_communication(cat)) {
       r.breakdown_s["exposed_comm"] += tail;
@@ -325,9 +447,9 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     }
   }
   std::vector<double> busy(n_st, 0);
-  for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].stream == StreamKind::compute)
-      busy[static_cast<std::size_t>(prog.ops[i].stage)] += run.timings[i].end_seconds - run.timings[i].start_seconds;
+  for (std::size_t i = 0; i < brief.size(); ++i)
+    if (brief[i].stream == StreamKind::compute)
+      busy[static_cast<std::size_t>(brief[i].stage)] += run.timings[i].end_seconds - run.timings[i].start_seconds;
   for (int s = 0; s < prog.n_stages; ++s) {
     StageTimeline tl;
     tl.stage = s;

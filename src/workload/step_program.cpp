@@ -109,16 +109,16 @@ GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }
 
 // Kernels of one layer's forward, split where communication can interrupt them.
 struct LayerKernels {
-  std::vector<GemmShape> pre_attention;   // QKV
+  Gemms pre_attention;   // QKV
   AttentionShape attention;
   // Unfused attention (no FlashAttention): QK^T and PV as batched GEMMs over the full s x s
   // score matrix, and the softmax (+ dropout) over it as memory-bound kernels.
   bool fused_attention = true;
-  std::vector<GemmShape> score_gemms;
+  Gemms score_gemms;
   double score_bytes_fwd = 0, score_bytes_bwd = 0;
   int score_kernels_fwd = 0, score_kernels_bwd = 0;
-  std::vector<GemmShape> post_attention;  // out projection
-  std::vector<GemmShape> mlp;             // up (+gate), down; MoE: router + experts
+  Gemms post_attention;  // out projection
+  Gemms mlp;             // up (+gate), down; MoE: router + experts
   double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
   int pre_kernels = 0, attn_kernels = 0, mlp_kernels = 0;
 };
@@ -179,7 +179,7 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
   return k;
 }
 
-double gemm_flops(const std::vector<GemmShape>& gs) {
+double gemm_flops(const Gemms& gs) {
   double f = 0;
   for (const auto& g : gs) f += g.flops();
   return f;
@@ -219,13 +219,23 @@ double add_core_attention(Op& op, const LayerKernels& k, Pass pass) {
 // Builds the op list. Keeps the indices needed to wire pipeline stages together.
 class Builder {
 public:
-  Builder(const ModelSpec& m, const Plan& p, const Job& j)
-      : m_(m), p_(p), j_(j), d_(layer_dims(m, p, j)), k_(layer_kernels(m, p, d_)) {}
+  Builder(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options)
+      : m_(m), p_(p), j_(j), options_(options), d_(layer_dims(m, p, j)), k_(layer_kernels(m, p, d_)) {}
 
   StepProgram build();
 
 private:
-  int add(Op op) {
+  // Names are formatted only when someone will read them (LowerOptions::op_names).
+  template <typename... Args>
+  std::string op_name(fmt::format_string<Args...> format, Args&&... args) const {
+    return options_.op_names ? fmt::format(format, std::forward<Args>(args)...) : std::string();
+  }
+  std::string sub_name(const std::string& tag, std::string_view suffix) const {
+    return options_.op_names ? tag + std::string(suffix) : std::string();
+  }
+
+  // Ops travel by reference until they land in the program: moving one copies its inline lists.
+  int add(Op&& op) {
     prog_.ops.push_back(std::move(op));
     return static_cast<int>(prog_.ops.size() - 1);
   }
@@ -272,7 +282,8 @@ private:
   std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
 
   // Chains an op after `prev` (if any) and records the first op of the chain.
-  int chain(Op op, int& prev, int& first, std::vector<int>& pending_deps) {
+  int chain(Op&& op, int& prev, int& first, std::vector<int>& pending_deps) {
+    op.deps.reserve(op.deps.size() + (prev >= 0 ? 1 : 0) + pending_deps.size());
     if (prev >= 0) op.deps.push_back(prev);
     op.deps.insert(op.deps.end(), pending_deps.begin(), pending_deps.end());
     pending_deps.clear();
@@ -292,6 +303,7 @@ private:
   const ModelSpec& m_;
   const Plan& p_;
   const Job& j_;
+  LowerOptions options_;
   LayerDims d_;
   LayerKernels k_;
   StepProgram prog_;
@@ -340,7 +352,7 @@ double Builder::local_state_params(int stage) const {
 std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
                                            std::vector<int> first_deps) {
   const OpCategory cat = recompute ? OpCategory::recompute : OpCategory::compute;
-  const std::string tag = fmt::format("{}L{}.mb{}", recompute ? "recompute." : "fwd.", layer, mb);
+  const std::string tag = op_name("{}L{}.mb{}", recompute ? "recompute." : "fwd.", layer, mb);
   const bool tp = p_.mesh.tp > 1;
   const bool full_tp = p_.tp_style == TpStyle::full;
   const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
@@ -348,7 +360,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   std::vector<int> pending = std::move(first_deps);
   // Under async TP the collective overlaps the neighbouring GEMM: the op after the next waits.
   int tp_pending = -1;
-  auto comm = [&](Op op) {
+  auto comm = [&](Op&& op) {
     if (p_.async_tp && op.category == OpCategory::tp && prev >= 0) {
       op.deps.push_back(prev);
       tp_pending = add(std::move(op));
@@ -356,7 +368,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     }
     chain(std::move(op), prev, first, pending);
   };
-  auto compute = [&](Op op) {
+  auto compute = [&](Op&& op) {
     if (tp_pending >= 0 && op.category != OpCategory::tp) {
       pending.push_back(tp_pending);
       tp_pending = -1;
@@ -366,9 +378,9 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   const double flops_scale = recompute ? 0.0 : 1.0;
 
   if (tp && full_tp && p_.sequence_parallel)
-    comm(collective_op(stage, tag + ".tp_ag_attn", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+    comm(collective_op(stage, sub_name(tag, ".tp_ag_attn"), StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
                        GroupKind::tp, act));
-  Op pre = compute_op(stage, tag + ".qkv", cat);
+  Op pre = compute_op(stage, sub_name(tag, ".qkv"), cat);
   pre.gemms = k_.pre_attention;
   pre.memory_bound_bytes = k_.pre_attention_bytes;
   pre.kernels = k_.pre_kernels;
@@ -379,9 +391,9 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     // torchtitan's default rotate method all-gathers K and V across the CP group.
     const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
                       static_cast<double>(d_.attn_split) * p_.mesh.cp;
-    comm(collective_op(stage, tag + ".cp_ag_kv", StreamKind::cp, OpCategory::cp, CollectiveOp::all_gather,
+    comm(collective_op(stage, sub_name(tag, ".cp_ag_kv"), StreamKind::cp, OpCategory::cp, CollectiveOp::all_gather,
                        GroupKind::cp, kv));
-    Op attn = compute_op(stage, tag + ".attn", cat);
+    Op attn = compute_op(stage, sub_name(tag, ".attn"), cat);
     attn.gemms = k_.post_attention;
     attn.memory_bound_bytes = k_.post_attention_bytes;
     attn.kernels = k_.attn_kernels;
@@ -399,23 +411,23 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     compute(std::move(pre));
   }
   if (tp && full_tp) {
-    comm(collective_op(stage, tag + ".tp_attn_out", StreamKind::tp, OpCategory::tp,
+    comm(collective_op(stage, sub_name(tag, ".tp_attn_out"), StreamKind::tp, OpCategory::tp,
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
                        GroupKind::tp, act));
     if (p_.sequence_parallel)
-      comm(collective_op(stage, tag + ".tp_ag_mlp", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+      comm(collective_op(stage, sub_name(tag, ".tp_ag_mlp"), StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
                          GroupKind::tp, act));
   } else if (tp) {
     // llm-foundry ffn TP: the MLP input is gathered along the batch from every TP rank.
-    comm(collective_op(stage, tag + ".tp_ag_batch", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+    comm(collective_op(stage, sub_name(tag, ".tp_ag_batch"), StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
                        GroupKind::tp, act * p_.mesh.tp));
   }
   const bool moe_a2a = m_.moe.enabled() && p_.mesh.ep > 1;
   const double routed = d_.e * static_cast<double>(d_.tokens) * m_.moe.top_k * static_cast<double>(d_.h);
   if (moe_a2a)
-    comm(collective_op(stage, tag + ".ep_dispatch", StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+    comm(collective_op(stage, sub_name(tag, ".ep_dispatch"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
                        GroupKind::ep, routed));
-  Op mlp = compute_op(stage, tag + ".mlp", cat);
+  Op mlp = compute_op(stage, sub_name(tag, ".mlp"), cat);
   mlp.gemms = k_.mlp;
   mlp.memory_bound_bytes = k_.mlp_bytes;
   mlp.kernels = k_.mlp_kernels;
@@ -423,17 +435,17 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   mlp.model_flops = flops_scale * mlp.hardware_flops;
   compute(std::move(mlp));
   if (moe_a2a)
-    comm(collective_op(stage, tag + ".ep_combine", StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+    comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
                        GroupKind::ep, routed));
   if (tp) {
     const bool rs = !full_tp || p_.sequence_parallel;
-    comm(collective_op(stage, tag + ".tp_mlp_out", StreamKind::tp, OpCategory::tp,
+    comm(collective_op(stage, sub_name(tag, ".tp_mlp_out"), StreamKind::tp, OpCategory::tp,
                        rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, GroupKind::tp,
                        full_tp ? act : act * p_.mesh.tp));
   }
   if (tp_pending >= 0) {
     // The layer is not done until its overlapped TP collective is.
-    Op join = compute_op(stage, tag + ".tp_join", cat);
+    Op join = compute_op(stage, sub_name(tag, ".tp_join"), cat);
     join.deps.push_back(tp_pending);
     chain(std::move(join), prev, first, pending);
   }
@@ -441,15 +453,15 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
 }
 
 std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
-  const std::string tag = fmt::format("bwd.L{}.mb{}", layer, mb);
+  const std::string tag = op_name("bwd.L{}.mb{}", layer, mb);
   const bool tp = p_.mesh.tp > 1;
   const bool full_tp = p_.tp_style == TpStyle::full;
   const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
   int prev = -1, first = -1;
   std::vector<int> pending = std::move(first_deps);
-  auto comm = [&](Op op) { chain(std::move(op), prev, first, pending); };
-  auto grads_of = [](const std::vector<GemmShape>& fwd) {
-    std::vector<GemmShape> out;
+  auto comm = [&](Op&& op) { chain(std::move(op), prev, first, pending); };
+  auto grads_of = [](const Gemms& fwd) {
+    Gemms out;
     for (const auto& g : fwd) {
       out.push_back(dgrad(g));
       out.push_back(wgrad(g));
@@ -457,10 +469,10 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
     return out;
   };
   if (tp)
-    comm(collective_op(stage, tag + ".tp_mlp_out", StreamKind::tp, OpCategory::tp,
+    comm(collective_op(stage, sub_name(tag, ".tp_mlp_out"), StreamKind::tp, OpCategory::tp,
                        (full_tp && !p_.sequence_parallel) ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
                        GroupKind::tp, full_tp ? act : act * p_.mesh.tp));
-  Op mlp = compute_op(stage, tag + ".mlp", OpCategory::compute);
+  Op mlp = compute_op(stage, sub_name(tag, ".mlp"), OpCategory::compute);
   mlp.gemms = grads_of(k_.mlp);
   mlp.memory_bound_bytes = 2 * k_.mlp_bytes;
   mlp.kernels = 2 * k_.mlp_kernels;
@@ -468,15 +480,15 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   mlp.model_flops = mlp.hardware_flops;
   comm(std::move(mlp));
   if (tp && full_tp && p_.sequence_parallel)
-    comm(collective_op(stage, tag + ".tp_mlp_in", StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
+    comm(collective_op(stage, sub_name(tag, ".tp_mlp_in"), StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
                        GroupKind::tp, act));
   else if (tp && !full_tp)
-    comm(collective_op(stage, tag + ".tp_batch", StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
+    comm(collective_op(stage, sub_name(tag, ".tp_batch"), StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
                        GroupKind::tp, act * p_.mesh.tp));
   if (tp && full_tp && p_.sequence_parallel)
-    comm(collective_op(stage, tag + ".tp_attn_out", StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
+    comm(collective_op(stage, sub_name(tag, ".tp_attn_out"), StreamKind::tp, OpCategory::tp, CollectiveOp::all_gather,
                        GroupKind::tp, act));
-  Op attn = compute_op(stage, tag + ".attn", OpCategory::compute);
+  Op attn = compute_op(stage, sub_name(tag, ".attn"), OpCategory::compute);
   attn.gemms = grads_of(k_.post_attention);
   attn.memory_bound_bytes = 2 * k_.post_attention_bytes;
   attn.kernels = 2 * k_.attn_kernels;
@@ -487,10 +499,10 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   if (p_.mesh.cp > 1) {
     const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
                       static_cast<double>(d_.attn_split) * p_.mesh.cp;
-    comm(collective_op(stage, tag + ".cp_rs_dkv", StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
+    comm(collective_op(stage, sub_name(tag, ".cp_rs_dkv"), StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
                        GroupKind::cp, kv));
   }
-  Op qkv = compute_op(stage, tag + ".qkv", OpCategory::compute);
+  Op qkv = compute_op(stage, sub_name(tag, ".qkv"), OpCategory::compute);
   qkv.gemms = grads_of(k_.pre_attention);
   qkv.memory_bound_bytes = 2 * k_.pre_attention_bytes;
   qkv.kernels = 2 * k_.pre_kernels;
@@ -498,7 +510,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   qkv.model_flops = qkv.hardware_flops;
   comm(std::move(qkv));
   if (tp && full_tp)
-    comm(collective_op(stage, tag + ".tp_qkv_in", StreamKind::tp, OpCategory::tp,
+    comm(collective_op(stage, sub_name(tag, ".tp_qkv_in"), StreamKind::tp, OpCategory::tp,
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
                        GroupKind::tp, act));
   return {first, prev};
@@ -588,6 +600,7 @@ StepProgram Builder::build() {
   std::map<std::pair<int, std::int64_t>, int> fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
 
   for (int stage = 0; stage < pp; ++stage) {
+    const std::size_t stage_begin = prog_.ops.size();
     const bool first_stage = stage == 0;
     const bool last_stage = stage == pp - 1;
     // Per layer (global index) on this stage: ops whose end frees the gathered unit, etc.
@@ -611,7 +624,7 @@ StepProgram Builder::build() {
         for (int l = 0; l < chunk_layers(c * pp + stage); ++l) {
           const int layer = chunk_first[static_cast<std::size_t>(c * pp + stage)] + l;
           param_gather_of_layer[layer] = add(collective_op(
-              stage, fmt::format("param_ag.L{}", layer), StreamKind::dp, OpCategory::param_all_gather,
+              stage, op_name("param_ag.L{}", layer), StreamKind::dp, OpCategory::param_all_gather,
               CollectiveOp::all_gather, GroupKind::dp, bytes_per_element(p_.param_dtype) * unit));
         }
     }
@@ -630,7 +643,7 @@ StepProgram Builder::build() {
       if (st.forward) {
         std::vector<int> entry_deps;
         if (first_stage && st.chunk == 0) {
-          Op emb = compute_op(stage, fmt::format("fwd.embed.mb{}", st.mb), OpCategory::compute);
+          Op emb = compute_op(stage, op_name("fwd.embed.mb{}", st.mb), OpCategory::compute);
           emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
           emb.kernels = 1;
           const int id = add(std::move(emb));
@@ -647,7 +660,7 @@ StepProgram Builder::build() {
           // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
           // gathered unit after each backward.
           if (fsdp() && (!defer || run_first)) {
-            Op g = collective_op(stage, fmt::format("fsdp_ag.fwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
+            Op g = collective_op(stage, op_name("fsdp_ag.fwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
                                  OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
                                  gather_b * unit);
             // At most two units gathered: this one waits until the unit two back is done.
@@ -671,7 +684,7 @@ StepProgram Builder::build() {
           last = e;
           if (p_.act_offload) {
             Op d2h;
-            d2h.name = fmt::format("offload.d2h.L{}.mb{}", layer, st.mb);
+            d2h.name = op_name("offload.d2h.L{}.mb{}", layer, st.mb);
             d2h.stage = stage;
             d2h.stream = StreamKind::host_copy;
             d2h.category = OpCategory::offload;
@@ -683,7 +696,7 @@ StepProgram Builder::build() {
           }
         }
         if (last_stage && st.chunk == v - 1) {
-          Op head = compute_op(stage, fmt::format("fwd.head_loss.mb{}", st.mb), OpCategory::compute);
+          Op head = compute_op(stage, op_name("fwd.head_loss.mb{}", st.mb), OpCategory::compute);
           head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
           head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 8.0);
           head.kernels = 4;
@@ -695,13 +708,13 @@ StepProgram Builder::build() {
         }
         fwd_last[{vstage, st.mb}] = last;
         if (vstage < n_vstages_ - 1) {
-          fwd_send[{vstage, st.mb}] = add(p2p_send(stage, fmt::format("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
+          fwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       } else {
         int last = -1;
         std::vector<int> entry_deps;
         if (last_stage && st.chunk == v - 1) {
-          Op head = compute_op(stage, fmt::format("bwd.head_loss.mb{}", st.mb), OpCategory::compute);
+          Op head = compute_op(stage, op_name("bwd.head_loss.mb{}", st.mb), OpCategory::compute);
           const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
           head.gemms = {dgrad(g), wgrad(g)};
           head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 12.0);
@@ -720,7 +733,7 @@ StepProgram Builder::build() {
           std::vector<int> deps;
           if (last >= 0) deps.push_back(last);
           if (fsdp() && reshard) {
-            Op g = collective_op(stage, fmt::format("fsdp_ag.bwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
+            Op g = collective_op(stage, op_name("fsdp_ag.bwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
                                  OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
                                  gather_b * unit);
             // BACKWARD_PRE / FSDP2 prefetch one unit ahead (two gathered); POST/none gather on use.
@@ -735,7 +748,7 @@ StepProgram Builder::build() {
           }
           if (p_.act_offload) {
             Op h2d;
-            h2d.name = fmt::format("offload.h2d.L{}.mb{}", layer, st.mb);
+            h2d.name = op_name("offload.h2d.L{}.mb{}", layer, st.mb);
             h2d.stage = stage;
             h2d.stream = StreamKind::host_copy;
             h2d.category = OpCategory::offload;
@@ -760,10 +773,10 @@ StepProgram Builder::build() {
             if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = rf;
             deps = {re};
           } else if (p_.ac == AcMode::selective_op || (p_.ac == AcMode::selective_attn && !p_.flash_attention)) {
-            Op rc = compute_op(stage, fmt::format("recompute.L{}.mb{}", layer, st.mb), OpCategory::recompute);
+            Op rc = compute_op(stage, op_name("recompute.L{}.mb{}", layer, st.mb), OpCategory::recompute);
             if (p_.ac == AcMode::selective_op) {
               // Every second matmul (wk, wo, w3 / down) and the element-wise ops are recomputed.
-              std::vector<GemmShape> all = k_.pre_attention;
+              Gemms all = k_.pre_attention;
               all.insert(all.end(), k_.post_attention.begin(), k_.post_attention.end());
               all.insert(all.end(), k_.mlp.begin(), k_.mlp.end());
               for (std::size_t i = 1; i < all.size(); i += 2) rc.gemms.push_back(all[i]);
@@ -773,7 +786,7 @@ StepProgram Builder::build() {
             } else {
               rc.hardware_flops = add_core_attention(rc, k_, Pass::forward);
             }
-            rc.deps = deps;
+            rc.deps.assign(deps.begin(), deps.end());
             rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, mbs)});
             const int id = add(std::move(rc));
             if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = id;
@@ -795,7 +808,7 @@ StepProgram Builder::build() {
           if (fsdp() && sync && dp_all > 1) {
             const bool needs_copy = p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2 ||
                                     p_.reduce_dtype != p_.param_dtype;
-            Op rs = collective_op(stage, fmt::format("fsdp_rs.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
+            Op rs = collective_op(stage, op_name("fsdp_rs.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
                                   OpCategory::fsdp_reduce_scatter, CollectiveOp::reduce_scatter, GroupKind::fsdp,
                                   reduce_b * unit);
             rs.deps = {be};
@@ -806,7 +819,7 @@ StepProgram Builder::build() {
             int rs_id = add(std::move(rs));
             rs_of_layer[{layer, st.mb}] = rs_id;
             if (hsdp) {
-              Op ar = collective_op(stage, fmt::format("hsdp_ar.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
+              Op ar = collective_op(stage, op_name("hsdp_ar.L{}.mb{}", layer, st.mb), StreamKind::fsdp_reduce_scatter,
                                     OpCategory::dp_all_reduce, CollectiveOp::all_reduce, GroupKind::dp_replicate,
                                     reduce_b * unit / (p_.mesh.dp_shard * p_.mesh.cp));
               ar.deps = {rs_id};
@@ -817,7 +830,7 @@ StepProgram Builder::build() {
             // last micro-batch only (no_sync / local accumulation before it).
             const bool zero1 = p_.sharding == Sharding::zero1;
             const double grad_b = p_.runtime == Runtime::megatron && p_.reduce_dtype == Dtype::fp32 ? 4.0 : reduce_b;
-            Op red = collective_op(stage, fmt::format("dp_{}.L{}", zero1 ? "rs" : "ar", layer), StreamKind::dp,
+            Op red = collective_op(stage, op_name("dp_{}.L{}", zero1 ? "rs" : "ar", layer), StreamKind::dp,
                                    zero1 ? OpCategory::dp_reduce_scatter : OpCategory::dp_all_reduce,
                                    zero1 ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, GroupKind::dp,
                                    grad_b * unit);
@@ -826,7 +839,7 @@ StepProgram Builder::build() {
           }
         }
         if (first_stage && st.chunk == 0) {
-          Op emb = compute_op(stage, fmt::format("bwd.embed.mb{}", st.mb), OpCategory::compute);
+          Op emb = compute_op(stage, op_name("bwd.embed.mb{}", st.mb), OpCategory::compute);
           emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
           emb.kernels = 2;
           emb.deps = {last};
@@ -834,7 +847,7 @@ StepProgram Builder::build() {
         }
         bwd_last[{vstage, st.mb}] = last;
         if (vstage > 0) {
-          bwd_send[{vstage, st.mb}] = add(p2p_send(stage, fmt::format("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
+          bwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       }
     }
@@ -849,17 +862,16 @@ StepProgram Builder::build() {
     opt.memory_bound_bytes = per_param * local_state_params(stage);
     if (p_.runtime == Runtime::megatron) opt.memory_bound_bytes += 2.0 * stage_params(stage);  // bf16 copy-back
     opt.kernels = 8;
-    for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
-      const Op& o = prog_.ops[i];
-      if (o.stage == stage && (o.stream == StreamKind::fsdp_reduce_scatter || o.stream == StreamKind::dp ||
-                               o.stream == StreamKind::compute))
-        opt.deps.push_back(static_cast<int>(i));
-    }
-    // Keep only the last op of each stream: stream order implies the rest.
+    // Only the last op of each of those streams: stream order implies the rest. This stage's ops
+    // are the ones added since stage_begin.
     {
       std::map<StreamKind, int> last_of;
-      for (int dep : opt.deps) last_of[prog_.ops[static_cast<std::size_t>(dep)].stream] = dep;
-      opt.deps.clear();
+      for (std::size_t i = stage_begin; i < prog_.ops.size(); ++i) {
+        const Op& o = prog_.ops[i];
+        if (o.stage == stage && (o.stream == StreamKind::fsdp_reduce_scatter || o.stream == StreamKind::dp ||
+                                 o.stream == StreamKind::compute))
+          last_of[o.stream] = static_cast<int>(i);
+      }
       for (const auto& [k, dep] : last_of) opt.deps.push_back(dep);
     }
     add(std::move(opt));
@@ -881,6 +893,8 @@ StepProgram Builder::build() {
 
 }  // namespace
 
-StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j) { return Builder(m, p, j).build(); }
+StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options) {
+  return Builder(m, p, j, options).build();
+}
 
 }  // namespace meshplan

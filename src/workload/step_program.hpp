@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "spec/model_spec.hpp"
 #include "spec/plan.hpp"
 #include "workload/collective_kind.hpp"
@@ -27,11 +29,15 @@ enum class OpCategory {
   fsdp_all_gather, fsdp_reduce_scatter, dp_all_reduce, dp_reduce_scatter, param_all_gather,
   tp, cp, ep, pp, offload,
 };
+constexpr int kOpCategories = 13;
+static_assert(static_cast<int>(OpCategory::offload) + 1 == kOpCategories);
 std::string_view to_string(OpCategory c);
 bool is_communication(OpCategory c);
 
 // Process groups a collective runs over (placement decides which links they cross).
 enum class GroupKind { tp, cp, fsdp, dp_replicate, dp, ep, pp };
+constexpr int kGroupKinds = 7;
+static_assert(static_cast<int>(GroupKind::pp) + 1 == kGroupKinds);
 std::string_view to_string(GroupKind g);
 
 enum class OpKind { compute, collective, p2p, host_copy };
@@ -40,6 +46,13 @@ enum class OpKind { compute, collective, p2p, host_copy };
 enum class MemoryTerm { activations, unsharded_params, reduce_buffers, recompute };
 constexpr int kMemoryTerms = 4;
 
+// An op's lists are short (a few kernels, dependencies and memory changes) and kept inline: a
+// 16k-GPU step lowers ~40k ops, and a heap block per list was most of the lowering's cost.
+template <typename T, std::size_t N>
+using SmallVector = boost::container::small_vector<T, N>;
+using Gemms = SmallVector<GemmShape, 3>;
+using MemoryChanges = SmallVector<std::pair<MemoryTerm, double>, 2>;
+
 struct Op {
   std::string name;
   int stage = 0;
@@ -47,8 +60,8 @@ struct Op {
   OpCategory category = OpCategory::compute;
   OpKind kind = OpKind::compute;
   // compute
-  std::vector<GemmShape> gemms;
-  std::vector<AttentionShape> attention;
+  Gemms gemms;
+  SmallVector<AttentionShape, 1> attention;
   Pass attention_pass = Pass::forward;
   double memory_bound_bytes = 0;     // element-wise kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
@@ -60,9 +73,9 @@ struct Op {
   double bytes = 0;                  // nccl-tests size, p2p payload or host-copy bytes
   bool host_to_device = false;       // host copies
   // schedule
-  std::vector<int> deps;             // indices into StepProgram::ops
+  SmallVector<int, 3> deps;          // indices into StepProgram::ops
   // Memory allocated (+) / freed (-) when the op starts and when it ends, by report term.
-  std::vector<std::pair<MemoryTerm, double>> at_start, at_end;
+  MemoryChanges at_start, at_end;
 };
 
 struct StepProgram {
@@ -73,8 +86,14 @@ struct StepProgram {
   double tokens_per_step = 0;        // global
 };
 
+struct LowerOptions {
+  // Op names are for traces and people. The simulator alone never reads them, and formatting
+  // one per op was a large share of the lowering's cost.
+  bool op_names = true;
+};
+
 // Lowers the step. mesh degrees must already be resolved (config_loader::resolve_layout).
-StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j);
+StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options = {});
 
 // Model FLOPs per token: 6 * (N - input embeddings) + 12 * L * (heads * head_dim) * seq
 // (PaLM appendix B / torchtitan's count: attention counted without the causal discount).
