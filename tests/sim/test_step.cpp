@@ -183,6 +183,23 @@ TEST_CASE("same inputs, same result") {
   CHECK(a.breakdown_s == b.breakdown_s);
 }
 
+TEST_CASE("keeping the timeline (op names, timings) does not change the result") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-8b");
+  Plan p = fsdp_plan(4);
+  p.mesh.tp = 2;
+  p.sequence_parallel = true;
+  p.ac = AcMode::full;
+  const Job j{4096, 16, 2, 2};
+  const SimulatedStep lean = simulate_step(m, p, j, c);
+  const SimulatedStep kept = simulate_step(m, p, j, c, SimOptions{.keep_timeline = true});
+  CHECK(lean.result.step_time_s == kept.result.step_time_s);
+  CHECK(lean.result.breakdown_s == kept.result.breakdown_s);
+  CHECK(lean.result.exposed_comm_s == kept.result.exposed_comm_s);
+  REQUIRE(kept.program.ops.size() == kept.timings.size());
+  for (const Op& o : kept.program.ops) CHECK_FALSE(o.name.empty());
+}
+
 TEST_CASE("group placement follows TP-innermost rank order") {
   Mesh mesh;
   mesh.tp = 8;
