@@ -52,10 +52,10 @@ constexpr std::array<const char*, 7> kBreakdownKeys = {"compute", "recompute", "
 // An op's GPU time is the sum of its kernels' roofline times; the CPU enqueues its launches
 // ahead of the GPU (eager PyTorch), so launch overhead only shows when the kernels are shorter
 // than their dispatch: time = max(GPU time, kernels x launch).
-double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype) {
+double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype, Dtype low_precision) {
   double gpu_seconds = 0;
   for (const auto& g : op.gemms) {
-    const KernelEstimate k = gemm_time(c, g, dtype);
+    const KernelEstimate k = gemm_time(c, g, op.low_precision_gemms ? low_precision : dtype);
     gpu_seconds += k.seconds - k.launch_seconds;
   }
   for (const auto& a : op.attention) {
@@ -75,14 +75,15 @@ double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype) {
 // fifth of a 16k-GPU step.
 class ComputeCosts {
 public:
-  ComputeCosts(const ClusterSpec& c, Dtype dtype) : c_(c), dtype_(dtype) {}
+  ComputeCosts(const ClusterSpec& c, Dtype dtype, Dtype low_precision)
+      : c_(c), dtype_(dtype), low_precision_(low_precision) {}
 
   double seconds(const Op& op) {
     std::vector<Entry>& bucket = by_hash_[hash(op)];
     for (const Entry& e : bucket)
       if (same(e, op)) return e.seconds;
     bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.kernels,
-                      compute_seconds(op, c_, dtype_)});
+                      op.low_precision_gemms, compute_seconds(op, c_, dtype_, low_precision_)});
     return bucket.back().seconds;
   }
 
@@ -93,6 +94,7 @@ private:
     Pass attention_pass;
     double memory_bound_bytes;
     int kernels;
+    bool low_precision_gemms;
     double seconds;
   };
   // Doubles compare by bit pattern: equal bits are the same input, whatever they mean.
@@ -112,6 +114,7 @@ private:
     }
     mix(bits(op.memory_bound_bytes));
     mix(static_cast<std::uint64_t>(op.kernels));
+    mix(op.low_precision_gemms ? 1 : 0);
     return h;
   }
   static bool same(const Entry& e, const Op& op) {
@@ -120,16 +123,18 @@ private:
     };
     auto same_attention = [](const AttentionShape& a, const AttentionShape& b) {
       return a.batch == b.batch && a.heads == b.heads && a.kv_heads == b.kv_heads && a.seq_q == b.seq_q &&
-             a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal;
+             a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal &&
+             a.flash_version == b.flash_version;
     };
     return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
-           e.kernels == op.kernels &&
+           e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&
            std::equal(e.gemms.begin(), e.gemms.end(), op.gemms.begin(), op.gemms.end(), same_gemm) &&
            std::equal(e.attention.begin(), e.attention.end(), op.attention.begin(), op.attention.end(), same_attention);
   }
 
   const ClusterSpec& c_;
   Dtype dtype_;
+  Dtype low_precision_;
   std::unordered_map<std::uint64_t, std::vector<Entry>> by_hash_;
 };
 
@@ -214,7 +219,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
   std::array<bool, kOpCategories> has_comm_bytes{};
-  ComputeCosts compute_costs(c, p.compute_dtype);
+  ComputeCosts compute_costs(c, p.compute_dtype, low_precision_gemm_dtype(p.fp8));
   CollectiveCosts collective_costs(c);
   // Placement per group kind, worked out the first time an op needs it.
   std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of;

@@ -116,6 +116,12 @@ inline bool autocast_fp32_weights(const Plan& p) {
   return p.param_dtype == Dtype::fp32 && (p.compute_dtype == Dtype::bf16 || p.compute_dtype == Dtype::fp16);
 }
 
+// The dtype the block linears' GEMMs run in under a low-precision recipe: FP4 for NVFP4, FP8 for
+// every FP8 recipe (per-tensor, row-wise and MX block scaling); `none` leaves the compute dtype.
+inline Dtype low_precision_gemm_dtype(Fp8Recipe r) {
+  return r == Fp8Recipe::nvfp4 ? Dtype::fp4 : Dtype::fp8;
+}
+
 // The batch: what one optimizer step processes.
 // Importers may leave global_batch, micro_batch or grad_accum at 0 when the file fixes them only
 // in terms of the GPU count (torchtitan global_batch_size=-1, Composer microbatch 'auto');

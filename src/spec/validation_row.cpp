@@ -656,10 +656,6 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     }
     for (const auto& w : rc.warnings) notes.push_back(w);
 
-    // ---- what the simulator prices but not faithfully enough to compare
-    if (p.fp8 != Fp8Recipe::none)
-      vc.throughput_not_modeled = fmt::format(
-          "fp8 {}: FP8 matmuls are not modeled (every GEMM is priced at {})", to_string(p.fp8), to_string(p.compute_dtype));
   } catch (const Skip& s) {
     vc.skipped = s.reason;
   }

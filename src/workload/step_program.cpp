@@ -216,6 +216,25 @@ double add_core_attention(Op& op, const LayerKernels& k, Pass pass) {
   return flops;
 }
 
+// FP8/FP4 linears (Transformer Engine, torchao float8) quantize what enters each GEMM. Forward:
+// read the activation, write its low-precision copy (e + q bytes per element of A = m x k), and the
+// weight likewise (B = k x n) unless the quantized weights are cached across micro-batches.
+// Backward: the output gradient (m x n) is quantized with its transpose for the weight gradient.
+double quantize_forward_bytes(const Gemms& linears, double e, double q, bool weights) {
+  double bytes = 0;
+  for (const GemmShape& g : linears) {
+    bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.k);
+    if (weights) bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n);
+  }
+  return bytes;
+}
+double quantize_backward_bytes(const Gemms& linears, double e, double q) {
+  double bytes = 0;
+  for (const GemmShape& g : linears)
+    bytes += (e + 2 * q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.n);
+  return bytes;
+}
+
 // Builds the op list. Keeps the indices needed to wire pipeline stages together.
 class Builder {
 public:
@@ -291,6 +310,27 @@ private:
     if (first < 0) first = id;
     prev = id;
     return id;
+  }
+
+  // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
+  // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
+  bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
+  void quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const {
+    if (!low_precision()) return;
+    // Transformer Engine caches the quantized weights after the first micro-batch of a step;
+    // torchao's float8 linears cast them on every forward.
+    const bool te = p_.fp8 == Fp8Recipe::te_delayed || p_.fp8 == Fp8Recipe::te_current || p_.fp8 == Fp8Recipe::mxfp8 ||
+                    p_.fp8 == Fp8Recipe::nvfp4;
+    op.low_precision_gemms = true;
+    op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, bytes_per_element(low_precision_gemm_dtype(p_.fp8)),
+                                                    !te || mb == 0);
+    op.kernels += static_cast<int>(linears.size());
+  }
+  void quantize_backward(Op& op, const Gemms& linears) const {
+    if (!low_precision()) return;
+    op.low_precision_gemms = true;
+    op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, bytes_per_element(low_precision_gemm_dtype(p_.fp8)));
+    op.kernels += static_cast<int>(linears.size());
   }
 
   bool fsdp() const {
@@ -386,6 +426,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   pre.kernels = k_.pre_kernels;
   pre.hardware_flops = gemm_flops(pre.gemms);
   pre.model_flops = flops_scale * pre.hardware_flops;
+  quantize_forward(pre, k_.pre_attention, mb);
   if (p_.mesh.cp > 1) {
     compute(std::move(pre));
     // torchtitan's default rotate method all-gathers K and V across the CP group.
@@ -397,6 +438,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     attn.gemms = k_.post_attention;
     attn.memory_bound_bytes = k_.post_attention_bytes;
     attn.kernels = k_.attn_kernels;
+    quantize_forward(attn, k_.post_attention, mb);
     const double projection = gemm_flops(attn.gemms);
     attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::forward);
     attn.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
@@ -405,6 +447,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
     pre.kernels += k_.attn_kernels;
+    quantize_forward(pre, k_.post_attention, mb);
     const double projection = gemm_flops(pre.gemms);
     pre.hardware_flops = projection + add_core_attention(pre, k_, Pass::forward);
     pre.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
@@ -433,6 +476,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   mlp.kernels = k_.mlp_kernels;
   mlp.hardware_flops = gemm_flops(mlp.gemms);
   mlp.model_flops = flops_scale * mlp.hardware_flops;
+  quantize_forward(mlp, k_.mlp, mb);
   compute(std::move(mlp));
   if (moe_a2a)
     comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
@@ -478,6 +522,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   mlp.kernels = 2 * k_.mlp_kernels;
   mlp.hardware_flops = gemm_flops(mlp.gemms);
   mlp.model_flops = mlp.hardware_flops;
+  quantize_backward(mlp, k_.mlp);
   comm(std::move(mlp));
   if (tp && full_tp && p_.sequence_parallel)
     comm(collective_op(stage, sub_name(tag, ".tp_mlp_in"), StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
@@ -495,6 +540,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   const double projection = gemm_flops(attn.gemms);
   attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::backward);
   attn.model_flops = projection + 2.0 * attention_fwd_flops(k_.attention);
+  quantize_backward(attn, k_.post_attention);
   comm(std::move(attn));
   if (p_.mesh.cp > 1) {
     const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
@@ -508,6 +554,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   qkv.kernels = 2 * k_.pre_kernels;
   qkv.hardware_flops = gemm_flops(qkv.gemms);
   qkv.model_flops = qkv.hardware_flops;
+  quantize_backward(qkv, k_.pre_attention);
   comm(std::move(qkv));
   if (tp && full_tp)
     comm(collective_op(stage, sub_name(tag, ".tp_qkv_in"), StreamKind::tp, OpCategory::tp,
@@ -783,6 +830,7 @@ StepProgram Builder::build() {
               rc.memory_bound_bytes = k_.pre_attention_bytes + k_.post_attention_bytes + k_.mlp_bytes;
               rc.kernels = k_.pre_kernels + k_.mlp_kernels;
               rc.hardware_flops = gemm_flops(rc.gemms);
+              quantize_forward(rc, rc.gemms, st.mb);
             } else {
               rc.hardware_flops = add_core_attention(rc, k_, Pass::forward);
             }

@@ -65,6 +65,7 @@ struct Op {
   Pass attention_pass = Pass::forward;
   double memory_bound_bytes = 0;     // element-wise kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
+  bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)
   double hardware_flops = 0;         // FLOPs the GPU executes (HFU numerator)
   // communication

@@ -9,6 +9,7 @@
 #include "report/chrome_trace.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
+#include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "workload/step_program.hpp"
 
@@ -254,4 +255,26 @@ TEST_CASE("--full (every rank) agrees with the symmetric mode within 1%") {
     CHECK(all.step_time_s == doctest::Approx(sym.step_time_s).epsilon(0.01));
     CHECK(all.stages[0].peak_bytes == doctest::Approx(sym.stages[0].peak_bytes).epsilon(0.01));
   }
+}
+
+TEST_CASE("FP8 linears make a GEMM-bound H100 step faster, but by less than the 2x peak ratio") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-70b");
+  Plan p = fsdp_plan(8);
+  p.mesh.tp = 8;
+  p.mesh.dp_shard = 1;
+  p.sharding = Sharding::none;
+  p.runtime = Runtime::megatron;
+  p.sequence_parallel = true;
+  const Job j{4096, 8, 1, 8};
+  const double bf16 = simulate_step(m, p, j, c).result.step_time_s;
+  p.fp8 = Fp8Recipe::te_delayed;
+  const double fp8 = simulate_step(m, p, j, c).result.step_time_s;
+  CHECK(fp8 < bf16);
+  // The FP8 sweep reaches 0.61-0.70 of a 2x higher peak against bf16's 0.80 (hardware.md §3.2),
+  // and attention, norms and the quantize kernels do not speed up.
+  CHECK(bf16 / fp8 < 1.7);
+  CHECK(bf16 / fp8 > 1.1);
+  // An A100 has no FP8 tensor cores: the estimate says so instead of pricing it.
+  CHECK_THROWS_AS(simulate_step(m, p, j, load_cluster("a100-80gb")), InputError);
 }

@@ -114,3 +114,38 @@ TEST_CASE("the fused kernel generation reaches the attention shape") {
   REQUIRE(f.attention.size() == 1);
   CHECK(f.attention.front().flash_version == 1);
 }
+
+TEST_CASE("FP8 linears: the GEMMs change dtype and every input is quantized (weights once per step under TE)") {
+  Plan bf16 = single_gpu();
+  Plan te = bf16;
+  te.fp8 = Fp8Recipe::te_delayed;
+  Plan tao = bf16;
+  tao.fp8 = Fp8Recipe::torchao_tensorwise;
+  const ModelSpec m = gpt(PosEmb::learned);
+  const Job two_microbatches{2048, 4, 2, 2};
+  const StepProgram pb = lower_step(m, bf16, two_microbatches);
+  const StepProgram pt = lower_step(m, te, two_microbatches);
+  const StepProgram pa = lower_step(m, tao, two_microbatches);
+  const double tokens = kSeq * kBatch, h = kHidden, f = 4096, e = 2, q = 1;
+  // MLP forward: up (tokens x h -> f) and down (tokens x f -> h).
+  const double inputs = (e + q) * (tokens * h + tokens * f);
+  const double weights = (e + q) * (h * f + f * h);
+  for (int mb : {0, 1}) {
+    const std::string name = "fwd.L0.mb" + std::to_string(mb) + ".mlp";
+    const Op& b = find(pb, name);
+    const Op& t = find(pt, name);
+    const Op& a = find(pa, name);
+    CHECK_FALSE(b.low_precision_gemms);
+    CHECK(t.low_precision_gemms);
+    CHECK(t.gemms.size() == b.gemms.size());
+    CHECK(t.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(inputs + (mb == 0 ? weights : 0.0)));
+    CHECK(a.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(inputs + weights));
+  }
+  // Backward quantizes each output gradient and its transpose: (e + 2q) per element.
+  const Op& bb = find(pb, "bwd.L0.mb0.mlp");
+  const Op& tb = find(pt, "bwd.L0.mb0.mlp");
+  CHECK(tb.memory_bound_bytes - bb.memory_bound_bytes == doctest::Approx((e + 2 * q) * (tokens * f + tokens * h)));
+  // The LM head and the attention kernel stay in the compute dtype.
+  CHECK_FALSE(find(pt, "fwd.head_loss.mb0").low_precision_gemms);
+  CHECK(find(pt, "fwd.L0.mb0.qkv").attention.size() == 1);
+}
