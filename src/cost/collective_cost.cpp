@@ -1,7 +1,9 @@
 // NCCL-style collective cost (reference/hardware.md §1): for every enabled (algorithm, protocol)
 // pair a latency assembled as NCCL 2.30 does (base + per-hop costs, constants from the versioned
 // NCCL table) plus the bytes each rank must move over the bottleneck link of that algorithm, at
-// the rate the cluster profile gives that link; the fastest pair wins. See docs/collectives.md.
+// the rate the cluster profile gives that link; the fastest pair wins. The winner is then timed
+// with the channels it really runs on and the pipeline ramp (a measured efficiency of NCCL's
+// chunked pipeline at mid-size messages, NCCL table [pipeline_ramp]). See docs/collectives.md.
 //
 // Hot path: no allocation (the result strings fit the small-string buffer), no table lookups by
 // name; the NCCL table is loaded once.
@@ -82,7 +84,8 @@ Geometry geometry(const ClusterSpec& c, GroupPlacement g) {
 struct Candidate {
   double seconds = std::numeric_limits<double>::infinity();  // NCCL's predicted time: what it selects on
   double latency_seconds = 0;
-  double transfer_seconds = 0;  // at the channel count the kernel really runs with (after shrinking)
+  double transfer_seconds = 0;  // at the channel count the kernel really runs with (after shrinking), ramp included
+  double ramp_seconds = 0;      // the pipeline-ramp part of transfer_seconds
   NcclAlgo algo = NcclAlgo::ring;
   NcclProto proto = NcclProto::simple;
   int channels = 0;
@@ -101,7 +104,20 @@ struct Shrink {
 class Model {
 public:
   Model(const ClusterSpec& c, const NcclTable& t, const Geometry& geo, const CollectiveOptions& o, double bytes)
-      : c_(c), t_(t), geo_(geo), o_(o), bytes_(bytes), arch_(t.arch_table(geo.sm)) {}
+      : c_(c), t_(t), geo_(geo), o_(o), bytes_(bytes), arch_(t.arch_table(geo.sm)),
+        ramp_(pipeline_ramp(t, bytes)) {}
+
+  // Pipeline ramp (docs/collectives.md): the fraction of the link-rate transfer time a message of
+  // `bytes` loses to NCCL's pipeline not yet running full. The effective rate is
+  // rate x (S + S_half) / (S + S_half / eta0): eta0 of the link for S << S_half, the link for
+  // S >> S_half; the extra time t_link x (1/eta0 - 1) x S_half / (S + S_half) grows with the
+  // message and saturates at (1/eta0 - 1) x (the transfer time of S_half).
+  static double pipeline_ramp(const NcclTable& t, double bytes) {
+    const double eta0 = t.pipeline_small_message_efficiency;
+    const double half = t.pipeline_half_ramp_bytes;
+    if (!(eta0 < 1.0) || !(half > 0)) return 0.0;
+    return (1.0 / eta0 - 1.0) * half / (bytes + half);
+  }
 
   bool allowed(NcclAlgo a, NcclProto p) const {
     if ((o_.algorithm_mask & algorithm_bit(a)) == 0 || (o_.protocol_mask & protocol_bit(p)) == 0) return false;
@@ -190,7 +206,8 @@ public:
       if (op == CollectiveOp::all_reduce && p == NcclProto::simple && I > 1 &&
           bytes_ / (static_cast<double>(nch) * n) >= t_.ring_simple_plateau_min_bytes)
         lat *= geo_.sm >= 80 ? t_.ring_simple_plateau_factor_sm80 : t_.ring_simple_plateau_factor_older;
-      consider(best, NcclAlgo::ring, p, lat, bus_bytes / bw, shrink(NcclAlgo::ring, p, nch));
+      // The ramp is charged on the Simple-rate transfer: it is the pipeline's, not the protocol's.
+      consider(best, NcclAlgo::ring, p, lat, bus_bytes / bw, shrink(NcclAlgo::ring, p, nch), bus_bytes / link);
     }
   }
 
@@ -215,7 +232,7 @@ public:
       const double lat = base(NcclAlgo::tree, p) +
                          2.0 * ((geo_.local - 1) * intra_lat(NcclAlgo::tree, p) +
                                 log2i(geo_.islands) * inter_lat(NcclAlgo::tree, p));
-      consider(best, NcclAlgo::tree, p, lat, bytes_ / algbw, shrink(NcclAlgo::tree, p, nch));
+      consider(best, NcclAlgo::tree, p, lat, bytes_ / algbw, shrink(NcclAlgo::tree, p, nch), bytes_ / (0.5 * tree_bus));
     }
   }
 
@@ -228,7 +245,7 @@ public:
     const double n = geo_.n;
     const double per_rank_bytes = op == CollectiveOp::all_reduce ? bytes_ * (n + 1) / n : bytes_ * (n - 1) / n;
     consider(best, NcclAlgo::nvls, NcclProto::simple, intra_lat(NcclAlgo::nvls, NcclProto::simple),
-             per_rank_bytes / rate, Shrink{nvls_channels(), 1.0});
+             per_rank_bytes / rate, Shrink{nvls_channels(), 1.0}, per_rank_bytes / rate);
   }
 
   // NVLS inside each node, a tree of nodes over the NICs: each node moves its reduced buffer
@@ -244,7 +261,8 @@ public:
     if (cap > 0) algbw = std::min(algbw, nvls_channels() * cap * n / (2.0 * (n - 1)));
     const double lat = base(NcclAlgo::nvlstree, NcclProto::simple) + intra_lat(NcclAlgo::nvlstree, NcclProto::simple) +
                        2.0 * log2i(geo_.islands) * inter_lat(NcclAlgo::nvlstree, NcclProto::simple);
-    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw, Shrink{nvls_channels(), 1.0});
+    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw, Shrink{nvls_channels(), 1.0},
+             bytes_ / algbw);
   }
 
   // Parallel aggregated trees (one rank per node): ring bytes, log-depth latency, NCCL's 0.75.
@@ -254,7 +272,7 @@ public:
     const double lat = base(NcclAlgo::pat, NcclProto::simple) +
                        log2i(geo_.islands) * inter_lat(NcclAlgo::pat, NcclProto::simple) / t_.pat_inter_divisor +
                        geo_.n * t_.pat_per_rank_seconds;
-    consider(best, NcclAlgo::pat, NcclProto::simple, lat, bus_bytes / rate);
+    consider(best, NcclAlgo::pat, NcclProto::simple, lat, bus_bytes / rate, Shrink{}, bus_bytes / rate);
   }
 
   // In-network reduction (IB SHARP): each node sends its buffer up once and receives the result
@@ -270,13 +288,13 @@ public:
                          2.0 * (std::min(1.0, L - 1) * intra_lat(NcclAlgo::collnet_direct, p) +
                                 (L - 1) * t_.collnet_direct_per_local_rank_seconds) +
                          inter_lat(NcclAlgo::collnet_direct, p);
-      consider(best, NcclAlgo::collnet_direct, p, lat, bytes_ / algbw);
+      consider(best, NcclAlgo::collnet_direct, p, lat, bytes_ / algbw, Shrink{}, bytes_ / algbw);
     }
     if (allowed(NcclAlgo::collnet_chain, p)) {
       const double algbw = L > 1 ? std::min(net, 0.5 * geo_.intra_bytes_per_s) : net;
       const double lat = base(NcclAlgo::collnet_chain, p) + 2.0 * (L - 1) * intra_lat(NcclAlgo::collnet_chain, p) +
                          inter_lat(NcclAlgo::collnet_chain, p);
-      consider(best, NcclAlgo::collnet_chain, p, lat, bytes_ / algbw);
+      consider(best, NcclAlgo::collnet_chain, p, lat, bytes_ / algbw, Shrink{}, bytes_ / algbw);
     }
   }
 
@@ -295,14 +313,16 @@ public:
       net_bytes = bytes_ * (n - geo_.local) / n;
     }
     const NcclLink link = net_bytes > 0 ? NcclLink::net : geo_.intra_link;
+    const double t_link = std::max(intra_bytes > 0 ? intra_bytes / geo_.intra_bytes_per_s : 0.0,
+                                   net_bytes > 0 ? net_bytes / geo_.gpu_net_bytes_per_s : 0.0);
     for (NcclProto p : {NcclProto::ll, NcclProto::simple}) {
       if ((o_.protocol_mask & protocol_bit(p)) == 0) continue;
       const double eff = p == NcclProto::ll ? t_.ring_ll_efficiency : 1.0;
-      const double t_bw = std::max(intra_bytes > 0 ? intra_bytes / (geo_.intra_bytes_per_s * eff) : 0.0,
-                                   net_bytes > 0 ? net_bytes / (geo_.gpu_net_bytes_per_s * eff) : 0.0);
+      const double t_bw = t_link / eff;
       const double lat = base(NcclAlgo::ring, p) + hw(link, NcclAlgo::ring, p) +
                          (link == NcclLink::net ? geo_.extra_inter_seconds : 0.0);
-      Candidate cand{lat + t_bw, lat, t_bw, NcclAlgo::ring, p, 0, true};
+      const double ramp = t_link * ramp_;
+      Candidate cand{lat + t_bw, lat, t_bw + ramp, ramp, NcclAlgo::ring, p, 0, true};
       if (cand.seconds < best.seconds) best = cand;
     }
   }
@@ -311,11 +331,16 @@ private:
   double hw(NcclLink l, NcclAlgo a, NcclProto p) const {
     return t_.hw_latency_seconds[static_cast<std::size_t>(l)][static_cast<std::size_t>(a)][static_cast<std::size_t>(p)];
   }
-  // NCCL selects on its own prediction (full channel count); the kernel then runs shrunk.
-  static void consider(Candidate& best, NcclAlgo a, NcclProto p, double lat, double t_bw, Shrink sh = Shrink{}) {
+  // NCCL selects on its own prediction (full channel count, no ramp); the kernel then runs shrunk
+  // and pays the pipeline ramp on `t_link`, the same bytes at the algorithm's Simple rate.
+  void consider(Candidate& best, NcclAlgo a, NcclProto p, double lat, double t_bw, Shrink sh,
+                double t_link) const {
     if (!(t_bw >= 0) || !std::isfinite(t_bw)) return;
     const double s = lat + t_bw;
-    if (s < best.seconds) best = Candidate{s, lat, t_bw / sh.rate_factor, a, p, sh.channels, false};
+    if (s < best.seconds) {
+      const double ramp = t_link * ramp_;
+      best = Candidate{s, lat, t_bw / sh.rate_factor + ramp, ramp, a, p, sh.channels, false};
+    }
   }
 
   const ClusterSpec& c_;
@@ -324,6 +349,7 @@ private:
   const CollectiveOptions& o_;
   double bytes_;
   const NcclArchTable& arch_;
+  double ramp_;  // pipeline-ramp fraction for this message size
 };
 
 }  // namespace
@@ -451,6 +477,7 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
   }
   e.seconds = best.latency_seconds + best.transfer_seconds;
   e.latency_seconds = best.latency_seconds;
+  e.ramp_seconds = best.ramp_seconds;
   e.channels = best.channels;
   if (options.launch_mode == LaunchMode::single_process_multi_gpu) {
     // One host thread enqueues and launches the kernels of its node's GPUs one after the other;

@@ -1,6 +1,8 @@
 #pragma once
 // NCCL-style collective cost: for each (algorithm, protocol) a latency plus bytes over bandwidth,
-// the minimum wins (NCCL 2.30 tuning model, reference/hardware.md §1). Constants live in data.
+// the minimum wins (NCCL 2.30 tuning model, reference/hardware.md §1); the winner is timed with
+// NCCL's small-message shrinking and the pipeline ramp on top (docs/collectives.md). Constants
+// live in data.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,7 +17,8 @@ struct CollectiveEstimate {
   double seconds = 0;
   double latency_seconds = 0;       // the fixed part
   double bus_bytes = 0;             // bytes each rank moves on its busiest link (nccl-tests busbw basis)
-  double bus_bandwidth_bytes_per_s = 0;  // the rate those bytes move at
+  double bus_bandwidth_bytes_per_s = 0;  // the rate those bytes move at (pipeline ramp included)
+  double ramp_seconds = 0;          // part of `seconds` lost to the pipeline ramp (docs/collectives.md)
   std::string algorithm;            // "ring", "tree", "nvls", "nvlstree", "pat", "direct"
   std::string protocol;             // "LL", "LL128", "Simple"
   bool crosses_nodes = false;

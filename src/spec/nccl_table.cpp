@@ -267,11 +267,11 @@ NcclTable read_table(const fs::path& path) {
   }
   read_sources(ctx, root);
 
-  static constexpr std::array<std::string_view, 17> kTop = {
+  static constexpr std::array<std::string_view, 18> kTop = {
       "schema_version", "nccl_version", "sources", "base_latency_us", "hw_latency_us", "latency",
       "protocol_efficiency", "nvls_efficiency", "tree_correction_factor", "caps_gb_per_s",
       "ll_max_multi_node_gb_per_s", "speed_ladder_gb_per_s", "channels", "buffers",
-      "thread_threshold_bytes", "max_threads", "host_launch_us"};
+      "thread_threshold_bytes", "max_threads", "host_launch_us", "pipeline_ramp"};
   for (const auto& [k, v] : root)
     if (std::find(kTop.begin(), kTop.end(), k.str()) == kTop.end())
       ctx.fail(std::string(k.str()), "unknown key", &v);
@@ -390,6 +390,12 @@ NcclTable read_table(const fs::path& path) {
     Reader r(ctx, child(ctx, root, "", "host_launch_us"), "host_launch_us");
     out.host_launch_intel_seconds = r.number("intel", 0, 1e3) * kUs;
     out.host_launch_amd_seconds = r.number("amd", 0, 1e3) * kUs;
+    r.finish();
+  }
+  {
+    Reader r(ctx, child(ctx, root, "", "pipeline_ramp"), "pipeline_ramp");
+    out.pipeline_small_message_efficiency = r.number("small_message_efficiency", 0, 1, false);
+    out.pipeline_half_ramp_bytes = r.number("half_ramp_bytes", 0, 1e15, false);
     r.finish();
   }
 

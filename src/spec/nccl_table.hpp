@@ -91,6 +91,13 @@ struct NcclTable {
   double host_launch_intel_seconds = 0;
   double host_launch_amd_seconds = 0;
 
+  // Pipeline ramp (not an NCCL constant; fitted on nccl-tests, docs/collectives.md): below
+  // `pipeline_half_ramp_bytes` NCCL's chunked pipeline moves data at a fraction of the link rate
+  // that tends to `pipeline_small_message_efficiency` for small messages and to 1 for large ones:
+  // extra transfer time = t_link x (1 / eta0 - 1) x S_half / (S + S_half).
+  double pipeline_small_message_efficiency = 1;  // eta0, in (0, 1]; 1 = no ramp (NCCL's own model)
+  double pipeline_half_ramp_bytes = 0;           // S_half, message size (nccl-tests bytes)
+
   std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
   std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"
 

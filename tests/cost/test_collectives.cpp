@@ -1,8 +1,10 @@
 // Collective cost model: the NCCL constants file loads strictly, each algorithm's closed form
-// matches hand-worked cases (NCCL's own derived latencies in hardware.md §1.3), and predicted
-// busbw matches measured nccl-tests figures of hardware.md §2 (A100 and H100, one node and
-// several): within 10 % at >= 1 MiB, 25 % below. Measured points the model does not meet with
-// physically meaningful parameters are listed as known gaps, with the reason, and printed.
+// matches hand-worked cases (NCCL's own derived latencies in hardware.md §1.3), the pipeline ramp
+// on top of NCCL's model matches its closed form, and predicted busbw matches measured nccl-tests
+// figures of hardware.md §2 (A100 and H100, one node and several; H200 as a cross-check): within
+// 10 % at >= 1 MiB, 25 % below. A figure is excluded only with the reason it is not a measurement
+// of what the model predicts (an average over sizes, another fabric, ...), and excluded figures are
+// printed with the rest.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -39,15 +41,34 @@ const ClusterSpec& a100() {
   static const ClusterSpec c = load_cluster("a100-80gb");
   return c;
 }
+const ClusterSpec& h200() {
+  static const ClusterSpec c = load_cluster("h200-141gb");
+  return c;
+}
 
-CollectiveOptions only(NcclAlgo a, NcclProto p) {
+// NCCL's own model: the shipped table with the pipeline ramp switched off (eta0 = 1). The
+// closed forms of NCCL's formulas are checked against it; the ramp on top has its own test case.
+const NcclTable& nccl_only_table() {
+  static const NcclTable t = [] {
+    NcclTable x = default_nccl_table();
+    x.pipeline_small_message_efficiency = 1.0;
+    return x;
+  }();
+  return t;
+}
+CollectiveOptions nccl_model() {
   CollectiveOptions o;
+  o.nccl = &nccl_only_table();
+  return o;
+}
+CollectiveOptions only(NcclAlgo a, NcclProto p) {
+  CollectiveOptions o = nccl_model();
   o.algorithm_mask = algorithm_bit(a);
   o.protocol_mask = protocol_bit(p);
   return o;
 }
 CollectiveOptions only(NcclAlgo a) {
-  CollectiveOptions o;
+  CollectiveOptions o = nccl_model();
   o.algorithm_mask = algorithm_bit(a);
   return o;
 }
@@ -113,6 +134,9 @@ TEST_CASE("nccl table: shipped 2.30.7 constants load in SI units, each with a so
   CHECK(t.sources.at("max_threads.simple") == "max_threads_simple");
   CHECK(t.host_launch_amd_seconds == doctest::Approx(5.25e-6));
   CHECK(t.host_launch_intel_seconds == doctest::Approx(2.625e-6));
+  CHECK(t.pipeline_small_message_efficiency == doctest::Approx(0.423));
+  CHECK(t.pipeline_half_ramp_bytes == 17 * kMiB);
+  CHECK(t.sources.at("pipeline_ramp.half_ramp_bytes") == "pipeline_ramp_fit");
   for (const auto& [key, tag] : t.sources) CHECK_MESSAGE(t.source_refs.contains(tag), key);
 }
 
@@ -124,6 +148,10 @@ TEST_CASE("nccl table: strict loader names the file and the key") {
   CHECK(load_error("src = \"nvls_eff\"", "src = \"nope\"").find("'nope' is not declared") != std::string::npos);
   CHECK(load_error("\nsm90 = 0.85", "\nsm90 = 1.5").find("nvls_efficiency.sm90: must be in") != std::string::npos);
   CHECK(load_error("steps = 8\n", "").find("buffers.steps: missing") != std::string::npos);
+  CHECK(load_error("small_message_efficiency = 0.423", "small_message_efficiency = 0")
+            .find("pipeline_ramp.small_message_efficiency: must be in") != std::string::npos);
+  CHECK(load_error("half_ramp_bytes = 17825792", "half_ramp_bytes = -1")
+            .find("pipeline_ramp.half_ramp_bytes: must be in") != std::string::npos);
   CHECK(load_error("ring_ll = 0.5", "ring_ll = \"half\"").find("must be a number") != std::string::npos);
   const std::string e = load_error("simple = 64\n", "simple = 64\n[extra]\nx = 1\n");
   CHECK(e.find("extra: unknown key") != std::string::npos);
@@ -234,16 +262,16 @@ TEST_CASE("closed forms: bandwidth terms on hand-worked cases") {
   }
   SUBCASE("all-to-all across nodes: the off-node share over one NIC per GPU") {
     // 2 nodes x 8: 8/16 of S goes over the GPU's NIC (48 GB/s), 7/16 over NVLink; NIC-bound.
-    const auto e = estimate_collective(h100(), CollectiveOp::all_to_all, S, place(2, 8));
+    const auto e = estimate_collective(h100(), CollectiveOp::all_to_all, S, place(2, 8), nccl_model());
     CHECK(e.algorithm == "direct");
     CHECK(e.protocol == "Simple");
     CHECK(e.seconds == doctest::Approx(e.latency_seconds + 0.5 * S / 48e9));
     CHECK(e.latency_seconds / kUs == doctest::Approx(8.4 + 14.0));  // one Simple network hop
   }
   SUBCASE("send/recv: one link, busbw factor 1") {
-    const auto intra = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 2});
+    const auto intra = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 2}, nccl_model());
     CHECK(intra.seconds == doctest::Approx(11.8e-6 + S / h100_link));
-    const auto inter = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 1});
+    const auto inter = estimate_collective(h100(), CollectiveOp::send_recv, S, GroupPlacement{2, 1}, nccl_model());
     CHECK(inter.seconds == doctest::Approx(22.4e-6 + S / 48e9));
     CHECK(inter.crosses_nodes);
   }
@@ -299,6 +327,67 @@ TEST_CASE("small messages: NCCL's channel/thread shrinking (hardware.md §1.1)")
   CHECK(pick.algorithm == "ring");
   CHECK(pick.protocol == "LL");
   CHECK(pick.channels < 14);
+}
+
+TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S + S_half)") {
+  const NcclTable& t = default_nccl_table();
+  const double k = 1.0 / t.pipeline_small_message_efficiency - 1.0;  // 1/0.423 - 1 = 1.364
+  const double half = t.pipeline_half_ramp_bytes;                      // 17 MiB
+  CollectiveOptions ring_simple;
+  ring_simple.algorithm_mask = algorithm_bit(NcclAlgo::ring);
+  ring_simple.protocol_mask = protocol_bit(NcclProto::simple);
+  SUBCASE("A100 ring all-reduce at 64 MiB: NCCL's 56 us + 1.75 S / 232.5 GB/s, plus the ramp") {
+    // t_link = 1.75 x 64 MiB / 232.5 GB/s = 505.1 us; ramp = 505.1 x 1.364 x 17 / (64 + 17)
+    // = 505.1 x 0.2863 = 144.6 us; total 56 + 505.1 + 144.6 = 705.7 us.
+    const double S = 64 * kMiB;
+    const double t_link = 1.75 * S / (300e9 * 0.775);
+    const auto e = estimate_collective(a100(), CollectiveOp::all_reduce, S, place(1, 8), ring_simple);
+    const auto nccl = estimate_collective(a100(), CollectiveOp::all_reduce, S, place(1, 8),
+                                          only(NcclAlgo::ring, NcclProto::simple));
+    CHECK(e.ramp_seconds / kUs == doctest::Approx(t_link * k * half / (S + half) / kUs));
+    CHECK(e.ramp_seconds / kUs == doctest::Approx(144.6).epsilon(1e-3));
+    CHECK(e.seconds / kUs == doctest::Approx((nccl.seconds + e.ramp_seconds) / kUs));
+    CHECK(nccl.seconds / kUs == doctest::Approx(56.0 + t_link / kUs));
+    CHECK(e.latency_seconds / kUs == doctest::Approx(56.0));  // the ramp is a rate, not a latency
+    // The simulator moves bus_bytes at bus_bandwidth after the latency: the ramp must be in the rate.
+    CHECK(e.seconds / kUs ==
+          doctest::Approx((e.latency_seconds + e.bus_bytes / e.bus_bandwidth_bytes_per_s) / kUs));
+  }
+  SUBCASE("small messages run at eta0 of the rate, large ones lose a bounded time") {
+    // NVLS does not shrink its channels, so its transfer at 256 KiB is the ramped rate alone:
+    // 1 + 1.364 x 17 / 17.25 = 2.344, i.e. 0.427 of the NVLS rate, close to eta0 = 0.423.
+    const auto nvls = only(NcclAlgo::nvls);
+    CollectiveOptions nvls_ramp;
+    nvls_ramp.algorithm_mask = algorithm_bit(NcclAlgo::nvls);
+    const double small = 256 * kKiB;
+    const auto a = estimate_collective(h100(), CollectiveOp::all_reduce, small, place(1, 8), nvls_ramp);
+    const auto b = estimate_collective(h100(), CollectiveOp::all_reduce, small, place(1, 8), nvls);
+    CHECK(b.bus_bandwidth_bytes_per_s / a.bus_bandwidth_bytes_per_s == doctest::Approx(1 + k * half / (small + half)));
+    CHECK(a.bus_bandwidth_bytes_per_s / b.bus_bandwidth_bytes_per_s == doctest::Approx(0.4266).epsilon(1e-3));
+    // Far above S_half the added time tends to k x (the NVLS transfer time of S_half):
+    // 1.364 x (9/8 x 17 MiB / 314.4 GB/s) = 87.0 us, reached within 0.1 % at 16 GiB.
+    const double rate = 450e9 * 0.822 * 0.85;
+    const double limit = k * half * 9.0 / 8.0 / rate;
+    const auto big = estimate_collective(h100(), CollectiveOp::all_reduce, 16 * kGiB, place(1, 8), nvls_ramp);
+    CHECK(limit / kUs == doctest::Approx(87.0).epsilon(1e-3));
+    CHECK(big.ramp_seconds / limit == doctest::Approx(1.0).epsilon(1.1e-3));
+    CHECK(big.ramp_seconds < limit);
+  }
+  SUBCASE("NCCL's choice is not changed by the ramp (it selects on its own model)") {
+    for (double S = 1 * kKiB; S <= 8 * kGiB; S *= 4) {
+      for (const ClusterSpec* c : {&a100(), &h100()}) {
+        for (GroupPlacement g : {place(1, 8), place(4, 8), place(16, 1)}) {
+          const auto with = estimate_collective(*c, CollectiveOp::all_reduce, S, g);
+          const auto without = estimate_collective(*c, CollectiveOp::all_reduce, S, g, nccl_model());
+          CAPTURE(S);
+          CHECK(with.algorithm == without.algorithm);
+          CHECK(with.protocol == without.protocol);
+          CHECK(with.channels == without.channels);
+          CHECK(with.seconds >= without.seconds);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("launch mode: one host thread driving several GPUs sets a per-iteration floor") {
@@ -368,6 +457,12 @@ TEST_CASE("selection: NCCL's choices where hardware.md records them") {
 
 // ---------------------------------------------------------------------------------------------
 // Accuracy against measured nccl-tests figures (hardware.md §2).
+//
+// Every A100 and H100 figure of hardware.md §2 is listed (72; the count is checked). The pipeline
+// ramp's two constants were fitted on the Azure 8xA100 series only; every other series is a check
+// of them: the MLE 8xA100 run, the Azure 8xH100 NVLS run (another NVLink generation and another
+// algorithm), and two series on the h200-141gb profile that are not part of the 72 (Azure 8xH200
+// NVLS with NCCL 2.20.5 and MLE's multi-process torch run, hardware.md §2.1).
 
 namespace {
 
@@ -380,7 +475,9 @@ struct Measured {
   double bytes;
   double busbw_gbps;      // measured
   unsigned algorithm_mask;  // what the run allowed (NCCL_ALGO); ~0 = NCCL's default choice
-  const char* gap;        // nullptr: must meet the tolerance; otherwise why it does not
+  // nullptr: checked against the tolerance. Otherwise why the figure is not a measurement of what
+  // the model predicts (kept in the table so the reason is printed with the number).
+  const char* excluded;
   // How the run launched its ranks, and its host CPU vendor (set per source below).
   LaunchMode launch = LaunchMode::one_process_per_gpu;
   bool amd_host = false;
@@ -390,24 +487,29 @@ constexpr unsigned kDefault = ~0u;
 
 double tolerance(double bytes) { return bytes >= kMiB ? 0.10 : 0.25; }
 
-// Single-process `-g 8` runs are evaluated in their own launch mode (host floor ranks x per-GPU
-// launch cost, CollectiveOptions::launch_mode); what remains above the model is listed here.
-constexpr const char* kGapRamp =
-    "mid-size ramp (1-256 MiB): measured time 40-200 us above NCCL's latency + bytes/rate with the "
-    "channels NCCL runs (no shrinking at these sizes) and above the host floor; ring all-reduce keeps "
-    "every link busy from the first slice, so slicing adds no pipeline fill beyond the 2(n-1) per-step "
-    "latencies already counted; also seen in multi-process H200 data, so not the launch mode";
-constexpr const char* kGapNvlsPlateau =
-    "NVLS 64 KiB-1 MiB plateau at ~42 us in a run that reaches 25.6 us at 1 KiB: not a host floor "
-    "(that would cap 1 KiB too); NCCL's NVLS model is a flat 25 us and nothing in hardware.md explains "
-    "the jump between 16 KiB and 64 KiB";
-constexpr const char* kGapMle1M =
-    "MLE A100 1 MiB takes 101.9 us, the same as its 4 MiB point (101.5 us) and twice Azure's 1 MiB "
-    "(50.7 us) on the same system type: an outlier of that run, not a size effect";
+constexpr const char* kExclNvlsPlateau =
+    "NCCL 2.18.5's forced-NVLS path at 64 KiB-1 MiB: a flat 42-43 us from 64 KiB to 2 MiB in a run whose "
+    "1-16 KiB take 25.6-30.2 us, i.e. a step of +12 us between 16 and 64 KiB with no growth over the next "
+    "32x in bytes. The same sizes on the same NVLink4/NVSwitch fabric under NCCL 2.20.5 (Azure H200, "
+    "checked below) take 30.8-34.6 us with no step, as NCCL's flat 25 us NVLS latency has it; meeting "
+    "both runs would need a fixed NVLS cost of ~34 us, 8 us above this run's own 1 KiB time. These are "
+    "sizes NCCL's selection never runs on NVLS (Ring LL up to 1 MiB, hardware.md §1.4): a property of "
+    "that release's forced small-message path, not of the fabric";
+constexpr const char* kExclMle1M =
+    "MLE A100 1 MiB takes 101.9 us, the same as the same run's 4 MiB (101.5 us) and twice Azure's 1 MiB "
+    "(50.7 us) on the same 8xA100 NVSwitch system type: a message 4x larger in the same time is not the "
+    "steady-state time of one collective algorithm at this size";
+constexpr const char* kExclTorchOverhead =
+    "torch.distributed benchmark (all_reduce_bench.py), not nccl-tests: each call carries a per-call "
+    "overhead nccl-tests does not have, measured as MLE minus Azure's nccl-tests on the same 8xH200 "
+    "sizes (both NVLS): +15.6, +15.5, +13.7 us at 2, 4, 8 MiB (27, 23, 15 % of the time), and a flat "
+    "38-40 us at 32-512 KiB where NCCL's Ring LL takes 15-21 us. Checked from 16 MiB up, where the "
+    "difference (11.4 us at 16 MiB, 8.5 %) is below the 10 % tolerance";
 
 std::vector<Measured> measured_points() {
   const ClusterSpec* A = &a100();
   const ClusterSpec* H = &h100();
+  const ClusterSpec* H2 = &h200();
   static ClusterSpec a100_4nic = [] {
     ClusterSpec c = a100();
     c.node.nics_per_node = 4;  // the measured systems have 4 HDR NICs per node
@@ -419,10 +521,12 @@ std::vector<Measured> measured_points() {
   const auto AR = CollectiveOp::all_reduce;
   const char* azure_a = "Azure ND_A100_v4_results.md, 8xA100 80GB, NCCL 2.18.5, all_reduce_perf -g 8 (hardware.md §2.1)";
   const char* azure_h = "Azure ND_H100_v5_results.md, 8xH100, NCCL_ALGO=NVLS, NCCL 2.18.5, -g 8 (hardware.md §2.1)";
+  const char* azure_h200 = "Azure ND_H200_v5_results.md, 8xH200, NCCL_ALGO=NVLS, NCCL 2.20.5, -g 8 (hardware.md §2.1)";
+  const char* mle_h200 = "MLE network/README.md, 8xH200 torch all_reduce_bench.py, 8 processes, NCCL 2.27.7 default (hardware.md §2.1)";
   const char* mle_a = "MLE network/README.md, 8xA100 all_reduce_perf -g 8 (hardware.md §2.1)";
   const char* nccl583 = "NVIDIA/nccl#583: 2xA100 (-g 2) all_reduce 32 B in 10.1 us (hardware.md §2.4)";
   std::vector<Measured> v = {
-      // A100, one node, Azure (default algorithm).
+      // A100, one node, Azure (default algorithm). The pipeline ramp was fitted on this series.
       {azure_a, A, AR, 1, 8, 1 * kKiB, 0.04, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 4 * kKiB, 0.17, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 16 * kKiB, 0.67, kDefault, nullptr},
@@ -431,14 +535,14 @@ std::vector<Measured> measured_points() {
       {azure_a, A, AR, 1, 8, 128 * kKiB, 5.15, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 256 * kKiB, 10.11, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 512 * kKiB, 19.24, kDefault, nullptr},
-      {azure_a, A, AR, 1, 8, 1 * kMiB, 36.22, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 2 * kMiB, 53.54, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 4 * kMiB, 71.43, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 8 * kMiB, 89.99, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 16 * kMiB, 109.22, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 32 * kMiB, 132.77, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 64 * kMiB, 166.63, kDefault, kGapRamp},
-      {azure_a, A, AR, 1, 8, 128 * kMiB, 174.18, kDefault, kGapRamp},
+      {azure_a, A, AR, 1, 8, 1 * kMiB, 36.22, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 2 * kMiB, 53.54, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 4 * kMiB, 71.43, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 8 * kMiB, 89.99, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 16 * kMiB, 109.22, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 32 * kMiB, 132.77, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 64 * kMiB, 166.63, kDefault, nullptr},
+      {azure_a, A, AR, 1, 8, 128 * kMiB, 174.18, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 256 * kMiB, 213.87, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 512 * kMiB, 221.58, kDefault, nullptr},
       {azure_a, A, AR, 1, 8, 1 * kGiB, 228.10, kDefault, nullptr},
@@ -448,11 +552,11 @@ std::vector<Measured> measured_points() {
       // A100, one node, MLE.
       {mle_a, A, AR, 1, 8, 32 * kKiB, 1.31, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 128 * kKiB, 4.43, kDefault, nullptr},
-      {mle_a, A, AR, 1, 8, 1 * kMiB, 18.00, kDefault, kGapMle1M},
-      {mle_a, A, AR, 1, 8, 4 * kMiB, 72.33, kDefault, kGapRamp},
-      {mle_a, A, AR, 1, 8, 16 * kMiB, 106.16, kDefault, kGapRamp},
-      {mle_a, A, AR, 1, 8, 64 * kMiB, 171.54, kDefault, kGapRamp},
-      {mle_a, A, AR, 1, 8, 256 * kMiB, 194.07, kDefault, kGapRamp},
+      {mle_a, A, AR, 1, 8, 1 * kMiB, 18.00, kDefault, kExclMle1M},
+      {mle_a, A, AR, 1, 8, 4 * kMiB, 72.33, kDefault, nullptr},
+      {mle_a, A, AR, 1, 8, 16 * kMiB, 106.16, kDefault, nullptr},
+      {mle_a, A, AR, 1, 8, 64 * kMiB, 171.54, kDefault, nullptr},
+      {mle_a, A, AR, 1, 8, 256 * kMiB, 194.07, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 1 * kGiB, 229.04, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 4 * kGiB, 233.88, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 16 * kGiB, 234.89, kDefault, nullptr},
@@ -465,32 +569,34 @@ std::vector<Measured> measured_points() {
        "not stated, evaluated at 4 nodes)", A, AR, 4, 8, 8 * kGiB, 192.0, kDefault, nullptr},
       {"NVIDIA/nccl-tests#175 / nccl#1048: 2xA100 nodes, 4xHDR each, 86 GB/s (hardware.md §2.3)", A4, AR, 2, 8,
        8 * kGiB, 86.0, kDefault,
-       "the thread itself calls ~96-100 the theoretical figure; this run reached 0.90 of HDR line rate where the "
-       "profile's NIC efficiency is 0.96; nccl-tests#100 on the same configuration (91) is met"},
+       "reported as a shortfall: hardware.md §2.3 records it as '86 GB/s vs ~96-100 theoretical', i.e. the "
+       "thread is about a system not reaching HDR rate (0.86 of 4 x 25 GB/s). The same configuration reaches "
+       "91 (nccl-tests#100) and 3 such nodes 96 (nccl-tests#119), both checked; meeting 86 too would need a "
+       "NIC efficiency of 0.946 or less where every HDR/NDR figure in hardware.md gives 0.96"},
       {"NVIDIA/nccl-tests#100: 2xHGX A100, 4xCX-6 200G, 91 GB/s (hardware.md §2.3)", A4, AR, 2, 8, 8 * kGiB, 91.0,
        kDefault, nullptr},
       {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, peak ~96 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
        8 * kGiB, 96.0, kDefault, nullptr},
       {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, average 84.8 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
-       8 * kGiB, 84.8, kDefault, "an average over sizes and runs, not one size; the peak of the same run is met"},
+       8 * kGiB, 84.8, kDefault, "an average over sizes and runs, not one size; the peak of the same run is checked"},
       // H100, one node, Azure NVLS.
       {azure_h, H, AR, 1, 8, 1 * kKiB, 0.07, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 4 * kKiB, 0.27, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 16 * kKiB, 0.95, nvls, nullptr},
-      {azure_h, H, AR, 1, 8, 64 * kKiB, 2.72, nvls, kGapNvlsPlateau},
-      {azure_h, H, AR, 1, 8, 128 * kKiB, 5.40, nvls, kGapNvlsPlateau},
-      {azure_h, H, AR, 1, 8, 256 * kKiB, 10.86, nvls, kGapNvlsPlateau},
-      {azure_h, H, AR, 1, 8, 512 * kKiB, 21.35, nvls, kGapNvlsPlateau},
-      {azure_h, H, AR, 1, 8, 1 * kMiB, 43.70, nvls, kGapNvlsPlateau},
-      {azure_h, H, AR, 1, 8, 2 * kMiB, 81.93, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 4 * kMiB, 128.73, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 8 * kMiB, 172.13, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 16 * kMiB, 234.45, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 32 * kMiB, 295.53, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 64 * kMiB, 361.78, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 128 * kMiB, 400.61, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 256 * kMiB, 423.38, nvls, kGapRamp},
-      {azure_h, H, AR, 1, 8, 512 * kMiB, 438.46, nvls, kGapRamp},
+      {azure_h, H, AR, 1, 8, 64 * kKiB, 2.72, nvls, kExclNvlsPlateau},
+      {azure_h, H, AR, 1, 8, 128 * kKiB, 5.40, nvls, kExclNvlsPlateau},
+      {azure_h, H, AR, 1, 8, 256 * kKiB, 10.86, nvls, kExclNvlsPlateau},
+      {azure_h, H, AR, 1, 8, 512 * kKiB, 21.35, nvls, kExclNvlsPlateau},
+      {azure_h, H, AR, 1, 8, 1 * kMiB, 43.70, nvls, kExclNvlsPlateau},
+      {azure_h, H, AR, 1, 8, 2 * kMiB, 81.93, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 4 * kMiB, 128.73, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 8 * kMiB, 172.13, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 16 * kMiB, 234.45, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 32 * kMiB, 295.53, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 64 * kMiB, 361.78, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 128 * kMiB, 400.61, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 256 * kMiB, 423.38, nvls, nullptr},
+      {azure_h, H, AR, 1, 8, 512 * kMiB, 438.46, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 1 * kGiB, 466.35, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 2 * kGiB, 472.36, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 4 * kGiB, 475.54, nvls, nullptr},
@@ -520,16 +626,33 @@ std::vector<Measured> measured_points() {
        430.0, kDefault,
        "RoCE fabric (see above); with IB figures NVLSTree at 2 nodes is NVLink-bound at 524 GB/s"},
   };
+  // H200 (not among the 72): the same NVLink4/NVSwitch fabric with NVLS, other NCCL releases.
+  const double h200_azure[][2] = {
+      {1 * kKiB, 0.06},     {4 * kKiB, 0.23},     {16 * kKiB, 0.93},    {32 * kKiB, 1.84},    {64 * kKiB, 3.72},
+      {128 * kKiB, 7.39},   {256 * kKiB, 14.75},  {512 * kKiB, 29.38},  {1 * kMiB, 52.96},    {2 * kMiB, 88.78},
+      {4 * kMiB, 138.44},   {8 * kMiB, 181.94},   {16 * kMiB, 240.41},  {32 * kMiB, 300.91},  {64 * kMiB, 368.11},
+      {128 * kMiB, 412.45}, {256 * kMiB, 432.24}, {512 * kMiB, 442.72}, {1 * kGiB, 467.58},   {2 * kGiB, 472.57},
+      {4 * kGiB, 477.41},   {8 * kGiB, 479.98}};
+  for (const auto& [bytes, gbps] : h200_azure) v.push_back({azure_h200, H2, AR, 1, 8, bytes, gbps, nvls, nullptr});
+  const double h200_mle[][2] = {
+      {32 * kKiB, 1.44},    {64 * kKiB, 2.93},    {128 * kKiB, 5.73},   {256 * kKiB, 11.74},  {512 * kKiB, 23.94},
+      {1 * kMiB, 39.93},    {2 * kMiB, 64.53},    {4 * kMiB, 107.16},   {8 * kMiB, 155.53},   {16 * kMiB, 219.89},
+      {32 * kMiB, 275.84},  {64 * kMiB, 346.51},  {128 * kMiB, 401.93}, {256 * kMiB, 436.15}, {512 * kMiB, 450.29},
+      {1 * kGiB, 463.58},   {2 * kGiB, 469.17},   {4 * kGiB, 473.10},   {8 * kGiB, 477.45},   {16 * kGiB, 482.26}};
+  for (const auto& [bytes, gbps] : h200_mle)
+    v.push_back({mle_h200, H2, AR, 1, 8, bytes, gbps, kDefault, bytes < 16 * kMiB ? kExclTorchOverhead : nullptr});
   // Launch modes of the sources. Single process (-g N, one host thread driving the node's GPUs):
   // Azure's NCCLBandwidth.py (`all_reduce_perf ... -g 8`), MLE's A100 run (`-g 8`), nccl#583 (`-g 2`).
   // Host CPUs: Azure ND A100 v4 AMD EPYC 7V12, ND H100 v5 Xeon 8480C (hardware.md §3.5); the MLE and
-  // nccl#583 A100 systems are DGX/HGX A100 class, whose hosts are AMD EPYC. Everything else: one
-  // process per GPU or a bandwidth plateau where the launch mode does not matter.
+  // nccl#583 A100 systems are DGX/HGX A100 class, whose hosts are AMD EPYC. hardware.md names no CPU
+  // for ND H200 v5; its own 1 KiB time (29.9 us with 8 GPUs) caps the per-GPU host cost at 3.7 us,
+  // which rules out the AMD figure (5.25 us), so the Intel one applies. Everything else: one process
+  // per GPU (the MLE H200 run is 8 torch processes) or a plateau where the launch mode does not matter.
   for (Measured& m : v) {
     if (m.source == azure_a || m.source == mle_a || m.source == nccl583) {
       m.launch = LaunchMode::single_process_multi_gpu;
       m.amd_host = true;
-    } else if (m.source == azure_h) {
+    } else if (m.source == azure_h || m.source == azure_h200) {
       m.launch = LaunchMode::single_process_multi_gpu;
     }
   }
@@ -539,8 +662,9 @@ std::vector<Measured> measured_points() {
 }  // namespace
 
 TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") {
-  int met = 0, gaps = 0;
-  std::string table = "\n  measured vs predicted busbw (GB/s)\n";
+  int checked = 0, excluded = 0, required = 0, h200_checked = 0;
+  std::string table = "\n  measured vs predicted busbw (GB/s); role: fit = the ramp was fitted here, chk = checked, "
+                      "x = excluded (reason after the source)\n";
   for (const Measured& m : measured_points()) {
     CollectiveOptions o;
     o.algorithm_mask = m.algorithm_mask;
@@ -550,26 +674,36 @@ TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") 
     const double predicted = busbw(e) / kGB;
     const double err = (predicted - m.busbw_gbps) / m.busbw_gbps;
     const bool ok = std::abs(err) <= tolerance(m.bytes);
-    char line[512];
-    std::snprintf(line, sizeof line, "  %-9s %2dx%d %-14s %12.0f B  measured %8.3f  predicted %8.3f  %+6.1f%%  %-8s %-6s ch %2d %-4s %-4s %s | %s\n",
+    const bool fit = std::string_view(m.source).starts_with("Azure ND_A100");
+    char line[1024];
+    std::snprintf(line, sizeof line,
+                  "  %-13s %2dx%d %-14s %12.0f B  measured %8.3f  predicted %8.3f  %+6.1f%%  %-8s %-6s ch %2d "
+                  "ramp %7.1f us %-2s %-4s %-3s %s | %s%s%s\n",
                   m.cluster->name.c_str(), m.nodes, m.per_node, std::string(to_string(m.op)).c_str(), m.bytes,
                   m.busbw_gbps, predicted, 100 * err, e.algorithm.c_str(), e.protocol.c_str(), e.channels,
-                  m.launch == LaunchMode::single_process_multi_gpu ? "-g" : "mp", e.host_bound ? "host" : "",
-                  ok ? "ok" : (m.gap ? "GAP" : "FAIL"), m.source);
+                  e.ramp_seconds / kUs, m.launch == LaunchMode::single_process_multi_gpu ? "-g" : "mp",
+                  e.host_bound ? "host" : "", m.excluded ? "x" : fit ? "fit" : "chk",
+                  ok ? "ok" : (m.excluded ? "out" : "FAIL"), m.source, m.excluded ? " | excluded: " : "",
+                  m.excluded ? m.excluded : "");
     table += line;
+    if (m.cluster != &h200()) ++required;
     const std::string source = m.source;
     CAPTURE(source);
     CAPTURE(m.bytes);
     CAPTURE(predicted);
-    if (m.gap == nullptr) {
+    if (m.excluded == nullptr) {
       CHECK_MESSAGE(ok, "predicted ", predicted, " GB/s vs measured ", m.busbw_gbps, " (", 100 * err, " %)");
-      ++met;
+      (m.cluster == &h200() ? h200_checked : checked) += 1;
     } else {
-      ++gaps;
-      // A listed gap that starts meeting the tolerance should be promoted to a checked point.
-      WARN_MESSAGE(!ok, "known gap now within tolerance, promote it: ", m.source);
+      if (m.cluster != &h200()) ++excluded;
+      // An excluded figure that starts meeting the tolerance deserves a second look at its reason.
+      WARN_MESSAGE(!ok, "excluded figure now within tolerance, re-examine the exclusion: ", m.source);
     }
   }
   MESSAGE(table);
-  MESSAGE(met, " points checked within tolerance, ", gaps, " known gaps listed");
+  // Every A100/H100 figure of hardware.md §2 is in the table: none can be dropped silently.
+  CHECK(required == 72);
+  CHECK(checked + excluded == required);
+  MESSAGE(checked, " of ", required, " A100/H100 points checked within tolerance, ", excluded,
+          " excluded with the reason; ", h200_checked, " H200 cross-check points checked");
 }
