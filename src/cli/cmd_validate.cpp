@@ -3,14 +3,18 @@
 // published measurements. Method and current results: docs/validation.md.
 #include <fmt/format.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/command.hpp"
+#include "report/chrome_trace.hpp"
 #include "report/validation.hpp"
+#include "sim/step_simulator.hpp"
 #include "spec/cluster_search.hpp"
 #include "spec/error.hpp"
+#include "spec/plan_toml.hpp"
 #include "spec/validation_row.hpp"
 
 namespace meshplan::cli {
@@ -22,6 +26,9 @@ Command add_validate_command(CLI::App& root) {
     std::string cluster;
     std::string by = "source";
     std::vector<std::string> cluster_dirs;
+    std::vector<std::string> rows;
+    std::string trace;
+    std::string export_plan;
     bool json = false;
   };
   auto o = std::make_shared<Options>();
@@ -41,6 +48,11 @@ Command add_validate_command(CLI::App& root) {
       ->capture_default_str();
   c.app->add_option("--cluster-dir", o->cluster_dirs,
                     "folder of extra hardware profiles (NAME.toml), looked up by the gpu column before the shipped ones");
+  c.app->add_option("--row", o->rows, "compare only the row(s) with this id (repeatable)");
+  c.app->add_option("--trace", o->trace,
+                    "with one --row: write that row's simulated step as a Chrome trace (open in ui.perfetto.dev)");
+  c.app->add_option("--export-plan", o->export_plan,
+                    "with one --row: write that row as a meshplan plan TOML, to rerun with simulate/whatif/memory");
   c.app->add_flag("--json", o->json, "machine-readable output (docs/validation.md)");
 
   c.run = [o] {
@@ -64,7 +76,27 @@ Command add_validate_command(CLI::App& root) {
       if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
       opts.cluster_dirs.emplace_back(d);
     }
-    const ValidationReport rep = run_validation_file(o->file, opts);
+    opts.only_ids = o->rows;
+    const bool inspect = !o->trace.empty() || !o->export_plan.empty();
+    if (inspect && o->rows.size() != 1)
+      throw InputError("", o->trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
+    const CsvTable table = read_csv_table(o->file);
+    const ValidationReport rep = run_validation(table, opts);
+    if (inspect) {
+      const ValidationRowRun row = validation_row_run(table, o->rows.front(), opts);
+      auto write = [](const std::string& path, const char* key, const std::string& text) {
+        std::ofstream f(path);
+        if (!f) throw InputError(path, key, "cannot open for writing");
+        f << text;
+        if (!f) throw InputError(path, key, "write failed");
+      };
+      if (!o->export_plan.empty()) write(o->export_plan, "--export-plan", to_plan_toml(row.vc.run));
+      if (!o->trace.empty()) {
+        const SimulatedStep step =
+            simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
+        write(o->trace, "--trace", chrome_trace(step.program, step.timings).dump() + "\n");
+      }
+    }
     if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));
     else fmt::print("{}", validation_text(rep));
     return 0;

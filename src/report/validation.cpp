@@ -106,6 +106,22 @@ std::string dominant_memory_term(const MemoryBreakdown& b) {
   return best->first;
 }
 
+// Indices of the rows to run: all of them, or those whose id is listed (in the table's order).
+std::vector<std::size_t> selected_rows(const CsvTable& table, const std::vector<std::string>& ids) {
+  std::vector<std::size_t> out;
+  std::set<std::string> found;
+  for (std::size_t i = 0; i < table.rows.size(); ++i) {
+    const std::string& id = CsvRow(table, i).get("id");
+    if (ids.empty() || std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      out.push_back(i);
+      found.insert(id);
+    }
+  }
+  for (const std::string& id : ids)
+    if (found.count(id) == 0) throw InputError(table.file, "--row " + id, "no row with this id");
+  return out;
+}
+
 // Loads each (profile, node size) once: profiles are TOML files and rows share a handful.
 class ClusterCache {
 public:
@@ -383,7 +399,8 @@ ValidationReport run_validation(const CsvTable& table, const ValidationOptions& 
   std::vector<ValidationCase> cases;
   std::vector<const ClusterSpec*> specs;
   std::vector<std::string> cluster_errors;
-  for (std::size_t i = 0; i < table.rows.size(); ++i) {
+  const std::vector<std::size_t> selected = selected_rows(table, options.only_ids);
+  for (std::size_t i : selected) {
     cases.push_back(map_validation_row(table, i));
     const ValidationCase& vc = cases.back();
     specs.push_back(nullptr);
@@ -418,6 +435,15 @@ ValidationReport run_validation(const CsvTable& table, const ValidationOptions& 
   for (const auto& [g, rows] : by_group) rep.groups.push_back(summarize(rows, g));
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
+}
+
+ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id, const ValidationOptions& options) {
+  const std::size_t i = selected_rows(table, {id}).front();
+  ValidationRowRun out{map_validation_row(table, i), {}};
+  if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
+  ClusterCache clusters(options.cluster_dirs);
+  out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);
+  return out;
 }
 
 ValidationReport run_validation_file(const std::string& path, const ValidationOptions& options) {

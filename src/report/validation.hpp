@@ -77,7 +77,17 @@ struct ValidationOptions {
   std::vector<std::filesystem::path> cluster_dirs;  // searched before the shipped profiles
   GroupBy by = GroupBy::source;
   int threads = 0;  // rows simulated in parallel; 0 = one per hardware thread
+  std::vector<std::string> only_ids;  // compare just these rows (every id must exist)
 };
+
+// One row as the simulator sees it, to look inside (`validate --row ID --trace/--export-plan`):
+// the mapped case, the profile it runs on (node size applied) and the simulated step with its
+// timeline. Throws InputError when the id is not in the table or the row is skipped.
+struct ValidationRowRun {
+  ValidationCase vc;
+  ClusterSpec cluster;
+};
+ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id, const ValidationOptions& options);
 
 struct ValidationReport {
   std::string file;

@@ -312,6 +312,53 @@ private:
     return id;
   }
 
+  // One layer's ops in issue order. With `overlap` (async TP: Megatron --tp-comm-overlap,
+  // torchtitan's micro-pipelined TP) a TP all-gather is cut into chunks that pipeline with the GEMM
+  // op consuming it, and a reduce-scatter with the GEMM op producing it: the collective runs beside
+  // that op and the op after the pair waits for both. Otherwise every op waits for the one before.
+  struct LayerChain {
+    Builder& b;
+    bool overlap = false;
+    int prev = -1, first = -1;
+    std::vector<int> pending;     // deps of the next op chained
+    std::vector<int> after_next;  // all-gathers running beside the next op: the op after it waits
+    void compute(Op&& op) {
+      b.chain(std::move(op), prev, first, pending);
+      pending.insert(pending.end(), after_next.begin(), after_next.end());
+      after_next.clear();
+    }
+    void comm(Op&& op) {
+      if (!overlap || op.category != OpCategory::tp) {
+        compute(std::move(op));
+        return;
+      }
+      if (first < 0) {
+        // A zero-work entry op carries the layer's incoming dependencies (pipeline wiring
+        // attaches to the first op), so the collective and its consumer can both follow it.
+        compute(b.compute_op(op.stage, op.name.empty() ? std::string() : op.name + ".entry", OpCategory::compute));
+      }
+      if (op.collective == CollectiveOp::all_gather) {
+        op.deps.assign(pending.begin(), pending.end());
+        op.deps.push_back(prev);
+        after_next.push_back(b.add(std::move(op)));
+      } else {
+        const auto producer_deps = b.prog_.ops[static_cast<std::size_t>(prev)].deps;
+        op.deps.assign(producer_deps.begin(), producer_deps.end());
+        pending.push_back(b.add(std::move(op)));
+      }
+    }
+    // The layer ends when its overlapped collectives do.
+    std::pair<int, int> finish(int stage, const std::string& name, OpCategory cat) {
+      pending.insert(pending.end(), after_next.begin(), after_next.end());
+      after_next.clear();
+      if (!pending.empty() && first >= 0) {
+        Op join = b.compute_op(stage, name, cat);
+        compute(std::move(join));
+      }
+      return {first, prev};
+    }
+  };
+
   // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
   // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
   bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
@@ -331,6 +378,23 @@ private:
     op.low_precision_gemms = true;
     op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, bytes_per_element(low_precision_gemm_dtype(p_.fp8)));
     op.kernels += static_cast<int>(linears.size());
+  }
+
+  // Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring
+  // step (Transformer Engine userbuffers, torchtitan's micro-pipelined TP), so they are priced as
+  // tp separate GEMMs of that size.
+  void chunk_for_overlap(Op& op) const {
+    const int tp = p_.mesh.tp;
+    Gemms chunked;
+    for (const GemmShape& g : op.gemms) {
+      if (g.m < tp) {
+        chunked.push_back(g);
+        continue;
+      }
+      for (int i = 0; i < tp; ++i) chunked.push_back({g.m / tp, g.n, g.k, g.batch});
+    }
+    op.kernels += static_cast<int>(chunked.size() - op.gemms.size());
+    op.gemms = std::move(chunked);
   }
 
   bool fsdp() const {
@@ -396,25 +460,11 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   const bool tp = p_.mesh.tp > 1;
   const bool full_tp = p_.tp_style == TpStyle::full;
   const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
-  int prev = -1, first = -1;
-  std::vector<int> pending = std::move(first_deps);
-  // Under async TP the collective overlaps the neighbouring GEMM: the op after the next waits.
-  int tp_pending = -1;
-  auto comm = [&](Op&& op) {
-    if (p_.async_tp && op.category == OpCategory::tp && prev >= 0) {
-      op.deps.push_back(prev);
-      tp_pending = add(std::move(op));
-      return;
-    }
-    chain(std::move(op), prev, first, pending);
-  };
-  auto compute = [&](Op&& op) {
-    if (tp_pending >= 0 && op.category != OpCategory::tp) {
-      pending.push_back(tp_pending);
-      tp_pending = -1;
-    }
-    chain(std::move(op), prev, first, pending);
-  };
+  const bool overlap = p_.async_tp && tp && full_tp;
+  LayerChain chain_of{*this, overlap};
+  chain_of.pending = std::move(first_deps);
+  auto comm = [&](Op&& op) { chain_of.comm(std::move(op)); };
+  auto compute = [&](Op&& op) { chain_of.compute(std::move(op)); };
   const double flops_scale = recompute ? 0.0 : 1.0;
 
   if (tp && full_tp && p_.sequence_parallel)
@@ -427,6 +477,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   pre.hardware_flops = gemm_flops(pre.gemms);
   pre.model_flops = flops_scale * pre.hardware_flops;
   quantize_forward(pre, k_.pre_attention, mb);
+  if (overlap) chunk_for_overlap(pre);
   if (p_.mesh.cp > 1) {
     compute(std::move(pre));
     // torchtitan's default rotate method all-gathers K and V across the CP group.
@@ -443,6 +494,21 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::forward);
     attn.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
     compute(std::move(attn));
+  } else if (overlap) {
+    // Overlapped TP pairs the all-gather with the QKV GEMM and the reduce-scatter with the output
+    // projection, so the attention kernel between them is an op of its own.
+    pre.hardware_flops += add_core_attention(pre, k_, Pass::forward);
+    pre.model_flops = flops_scale * (gemm_flops(pre.gemms) + attention_fwd_flops(k_.attention));
+    compute(std::move(pre));
+    Op proj = compute_op(stage, sub_name(tag, ".proj"), cat);
+    proj.gemms = k_.post_attention;
+    proj.memory_bound_bytes = k_.post_attention_bytes;
+    proj.kernels = k_.attn_kernels;
+    proj.hardware_flops = gemm_flops(proj.gemms);
+    proj.model_flops = flops_scale * proj.hardware_flops;
+    quantize_forward(proj, k_.post_attention, mb);
+    chunk_for_overlap(proj);
+    compute(std::move(proj));
   } else {
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
@@ -477,6 +543,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   mlp.hardware_flops = gemm_flops(mlp.gemms);
   mlp.model_flops = flops_scale * mlp.hardware_flops;
   quantize_forward(mlp, k_.mlp, mb);
+  if (overlap) chunk_for_overlap(mlp);
   compute(std::move(mlp));
   if (moe_a2a)
     comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
@@ -487,13 +554,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
                        rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, GroupKind::tp,
                        full_tp ? act : act * p_.mesh.tp));
   }
-  if (tp_pending >= 0) {
-    // The layer is not done until its overlapped TP collective is.
-    Op join = compute_op(stage, sub_name(tag, ".tp_join"), cat);
-    join.deps.push_back(tp_pending);
-    chain(std::move(join), prev, first, pending);
-  }
-  return {first, prev};
+  return chain_of.finish(stage, sub_name(tag, ".tp_join"), cat);
 }
 
 std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
@@ -501,9 +562,9 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   const bool tp = p_.mesh.tp > 1;
   const bool full_tp = p_.tp_style == TpStyle::full;
   const double act = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
-  int prev = -1, first = -1;
-  std::vector<int> pending = std::move(first_deps);
-  auto comm = [&](Op&& op) { chain(std::move(op), prev, first, pending); };
+  LayerChain chain_of{*this, p_.async_tp && tp && full_tp};
+  chain_of.pending = std::move(first_deps);
+  auto comm = [&](Op&& op) { chain_of.comm(std::move(op)); };
   auto grads_of = [](const Gemms& fwd) {
     Gemms out;
     for (const auto& g : fwd) {
@@ -523,6 +584,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   mlp.hardware_flops = gemm_flops(mlp.gemms);
   mlp.model_flops = mlp.hardware_flops;
   quantize_backward(mlp, k_.mlp);
+  if (chain_of.overlap) chunk_for_overlap(mlp);
   comm(std::move(mlp));
   if (tp && full_tp && p_.sequence_parallel)
     comm(collective_op(stage, sub_name(tag, ".tp_mlp_in"), StreamKind::tp, OpCategory::tp, CollectiveOp::reduce_scatter,
@@ -541,6 +603,7 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::backward);
   attn.model_flops = projection + 2.0 * attention_fwd_flops(k_.attention);
   quantize_backward(attn, k_.post_attention);
+  if (chain_of.overlap) chunk_for_overlap(attn);
   comm(std::move(attn));
   if (p_.mesh.cp > 1) {
     const double kv = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.kv_width) /
@@ -555,12 +618,13 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   qkv.hardware_flops = gemm_flops(qkv.gemms);
   qkv.model_flops = qkv.hardware_flops;
   quantize_backward(qkv, k_.pre_attention);
+  if (chain_of.overlap) chunk_for_overlap(qkv);
   comm(std::move(qkv));
   if (tp && full_tp)
     comm(collective_op(stage, sub_name(tag, ".tp_qkv_in"), StreamKind::tp, OpCategory::tp,
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
                        GroupKind::tp, act));
-  return {first, prev};
+  return chain_of.finish(stage, sub_name(tag, ".tp_join"), OpCategory::compute);
 }
 
 // One entry of a stage's compute order: forward or backward of a micro-batch on a model chunk.

@@ -278,3 +278,32 @@ TEST_CASE("FP8 linears make a GEMM-bound H100 step faster, but by less than the 
   // An A100 has no FP8 tensor cores: the estimate says so instead of pricing it.
   CHECK_THROWS_AS(simulate_step(m, p, j, load_cluster("a100-80gb")), InputError);
 }
+
+TEST_CASE("async TP: each all-gather runs beside the GEMM that consumes it, each reduce-scatter beside its producer") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("llama3.1-70b");
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::none;
+  p.mesh.tp = 8;
+  p.sequence_parallel = true;
+  const Job j{4096, 2, 1, 2};
+  const StepResult serial = simulate_step(m, p, j, c).result;
+  p.async_tp = true;
+  const SimulatedStep overlapped = simulate_step(m, p, j, c, SimOptions{.keep_timeline = true});
+  CHECK(overlapped.result.step_time_s < serial.step_time_s);
+  CHECK(overlapped.result.exposed_comm_s.at("tp") < 0.5 * serial.exposed_comm_s.at("tp"));
+  auto timing = [&](const std::string& name) {
+    for (std::size_t i = 0; i < overlapped.program.ops.size(); ++i)
+      if (overlapped.program.ops[i].name == name) return overlapped.timings[i];
+    FAIL("no op " << name);
+    return sim::TaskTiming{};
+  };
+  // Forward of layer 3: the SP all-gather starts with the QKV GEMM, the reduce-scatter with the
+  // output projection, and the MLP (which reads the reduced output) waits for the reduce-scatter.
+  CHECK(timing("fwd.L3.mb1.tp_ag_attn").start_seconds == doctest::Approx(timing("fwd.L3.mb1.qkv").start_seconds));
+  CHECK(timing("fwd.L3.mb1.tp_attn_out").start_seconds == doctest::Approx(timing("fwd.L3.mb1.proj").start_seconds));
+  CHECK(timing("fwd.L3.mb1.mlp").start_seconds >= timing("fwd.L3.mb1.tp_attn_out").end_seconds - 1e-12);
+  // The next layer starts only after this layer's last reduce-scatter.
+  CHECK(timing("fwd.L4.mb1.qkv").start_seconds >= timing("fwd.L3.mb1.tp_mlp_out").end_seconds - 1e-12);
+}
