@@ -75,8 +75,11 @@ std::vector<Point> monotone_table(std::vector<Point> pts) {
   return merged;
 }
 
+// The profile with `curve` as its GEMM curve, at the microbenchmark's own clock: calibration loops
+// are short runs like the sweeps the curves come from, so the sustained-load fraction is not in them.
 ClusterSpec with_gemm_curve(const ClusterSpec& base, const GemmCurve& curve) {
   ClusterSpec c = base;
+  c.gpu.sustained_clock_fraction = 1.0;
   auto it = std::find_if(c.gpu.gemm_curves.begin(), c.gpu.gemm_curves.end(),
                          [&](const GemmCurve& g) { return g.dtype == curve.dtype; });
   if (it == c.gpu.gemm_curves.end()) c.gpu.gemm_curves.push_back(curve);

@@ -190,6 +190,7 @@ Command add_kernel_command(CLI::App& root) {
              {"peak_tflops", e.peak_flops_per_s / 1e12},
              {"achieved_hbm_gb_per_s", achieved_bw / 1e9},
              {"curve_fallback", e.curve_fallback},
+             {"sustained_clock_fraction", cluster.gpu.sustained_clock_fraction},
              {"note", note.empty() ? json(nullptr) : json(note)}};
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -203,6 +204,9 @@ Command add_kernel_command(CLI::App& root) {
     fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", achieved_bw / 1e9, e.bytes);
     fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", bound,
                e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
+    if (d.kind != "memory" && cluster.gpu.sustained_clock_fraction < 1)
+      fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
+                 cluster.gpu.sustained_clock_fraction);
     if (!note.empty()) fmt::print("  note        {}\n", note);
     return 0;
   };

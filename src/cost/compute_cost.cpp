@@ -220,7 +220,7 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
-  return g.flops() / (peak * tensor_core_seconds(*curve.curve, peak, g));
+  return g.flops() * c.gpu.sustained_clock_fraction / (peak * tensor_core_seconds(*curve.curve, peak, g));
 }
 
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
@@ -237,7 +237,7 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.curve_dtype = curve.curve->dtype;
   e.flops = g.flops();
   e.bytes = gemm_bytes(g, dtype);
-  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, g);
+  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, g) / c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }
@@ -276,7 +276,7 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   e.curve_dtype = is_16bit_float(dtype) ? dtype : Dtype::bf16;
   e.flops = attention_flops(a, pass);
   e.bytes = attention_bytes(a, pass, dtype);
-  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s);
+  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s * c.gpu.sustained_clock_fraction);
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

@@ -42,6 +42,10 @@ struct GpuSpec {
   // What eager element-wise and normalization kernels reach (bf16 casts, LayerNorm/RMSNorm
   // backward reductions, GELU's erf, dropout's RNG), as a fraction of peak; STREAM's if unset.
   double elementwise_efficiency = 0;
+  // Tensor-core throughput under sustained training load as a fraction of what the (short)
+  // microbenchmarks behind the GEMM and attention curves reached: power and thermal limits hold
+  // the clock lower when every GPU of a node runs for minutes. 1 = no throttling.
+  double sustained_clock_fraction = 1;
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
   // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.

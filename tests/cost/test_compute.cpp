@@ -72,19 +72,26 @@ TEST_CASE("large square GEMMs land within 5% of the measured sweeps (hardware.md
       {"h100-sxm-80gb", Dtype::fp8, 8192, 1290.1}, {"h100-sxm-80gb", Dtype::fp8, 16384, 1377.3},
       {"h200-141gb", Dtype::fp8, 8192, 1300.6},    {"gb200", Dtype::fp8, 8192, 2876.6},
   };
+  // Training runs the tensor cores at the profile's sustained_clock_fraction of what these short
+  // sweeps reached (H100/H200 0.9, fitted on dev.csv; 1 elsewhere), so the sweep is reproduced
+  // once that factor is taken out, and the training estimate sits exactly that factor below it.
   for (const Row& r : rows) {
     const ClusterSpec c = profile(r.cluster);
     const KernelEstimate e = gemm_time(c, GemmShape{r.dim, r.dim, r.dim}, r.dtype);
+    const double sustained = c.gpu.sustained_clock_fraction;
     CAPTURE(r.cluster);
     CAPTURE(r.dim);
-    CHECK(std::abs(rel_err(device_tflops(e), r.measured_tflops)) < 0.05);
-    CHECK(std::abs(rel_err(tflops(e), r.measured_tflops)) < 0.05);  // launch < 0.5% here
+    CHECK(std::abs(rel_err(device_tflops(e) / sustained, r.measured_tflops)) < 0.05);
+    CHECK(std::abs(rel_err(tflops(e) / sustained, r.measured_tflops)) < 0.05);  // launch < 0.5% here
     CHECK_FALSE(e.memory_bound);
     CHECK_FALSE(e.curve_fallback);
   }
+  CHECK(profile("h100-sxm-80gb").gpu.sustained_clock_fraction == 0.9);
+  CHECK(profile("a100-80gb").gpu.sustained_clock_fraction == 1.0);
   // Non-square but not skinny: 6144x12288x12288 (A100 FP16 250.8, H100 FP8 1351.4).
   CHECK(std::abs(rel_err(device_tflops(gemm_time(profile("a100-80gb"), {6144, 12288, 12288}, Dtype::fp16)), 250.8)) < 0.05);
-  CHECK(std::abs(rel_err(device_tflops(gemm_time(profile("h100-sxm-80gb"), {6144, 12288, 12288}, Dtype::fp8)), 1351.4)) < 0.05);
+  CHECK(std::abs(rel_err(device_tflops(gemm_time(profile("h100-sxm-80gb"), {6144, 12288, 12288}, Dtype::fp8)) / 0.9, 1351.4)) <
+        0.05);
 }
 
 TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never falls with size") {
@@ -94,7 +101,8 @@ TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never fal
   const double at_16k = gemm_efficiency(h100, {16384, 16384, 16384}, Dtype::bf16);
   CHECK(at_10k >= at_8k);
   CHECK(at_16k >= at_10k);
-  CHECK(at_16k == doctest::Approx(0.8060).epsilon(1e-9));  // clamped at the envelope's top
+  // Clamped at the envelope's top, at the sustained clock (0.9 of the sweep's).
+  CHECK(at_16k == doctest::Approx(0.8060 * 0.9).epsilon(1e-9));
 }
 
 TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube") {
@@ -159,7 +167,8 @@ TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (hardware.
         (f.flops + b.flops) / (f.seconds - f.launch_seconds + b.seconds - b.launch_seconds) / 1e12;
     CAPTURE(r.cluster);
     CAPTURE(r.seq);
-    CHECK(std::abs(rel_err(fwd_bwd_tflops, r.measured_tflops)) < 0.02);
+    // The figures are short benchmark runs: training runs them at the sustained clock fraction.
+    CHECK(std::abs(rel_err(fwd_bwd_tflops / c.gpu.sustained_clock_fraction, r.measured_tflops)) < 0.02);
     CHECK_FALSE(f.curve_fallback);
     CHECK(b.seconds > f.seconds);
   }
@@ -172,8 +181,8 @@ TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (hardware.
   mid.head_dim = 96;
   const double rate = attention_flops(mid, Pass::forward) /
                       attention_time(h100, mid, Pass::forward, Dtype::bf16).compute_seconds / 1e12;
-  CHECK(rate > 273.0);  // causal hd64 at 8k
-  CHECK(rate < 308.0);  // causal hd128 at 8k
+  CHECK(rate > 0.9 * 273.0);  // causal hd64 at 8k, at the sustained clock
+  CHECK(rate < 0.9 * 308.0);  // causal hd128 at 8k
 }
 
 TEST_CASE("a FlashAttention-1 class kernel runs at half the FA2 rate (FA2 paper: ~2x speedup)") {
@@ -381,15 +390,17 @@ TEST_CASE("meshplan kernel CLI: JSON contract and one-line errors") {
   const std::string out = run("--cluster h100-sxm-80gb --gemm 8192x8192x8192 --dtype bf16 --json", status);
   REQUIRE(status == 0);
   const auto j = nlohmann::json::parse(out);
-  CHECK(j.at("tflops").get<double>() == doctest::Approx(797.5).epsilon(0.05));
+  // The sweep's 797.5 TFLOP/s (0.806 of peak) at the sustained clock, 0.9 of it.
+  CHECK(j.at("tflops").get<double>() == doctest::Approx(0.9 * 797.5).epsilon(0.05));
   CHECK(j.at("time_us").get<double>() > 0);
-  CHECK(j.at("efficiency").get<double>() == doctest::Approx(0.806).epsilon(0.05));
+  CHECK(j.at("efficiency").get<double>() == doctest::Approx(0.9 * 0.806).epsilon(0.05));
+  CHECK(j.at("sustained_clock_fraction").get<double>() == 0.9);
   CHECK(j.at("bound").get<std::string>() == "compute");
 
   const auto att = nlohmann::json::parse(
       run("--cluster h100-sxm-80gb --attention b=1,heads=32,seq=8192,head_dim=128,causal=1 --pass bwd --json", status));
   CHECK(status == 0);
-  CHECK(att.at("tflops").get<double>() == doctest::Approx(308).epsilon(0.05));
+  CHECK(att.at("tflops").get<double>() == doctest::Approx(0.9 * 308).epsilon(0.05));
 
   const auto mem = nlohmann::json::parse(run("--cluster h100-sxm-80gb --memory-bytes 16e9 --json", status));
   CHECK(status == 0);
