@@ -1,12 +1,16 @@
 // The current accuracy of meshplan against the published measurements in ../shared/validation.
-// The bounds are the values measured when this test was written, rounded up to the next 5 %;
-// they may only be tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %).
-// Measured: dev.csv tokens/s MAPE 26.3 % over 161 rows; memory.csv MAPE 20.3 % over 41 runs.
+// The bounds are the values measured when this test was last tightened plus a margin of about a
+// tenth (so that an unrelated change in the last digit does not fail it); they may only be
+// tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %).
+// Measured (2026-12-01): dev.csv tokens/s MAPE 6.3 % over 184 rows; per source llm-foundry 4.9,
+// korthikanti2022 3.9, megatron-sc21 4.1, megatron-lm-h100 9.9, nemo-24.07 6.8, bloom-176b 73.3.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "report/validation.hpp"
 #include "test_paths.hpp"
@@ -15,7 +19,14 @@ using namespace meshplan;
 
 namespace {
 
-constexpr double kDevTokensMapeBoundPct = 30.0;
+constexpr double kDevTokensMapeBoundPct = 7.0;
+constexpr int kDevRowsCompared = 184;
+// Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
+// far outside the 15 % target; its bound records where it stands.
+const std::map<std::string, double> kDevSourceMapeBoundPct = {
+    {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
+    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 75.0},
+};
 constexpr double kMemoryMapeBoundPct = 25.0;
 
 ValidationReport run(const char* name) {
@@ -34,8 +45,15 @@ TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
   }
   const ValidationReport rep = run("dev.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
-  CHECK(rep.summary.n > 0);
+  CHECK(rep.summary.n >= kDevRowsCompared);
   CHECK(*rep.summary.mape_pct <= kDevTokensMapeBoundPct);
+  for (const ValidationSummary& g : rep.groups) {
+    const auto bound = kDevSourceMapeBoundPct.find(g.group);
+    if (bound == kDevSourceMapeBoundPct.end()) continue;  // no compared rows (opt-175b)
+    CAPTURE(g.group);
+    REQUIRE(g.mape_pct.has_value());
+    CHECK(*g.mape_pct <= bound->second);
+  }
 }
 
 TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
