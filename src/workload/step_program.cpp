@@ -478,6 +478,19 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   pre.model_flops = flops_scale * pre.hardware_flops;
   quantize_forward(pre, k_.pre_attention, mb);
   if (overlap) chunk_for_overlap(pre);
+  // The output projection (with the core attention before it, unless that is an op of its own).
+  auto projection = [&](const char* suffix, bool with_attention) {
+    Op op = compute_op(stage, sub_name(tag, suffix), cat);
+    op.gemms = k_.post_attention;
+    op.memory_bound_bytes = k_.post_attention_bytes;
+    op.kernels = k_.attn_kernels;
+    quantize_forward(op, k_.post_attention, mb);
+    const double flops = gemm_flops(op.gemms);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, k_, Pass::forward) : 0.0);
+    op.model_flops = flops_scale * (flops + (with_attention ? attention_fwd_flops(k_.attention) : 0.0));
+    if (overlap) chunk_for_overlap(op);
+    return op;
+  };
   if (p_.mesh.cp > 1) {
     compute(std::move(pre));
     // torchtitan's default rotate method all-gathers K and V across the CP group.
@@ -485,38 +498,24 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
                       static_cast<double>(d_.attn_split) * p_.mesh.cp;
     comm(collective_op(stage, sub_name(tag, ".cp_ag_kv"), StreamKind::cp, OpCategory::cp, CollectiveOp::all_gather,
                        GroupKind::cp, kv));
-    Op attn = compute_op(stage, sub_name(tag, ".attn"), cat);
-    attn.gemms = k_.post_attention;
-    attn.memory_bound_bytes = k_.post_attention_bytes;
-    attn.kernels = k_.attn_kernels;
-    quantize_forward(attn, k_.post_attention, mb);
-    const double projection = gemm_flops(attn.gemms);
-    attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::forward);
-    attn.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
-    compute(std::move(attn));
+    compute(projection(".attn", true));
   } else if (overlap) {
     // Overlapped TP pairs the all-gather with the QKV GEMM and the reduce-scatter with the output
     // projection, so the attention kernel between them is an op of its own.
-    pre.hardware_flops += add_core_attention(pre, k_, Pass::forward);
-    pre.model_flops = flops_scale * (gemm_flops(pre.gemms) + attention_fwd_flops(k_.attention));
     compute(std::move(pre));
-    Op proj = compute_op(stage, sub_name(tag, ".proj"), cat);
-    proj.gemms = k_.post_attention;
-    proj.memory_bound_bytes = k_.post_attention_bytes;
-    proj.kernels = k_.attn_kernels;
-    proj.hardware_flops = gemm_flops(proj.gemms);
-    proj.model_flops = flops_scale * proj.hardware_flops;
-    quantize_forward(proj, k_.post_attention, mb);
-    chunk_for_overlap(proj);
-    compute(std::move(proj));
+    Op core = compute_op(stage, sub_name(tag, ".attn"), cat);
+    core.hardware_flops = add_core_attention(core, k_, Pass::forward);
+    core.model_flops = flops_scale * attention_fwd_flops(k_.attention);
+    compute(std::move(core));
+    compute(projection(".proj", false));
   } else {
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
     pre.kernels += k_.attn_kernels;
     quantize_forward(pre, k_.post_attention, mb);
-    const double projection = gemm_flops(pre.gemms);
-    pre.hardware_flops = projection + add_core_attention(pre, k_, Pass::forward);
-    pre.model_flops = flops_scale * (projection + attention_fwd_flops(k_.attention));
+    const double flops = gemm_flops(pre.gemms);
+    pre.hardware_flops = flops + add_core_attention(pre, k_, Pass::forward);
+    pre.model_flops = flops_scale * (flops + attention_fwd_flops(k_.attention));
     compute(std::move(pre));
   }
   if (tp && full_tp) {
