@@ -112,7 +112,13 @@ namespace {
 
 // torchtitan per-op SAC (llama3 `_op_sac_save_list`): the outputs of every second matmul
 // (1st, 3rd, ...), the attention kernel's outputs and reduce-scatter outputs are saved.
-double op_sac_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+struct OpSacSaved {
+  double needed = 0;    // saved outputs that backward reads (directly or to recompute the rest)
+  double unneeded = 0;  // saved outputs nothing in backward reads: the block's last matmul (down
+                        // projection) and the TP reduce-scatter outputs, which only feed residual adds
+};
+
+OpSacSaved op_sac_saved(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const Dims d = dims(m, p, mb);
   const TpSplit t = tp_split(p);
   const double sb = d.s * d.b;
@@ -124,11 +130,21 @@ double op_sac_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb)
   } else {
     mm_outputs.insert(mm_outputs.end(), {f, d.h});  // up, down
   }
-  double saved = 0;
-  for (std::size_t i = 0; i < mm_outputs.size(); i += 2) saved += d.e * sb * mm_outputs[i];
-  saved += d.e * sb * d.q_width / t.heads + 4 * d.heads * sb / t.heads;  // attention out + lse
-  if (p.mesh.tp > 1 && p.sequence_parallel) saved += 2 * d.e * sb * d.h / t.seq_sharded;
+  OpSacSaved saved;
+  const std::size_t last = mm_outputs.size() - 1;
+  for (std::size_t i = 0; i < mm_outputs.size(); i += 2)
+    (i == last ? saved.unneeded : saved.needed) += d.e * sb * mm_outputs[i];
+  saved.needed += d.e * sb * d.q_width / t.heads + 4 * d.heads * sb / t.heads;  // attention out + lse
+  if (p.mesh.tp > 1 && p.sequence_parallel) saved.unneeded += 2 * d.e * sb * d.h / t.seq_sharded;
   return saved;
+}
+
+// Eager SAC (torch.utils.checkpoint's caching dispatch mode) stores the output of every op the
+// policy saves, read by backward or not, until the block's backward; under torch.compile the
+// policy only tags graph nodes and the partitioner saves just what backward reads.
+double op_sac_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const OpSacSaved s = op_sac_saved(m, p, mb);
+  return s.needed + (p.compile ? 0.0 : s.unneeded);
 }
 
 bool block_is_checkpointed(const Plan& p, int block_index) {
@@ -166,7 +182,7 @@ double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
     case AcMode::selective_attn:
       working = p.flash_attention ? 0 : a.attention_scores_bytes;
       break;
-    case AcMode::selective_op: working = a.total() - op_sac_saved_bytes(m, p, mb); break;
+    case AcMode::selective_op: working = a.total() - op_sac_saved(m, p, mb).needed; break;
   }
   // Reentrant also rebuilds the block's output (non-reentrant stops early before it).
   if (p.ac_reentrant && working > 0) working += a.block_input_bytes;
@@ -194,6 +210,43 @@ double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatch
   // nll_loss backward materialises a dense fp32 gradient over the vocab, and log_softmax
   // backward a second one, before the cast back to the head's dtype.
   return 2 * 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+}
+
+double loss_forward_peak_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  const double final_norm_input = d.norm_e * sb * d.h / t.seq_sharded;
+  const double head_input = d.e * sb * d.h;
+  // log_softmax reads the fp32 logits (autocast's fp32 cast or an explicit .float()) and writes
+  // the fp32 log-probs: both exist until the kernel returns; the head's low-precision output was
+  // freed by the cast.
+  const double upcast_logits = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+  const double log_probs = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+  return final_norm_input + head_input + upcast_logits + log_probs;
+}
+
+double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  // The gradient flowing into the block (same shape and dtype as its output).
+  const double incoming = d.residual_e * sb * d.h / t.seq_sharded;
+  // MLP backward, down-projection done (its input freed): SwiGLU's mul backward holds d(silu(gate))
+  // and d(up) while the product's gradient is released; GELU and ReLU^2 hold d(activation input)
+  // while the activation output is released.
+  const double f = d.ffn / t.mlp_inner;  // per rank, as in block_activations
+  const double inner_grads = (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * sb * f;
+  // Attention backward: dO, then dQ, dK, dV while Q, K, V stay saved.
+  const double attn_grads = d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads;
+  return incoming + std::max(inner_grads, attn_grads);
+}
+
+double pipeline_boundary_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, double microbatches_in_flight) {
+  if (p.runtime == Runtime::megatron) return 0;
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  return microbatches_in_flight * d.residual_e * d.s * d.b * d.h / t.seq_sharded;
 }
 
 }  // namespace meshplan

@@ -52,5 +52,19 @@ double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
 double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
 // Gradient of the logits at the start of backward (fp32, same shape as the log-softmax).
 double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+// Loss tensors alive while the forward's log-softmax runs: the final-norm and head inputs, the
+// fp32 upcast of the logits (its input) and the fp32 log-probabilities (its output).
+double loss_forward_peak_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+
+// Gradient tensors alive, beyond the block's saved activations, while one block runs its backward:
+// the incoming gradient of the block output and the widest gradients of the MLP backward (SwiGLU:
+// d(silu) and d(up) while the product's gradient is freed; GELU / ReLU^2: one inner-width grad).
+double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+
+// The stage output a non-Megatron pipeline runtime keeps, per micro-batch in flight, on a stage
+// that sends to a next one: DeepSpeed's pipe buffers and torch.distributed.pipelining's forward
+// cache hold the output tensor (data included) until its backward. Megatron frees the output's
+// data once sent (deallocate_pipeline_outputs) and keeps only its autograd node: 0.
+double pipeline_boundary_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, double microbatches_in_flight);
 
 }  // namespace meshplan

@@ -39,6 +39,7 @@ double state_shard_group(const Plan& p) {
 struct StageParams {
   double blocks = 0;      // all transformer blocks on this stage
   double per_block = 0;   // one block = one FSDP unit
+  double per_block_norms = 0;  // of which norm weights (never float8)
   double root = 0;        // embeddings, position table, final norm, head on this stage
   double head_group = 0;  // final norm + head (torchtitan's [norm, output] FSDP group)
   double total() const { return blocks + root; }
@@ -55,6 +56,7 @@ StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_lay
   s.per_block = static_cast<double>(c.attention_per_layer) / attn_split +
                 static_cast<double>(c.mlp_per_layer) / mlp_split +
                 static_cast<double>(c.norm_per_layer);
+  s.per_block_norms = static_cast<double>(c.norm_per_layer);
   s.blocks = s.per_block * n_layers;
   const bool first = stage == 0;
   const bool last = stage == p.mesh.pp - 1;
@@ -118,7 +120,9 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   const MicroBatchShape mb{j.seq_len / std::max(1, p.mesh.cp), j.micro_batch};
   const double n_state = state_shard_group(p);
   const double state_b = bytes_per_element(p.state_dtype);
-  const double gather_b = p.fp8_all_gather ? 1.0 : bytes_per_element(p.param_dtype);
+  // Parameters are all-gathered in param_dtype, except the block linears under float8 all-gather
+  // (unit_gathered below): norms, embeddings and the head are never converted to float8.
+  const double gather_b = bytes_per_element(p.param_dtype);
   const double reduce_b = bytes_per_element(p.reduce_dtype);
   const bool fsdp = is_fsdp(p);
   const bool megatron_buffers = p.runtime == Runtime::megatron;
@@ -184,20 +188,22 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
     MemoryBreakdown fb = state;
     if (!grads_during_forward) fb.grads = 0;
     const double unit = sp.per_block;
+    const double unit_gathered =
+        p.fp8_all_gather ? 1.0 * (unit - sp.per_block_norms) + gather_b * sp.per_block_norms : gather_b * unit;
     if (fsdp) {
       if (!p.reshard_after_forward) {
         // SHARD_GRAD_OP / reshard_after_forward=False: every unit stays gathered until backward.
-        fb.unsharded_params = gather_b * P;
+        fb.unsharded_params = unit_gathered * sm.n_layers + gather_b * sp.root;
       } else if (is_fsdp2(p)) {
         // Current and prefetched groups, plus one flat all-gather output awaiting copy-out.
-        fb.unsharded_params = gather_b * 3 * unit;
+        fb.unsharded_params = 3 * unit_gathered;
         // torchtitan keeps the [norm, output] group gathered unless the policy is "always".
         if (p.runtime == Runtime::torchtitan_fsdp2) fb.unsharded_params += gather_b * sp.head_group;
       } else {
         // FSDP1: BACKWARD_PRE holds the current and the next unit; POST and none only one
         // (limit_all_gathers caps it at two in either case).
         const double units = p.backward_prefetch == BackwardPrefetch::backward_pre ? 2 : 1;
-        fb.unsharded_params = gather_b * units * unit;
+        fb.unsharded_params = units * unit_gathered;
         if (p.root_unsharded) fb.unsharded_params += gather_b * sp.root;
       }
       // Backward of the current unit: its unsharded grad in the compute dtype, plus the
@@ -227,8 +233,19 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
       saved = std::min(saved, 2 * largest_block);
     }
     const bool last = stage == pp - 1;
+    // A pipeline chunk that sends to a next one keeps the output of each micro-batch in flight
+    // (not Megatron). microbatches_in_flight counts in whole-stage units (chunk-micro-batches / v):
+    // all v chunks of a stage send, except the model's last chunk on the last stage.
+    if (pp > 1) {
+      const double sending = last ? (v - 1.0) / v : 1.0;
+      saved += pipeline_boundary_bytes(m, p, mb, sm.microbatches_in_flight * v * sending);
+    }
     fb.activations = saved;
-    if (last) fb.activations += loss_saved_bytes(m, p, mb) + loss_backward_working_bytes(m, p, mb);
+    // The backward working set: on the last stage the loss gradient (the vocab-wide fp32 tensors
+    // dwarf one block's gradients), elsewhere the first block's own gradients.
+    const double block_bwd = block_backward_working_bytes(m, p, mb);
+    if (last) fb.activations += loss_saved_bytes(m, p, mb) + std::max(loss_backward_working_bytes(m, p, mb), block_bwd);
+    else fb.activations += block_bwd;
     fb.recompute = recompute_working_bytes(m, p, mb);
 
     // --- transient: end of forward, under autocast with fp32 weights ----------------------
@@ -240,7 +257,9 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
       fwd_end.unsharded_params += bytes_per_element(p.compute_dtype) * (sp.blocks + sp.head_group);
       fwd_end.recompute = 0;
       fwd_end.reduce_buffers = 0;
-      fwd_end.activations = saved + (last ? loss_saved_bytes(m, p, mb) : 0.0);
+      // On the last stage the peak of the forward is inside the loss: log_softmax reading the fp32
+      // logits while writing the fp32 log-probs.
+      fwd_end.activations = saved + (last ? loss_forward_peak_bytes(m, p, mb) : 0.0);
     }
     // --- transient: optimizer step --------------------------------------------------------
     MemoryBreakdown opt = state;

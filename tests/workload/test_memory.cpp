@@ -158,8 +158,8 @@ TEST_CASE("fp32 weights under autocast: fp32 residual stream and the cached bf16
   CHECK(st.breakdown.unsharded_params < cached + 4.0 * 3 * pc.per_layer());  // + the gathered fp32 units
   CHECK(st.breakdown.recompute == 0);
   CHECK(st.breakdown.reduce_buffers == 0);
-  // Backward has not started: the saved block inputs and the loss's saved tensors, nothing else.
-  CHECK(st.breakdown.activations == doctest::Approx(32 * 4 * S * H + loss_saved_bytes(m, p, {8192, 1})));
+  // Backward has not started: the saved block inputs and the loss forward's tensors, nothing else.
+  CHECK(st.breakdown.activations == doctest::Approx(32 * 4 * S * H + loss_forward_peak_bytes(m, p, {8192, 1})));
   CHECK(mixed.stages.front().peak_phase == "forward->backward");
 }
 
@@ -363,4 +363,114 @@ TEST_CASE("DeepSpeed-style fp16 model + fp32 master without FSDP: 2 + 2 + 12/d b
   // per local master weight): (4 + 8 + 4) / 8 = 2 bytes per parameter.
   CHECK(st.breakdown.optimizer == doctest::Approx(16 * P / 8));
   CHECK(st.allocated_peak_bytes == doctest::Approx(6 * P));
+}
+
+TEST_CASE("Loss forward: log_softmax holds the fp32 logits it reads and the fp32 log-probs it writes") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;  // eager RMSNorm: the final norm saves 4 + 2 bytes per element
+  const double S = 8192, H = 4096, V = 128256;
+  // final-norm input 6SH + head input 2SH + fp32 logits 4SV + fp32 log-probs 4SV
+  // = 201,326,592 + 67,108,864 + 4,202,692,608 + 4,202,692,608 = 8,673,820,672 bytes.
+  CHECK(loss_forward_peak_bytes(m, p, {8192, 1}) == doctest::Approx(8673820672.0).epsilon(1e-12));
+  CHECK(loss_forward_peak_bytes(m, p, {8192, 1}) == doctest::Approx(6 * S * H + 2 * S * H + 8 * S * V).epsilon(1e-12));
+  // Four bytes per logit more than what the forward leaves saved (the log-probs).
+  CHECK(loss_forward_peak_bytes(m, p, {8192, 1}) - loss_saved_bytes(m, p, {8192, 1}) == doctest::Approx(4 * S * V));
+  // Loss-parallel TP splits both vocab-wide tensors; SP the final-norm input.
+  p.mesh.tp = 8;
+  p.sequence_parallel = true;
+  CHECK(loss_forward_peak_bytes(m, p, {8192, 1}) == doctest::Approx(6 * S * H / 8 + 2 * S * H + 8 * S * V / 8).epsilon(1e-12));
+}
+
+TEST_CASE("Block backward working set: the incoming gradient plus the widest MLP or attention gradients") {
+  const auto m = llama3_8b();
+  Plan p;
+  const double S = 8192, H = 4096, F = 14336, Q = 4096, KV = 1024;
+  // SwiGLU: d(silu(gate)) and d(up), 2 x 2SF = 469,762,048, beat attention's dO+dQ+dK+dV
+  // (2S(2Q + 2KV) = 167,772,160); plus the incoming 2SH = 67,108,864: 536,870,912 bytes.
+  CHECK(block_backward_working_bytes(m, p, {8192, 1}) == doctest::Approx(536870912.0).epsilon(1e-12));
+  CHECK(2 * S * (2 * Q + 2 * KV) < 4 * S * F);
+  // GPT-3 (GELU 4h MLP, MHA): one inner gradient 2s*4h ties with attention's 2s*4h; plus 2sh.
+  const auto g = gpt3_175b();
+  CHECK(block_backward_working_bytes(g, p, {2048, 1}) == doctest::Approx(10 * s * h).epsilon(1e-12));
+  // Megatron TP 8 + SP: the inner width splits by t, the incoming gradient is sequence-sharded.
+  const Plan mp = korthikanti_plan(8, true, AcMode::full);
+  CHECK(block_backward_working_bytes(g, mp, {2048, 1}) == doctest::Approx(10 * s * h / 8).epsilon(1e-12));
+}
+
+TEST_CASE("Pipeline stage outputs: kept per micro-batch in flight outside Megatron, plus the first block's gradients") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Plan p;
+  p.runtime = Runtime::generic;  // e.g. DeepSpeed's PipelineEngine: pipe buffers hold the outputs
+  p.sharding = Sharding::none;
+  p.mesh.pp = 2;
+  p.ac = AcMode::full;
+  p.compile = true;
+  p.param_offload = true;  // state on the host, so the forward->backward moment is the peak
+  const double S = 4096, H = 4096, F = 14336;
+  CHECK(pipeline_boundary_bytes(m, p, {4096, 1}, 2) == doctest::Approx(2 * 2 * S * H));
+  const Job j{4096, 8, 1, 8};
+  const StageMemory st0 = estimate_memory(m, p, j, c).stages.at(0);
+  REQUIRE(st0.microbatches_in_flight == 2);
+  REQUIRE(st0.peak_phase == "forward->backward");
+  // 2 micro-batches x 16 block inputs (2SH each) + 2 stage outputs (2SH each) + the first block's
+  // backward gradients (2SH + 2 x 2SF).
+  CHECK(st0.breakdown.activations == doctest::Approx(2 * 16 * 2 * S * H + 2 * 2 * S * H + 2 * S * H + 4 * S * F).epsilon(1e-12));
+  // Megatron frees a sent output's data (deallocate_pipeline_outputs).
+  p.runtime = Runtime::megatron;
+  CHECK(pipeline_boundary_bytes(m, p, {4096, 1}, 2) == 0);
+  // Interleaved 1F1B, pp 4, v 2, 16 micro-batches: stage 0 holds (2*3 + 1*4 + 1) = 11
+  // chunk-micro-batches, and both of its chunks send: 11 outputs of 2SH more than Megatron keeps.
+  p.mesh.pp = 4;
+  p.mesh.vpp = 2;
+  p.schedule = PipelineSchedule::interleaved_1f1b;
+  const Job j16{4096, 16, 1, 16};
+  const double megatron_act = estimate_memory(m, p, j16, c).stages.at(0).breakdown.activations;
+  p.runtime = Runtime::generic;
+  const StageMemory gen0 = estimate_memory(m, p, j16, c).stages.at(0);
+  REQUIRE(gen0.microbatches_in_flight == doctest::Approx(5.5));
+  CHECK(gen0.breakdown.activations - megatron_act == doctest::Approx(11 * 2 * S * H).epsilon(1e-12));
+}
+
+TEST_CASE("Per-op SAC: eager caches the down projection's output, torch.compile saves only what backward reads") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.ac = AcMode::selective_op;
+  const double S = 8192, H = 4096, F = 14336;
+  const MicroBatchShape mb{8192, 1};
+  const double eager = saved_block_bytes(m, p, mb, 0);
+  // block input 2SH; wq 2SQ, wv 2S*KV, w1 2SF, w2 2SH; attention out 2SQ; lse 4*32*S.
+  CHECK(eager == doctest::Approx(2 * S * H + 2 * S * 4096 + 2 * S * 1024 + 2 * S * F + 2 * S * H + 2 * S * 4096 + 4 * 32 * S).epsilon(1e-12));
+  // Recompute rebuilds what backward reads and was not saved: w2's cached output is not part of it.
+  CHECK(recompute_working_bytes(m, p, mb) ==
+        doctest::Approx(block_activations(m, p, mb).total() - (eager - 2 * S * H - 2 * S * H)).epsilon(1e-12));
+  Plan c = p;
+  c.compile = true;
+  CHECK(eager - saved_block_bytes(m, c, mb, 0) == doctest::Approx(2 * S * H).epsilon(1e-12));
+  // Under TP + SP: w2's rowwise output is the full-width partial sum (2SH), and eager also caches
+  // the two reduce-scatter outputs (2 x 2SH/t); compiled, neither is kept.
+  p.mesh.tp = c.mesh.tp = 2;
+  p.sequence_parallel = c.sequence_parallel = true;
+  CHECK(saved_block_bytes(m, p, mb, 0) - saved_block_bytes(m, c, mb, 0) == doctest::Approx(2 * S * H + 2 * 2 * S * H / 2).epsilon(1e-12));
+}
+
+TEST_CASE("float8 all-gather: block linears in 1 byte, norms, embedding and head in 16 bits") {
+  const auto m = llama3_8b();
+  const auto c = test_cluster(1e15);
+  Plan p;
+  p.runtime = Runtime::generic;
+  p.sharding = Sharding::zero2;
+  p.reshard_after_forward = false;
+  p.mesh.dp_replicate = 8;
+  p.mesh.dp_shard = 1;
+  p.compute_dtype = p.param_dtype = p.state_dtype = Dtype::bf16;
+  p.fp8 = Fp8Recipe::torchao_tensorwise;
+  p.fp8_all_gather = true;
+  const ParamCounts pc = param_counts(m);
+  const double linears = static_cast<double>(pc.attention_per_layer + pc.mlp_per_layer) * m.n_layers;
+  const double norms = static_cast<double>(pc.norm_per_layer) * m.n_layers + static_cast<double>(pc.final_norm);
+  const double root = static_cast<double>(pc.embedding + pc.lm_head);
+  const auto st = estimate_memory(m, p, Job{8192, 8, 1, 1}, c).stages.at(0);
+  CHECK(st.breakdown.unsharded_params == doctest::Approx(1.0 * linears + 2.0 * (norms + root)).epsilon(1e-12));
 }
