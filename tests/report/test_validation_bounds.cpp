@@ -3,7 +3,8 @@
 // tenth (so that an unrelated change in the last digit does not fail it); they may only be
 // tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %).
 // Measured (2026-12-01): dev.csv tokens/s MAPE 6.3 % over 184 rows; per source llm-foundry 4.9,
-// korthikanti2022 3.9, megatron-sc21 4.1, megatron-lm-h100 9.9, nemo-24.07 6.8, bloom-176b 73.3.
+// korthikanti2022 3.9, megatron-sc21 4.1, megatron-lm-h100 9.9, nemo-24.07 6.8, bloom-176b 73.3;
+// memory.csv peak-memory MAPE 12.3 % over 41 runs (worst row -49.6 %, the 2D TP x FSDP2 run).
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -27,7 +28,7 @@ const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
     {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 75.0},
 };
-constexpr double kMemoryMapeBoundPct = 25.0;
+constexpr double kMemoryMapeBoundPct = 13.5;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
