@@ -213,17 +213,12 @@ double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatch
 }
 
 double loss_forward_peak_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
-  const Dims d = dims(m, p, mb);
-  const TpSplit t = tp_split(p);
-  const double sb = d.s * d.b;
-  const double final_norm_input = d.norm_e * sb * d.h / t.seq_sharded;
-  const double head_input = d.e * sb * d.h;
   // log_softmax reads the fp32 logits (autocast's fp32 cast or an explicit .float()) and writes
-  // the fp32 log-probs: both exist until the kernel returns; the head's low-precision output was
-  // freed by the cast.
+  // the fp32 log-probs, which loss_saved_bytes counts: both exist until the kernel returns; the
+  // head's low-precision output was freed by the cast.
+  const double sb = static_cast<double>(mb.seq_len) * static_cast<double>(mb.micro_batch);
   const double upcast_logits = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
-  const double log_probs = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
-  return final_norm_input + head_input + upcast_logits + log_probs;
+  return loss_saved_bytes(m, p, mb) + upcast_logits;
 }
 
 double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
