@@ -184,3 +184,35 @@ TEST_CASE("memory answers for every shipped model (FSDP over one node)") {
     CHECK(j.at("fits").get<bool>() == (r.exit_code == 0));
   }
 }
+
+TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the exported plan simulates the same") {
+  if (!meshplan::test::have_shared()) {
+    MESSAGE("../shared/validation is absent; skipping");
+    return;
+  }
+  const std::string dev = (meshplan::test::shared_root() / "validation" / "dev.csv").string();
+  const std::string id = "kor22-gpt22b-selective-sp";
+  const fs::path dir = fs::temp_directory_path() / "meshplan_cli_test";
+  fs::create_directories(dir);
+  const std::string trace = (dir / "row_trace.json").string(), plan = (dir / "row_plan.toml").string();
+  const Run v = run("validate " + dev + " --row " + id + " --trace " + trace + " --export-plan " + plan + " --json");
+  REQUIRE(v.exit_code == 0);
+  const auto j = nlohmann::json::parse(v.out);
+  REQUIRE(j.at("rows").size() == 1);
+  CHECK(j.at("rows")[0].at("id") == id);
+  const double step_s = j.at("rows")[0].at("step_time_s").get<double>();
+
+  std::ifstream t(trace);
+  const auto tj = nlohmann::json::parse(t);
+  CHECK(tj.at("traceEvents").size() > 10);
+
+  // The exported plan carries the row's model, layout, precision and batch: simulating it on the
+  // row's profile gives the same step.
+  const Run s = run("simulate --config " + plan + " --cluster a100-80gb --json");
+  REQUIRE(s.exit_code == 0);
+  CHECK(nlohmann::json::parse(s.out).at("step_time_s").get<double>() == doctest::Approx(step_s).epsilon(1e-9));
+
+  check_one_line_error("validate " + dev + " --row no-such-row", "no-such-row");
+  check_one_line_error("validate " + dev + " --trace " + trace, "--row");
+  check_one_line_error("validate " + dev + " --row " + id + " --row sc21-a100-gpt1.7b-32g --export-plan " + plan, "exactly one");
+}
