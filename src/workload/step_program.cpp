@@ -751,6 +751,10 @@ StepProgram Builder::build() {
       const bool run_last = st.mb % per_run == per_run - 1 || last_mb;
       const bool defer = p_.runtime == Runtime::torchtitan_fsdp2 && pp > 1 && !reshard;
       if (st.forward) {
+        // fp32 weights under autocast: each layer's linears leave a low-precision copy of their
+        // weights in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
+        const double autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * unit : 0.0;
+        double autocast_cached = 0;
         std::vector<int> entry_deps;
         if (first_stage && st.chunk == 0) {
           Op emb = compute_op(stage, op_name("fwd.embed.mb{}", st.mb), OpCategory::compute);
@@ -786,6 +790,10 @@ StepProgram Builder::build() {
             deps.push_back(it->second);
           auto [f, e] = layer_forward(stage, layer, st.mb, false, deps);
           if (!fwd_first.count({vstage, st.mb})) fwd_first[{vstage, st.mb}] = f;
+          if (autocast_cache_per_layer > 0) {
+            prog_.ops[static_cast<std::size_t>(f)].at_start.push_back({MemoryTerm::unsharded_params, autocast_cache_per_layer});
+            autocast_cached += autocast_cache_per_layer;
+          }
           // Saved activations are allocated as the layer's forward completes.
           Op& end = prog_.ops[static_cast<std::size_t>(e)];
           end.at_end.push_back({MemoryTerm::activations, saved_block_bytes(m_, p_, mbs, layer)});
@@ -814,9 +822,26 @@ StepProgram Builder::build() {
           head.model_flops = head.hardware_flops;
           head.deps = {last};
           head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, mbs)});
+          // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
+          const double upcast = loss_forward_peak_bytes(m_, p_, mbs) - loss_saved_bytes(m_, p_, mbs);
+          head.at_start.push_back({MemoryTerm::activations, upcast});
+          head.at_end.push_back({MemoryTerm::activations, -upcast});
+          if (autocast_cache_per_layer > 0) {
+            const double head_cast = d_.e * static_cast<double>(d_.vocab_local) * static_cast<double>(d_.h);
+            head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
+            autocast_cached += head_cast;
+          }
           last = add(std::move(head));
         }
+        // autocast's weight cache is cleared when the forward's autocast region exits.
+        if (autocast_cached > 0) {
+          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back({MemoryTerm::unsharded_params, -autocast_cached});
+          autocast_cached = 0;
+        }
         fwd_last[{vstage, st.mb}] = last;
+        if (vstage < n_vstages_ - 1)  // the chunk's output, kept until its backward (0 under Megatron)
+          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back(
+              {MemoryTerm::activations, pipeline_boundary_bytes(m_, p_, mbs, 1.0)});
         if (vstage < n_vstages_ - 1) {
           fwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
@@ -905,8 +930,11 @@ StepProgram Builder::build() {
           }
           auto [bf, be] = layer_backward(stage, layer, st.mb, deps);
           if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = bf;
+          // The block's own gradient tensors live while its backward runs.
+          const double block_grads = block_backward_working_bytes(m_, p_, mbs);
+          prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({MemoryTerm::activations, block_grads});
           Op& end = prog_.ops[static_cast<std::size_t>(be)];
-          end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, mbs, layer)});
+          end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, mbs, layer) - block_grads});
           const bool recomputed = checkpointed || p_.ac == AcMode::selective_op ||
                                   (p_.ac == AcMode::selective_attn && !p_.flash_attention);
           if (recomputed) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, mbs)});
@@ -957,6 +985,9 @@ StepProgram Builder::build() {
           last = add(std::move(emb));
         }
         bwd_last[{vstage, st.mb}] = last;
+        if (vstage < n_vstages_ - 1)
+          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back(
+              {MemoryTerm::activations, -pipeline_boundary_bytes(m_, p_, mbs, 1.0)});
         if (vstage > 0) {
           bwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }

@@ -11,6 +11,7 @@
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
 
 using namespace meshplan;
@@ -306,4 +307,31 @@ TEST_CASE("async TP: each all-gather runs beside the GEMM that consumes it, each
   CHECK(timing("fwd.L3.mb1.mlp").start_seconds >= timing("fwd.L3.mb1.tp_attn_out").end_seconds - 1e-12);
   // The next layer starts only after this layer's last reduce-scatter.
   CHECK(timing("fwd.L4.mb1.qkv").start_seconds >= timing("fwd.L3.mb1.tp_mlp_out").end_seconds - 1e-12);
+}
+
+TEST_CASE("the timeline's allocated peak equals the closed form where that is exact (autocast FSDP, PP stage 0)") {
+  const auto c = load_cluster("a100-80gb");
+  const auto m = load_model("llama2-7b");
+  // fp32 weights under autocast with FSDP1 and full AC: the peak is the end of the forward,
+  // with autocast's cached bf16 weights (dlrover's setup).
+  Plan a;
+  a.runtime = Runtime::generic;
+  a.mesh.dp_shard = 8;
+  a.param_dtype = a.reduce_dtype = Dtype::fp32;
+  a.ac = AcMode::full;
+  const Job ja{4096, 32, 4, 1};
+  // A DeepSpeed-style pipeline (not Megatron): stage 0 keeps its outputs per micro-batch in flight.
+  Plan b;
+  b.runtime = Runtime::generic;
+  b.mesh.pp = 2;
+  b.mesh.dp_replicate = 4;
+  b.sharding = Sharding::zero1;
+  b.param_dtype = b.compute_dtype = b.reduce_dtype = Dtype::fp16;
+  b.ac = AcMode::full;
+  const Job jb{4096, 256, 8, 8};
+  for (const auto& [p, j] : {std::pair{a, ja}, std::pair{b, jb}}) {
+    const double closed = estimate_memory(m, p, j, c).stages.front().allocated_peak_bytes;
+    const double timeline = simulate_step(m, p, j, c).result.stages.front().allocated_peak_bytes;
+    CHECK(timeline == doctest::Approx(closed).epsilon(1e-6));
+  }
 }
