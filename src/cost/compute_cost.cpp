@@ -50,6 +50,17 @@ double achieved_hbm_bytes_per_s(const ClusterSpec& c) {
   return bw;
 }
 
+// Element-wise kernels: the profile's elementwise_efficiency (profiles built in code may leave it
+// unset: then STREAM's, as the loader defaults it).
+double achieved_elementwise_bytes_per_s(const ClusterSpec& c) {
+  const double eff = c.gpu.elementwise_efficiency > 0 ? c.gpu.elementwise_efficiency : c.gpu.hbm_efficiency;
+  const double bw = c.gpu.hbm_bandwidth_bytes_per_s * eff;
+  if (!(bw > 0))
+    throw InputError(c.source_file, "gpu.elementwise_efficiency",
+                     "HBM bandwidth x efficiency must be positive to time memory-bound kernels");
+  return bw;
+}
+
 struct CurveChoice {
   const GemmCurve* curve = nullptr;
   bool fallback = false;
@@ -287,11 +298,7 @@ KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
   KernelEstimate e;
   if (bytes == 0) return e;  // nothing to move, no kernel
   e.bytes = bytes;
-  const double eff = c.gpu.elementwise_efficiency > 0 ? c.gpu.elementwise_efficiency : c.gpu.hbm_efficiency;
-  if (!(eff > 0 && c.gpu.hbm_bandwidth_bytes_per_s > 0))
-    throw InputError(c.source_file, "gpu.elementwise_efficiency",
-                     "HBM bandwidth x efficiency must be positive to time memory-bound kernels");
-  e.memory_seconds = bytes / (c.gpu.hbm_bandwidth_bytes_per_s * eff);
+  e.memory_seconds = bytes / achieved_elementwise_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }
 

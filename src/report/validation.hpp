@@ -81,8 +81,8 @@ struct ValidationOptions {
 };
 
 // One row as the simulator sees it, to look inside (`validate --row ID --trace/--export-plan`):
-// the mapped case, the profile it runs on (node size applied) and the simulated step with its
-// timeline. Throws InputError when the id is not in the table or the row is skipped.
+// the mapped case and the profile it runs on (node size applied). Throws InputError when the id
+// is not in the table or the row is skipped.
 struct ValidationRowRun {
   ValidationCase vc;
   ClusterSpec cluster;

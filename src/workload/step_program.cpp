@@ -206,8 +206,8 @@ double add_core_attention(Op& op, const LayerKernels& k, Pass pass) {
       op.gemms.push_back(g);
       flops += g.flops();
     } else {
-      op.gemms.push_back({g.m, g.k, g.n, g.batch});  // dgrad
-      op.gemms.push_back({g.k, g.n, g.m, g.batch});  // wgrad
+      op.gemms.push_back(dgrad(g));
+      op.gemms.push_back(wgrad(g));
       flops += 2 * g.flops();
     }
   }
@@ -369,16 +369,16 @@ private:
     const bool te = p_.fp8 == Fp8Recipe::te_delayed || p_.fp8 == Fp8Recipe::te_current || p_.fp8 == Fp8Recipe::mxfp8 ||
                     p_.fp8 == Fp8Recipe::nvfp4;
     op.low_precision_gemms = true;
-    op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, bytes_per_element(low_precision_gemm_dtype(p_.fp8)),
-                                                    !te || mb == 0);
+    op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, quantized_bytes(), !te || mb == 0);
     op.kernels += static_cast<int>(linears.size());
   }
   void quantize_backward(Op& op, const Gemms& linears) const {
     if (!low_precision()) return;
     op.low_precision_gemms = true;
-    op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, bytes_per_element(low_precision_gemm_dtype(p_.fp8)));
+    op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, quantized_bytes());
     op.kernels += static_cast<int>(linears.size());
   }
+  double quantized_bytes() const { return bytes_per_element(low_precision_gemm_dtype(p_.fp8)); }
 
   // Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring
   // step (Transformer Engine userbuffers, torchtitan's micro-pipelined TP), so they are priced as
@@ -704,6 +704,13 @@ StepProgram Builder::build() {
   const bool is_fsdp2 = fsdp() && (p_.runtime == Runtime::torchtitan_fsdp2 || p_.runtime == Runtime::composer_fsdp2);
   const int dp_all = p_.mesh.dp_replicate * p_.mesh.dp_shard * p_.mesh.cp;
   const MicroBatchShape mbs{d_.s_local, d_.b};
+  // Transient memory terms of one micro-batch (the same for every layer and micro-batch).
+  const double block_grads = block_backward_working_bytes(m_, p_, mbs);
+  const double stage_output = pipeline_boundary_bytes(m_, p_, mbs, 1.0);
+  const double logits_upcast = loss_forward_peak_bytes(m_, p_, mbs) - loss_saved_bytes(m_, p_, mbs);
+  // fp32 weights under autocast: each layer's linears leave a low-precision copy of their weights
+  // in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
+  const double autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * unit : 0.0;
   const double act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
 
   // Pipeline wiring: (vstage, mb) -> first/last op of its forward and backward, and sends.
@@ -751,9 +758,6 @@ StepProgram Builder::build() {
       const bool run_last = st.mb % per_run == per_run - 1 || last_mb;
       const bool defer = p_.runtime == Runtime::torchtitan_fsdp2 && pp > 1 && !reshard;
       if (st.forward) {
-        // fp32 weights under autocast: each layer's linears leave a low-precision copy of their
-        // weights in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
-        const double autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * unit : 0.0;
         double autocast_cached = 0;
         std::vector<int> entry_deps;
         if (first_stage && st.chunk == 0) {
@@ -823,9 +827,8 @@ StepProgram Builder::build() {
           head.deps = {last};
           head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, mbs)});
           // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
-          const double upcast = loss_forward_peak_bytes(m_, p_, mbs) - loss_saved_bytes(m_, p_, mbs);
-          head.at_start.push_back({MemoryTerm::activations, upcast});
-          head.at_end.push_back({MemoryTerm::activations, -upcast});
+          head.at_start.push_back({MemoryTerm::activations, logits_upcast});
+          head.at_end.push_back({MemoryTerm::activations, -logits_upcast});
           if (autocast_cache_per_layer > 0) {
             const double head_cast = d_.e * static_cast<double>(d_.vocab_local) * static_cast<double>(d_.h);
             head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
@@ -839,10 +842,9 @@ StepProgram Builder::build() {
           autocast_cached = 0;
         }
         fwd_last[{vstage, st.mb}] = last;
-        if (vstage < n_vstages_ - 1)  // the chunk's output, kept until its backward (0 under Megatron)
-          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back(
-              {MemoryTerm::activations, pipeline_boundary_bytes(m_, p_, mbs, 1.0)});
         if (vstage < n_vstages_ - 1) {
+          // The chunk's output is kept until its backward (0 under Megatron).
+          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back({MemoryTerm::activations, stage_output});
           fwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       } else {
@@ -931,7 +933,6 @@ StepProgram Builder::build() {
           auto [bf, be] = layer_backward(stage, layer, st.mb, deps);
           if (bwd_first.find({vstage, st.mb}) == bwd_first.end()) bwd_first[{vstage, st.mb}] = bf;
           // The block's own gradient tensors live while its backward runs.
-          const double block_grads = block_backward_working_bytes(m_, p_, mbs);
           prog_.ops[static_cast<std::size_t>(bf)].at_start.push_back({MemoryTerm::activations, block_grads});
           Op& end = prog_.ops[static_cast<std::size_t>(be)];
           end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, mbs, layer) - block_grads});
@@ -986,8 +987,7 @@ StepProgram Builder::build() {
         }
         bwd_last[{vstage, st.mb}] = last;
         if (vstage < n_vstages_ - 1)
-          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back(
-              {MemoryTerm::activations, -pipeline_boundary_bytes(m_, p_, mbs, 1.0)});
+          prog_.ops[static_cast<std::size_t>(last)].at_end.push_back({MemoryTerm::activations, -stage_output});
         if (vstage > 0) {
           bwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
