@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "workload/eager_ops.hpp"
+
 namespace meshplan {
 
 namespace {
@@ -58,7 +60,7 @@ struct Dims {
 // output for the weight multiply. Fused norms (LayerNorm's kernel, Transformer Engine, Inductor
 // under torch.compile) save only their input.
 double norm_saved_bytes_per_element(const ModelSpec& m, const Plan& p, double residual_e) {
-  const bool eager_rmsnorm = m.norm == NormKind::rmsnorm && !p.compile && p.runtime != Runtime::megatron;
+  const bool eager_rmsnorm = m.norm == NormKind::rmsnorm && eager_composites(p);
   return eager_rmsnorm ? 4.0 + residual_e : residual_e;
 }
 

@@ -9,6 +9,7 @@
 
 #include "spec/pipeline_split.hpp"
 #include "workload/activation_memory.hpp"
+#include "workload/eager_ops.hpp"
 
 namespace meshplan {
 
@@ -121,7 +122,36 @@ struct LayerKernels {
   Gemms mlp;             // up (+gate), down; MoE: router + experts
   double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
   int pre_kernels = 0, attn_kernels = 0, mlp_kernels = 0;
+  // Backward of the same element-wise work (fused kernels: twice the forward's bytes).
+  double pre_attention_bytes_bwd = 0, post_attention_bytes_bwd = 0, mlp_bytes_bwd = 0;
+  int pre_kernels_bwd = 0, attn_kernels_bwd = 0, mlp_kernels_bwd = 0;
 };
+
+// Eager PyTorch runs the norms, RoPE and the SwiGLU gate op by op (workload/eager_ops.hpp).
+void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& k) {
+  auto add = [](const ElementwiseCost& c, double elements, double& fwd, double& bwd, int& fwd_k, int& bwd_k) {
+    fwd += c.forward_bytes_per_element * elements;
+    bwd += c.backward_bytes_per_element * elements;
+    fwd_k += c.forward_kernels;
+    bwd_k += c.backward_kernels;
+  };
+  const double t = static_cast<double>(d.tokens);
+  if (m.norm == NormKind::rmsnorm) {
+    const double norm_elements = t * static_cast<double>(d.h) / d.sp_split;
+    add(eager_rmsnorm_extra(d.e), norm_elements, k.pre_attention_bytes, k.pre_attention_bytes_bwd, k.pre_kernels,
+        k.pre_kernels_bwd);
+    add(eager_rmsnorm_extra(d.e), norm_elements, k.post_attention_bytes, k.post_attention_bytes_bwd, k.attn_kernels,
+        k.attn_kernels_bwd);
+  }
+  if (m.pos_emb == PosEmb::rope)
+    add(eager_rope_extra(d.e), t * static_cast<double>(d.q_width + d.kv_width) / static_cast<double>(d.attn_split),
+        k.pre_attention_bytes, k.pre_attention_bytes_bwd, k.pre_kernels, k.pre_kernels_bwd);
+  if (m.mlp == MlpKind::swiglu) {
+    const double inner = m.moe.enabled() ? t * m.moe.top_k : static_cast<double>(d.mlp_tokens);
+    add(eager_swiglu_extra(d.e), inner * static_cast<double>(d.f_local), k.mlp_bytes, k.mlp_bytes_bwd, k.mlp_kernels,
+        k.mlp_kernels_bwd);
+  }
+}
 
 LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d) {
   LayerKernels k;
@@ -176,6 +206,13 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
                   3 * d.e * t * static_cast<double>(d.h) / d.sp_split;  // activation + residual add
   }
   k.mlp_kernels = n_up + 3;
+  k.pre_attention_bytes_bwd = 2 * k.pre_attention_bytes;
+  k.post_attention_bytes_bwd = 2 * k.post_attention_bytes;
+  k.mlp_bytes_bwd = 2 * k.mlp_bytes;
+  k.pre_kernels_bwd = 2 * k.pre_kernels;
+  k.attn_kernels_bwd = 2 * k.attn_kernels;
+  k.mlp_kernels_bwd = 2 * k.mlp_kernels;
+  if (eager_composites(p)) add_eager_composites(m, d, k);
   return k;
 }
 
@@ -578,8 +615,8 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
                        GroupKind::tp, full_tp ? act : act * p_.mesh.tp));
   Op mlp = compute_op(stage, sub_name(tag, ".mlp"), OpCategory::compute);
   mlp.gemms = grads_of(k_.mlp);
-  mlp.memory_bound_bytes = 2 * k_.mlp_bytes;
-  mlp.kernels = 2 * k_.mlp_kernels;
+  mlp.memory_bound_bytes = k_.mlp_bytes_bwd;
+  mlp.kernels = k_.mlp_kernels_bwd;
   mlp.hardware_flops = gemm_flops(mlp.gemms);
   mlp.model_flops = mlp.hardware_flops;
   quantize_backward(mlp, k_.mlp);
@@ -596,8 +633,8 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
                        GroupKind::tp, act));
   Op attn = compute_op(stage, sub_name(tag, ".attn"), OpCategory::compute);
   attn.gemms = grads_of(k_.post_attention);
-  attn.memory_bound_bytes = 2 * k_.post_attention_bytes;
-  attn.kernels = 2 * k_.attn_kernels;
+  attn.memory_bound_bytes = k_.post_attention_bytes_bwd;
+  attn.kernels = k_.attn_kernels_bwd;
   const double projection = gemm_flops(attn.gemms);
   attn.hardware_flops = projection + add_core_attention(attn, k_, Pass::backward);
   attn.model_flops = projection + 2.0 * attention_fwd_flops(k_.attention);
@@ -612,8 +649,8 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   }
   Op qkv = compute_op(stage, sub_name(tag, ".qkv"), OpCategory::compute);
   qkv.gemms = grads_of(k_.pre_attention);
-  qkv.memory_bound_bytes = 2 * k_.pre_attention_bytes;
-  qkv.kernels = 2 * k_.pre_kernels;
+  qkv.memory_bound_bytes = k_.pre_attention_bytes_bwd;
+  qkv.kernels = k_.pre_kernels_bwd;
   qkv.hardware_flops = gemm_flops(qkv.gemms);
   qkv.model_flops = qkv.hardware_flops;
   quantize_backward(qkv, k_.pre_attention);
