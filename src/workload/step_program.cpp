@@ -783,6 +783,18 @@ StepProgram Builder::build() {
         }
     }
 
+    // FSDP2 all-gathers into one flat buffer; the compute stream copies it out into the
+    // per-parameter tensors before the unit runs (foreach_all_gather_copy_out: read and write the
+    // unit once). FSDP1's flat parameter is used in place.
+    auto copy_out = [&](int all_gather, std::string name) {
+      if (!is_fsdp2) return all_gather;
+      Op co = compute_op(stage, std::move(name), OpCategory::compute);
+      co.memory_bound_bytes = 2 * gather_b * unit;
+      co.kernels = 1;
+      co.deps = {all_gather};
+      return add(std::move(co));
+    };
+
     for (const Step& st : order) {
       const int vstage = st.chunk * pp + stage;
       const int l0 = chunk_first[static_cast<std::size_t>(vstage)];
@@ -825,7 +837,7 @@ StepProgram Builder::build() {
             g.at_start.push_back({MemoryTerm::unsharded_params, gather_b * unit});
             ag = add(std::move(g));
             prev_ag = ag;
-            deps.push_back(ag);
+            deps.push_back(copy_out(ag, op_name("fsdp_copy_out.fwd.L{}.mb{}", layer, st.mb)));
           }
           if (auto it = param_gather_of_layer.find(layer); it != param_gather_of_layer.end() && st.mb == 0)
             deps.push_back(it->second);
@@ -918,7 +930,7 @@ StepProgram Builder::build() {
             if (prev_ag >= 0) g.deps.push_back(prev_ag);
             g.at_start.push_back({MemoryTerm::unsharded_params, gather_b * unit});
             prev_ag = add(std::move(g));
-            deps.push_back(prev_ag);
+            deps.push_back(copy_out(prev_ag, op_name("fsdp_copy_out.bwd.L{}.mb{}", layer, st.mb)));
           }
           if (p_.act_offload) {
             Op h2d;

@@ -184,3 +184,26 @@ TEST_CASE("eager PyTorch runs RMSNorm, RoPE and the SwiGLU gate op by op; compil
   CHECK(find(lower_step(m, megatron, kJob), "fwd.L0.mb0.qkv").memory_bound_bytes ==
         doctest::Approx(find(lower_step(m, megatron_compiled, kJob), "fwd.L0.mb0.qkv").memory_bound_bytes));
 }
+
+TEST_CASE("FSDP2 copies each all-gathered unit out of its flat buffer on the compute stream; FSDP1 does not") {
+  ModelSpec m = gpt(PosEmb::learned);
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.mesh.dp_shard = 8;
+  p.sharding = Sharding::zero3;
+  p.reshard_after_forward = true;
+  const StepProgram prog = lower_step(m, p, kJob);
+  // One block: QKV 3h^2 + out h^2 + MLP 2 x 4h^2 = 12h^2 weights, 4h + h + 4h + h biases (+ 2 x 2h
+  // LayerNorm weights and biases if present); bf16 gathered, read once and written once.
+  const Op& fwd = find(prog, "fsdp_copy_out.fwd.L0.mb0");
+  const Op& bwd = find(prog, "fsdp_copy_out.bwd.L1.mb0");
+  const Op& ag = find(prog, "fsdp_ag.fwd.L0.mb0");
+  CHECK(fwd.stream == StreamKind::compute);
+  CHECK(fwd.memory_bound_bytes == doctest::Approx(2 * ag.bytes));
+  CHECK(bwd.memory_bound_bytes == doctest::Approx(2 * ag.bytes));
+  CHECK(ag.bytes >= 2 * 12 * kHidden * kHidden);
+  CHECK(ag.bytes < 2 * 12.1 * kHidden * kHidden);
+  Plan fsdp1 = p;
+  fsdp1.runtime = Runtime::composer_fsdp1;
+  for (const Op& o : lower_step(m, fsdp1, kJob).ops) CHECK(o.name.find("copy_out") == std::string::npos);
+}
