@@ -200,6 +200,8 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
       if (model.ffn_hidden % model.d_model != 0) y.key("ffn_hidden_size", model.ffn_hidden);
       y.close();
     }
+    // Written explicitly: the simulated loss kernel and its memory depend on it.
+    y.key("loss_fn", p.fused_cross_entropy ? "fused_crossentropy" : "torch_crossentropy");
   }
   y.close();
   y.blank();

@@ -218,9 +218,17 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     if (out.predicted_metric && out.measured_metric && *out.measured_metric > 0)
       out.error_pct = pct_error(*out.predicted_metric, *out.measured_metric);
 
+    // ---- the run happened: what the model says it needed of the device. The allocator's cache is
+    // left out: it is released and retried before an allocation fails.
+    const MemoryEstimate fit = estimate_memory(rc.model, rc.plan, rc.job, cluster);
+    double needed = 0;
+    for (const StageMemory& st : fit.stages)
+      needed = std::max(needed, st.allocated_peak_bytes + st.breakdown.comm_buffers + cluster.framework.cuda_context_bytes);
+    if (fit.gpu_memory_bytes > 0) out.predicted_device_fraction = needed / fit.gpu_memory_bytes;
+
     // ---- memory, on the row's own metric
     if (has_memory) {
-      const MemoryEstimate est = estimate_memory(rc.model, rc.plan, rc.job, cluster);
+      const MemoryEstimate& est = fit;
       const bool rank0 = kRank0MemorySources.count(vc.source) != 0;
       const MemoryMetric metric = ms.memory_metric_given ? ms.memory_metric : MemoryMetric::unknown;
       auto value = [&](const StageMemory& s) {
@@ -357,6 +365,7 @@ ValidationSummary summarize(const std::vector<const ValidationRowResult*>& rows,
     if (!r->skipped.empty()) ++s.skipped;
     if (!r->throughput_skipped.empty() && r->skipped.empty()) ++s.throughput_skipped;
     if (r->error_pct) errors.push_back(*r->error_pct);
+    if (r->skipped.empty() && r->predicted_device_fraction && *r->predicted_device_fraction > 1.0) ++s.predicted_out_of_memory;
     if (r->memory_error_pct) {
       run_apes[r->run].push_back(std::fabs(*r->memory_error_pct));
       mem_apes.push_back(std::fabs(*r->memory_error_pct));
@@ -470,6 +479,7 @@ nlohmann::json summary_json(const ValidationSummary& s) {
   j["memory_row_mape_pct"] = opt_json(s.memory_row_mape_pct);
   j["memory_max_ape_pct"] = opt_json(s.memory_max_ape_pct);
   j["memory_min_error_pct"] = opt_json(s.memory_min_error_pct);
+  j["predicted_out_of_memory"] = s.predicted_out_of_memory;
   return j;
 }
 
@@ -502,6 +512,7 @@ nlohmann::json validation_json(const ValidationReport& r) {
     j["memory_stage"] = str_or_null(x.memory_stage);
     j["dominant_memory_term"] = str_or_null(x.dominant_memory_term);
     j["timeline_peak_gib"] = opt_json(x.timeline_peak_gib);
+    j["predicted_device_fraction"] = opt_json(x.predicted_device_fraction);
     j["skipped"] = str_or_null(x.skipped);
     j["throughput_skipped"] = str_or_null(x.throughput_skipped);
     j["assumptions"] = x.assumptions;
@@ -551,6 +562,9 @@ std::string validation_text(const ValidationReport& r) {
     std::string note = !x.skipped.empty() ? "SKIPPED: " + x.skipped
                        : !x.throughput_skipped.empty() ? "throughput not compared: " + x.throughput_skipped
                                                        : "";
+    if (x.skipped.empty() && x.predicted_device_fraction && *x.predicted_device_fraction > 1.0)
+      note += fmt::format("{}predicted not to fit: {:.0f}% of the device", note.empty() ? "" : "; ",
+                          *x.predicted_device_fraction * 100);
     std::string dom = x.dominant_term.empty() ? "-" : fmt::format("{} {:.0f}%", x.dominant_term, x.dominant_share * 100);
     o += fmt::format("{:<44} {:<10} {:>10} {:>10} {:>7}  {:>7} {:>7} {:>7}  {:<18} {}\n", x.id, metric,
                      fmt_opt(x.predicted_metric, "{:.4g}"), fmt_opt(x.measured_metric, "{:.4g}"),
@@ -564,6 +578,8 @@ std::string validation_text(const ValidationReport& r) {
     o += "\nthroughput compared on the source's own definition where no tokens/s is published:\n";
     for (const auto& [src, def] : r.definitions) o += fmt::format("  {:<22} {}\n", src, def);
   }
+  o += fmt::format("\nruns the memory model says could not have run (allocated + CUDA context + NCCL > device): {} of {}\n",
+                   r.summary.predicted_out_of_memory, r.summary.rows - r.summary.skipped);
   o += "\nmemory compared on each row's memory_metric: allocated = max_memory_allocated; reserved (and unknown) = "
        "max_memory_reserved;\nnvidia-smi = device peak incl. CUDA context and NCCL buffers.\n";
   // The slowest rows, so a regression in simulation time points at its cause.

@@ -51,6 +51,9 @@ struct ValidationRowResult {
   std::string memory_stage;         // which pipeline stage's peak: "max" or "0 (rank 0)"
   std::string dominant_memory_term;
   std::optional<double> timeline_peak_gib;  // the simulated timeline's peak of the same stage (allocated or device)
+  // A published run ran, so it fit: the largest stage's allocated peak plus the CUDA context and the
+  // NCCL buffers, over the device (above 1: the model says the run could not have run).
+  std::optional<double> predicted_device_fraction;
   // Why nothing, or not everything, was compared.
   std::string skipped;              // the row as a whole (mapping failed, or nothing comparable)
   std::string throughput_skipped;   // a throughput figure exists but is not compared
@@ -71,6 +74,7 @@ struct ValidationSummary {
   std::optional<double> memory_row_mape_pct;   // mean over rows
   std::optional<double> memory_max_ape_pct;
   std::optional<double> memory_min_error_pct;  // most negative signed error (worst under-prediction)
+  int predicted_out_of_memory = 0;  // simulated rows whose predicted_device_fraction exceeds 1
 };
 
 struct ValidationOptions {

@@ -332,6 +332,14 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
     // MPT's Triton kernel is the flash-attn 1.x-era Triton port: FlashAttention-1 class.
     if (impl == "triton") rc.plan.flash_attention_version = 1;
   }
+  // ComposerMPTCausalLM's loss_fn defaults to fused_crossentropy (flash-attn's xentropy kernel on
+  // the bf16 logits); hf_causal_lm models compute HF's loss (fp32 upcast, torch cross-entropy).
+  if (name == "mpt_causal_lm") {
+    const std::string loss = model->get_string("loss_fn").value_or("fused_crossentropy");
+    if (loss != "fused_crossentropy" && loss != "torch_crossentropy")
+      model->fail("loss_fn", fmt::format("unknown loss_fn '{}' (MPT accepts fused_crossentropy, torch_crossentropy)", loss));
+    rc.plan.fused_cross_entropy = loss == "fused_crossentropy";
+  }
 
   if (opts.model) {
     rc.model = *opts.model;

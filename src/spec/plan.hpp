@@ -104,6 +104,10 @@ struct Plan {
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept
   int flash_attention_version = 2;       // fused kernel generation (2: flash-attn 2.x/SDPA, 1: flash-attn 1.x, Triton)
   bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)
+  // One-kernel cross-entropy on the low-precision logits (flash-attn's xentropy, llm-foundry's MPT
+  // default `loss_fn: fused_crossentropy`): saves the logits and a per-row log-sum-exp, writes one
+  // gradient in their dtype. Otherwise torch's log_softmax + nll_loss over fp32 logits.
+  bool fused_cross_entropy = false;
 
   Optimizer optimizer = Optimizer::adamw;
   bool compile = false;
@@ -118,6 +122,24 @@ inline bool autocast_fp32_weights(const Plan& p) {
 
 // The dtype the block linears' GEMMs run in under a low-precision recipe: FP4 for NVFP4, FP8 for
 // every FP8 recipe (per-tensor, row-wise and MX block scaling); `none` leaves the compute dtype.
+// Ranks over which the stored state (optimizer moments, and with zero2/zero3 the gradients and
+// parameters) of one parameter is divided. HSDP-style layouts (an FSDP shard dim beside a
+// replicate dim) shard within the shard dim; otherwise the whole data-parallel group shares it,
+// context-parallel ranks included (torchtitan folds CP into FSDP; Megatron's distributed optimizer
+// shards over the data-parallel group with context parallelism).
+inline double state_shard_group(const Plan& p) {
+  const Mesh& m = p.mesh;
+  const double shard = static_cast<double>(m.dp_shard) * m.cp;
+  const double all = static_cast<double>(m.dp_replicate) * m.dp_shard * m.cp;
+  switch (p.sharding) {
+    case Sharding::none: return 1;
+    case Sharding::zero3: return shard;
+    case Sharding::zero1:
+    case Sharding::zero2: return (m.dp_shard > 1 && m.dp_replicate > 1) ? shard : all;
+  }
+  return 1;
+}
+
 inline Dtype low_precision_gemm_dtype(Fp8Recipe r) {
   return r == Fp8Recipe::nvfp4 ? Dtype::fp4 : Dtype::fp8;
 }

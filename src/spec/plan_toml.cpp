@@ -38,7 +38,7 @@ const std::vector<std::string> kOffloadKeys = {"activations", "params"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
-                                              "flash_attention_version", "dropout"};
+                                              "flash_attention_version", "dropout", "fused_cross_entropy"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -297,6 +297,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     plan.flash_attention_version = static_cast<int>(*v);
   }
   plan.dropout = rt.get_bool("dropout").value_or(false);
+  plan.fused_cross_entropy = rt.get_bool("fused_cross_entropy").value_or(false);
   return rc;
 }
 
@@ -394,6 +395,7 @@ std::string to_plan_toml(const RunConfig& rc) {
   if (p.flash_attention && p.flash_attention_version != 2)
     line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
   line(fmt::format("dropout = {}", b(p.dropout)));
+  if (p.fused_cross_entropy) line("fused_cross_entropy = true");
   return o;
 }
 

@@ -583,6 +583,11 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
       p.flash_attention_version = 1;
       notes.push_back("attention kernel not recorded: FlashAttention-1 class assumed (llm-foundry images of the PyTorch 2.1 era)");
     }
+    if (fw == "composer-fsdp1") {
+      // ComposerMPTCausalLM's default loss_fn is fused_crossentropy (flash-attn's xentropy kernel).
+      p.fused_cross_entropy = true;
+      notes.push_back("loss not recorded: llm-foundry MPT's default fused_crossentropy assumed");
+    }
     // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
     // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
     p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&

@@ -203,21 +203,27 @@ double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const double sb = d.s * d.b;
   const double final_norm_input = d.norm_e * sb * d.h / t.seq_sharded;
   const double head_input = d.e * sb * d.h;
-  const double log_probs_fp32 = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
-  return final_norm_input + head_input + log_probs_fp32;
+  const double logits = sb * static_cast<double>(m.vocab) / vocab_split(p);
+  // Fused: the low-precision logits and an fp32 log-sum-exp per row; torch: the fp32 log-probs.
+  const double kept = p.fused_cross_entropy ? d.e * logits + 4 * sb : 4 * logits;
+  return final_norm_input + head_input + kept;
 }
 
 double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const double sb = static_cast<double>(mb.seq_len) * static_cast<double>(mb.micro_batch);
-  // nll_loss backward materialises a dense fp32 gradient over the vocab, and log_softmax
-  // backward a second one, before the cast back to the head's dtype.
-  return 2 * 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
+  const double logits = sb * static_cast<double>(m.vocab) / vocab_split(p);
+  // The fused kernel writes softmax - onehot once, in the logits' dtype. torch: nll_loss backward
+  // materialises a dense fp32 gradient over the vocab, and log_softmax backward a second one,
+  // before the cast back to the head's dtype.
+  if (p.fused_cross_entropy) return bytes_per_element(p.compute_dtype) * logits;
+  return 2 * 4 * logits;
 }
 
 double loss_forward_peak_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   // log_softmax reads the fp32 logits (autocast's fp32 cast or an explicit .float()) and writes
   // the fp32 log-probs, which loss_saved_bytes counts: both exist until the kernel returns; the
-  // head's low-precision output was freed by the cast.
+  // head's low-precision output was freed by the cast. The fused kernel reads the saved logits.
+  if (p.fused_cross_entropy) return loss_saved_bytes(m, p, mb);
   const double sb = static_cast<double>(mb.seq_len) * static_cast<double>(mb.micro_batch);
   const double upcast_logits = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
   return loss_saved_bytes(m, p, mb) + upcast_logits;

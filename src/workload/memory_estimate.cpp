@@ -19,22 +19,6 @@ bool is_fsdp2(const Plan& p) {
   return p.runtime == Runtime::torchtitan_fsdp2 || p.runtime == Runtime::composer_fsdp2;
 }
 
-// Ranks over which the stored state of one parameter is divided.
-double state_shard_group(const Plan& p) {
-  const Mesh& m = p.mesh;
-  const double shard = static_cast<double>(m.dp_shard) * m.cp;  // torchtitan folds CP into FSDP
-  const double all = static_cast<double>(m.dp_replicate) * m.dp_shard * m.cp;
-  switch (p.sharding) {
-    case Sharding::none: return 1;
-    case Sharding::zero3: return shard;
-    case Sharding::zero1:
-    case Sharding::zero2:
-      // HSDP-style layouts shard within the shard dim; otherwise over the whole DP group.
-      return (shard > 1 && m.dp_replicate > 1) ? shard : all;
-  }
-  return 1;
-}
-
 // Parameters one rank of a stage owns before data-parallel sharding.
 struct StageParams {
   double blocks = 0;      // all transformer blocks on this stage

@@ -479,16 +479,7 @@ double Builder::stage_params(int stage) const {
 }
 
 // Parameters whose optimizer update this rank performs.
-double Builder::local_state_params(int stage) const {
-  const Mesh& mesh = p_.mesh;
-  const double shard = static_cast<double>(mesh.dp_shard) * mesh.cp;
-  const double all = static_cast<double>(mesh.dp_replicate) * mesh.dp_shard * mesh.cp;
-  double n = 1;
-  if (p_.sharding == Sharding::zero3) n = shard;
-  if (p_.sharding == Sharding::zero1 || p_.sharding == Sharding::zero2)
-    n = (shard > 1 && mesh.dp_replicate > 1) ? shard : all;
-  return stage_params(stage) / n;
-}
+double Builder::local_state_params(int stage) const { return stage_params(stage) / state_shard_group(p_); }
 
 std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
                                            std::vector<int> first_deps) {
@@ -869,8 +860,10 @@ StepProgram Builder::build() {
         if (last_stage && st.chunk == v - 1) {
           Op head = compute_op(stage, op_name("fwd.head_loss.mb{}", st.mb), OpCategory::compute);
           head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
-          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 8.0);
-          head.kernels = 4;
+          // torch: cast to fp32, log_softmax, nll_loss; fused: one pass over the logits.
+          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+                                    (p_.fused_cross_entropy ? 2 * d_.e : d_.e + 8.0);
+          head.kernels = p_.fused_cross_entropy ? 2 : 4;
           head.hardware_flops = gemm_flops(head.gemms);
           head.model_flops = head.hardware_flops;
           head.deps = {last};
@@ -903,8 +896,10 @@ StepProgram Builder::build() {
           Op head = compute_op(stage, op_name("bwd.head_loss.mb{}", st.mb), OpCategory::compute);
           const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
           head.gemms = {dgrad(g), wgrad(g)};
-          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) * (d_.e + 12.0);
-          head.kernels = 5;
+          // fused: read the logits, write their gradient.
+          head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+                                    (p_.fused_cross_entropy ? 2 * d_.e : d_.e + 12.0);
+          head.kernels = p_.fused_cross_entropy ? 2 : 5;
           head.hardware_flops = gemm_flops(head.gemms);
           head.model_flops = head.hardware_flops;
           head.deps = {fwd_last.at({vstage, st.mb})};

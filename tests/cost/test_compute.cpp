@@ -227,8 +227,8 @@ TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA chan
   CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), gqa, Pass::forward, Dtype::bf16), InputError);
 }
 
-TEST_CASE("memory-bound kernels run at 0.65 of the STREAM copy bandwidth (hardware.md §3.4)") {
-  // Eager element-wise and normalization kernels reach 0.65 of STREAM copy (the profiles'
+TEST_CASE("memory-bound kernels run at 0.60 of the STREAM copy bandwidth (hardware.md §3.4)") {
+  // Eager element-wise and normalization kernels reach 0.60 of STREAM copy (the profiles'
   // elementwise_efficiency, fitted once on the A100 rows of dev.csv; docs/compute.md).
   struct Row {
     const char* cluster;
@@ -241,7 +241,7 @@ TEST_CASE("memory-bound kernels run at 0.65 of the STREAM copy bandwidth (hardwa
     const KernelEstimate e = memory_bound_time(c, bytes);
     CAPTURE(r.cluster);
     CHECK(e.memory_bound);
-    CHECK(bytes / e.seconds == doctest::Approx(0.65 * r.stream_copy_bytes_per_s).epsilon(0.01));
+    CHECK(bytes / e.seconds == doctest::Approx(0.60 * r.stream_copy_bytes_per_s).epsilon(0.01));
     // A tiny kernel costs its launch.
     CHECK(memory_bound_time(c, 1024).seconds == doctest::Approx(c.gpu.kernel_launch_seconds).epsilon(0.01));
   }

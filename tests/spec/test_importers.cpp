@@ -572,3 +572,24 @@ TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the ke
     CHECK(what.find("must be 1 or 2") != std::string::npos);
   }
 }
+
+TEST_CASE("MPT's loss_fn: fused_crossentropy by default, torch_crossentropy on request, anything else an error") {
+  CHECK(load_yaml("loss1.yaml", foundry("  sharding_strategy: FULL_SHARD\n")).plan.fused_cross_entropy);
+  CHECK_FALSE(load_yaml("loss2.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: torch_crossentropy\n"))
+                  .plan.fused_cross_entropy);
+  try {
+    load_yaml("loss3.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: focal\n"));
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("loss_fn") != std::string::npos);
+    CHECK(std::string(e.what()).find("focal") != std::string::npos);
+  }
+  // The plan file keeps it (written only when on) and the llm-foundry emitter states it.
+  RunConfig rc = load_yaml("loss4.yaml", foundry("  sharding_strategy: FULL_SHARD\n"));
+  resolve_layout(rc, 8);
+  const std::string text = to_plan_toml(rc);
+  CHECK(text.find("fused_cross_entropy = true") != std::string::npos);
+  CHECK(load_run_config(write_temp("loss4.toml", text)).plan.fused_cross_entropy);
+  rc.plan.fused_cross_entropy = false;
+  CHECK(to_plan_toml(rc).find("fused_cross_entropy") == std::string::npos);
+}

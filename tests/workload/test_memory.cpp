@@ -474,3 +474,19 @@ TEST_CASE("float8 all-gather: block linears in 1 byte, norms, embedding and head
   const auto st = estimate_memory(m, p, Job{8192, 8, 1, 1}, c).stages.at(0);
   CHECK(st.breakdown.unsharded_params == doctest::Approx(1.0 * linears + 2.0 * (norms + root)).epsilon(1e-12));
 }
+
+TEST_CASE("Fused cross-entropy keeps the bf16 logits and a log-sum-exp, and writes one bf16 gradient") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;  // eager RMSNorm: the final norm saves 4 + 2 bytes per element
+  const double S = 8192, H = 4096, V = 128256;
+  Plan fused = p;
+  fused.fused_cross_entropy = true;
+  // torch: fp32 log-probs 4SV saved, two fp32 gradients 8SV in backward, the fp32 upcast 4SV in forward.
+  // fused: bf16 logits 2SV + fp32 lse 4S saved, one bf16 gradient 2SV, nothing more in forward.
+  CHECK(loss_saved_bytes(m, fused, {8192, 1}) == doctest::Approx(6 * S * H + 2 * S * H + 2 * S * V + 4 * S).epsilon(1e-12));
+  CHECK(loss_backward_working_bytes(m, fused, {8192, 1}) == doctest::Approx(2 * S * V).epsilon(1e-12));
+  CHECK(loss_forward_peak_bytes(m, fused, {8192, 1}) == doctest::Approx(loss_saved_bytes(m, fused, {8192, 1})));
+  CHECK(loss_saved_bytes(m, p, {8192, 1}) - loss_saved_bytes(m, fused, {8192, 1}) == doctest::Approx(2 * S * V - 4 * S));
+  CHECK(loss_backward_working_bytes(m, p, {8192, 1}) == doctest::Approx(8 * S * V).epsilon(1e-12));
+}

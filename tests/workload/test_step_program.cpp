@@ -207,3 +207,17 @@ TEST_CASE("FSDP2 copies each all-gathered unit out of its flat buffer on the com
   fsdp1.runtime = Runtime::composer_fsdp1;
   for (const Op& o : lower_step(m, fsdp1, kJob).ops) CHECK(o.name.find("copy_out") == std::string::npos);
 }
+
+TEST_CASE("fused cross-entropy: one pass over the bf16 logits forward, read and write backward") {
+  const ModelSpec m = gpt(PosEmb::learned);
+  Plan torch_ce = single_gpu();
+  Plan fused = torch_ce;
+  fused.fused_cross_entropy = true;
+  const double logits = kSeq * kBatch * 50304;
+  // torch: cast to fp32 and log_softmax (e + 8 bytes per logit), backward (e + 12); fused: 2e, 2e
+  // (two passes over each row forward, one read and one write backward).
+  CHECK(find(lower_step(m, torch_ce, kJob), "fwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(10 * logits));
+  CHECK(find(lower_step(m, fused, kJob), "fwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(4 * logits));
+  CHECK(find(lower_step(m, torch_ce, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(14 * logits));
+  CHECK(find(lower_step(m, fused, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(4 * logits));
+}
