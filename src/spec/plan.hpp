@@ -108,6 +108,10 @@ struct Plan {
   // default `loss_fn: fused_crossentropy`): saves the logits and a per-row log-sum-exp, writes one
   // gradient in their dtype. Otherwise torch's log_softmax + nll_loss over fp32 logits.
   bool fused_cross_entropy = false;
+  // Megatron-DeepSpeed: the Megatron model driven by DeepSpeed's pipeline engine and BF16_Optimizer
+  // (blocking pipeline sends, fp32 gradient accumulation after every micro-batch, an fp32
+  // all-reduce of gradients after the flush, pipe buffers kept per micro-batch). Megatron only.
+  bool deepspeed_engine = false;
 
   Optimizer optimizer = Optimizer::adamw;
   bool compile = false;

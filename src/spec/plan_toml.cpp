@@ -38,7 +38,8 @@ const std::vector<std::string> kOffloadKeys = {"activations", "params"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
-                                              "flash_attention_version", "dropout", "fused_cross_entropy"};
+                                              "flash_attention_version", "dropout", "fused_cross_entropy",
+                                              "deepspeed"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -298,6 +299,9 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   }
   plan.dropout = rt.get_bool("dropout").value_or(false);
   plan.fused_cross_entropy = rt.get_bool("fused_cross_entropy").value_or(false);
+  plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
+  if (plan.deepspeed_engine && plan.runtime != Runtime::megatron)
+    rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
   return rc;
 }
 
@@ -396,6 +400,7 @@ std::string to_plan_toml(const RunConfig& rc) {
     line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
   line(fmt::format("dropout = {}", b(p.dropout)));
   if (p.fused_cross_entropy) line("fused_cross_entropy = true");
+  if (p.deepspeed_engine) line("deepspeed = true");
   return o;
 }
 

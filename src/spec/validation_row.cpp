@@ -564,6 +564,8 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
       // and BLOOM's Megatron-DeepSpeed run set it to 0.
       p.dropout = fw == "megatron";
       if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
+      // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
+      p.deepspeed_engine = fw == "megatron-deepspeed";
     } else {
       // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
       // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).

@@ -246,7 +246,7 @@ double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatc
 }
 
 double pipeline_boundary_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, double microbatches_in_flight) {
-  if (p.runtime == Runtime::megatron) return 0;
+  if (p.runtime == Runtime::megatron && !p.deepspeed_engine) return 0;
   const Dims d = dims(m, p, mb);
   const TpSplit t = tp_split(p);
   return microbatches_in_flight * d.residual_e * d.s * d.b * d.h / t.seq_sharded;

@@ -786,6 +786,23 @@ StepProgram Builder::build() {
       return add(std::move(co));
     };
 
+    // DeepSpeed's pipeline engine sends and receives on the compute stream: the stage's next
+    // instruction waits for its last send.
+    int blocking_send = -1;
+    auto after_blocking_send = [&](auto& deps) {
+      if (blocking_send >= 0) deps.push_back(blocking_send);
+      blocking_send = -1;
+    };
+    auto send = [&](Op&& op) {
+      const int id = add(std::move(op));
+      if (p_.deepspeed_engine) blocking_send = id;
+      return id;
+    };
+    // DeepSpeed's BF16_Optimizer adds each micro-batch's bf16 gradients into its fp32 copies once
+    // the backward is done: read the bf16 grad, write and read its fp32 cast, read and write the
+    // fp32 accumulator (18 bytes per parameter).
+    constexpr double kHpGradAccumulateBytesPerParam = 2 + 4 + 4 + 4 + 4;
+
     for (const Step& st : order) {
       const int vstage = st.chunk * pp + stage;
       const int l0 = chunk_first[static_cast<std::size_t>(vstage)];
@@ -804,6 +821,7 @@ StepProgram Builder::build() {
           Op emb = compute_op(stage, op_name("fwd.embed.mb{}", st.mb), OpCategory::compute);
           emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
           emb.kernels = 1;
+          after_blocking_send(emb.deps);
           const int id = add(std::move(emb));
           entry_deps.push_back(id);
           fwd_first[{vstage, st.mb}] = id;
@@ -814,6 +832,7 @@ StepProgram Builder::build() {
           std::vector<int> deps = entry_deps;
           entry_deps.clear();
           if (last >= 0) deps.push_back(last);
+          if (li == 0) after_blocking_send(deps);
           int ag = -1;
           // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
           // gathered unit after each backward.
@@ -887,7 +906,7 @@ StepProgram Builder::build() {
         if (vstage < n_vstages_ - 1) {
           // The chunk's output is kept until its backward (0 under Megatron).
           prog_.ops[static_cast<std::size_t>(last)].at_end.push_back({MemoryTerm::activations, stage_output});
-          fwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
+          fwd_send[{vstage, st.mb}] = send(p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       } else {
         int last = -1;
@@ -903,6 +922,7 @@ StepProgram Builder::build() {
           head.hardware_flops = gemm_flops(head.gemms);
           head.model_flops = head.hardware_flops;
           head.deps = {fwd_last.at({vstage, st.mb})};
+          after_blocking_send(head.deps);
           // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
           head.at_start.push_back({MemoryTerm::activations, loss_backward_working_bytes(m_, p_, mbs)});
           head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, mbs) - loss_backward_working_bytes(m_, p_, mbs)});
@@ -913,6 +933,7 @@ StepProgram Builder::build() {
           const int layer = l0 + li;
           std::vector<int> deps;
           if (last >= 0) deps.push_back(last);
+          if (li == n_chunk_layers - 1) after_blocking_send(deps);
           if (fsdp() && reshard) {
             Op g = collective_op(stage, op_name("fsdp_ag.bwd.L{}.mb{}", layer, st.mb), StreamKind::fsdp_all_gather,
                                  OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp,
@@ -1009,7 +1030,7 @@ StepProgram Builder::build() {
               ar.deps = {rs_id};
               add(std::move(ar));
             }
-          } else if (!fsdp() && last_mb && dp_all > 1) {
+          } else if (!fsdp() && last_mb && dp_all > 1 && !p_.deepspeed_engine) {
             // DDP / Megatron: bucketed reduction overlapped with the rest of backward, on the
             // last micro-batch only (no_sync / local accumulation before it).
             const bool zero1 = p_.sharding == Sharding::zero1;
@@ -1029,13 +1050,37 @@ StepProgram Builder::build() {
           emb.deps = {last};
           last = add(std::move(emb));
         }
+        if (p_.deepspeed_engine) {
+          Op acc = compute_op(stage, op_name("bf16_optimizer.accumulate.v{}.mb{}", vstage, st.mb), OpCategory::compute);
+          acc.memory_bound_bytes = kHpGradAccumulateBytesPerParam * stage_params(stage) / v;
+          acc.kernels = 2 * std::max(1, n_chunk_layers);
+          acc.deps = {last};
+          last = add(std::move(acc));
+        }
         bwd_last[{vstage, st.mb}] = last;
         if (vstage < n_vstages_ - 1)
           prog_.ops[static_cast<std::size_t>(last)].at_end.push_back({MemoryTerm::activations, -stage_output});
         if (vstage > 0) {
-          bwd_send[{vstage, st.mb}] = add(p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
+          bwd_send[{vstage, st.mb}] = send(p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, st.mb), act_p2p, last));
         }
       }
+    }
+
+    // DeepSpeed reduces after the pipeline has flushed: an all-reduce of the fp32 gradients over the
+    // data-parallel group (BF16_Optimizer's, ZeRO-1 included), one bucket per block, while the
+    // compute stream waits.
+    if (p_.deepspeed_engine && dp_all > 1) {
+      int flushed = -1;
+      for (std::size_t i = stage_begin; i < prog_.ops.size(); ++i)
+        if (prog_.ops[i].stage == stage && prog_.ops[i].stream == StreamKind::compute) flushed = static_cast<int>(i);
+      for (int c = 0; c < v; ++c)
+        for (int l = 0; l < chunk_layers(c * pp + stage); ++l) {
+          const int layer = chunk_first[static_cast<std::size_t>(c * pp + stage)] + l;
+          Op ar = collective_op(stage, op_name("dp_ar.L{}", layer), StreamKind::dp, OpCategory::dp_all_reduce,
+                                CollectiveOp::all_reduce, GroupKind::dp, 4.0 * unit);
+          if (flushed >= 0) ar.deps = {flushed};
+          add(std::move(ar));
+        }
     }
 
     // Optimizer step: after every gradient of this stage is reduced. Memory-bound AdamW over the

@@ -2,9 +2,9 @@
 // The bounds are the values measured when this test was last tightened plus a margin of about a
 // tenth (so that an unrelated change in the last digit does not fail it); they may only be
 // tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %).
-// Measured (2026-12-01, second session): dev.csv tokens/s MAPE 6.6 % over 184 rows; per source
+// Measured (2026-12-01, second session): dev.csv tokens/s MAPE 6.2 % over 184 rows; per source
 // llm-foundry 5.2, korthikanti2022 4.4, megatron-sc21 4.2, megatron-lm-h100 9.8, nemo-24.07 7.3,
-// bloom-176b 70.8; memory.csv peak-memory MAPE 12.3 % over 41 runs (worst row -49.6 %, the 2D
+// bloom-176b 46.5; memory.csv peak-memory MAPE 12.3 % over 41 runs (worst row -49.6 %, the 2D
 // TP x FSDP2 run). Runs the memory model says could not have run: 6 of 184 dev rows (NeMo rows
 // whose recompute setting is unknown), 0 of 47 memory rows; before llm-foundry's loss was priced
 // as the fused kernel it runs, 68 of its 139 runs were "out of memory" though they ran.
@@ -23,13 +23,13 @@ using namespace meshplan;
 
 namespace {
 
-constexpr double kDevTokensMapeBoundPct = 7.0;
+constexpr double kDevTokensMapeBoundPct = 6.8;
 constexpr int kDevRowsCompared = 184;
 // Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
-// far outside the 15 % target; its bound records where it stands.
+// outside the 15 % target; its bound records where it stands.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
-    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 75.0},
+    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 51.0},
 };
 constexpr double kMemoryMapeBoundPct = 13.5;
 // Published runs ran, so they fit. The dev rows the model says could not have: NeMo rows whose

@@ -593,3 +593,28 @@ TEST_CASE("MPT's loss_fn: fused_crossentropy by default, torch_crossentropy on r
   rc.plan.fused_cross_entropy = false;
   CHECK(to_plan_toml(rc).find("fused_cross_entropy") == std::string::npos);
 }
+
+TEST_CASE("plan TOML: deepspeed = true is kept and allowed only with the Megatron runtime") {
+  RunConfig rc;
+  rc.model = load_model("llama3.1-8b");
+  rc.cluster = "a100-80gb";
+  rc.n_gpus = 16;
+  rc.plan.runtime = Runtime::megatron;
+  rc.plan.sharding = Sharding::zero1;
+  rc.plan.mesh.pp = 2;
+  rc.plan.mesh.dp_replicate = 8;
+  rc.plan.deepspeed_engine = true;
+  rc.job = Job{.seq_len = 2048, .global_batch = 64, .micro_batch = 2, .grad_accum = 4, .pp_microbatches = 0};
+  const std::string text = to_plan_toml(rc);
+  CHECK(text.find("deepspeed = true") != std::string::npos);
+  CHECK(load_run_config(write_temp("ds.toml", text)).plan.deepspeed_engine);
+  std::string bad = text;
+  bad.replace(bad.find("name = \"megatron\""), 17, "name = \"generic\"");
+  try {
+    load_run_config(write_temp("ds_bad.toml", bad));
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("deepspeed") != std::string::npos);
+    CHECK(std::string(e.what()).find("Megatron") != std::string::npos);
+  }
+}

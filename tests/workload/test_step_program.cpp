@@ -221,3 +221,49 @@ TEST_CASE("fused cross-entropy: one pass over the bf16 logits forward, read and 
   CHECK(find(lower_step(m, torch_ce, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(14 * logits));
   CHECK(find(lower_step(m, fused, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(4 * logits));
 }
+
+namespace {
+int index_of(const StepProgram& prog, const std::string& name) {
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].name == name) return static_cast<int>(i);
+  FAIL("no op named " << name);
+  return -1;
+}
+bool depends_on(const Op& op, int dep) {
+  for (int d : op.deps)
+    if (d == dep) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("Megatron-DeepSpeed: blocking pipeline sends, fp32 accumulation per micro-batch, fp32 all-reduce after the flush") {
+  const ModelSpec m = gpt(PosEmb::learned);  // 2 layers: one per stage
+  Plan p = single_gpu();
+  p.mesh.pp = 2;
+  p.mesh.dp_replicate = 4;
+  p.sharding = Sharding::zero1;
+  p.reduce_dtype = Dtype::fp32;
+  Plan ds = p;
+  ds.deepspeed_engine = true;
+  const Job job{2048, 2 * 4 * 4, 2, 4};  // 4 micro-batches per step
+  const StepProgram mg = lower_step(m, p, job);
+  const StepProgram dsp = lower_step(m, ds, job);
+  // One block's parameters (no biases): QKV 3h^2, out h^2, MLP 8h^2, two norm weights 2h.
+  const double h = kHidden;
+  const double block = 12 * h * h + 2 * h;
+  // BF16_Optimizer: 18 bytes per parameter after each micro-batch's backward (stage 1 owns one
+  // block, the final norm and the head, V x h).
+  const Op& acc = find(dsp, "bf16_optimizer.accumulate.v1.mb2");
+  CHECK(acc.stream == StreamKind::compute);
+  CHECK(acc.memory_bound_bytes == doctest::Approx(18 * (block + h + 50304 * h)));
+  for (const Op& o : mg.ops) CHECK(o.name.find("bf16_optimizer") == std::string::npos);
+  // The fp32 gradients are all-reduced (not reduce-scattered) once the stage has flushed.
+  const Op& ar = find(dsp, "dp_ar.L1");
+  CHECK(ar.collective == CollectiveOp::all_reduce);
+  CHECK(ar.bytes == doctest::Approx(4 * block));
+  CHECK(depends_on(ar, index_of(dsp, "bf16_optimizer.accumulate.v1.mb3")));
+  // A send blocks the sender: stage 0's next forward waits for the send of the previous one.
+  const int sent = index_of(dsp, "pp.send_act.v0.mb0");
+  CHECK(depends_on(find(dsp, "fwd.embed.mb1"), sent));
+  CHECK_FALSE(depends_on(find(mg, "fwd.embed.mb1"), index_of(mg, "pp.send_act.v0.mb0")));
+}
