@@ -124,8 +124,6 @@ inline bool autocast_fp32_weights(const Plan& p) {
   return p.param_dtype == Dtype::fp32 && (p.compute_dtype == Dtype::bf16 || p.compute_dtype == Dtype::fp16);
 }
 
-// The dtype the block linears' GEMMs run in under a low-precision recipe: FP4 for NVFP4, FP8 for
-// every FP8 recipe (per-tensor, row-wise and MX block scaling); `none` leaves the compute dtype.
 // Ranks over which the stored state (optimizer moments, and with zero2/zero3 the gradients and
 // parameters) of one parameter is divided. HSDP-style layouts (an FSDP shard dim beside a
 // replicate dim) shard within the shard dim; otherwise the whole data-parallel group shares it,
@@ -144,6 +142,8 @@ inline double state_shard_group(const Plan& p) {
   return 1;
 }
 
+// The dtype the block linears' GEMMs run in under a low-precision recipe: FP4 for NVFP4, FP8 for
+// every FP8 recipe (per-tensor, row-wise and MX block scaling); `none` leaves the compute dtype.
 inline Dtype low_precision_gemm_dtype(Fp8Recipe r) {
   return r == Fp8Recipe::nvfp4 ? Dtype::fp4 : Dtype::fp8;
 }
