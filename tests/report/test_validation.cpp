@@ -343,15 +343,21 @@ TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a re
         CHECK(*r.predicted_tokens_per_s_per_gpu > 0);
         CHECK((r.error_pct.has_value() || r.memory_error_pct.has_value()));
         if (r.measured_peak_gib) CHECK(r.predicted_peak_gib.has_value());
+        // Every simulated row says what it needed of its GPU: a fraction of the device in (0, 2).
+        REQUIRE(r.predicted_device_fraction.has_value());
+        CHECK(*r.predicted_device_fraction > 0.0);
+        CHECK(*r.predicted_device_fraction < 2.0);
       }
       if (r.error_pct) CHECK(std::isfinite(*r.error_pct));
       if (r.memory_error_pct) CHECK(std::isfinite(*r.memory_error_pct));
     }
     const auto j = validation_json(rep);
-    for (const char* k : {"n", "skipped", "mape_pct", "median_ape_pct", "p90_ape_pct", "max_ape_pct", "memory_mape_pct"})
+    for (const char* k : {"n", "skipped", "mape_pct", "median_ape_pct", "p90_ape_pct", "max_ape_pct", "memory_mape_pct",
+                          "predicted_out_of_memory"})
       CHECK(j["summary"].contains(k));
     for (const char* k : {"id", "source", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
-                          "predicted_peak_gib", "measured_peak_gib", "memory_error_pct", "skipped"})
+                          "predicted_peak_gib", "measured_peak_gib", "memory_error_pct", "skipped",
+                          "predicted_device_fraction"})
       CHECK(j["rows"][0].contains(k));
   }
 }
