@@ -37,6 +37,17 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return p.string();
 }
 
+// The message of the InputError that loading `path` must raise ("" and a failed check if none).
+std::string load_error(const std::string& path) {
+  try {
+    load_run_config(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL_CHECK("expected an InputError from " << path);
+  return "";
+}
+
 bool has_warning(const RunConfig& rc, const std::string& needle) {
   return std::any_of(rc.warnings.begin(), rc.warnings.end(),
                      [&](const std::string& w) { return w.find(needle) != std::string::npos; });
@@ -563,27 +574,18 @@ TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the ke
 
   std::string bad = text;
   bad.replace(bad.find("flash_attention_version = 1"), 27, "flash_attention_version = 3");
-  try {
-    load_run_config(write_temp("fa3.toml", bad));
-    FAIL("expected an InputError");
-  } catch (const InputError& e) {
-    const std::string what = e.what();
-    CHECK(what.find("flash_attention_version") != std::string::npos);
-    CHECK(what.find("must be 1 or 2") != std::string::npos);
-  }
+  const std::string what = load_error(write_temp("fa3.toml", bad));
+  CHECK(what.find("flash_attention_version") != std::string::npos);
+  CHECK(what.find("must be 1 or 2") != std::string::npos);
 }
 
 TEST_CASE("MPT's loss_fn: fused_crossentropy by default, torch_crossentropy on request, anything else an error") {
   CHECK(load_yaml("loss1.yaml", foundry("  sharding_strategy: FULL_SHARD\n")).plan.fused_cross_entropy);
   CHECK_FALSE(load_yaml("loss2.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: torch_crossentropy\n"))
                   .plan.fused_cross_entropy);
-  try {
-    load_yaml("loss3.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: focal\n"));
-    FAIL("expected an InputError");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("loss_fn") != std::string::npos);
-    CHECK(std::string(e.what()).find("focal") != std::string::npos);
-  }
+  const std::string what = load_error(write_temp("loss3.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: focal\n")));
+  CHECK(what.find("loss_fn") != std::string::npos);
+  CHECK(what.find("focal") != std::string::npos);
   // The plan file keeps it (written only when on) and the llm-foundry emitter states it.
   RunConfig rc = load_yaml("loss4.yaml", foundry("  sharding_strategy: FULL_SHARD\n"));
   resolve_layout(rc, 8);
@@ -610,11 +612,7 @@ TEST_CASE("plan TOML: deepspeed = true is kept and allowed only with the Megatro
   CHECK(load_run_config(write_temp("ds.toml", text)).plan.deepspeed_engine);
   std::string bad = text;
   bad.replace(bad.find("name = \"megatron\""), 17, "name = \"generic\"");
-  try {
-    load_run_config(write_temp("ds_bad.toml", bad));
-    FAIL("expected an InputError");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("deepspeed") != std::string::npos);
-    CHECK(std::string(e.what()).find("Megatron") != std::string::npos);
-  }
+  const std::string what = load_error(write_temp("ds_bad.toml", bad));
+  CHECK(what.find("deepspeed") != std::string::npos);
+  CHECK(what.find("Megatron") != std::string::npos);
 }
