@@ -52,7 +52,7 @@ Command add_simulate_command(CLI::App& root) {
     if (!o->trace.empty()) {
       std::ofstream f(o->trace);
       if (!f) throw InputError(o->trace, "--trace", "cannot open for writing");
-      f << chrome_trace(step.program, step.timings).dump() << '\n';
+      f << chrome_trace(step.program, step.timings, step.host_timings).dump() << '\n';
       if (!f) throw InputError(o->trace, "--trace", "write failed");
     }
     std::optional<Diagnosis> gap;

@@ -94,7 +94,7 @@ Command add_validate_command(CLI::App& root) {
       if (!o->trace.empty()) {
         const SimulatedStep step =
             simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
-        write(o->trace, "--trace", chrome_trace(step.program, step.timings).dump() + "\n");
+        write(o->trace, "--trace", chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n");
       }
     }
     if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));

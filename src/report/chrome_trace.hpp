@@ -1,6 +1,7 @@
 #pragma once
 // Chrome trace-event JSON of a simulated step (opens in Perfetto / chrome://tracing):
-// one process per pipeline stage, one thread per stream, one complete ("X") event per op.
+// one process per pipeline stage, one thread per stream, one complete ("X") event per op, and a
+// "host" thread with the CPU's issue of every op when host timings are given.
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 namespace meshplan {
 
-nlohmann::json chrome_trace(const StepProgram& program, const std::vector<sim::TaskTiming>& timings);
+nlohmann::json chrome_trace(const StepProgram& program, const std::vector<sim::TaskTiming>& timings,
+                            const std::vector<sim::TaskTiming>& host_timings = {});
 
 }  // namespace meshplan

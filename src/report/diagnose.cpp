@@ -21,6 +21,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // (congestion, a bad link or NIC, NCCL falling back to a slower algorithm or protocol).
 constexpr double kPlausibleComputeFactor = 0.8;
 constexpr double kPlausibleNetworkFactor = 0.5;
+// A host twice as slow per op as profiled: the spread between a Sapphire Rapids Xeon and a Grace
+// core for the same PyTorch call is 2.5-2.75x (docs/host.md), so 2x is within what CPUs differ by.
+constexpr double kPlausibleHostFactor = 2.0;
 
 double step_with(const RunConfig& rc, const ClusterSpec& c) { return simulate_step(rc.model, rc.plan, rc.job, c).result.step_time_s; }
 
@@ -89,6 +92,7 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
     }
     case ConfigFormat::meshplan_plan:
       out.push_back({{"batch.micro_batch", std::to_string(mb * 2)}});
+      if (!p.cuda_graphs && p.runtime == Runtime::megatron) out.push_back({{"runtime.cuda_graphs", "true"}});
       break;
   }
   return out;
@@ -163,7 +167,22 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
               "(many small FSDP units) also delays the all-gather launches"
             : "check with a profiler that all-gathers run on their own stream ahead of the compute that needs them");
   }
-  // 4. What no perturbation explains: a per-step constant.
+  // 4. A slower host thread: kernels issued later than the GPU could run them.
+  {
+    ClusterSpec slow = c;
+    slow.host.op_seconds *= kPlausibleHostFactor;
+    const double at = step_with(rc, slow);
+    add("host-bound: the CPU issues kernels slower than the GPU runs them", at,
+        fmt::format("the host thread is busy {:.3f} s of the {:.3f} s step and the GPU waits {:.3f} s on it{}; at {:.0f}x "
+                    "the profiled per-op host cost the step takes {:.3f} s (+{:.3f} s)",
+                    predicted.host_busy_s, predicted.step_time_s,
+                    predicted.breakdown_s.count("host_wait") ? predicted.breakdown_s.at("host_wait") : 0.0,
+                    predicted.host_bound ? " (host-bound already)" : "", kPlausibleHostFactor, at,
+                    at - d.predicted_step_s),
+        "issue fewer ops per token: a larger micro-batch or fewer micro-batches, CUDA graphs (Megatron "
+        "--enable-cuda-graph), torch.compile; check the CPU governor and that no other process shares the cores");
+  }
+  // 5. What no perturbation explains: a per-step constant.
   {
     double best = 0;
     for (const auto& x : d.causes) best = std::max(best, x.explains_s);
@@ -172,7 +191,7 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
     d.causes.push_back(
         {"data loading / host overhead", rest,
          fmt::format("{:.2f} s per step beyond the largest simulated cause ({:.0f} ms per micro-batch): the simulator "
-                     "has no host-side costs",
+                     "has no data loading, logging or evaluation",
                      rest, 1000 * per_mb),
          "check dataloader workers and that the throughput window excludes warm-up, evaluation and checkpointing; "
          "profile one step (torch.profiler) for CPU gaps between kernels"});

@@ -249,8 +249,7 @@ std::string whatif_html(const WhatIfReport& r) {
   for (std::size_t i = 0; i < r.variants.size(); ++i)
     if (r.variants[i].ok()) ok.push_back(i);
 
-  const std::vector<std::string> time_parts = {"compute", "recompute", "exposed_comm", "bubble", "optimizer",
-                                               "offload_stall", "other"};
+  const std::vector<std::string> time_parts(kBreakdownKeys.begin(), kBreakdownKeys.end());
   std::vector<std::vector<Part>> time_bars;
   for (std::size_t i : ok) {
     std::vector<Part> b;

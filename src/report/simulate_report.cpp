@@ -26,12 +26,16 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
   out += fmt::format("MFU           {:.1f}%   HFU {:.1f}%   ({} FLOP/token: {})\n", 100 * r.mfu, 100 * r.hfu,
                      fmt::format("{:.3g}", r.model_flops_per_token), r.flops_formula);
   out += "\nwhere the step goes (critical stage " + std::to_string(r.critical_stage) + ")\n";
-  for (const char* k : {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "offload_stall", "other"}) {
+  for (const char* k : kBreakdownKeys) {
     const double v = r.breakdown_s.count(k) ? r.breakdown_s.at(k) : 0.0;
     out += fmt::format("  {:<15} {:>10.4f} s  {}\n", k, v, pct(v, r.step_time_s));
     if (std::string(k) == "exposed_comm")
       for (const auto& [kind, s] : r.exposed_comm_s) out += fmt::format("    {:<21} {:>8.4f} s\n", kind, s);
   }
+  out += fmt::format("host thread   {:.4f} s busy issuing ops{}\n", r.host_busy_s,
+                     r.host_bound ? "; HOST-BOUND: the GPU waits on the CPU (larger micro-batch, CUDA graphs or "
+                                    "compile issue fewer ops per token)"
+                                  : "");
   if (!r.comm_bytes.empty()) {
     out += "\nbytes communicated per rank per step\n";
     for (const auto& [kind, b] : r.comm_bytes) out += fmt::format("  {:<21} {:>10.2f} GB\n", kind, b / 1e9);
@@ -56,6 +60,8 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["flops_formula"] = r.flops_formula;
   j["breakdown_s"] = r.breakdown_s;
+  j["host_busy_s"] = r.host_busy_s;
+  j["host_bound"] = r.host_bound;
   j["exposed_comm_s"] = nlohmann::json::object();
   for (const auto& [k, v] : r.exposed_comm_s) j["exposed_comm_s"][k] = v;
   j["comm_bytes"] = nlohmann::json::object();

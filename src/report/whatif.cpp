@@ -400,7 +400,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> table_rows(const W
     for (const auto& [k, x] : v.result.comm_bytes) kinds.insert(k);
     for (const auto& [k, x] : v.result.exposed_comm_s) exposed.insert(k);
   }
-  for (const char* k : {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "offload_stall", "other"}) {
+  for (const char* k : kBreakdownKeys) {
     if (!cats.count(k)) continue;
     row(fmt::format("  {}", k), [k](const Variant& v) {
       return fmt::format("{:.3f} s", v.result.breakdown_s.count(k) ? v.result.breakdown_s.at(k) : 0.0);

@@ -1,5 +1,6 @@
 #pragma once
 // What one simulated optimizer step reports.
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +18,15 @@ struct StageTimeline {
   double compute_busy_seconds = 0;
 };
 
+// The terms of StepResult::breakdown_s, in report order. host_wait: the GPU idle because the
+// host thread had not issued the next kernel yet.
+inline constexpr std::array<const char*, 8> kBreakdownKeys = {"compute", "recompute", "exposed_comm", "bubble",
+                                                               "optimizer", "offload_stall", "host_wait", "other"};
+
+// A step whose GPU waits on its host for a tenth of its time or more is called host-bound: past
+// that, issuing faster (CUDA graphs, compile, larger micro-batches) buys more than faster kernels.
+inline constexpr double kHostBoundFraction = 0.10;
+
 struct StepResult {
   double step_time_s = 0;
   double tokens_per_s = 0;
@@ -25,8 +35,10 @@ struct StepResult {
   double hfu = 0;                     // + recompute and FlashAttention's backward recompute
   double model_flops_per_token = 0;
   std::string flops_formula;
-  // Adds up to step_time_s: compute, recompute, exposed_comm, bubble, optimizer, offload_stall, other.
+  // Adds up to step_time_s: the kBreakdownKeys.
   std::map<std::string, double> breakdown_s;
+  double host_busy_s = 0;             // host thread busy issuing ops (critical stage, one rank)
+  bool host_bound = false;            // the GPU waited on the host for >= kHostBoundFraction of the step
   std::map<std::string, double> exposed_comm_s;   // by kind (fsdp_all_gather, tp, ...)
   std::map<std::string, double> comm_bytes;       // per rank per step, by kind
   std::vector<StageTimeline> stages;

@@ -14,6 +14,7 @@
 
 #include "cost/collective_cost.hpp"
 #include "cost/compute_cost.hpp"
+#include "cost/host_cost.hpp"
 #include "spec/placement.hpp"
 
 namespace meshplan {
@@ -45,9 +46,6 @@ GroupPlacement group_placement(const Mesh& mesh, GroupKind g, int gpus_per_node)
 }
 
 namespace {
-
-constexpr std::array<const char*, 7> kBreakdownKeys = {"compute", "recompute", "exposed_comm", "bubble",
-                                                        "optimizer", "offload_stall", "other"};
 
 // An op's GPU time is the sum of its kernels' roofline times; the CPU enqueues its launches
 // ahead of the GPU (eager PyTorch), so launch overhead only shows when the kernels are shorter
@@ -172,6 +170,56 @@ struct Links {
   sim::LinkId nvlink, nic, h2d, d2h;
 };
 
+// What the host threads were given, per op of the program (every rank of a stage mirrors it).
+struct HostTasks {
+  std::vector<double> seconds;  // host time to issue the op
+  std::vector<char> syncs;      // the host first waited for the GPU work issued before it
+  std::map<std::size_t, std::vector<int>> sync_deps;  // for those ops: what it waited for
+};
+
+// The host thread of every simulated rank issues that rank's ops in program order, each after
+// the host time it costs; a synchronizing op first waits for everything issued before it. Added
+// right after the GPU tasks: op i of rank k is task (n_ops + i) * R + k.
+HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const HostModel& host,
+                         const std::vector<sim::StreamId>& host_streams, std::size_t R) {
+  const std::size_t n_ops = prog.ops.size();
+  const std::size_t n_slots = host_streams.size();
+  HostTasks out{std::vector<double>(n_ops, 0.0), std::vector<char>(n_ops, 0)};
+  // Per stage, the last op issued on each stream: stream order makes it stand for the others.
+  std::vector<std::array<int, kStreamKinds>> issued(static_cast<std::size_t>(prog.n_stages));
+  for (auto& a : issued) a.fill(-1);
+  std::size_t next_pass = 0;
+  sim::Task t;
+  for (std::size_t i = 0; i < n_ops; ++i) {
+    const Op& op = prog.ops[i];
+    while (next_pass < prog.pass_first_ops.size() && static_cast<std::size_t>(prog.pass_first_ops[next_pass]) < i)
+      ++next_pass;
+    const bool pass_start =
+        next_pass < prog.pass_first_ops.size() && static_cast<std::size_t>(prog.pass_first_ops[next_pass]) == i;
+    const bool sync = (host.sync_every_pass && pass_start) ||
+                      (host.sync_before_optimizer && op.category == OpCategory::optimizer);
+    out.seconds[i] = host_seconds(op, host);
+    out.syncs[i] = sync ? 1 : 0;
+    auto& last = issued[static_cast<std::size_t>(op.stage)];
+    if (sync)
+      for (int j : last)
+        if (j >= 0) out.sync_deps[i].push_back(j);
+    for (std::size_t k = 0; k < R; ++k) {
+      const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
+      t.reset();
+      t.stream = host_streams[slot];
+      t.owner = static_cast<int>(n_slots + slot);  // no NCCL kernel slows the CPU
+      t.work_seconds = out.seconds[i];
+      if (sync)
+        for (int j : last)
+          if (j >= 0) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
+      engine.add_task(t);
+    }
+    last[static_cast<std::size_t>(op.stream)] = static_cast<int>(i);
+  }
+  return out;
+}
+
 }  // namespace
 
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
@@ -194,6 +242,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   const double nvlink = c.node.nvlink_bandwidth_bytes_per_s *
                         (c.node.nvlink_efficiency > 0 ? c.node.nvlink_efficiency : 1.0);
   std::vector<std::array<sim::StreamId, kStreamKinds>> streams;
+  std::vector<sim::StreamId> host_streams;  // one CPU thread per simulated rank
   for (std::size_t s = 0; s < n_st; ++s)
     for (std::size_t k = 0; k < R; ++k) {
       const std::string rank = options.full ? fmt::format("rank{}", s * R + k) : fmt::format("stage{}", s);
@@ -205,6 +254,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         ids[static_cast<std::size_t>(kind)] =
             engine.add_stream(fmt::format("{}.{}", rank, to_string(static_cast<StreamKind>(kind))));
       streams.push_back(ids);
+      host_streams.push_back(engine.add_stream(rank + ".host"));
     }
   // Members of the group of kind g around rank k of a stage, as indices within that stage
   // (pp is the outermost rank dimension, so a stage's ranks are one contiguous block).
@@ -215,6 +265,10 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     return out;
   };
   auto task_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>(op * R + k); };
+  // The host thread's issue of op `op` on rank k: a task on that rank's host stream (after every
+  // GPU task, so ids are known before they are added).
+  const std::size_t n_ops = prog.ops.size();
+  auto host_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>((n_ops + op) * R + k); };
 
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
@@ -228,10 +282,10 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     if (!slot) slot = group_placement(mesh, g, gpn);
     return *slot;
   };
-  engine.reserve_tasks(prog.ops.size() * R);
+  engine.reserve_tasks(2 * n_ops * R);
   std::vector<sim::Task> barriers;
   std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of;  // (op, first member)
-  const auto first_barrier = static_cast<sim::TaskId>(prog.ops.size() * R);
+  const auto first_barrier = static_cast<sim::TaskId>(2 * n_ops * R);
   // What the report reads of every op, kept compact: its passes below would otherwise stream the
   // whole program (hundreds of bytes per op) through the cache again and again.
   struct OpBrief {
@@ -252,6 +306,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       t.reset();
       t.stream = streams[slot][static_cast<std::size_t>(op.stream)];
       for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
+      t.deps.push_back(host_id(i, k));  // never before the host has issued it
       t.owner = static_cast<int>(slot);
       for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
       for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
@@ -297,8 +352,10 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
               sim::Task b;
               b.stream = sim::kNoStream;
               b.owner = t.owner;
-              for (std::size_t mk : group)
+              for (std::size_t mk : group) {
                 for (int d : op.deps) b.deps.push_back(task_id(static_cast<std::size_t>(d), mk));
+                b.deps.push_back(host_id(i, mk));
+              }
               it->second = first_barrier + static_cast<sim::TaskId>(barriers.size());
               barriers.push_back(std::move(b));
             }
@@ -315,6 +372,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       engine.add_task(t);
     }
   }
+  const HostModel host = host_model(c, p);
+  const HostTasks host_tasks = add_host_tasks(engine, prog, host, host_streams, R);
   for (const auto& b : barriers) engine.add_task(b);
 
   const sim::RunResult full_run = engine.run();
@@ -324,6 +383,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   run.events_processed = full_run.events_processed;
   run.timings.resize(prog.ops.size());
   for (std::size_t i = 0; i < prog.ops.size(); ++i) run.timings[i] = full_run.timings[i * R];
+  std::vector<sim::TaskTiming> host_timings(n_ops);
+  for (std::size_t i = 0; i < n_ops; ++i) host_timings[i] = full_run.timings[static_cast<std::size_t>(host_id(i, 0))];
   for (const auto& ev : full_run.memory)
     if (static_cast<std::size_t>(ev.owner) % R == 0) {
       sim::MemoryEvent e = ev;
@@ -371,6 +432,12 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   // An idle gap [from, to) on the compute stream is blamed along the critical chain: the
   // dependency that finished last owns the part of the gap it was running; whatever it was
   // itself waiting for owns the part before it started, and so on.
+  // The host thread gates an op when its issue ended after every dependency: the part of the gap
+  // while the host was issuing (or had not reached it) is host_wait, unless the host was itself
+  // blocked on the GPU at a synchronizing op, whose own wait is then followed.
+  auto host_gate = [&](std::size_t op, double deps_end) {
+    return host_timings[op].end_seconds > deps_end && host_tasks.seconds[op] > 0;
+  };
   auto charge_wait = [&](std::size_t waiting_op, double from) {
     double to = run.timings[waiting_op].start_seconds;
     std::size_t op = waiting_op;
@@ -383,6 +450,27 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
           gate_end = e;
           gate = d;
         }
+      }
+      if (host_gate(op, gate_end)) {
+        const double h_start = host_timings[op].start_seconds;
+        r.breakdown_s["host_wait"] += std::max(0.0, std::min(to, host_timings[op].end_seconds) - std::max(from, h_start));
+        to = std::min(to, std::max(from, h_start));
+        if (!host_tasks.syncs[op]) {
+          r.breakdown_s["host_wait"] += std::max(0.0, to - from);  // the host was busy before it
+          to = from;
+          break;
+        }
+        // A synchronizing host waited for the GPU work it had issued: that work gates the rest.
+        gate = -1;
+        gate_end = -1;
+        if (const auto it = host_tasks.sync_deps.find(op); it != host_tasks.sync_deps.end())
+          for (int d : it->second) {
+            const double e = run.timings[static_cast<std::size_t>(d)].end_seconds;
+            if (e > gate_end) {
+              gate_end = e;
+              gate = d;
+            }
+          }
       }
       if (gate < 0) break;
       const OpBrief& g = brief[static_cast<std::size_t>(gate)];
@@ -436,6 +524,10 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     }
   }
 
+  for (std::size_t i = 0; i < n_ops; ++i)
+    if (brief[i].stage == r.critical_stage) r.host_busy_s += host_tasks.seconds[i];
+  r.host_bound = r.step_time_s > 0 && r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
+
   // Memory along the timeline: static state from the closed form, transients from the events.
   const MemoryEstimate est = estimate_memory(m, p, j, c);
   // One pass over the memory events, tracking every stage's live bytes and its peak.
@@ -484,6 +576,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   if (options.keep_timeline) {
     out.program = std::move(prog);
     out.timings = run.timings;
+    out.host_timings = std::move(host_timings);
   }
   return out;
 }

@@ -24,6 +24,7 @@ struct SimulatedStep {
   // Filled when keep_timeline: the ops, their engine tasks and timings.
   StepProgram program;
   std::vector<sim::TaskTiming> timings;  // indexed like program.ops
+  std::vector<sim::TaskTiming> host_timings;  // the host thread's issue of each op, likewise
 };
 
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,

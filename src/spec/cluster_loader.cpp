@@ -547,6 +547,24 @@ void read_framework(Context& ctx, const toml::table& t) {
   r.finish();
 }
 
+// Eager per-op host cost when a profile has no [host] table (profiles written before it existed):
+// an x86 server's, docs/host.md.
+constexpr double kDefaultX86OpSeconds = 8e-6;
+
+void read_host(Context& ctx, const toml::table* t) {
+  HostSpec& h = ctx.spec->host;
+  if (t == nullptr) {
+    h.cpu = "x86";
+    h.op_seconds = kDefaultX86OpSeconds;
+    ctx.spec->sources["host.op_seconds"] = "default";
+    return;
+  }
+  TableReader r(ctx, *t, "host", "host");
+  h.cpu = r.text("cpu", "cpu", {"x86", "grace"});
+  h.op_seconds = r.quantity("op_dispatch_{}", kTimeUnits, "op_seconds", Range::positive);
+  r.finish();
+}
+
 toml::table parse_toml(const std::string& file) {
   try {
     return toml::parse_file(file);
@@ -583,6 +601,12 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
   read_node(ctx, require_table(ctx, r, "node"));
   read_fabric(ctx, require_table(ctx, r, "fabric"));
   read_framework(ctx, require_table(ctx, r, "framework"));
+  if (const toml::node* h = r.find("host")) {
+    if (!h->is_table()) ctx.fail("host", "must be a table, got " + std::string(type_name(*h)), h);
+    read_host(ctx, h->as_table());
+  } else {
+    read_host(ctx, nullptr);
+  }
   // Reserved for NCCL algorithm constants and calibrated collective curves (a later schema
   // revision); accepted so profiles can carry them, but nothing reads them yet.
   if (const toml::node* c = r.find("collectives")) {

@@ -82,6 +82,13 @@ struct FabricSpec {
   double switch_hop_latency_seconds = 0;
 };
 
+// The CPU that runs the training process: what one eagerly dispatched op costs it (Python,
+// the PyTorch dispatcher, autograd bookkeeping and the launch), docs/host.md.
+struct HostSpec {
+  std::string cpu = "x86";                 // "x86" or "grace"
+  double op_seconds = 0;                   // per eager PyTorch op issuing one kernel
+};
+
 // Fixed costs of the software stack, not of the model.
 struct FrameworkOverheads {
   double cuda_context_bytes = 0;           // CUDA context + cuBLAS/cuDNN workspaces
@@ -95,6 +102,7 @@ struct ClusterSpec {
   GpuSpec gpu;
   NodeSpec node;
   FabricSpec fabric;
+  HostSpec host;
   FrameworkOverheads framework;
   std::map<std::string, std::string> sources;  // "gpu.hbm_bytes" -> "h100_datasheet"
   std::map<std::string, std::string> source_refs;  // tag -> citation ("kind: ref")

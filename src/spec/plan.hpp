@@ -115,6 +115,9 @@ struct Plan {
 
   Optimizer optimizer = Optimizer::adamw;
   bool compile = false;
+  // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
+  // mode="reduce-overhead"): each captured region is replayed with one launch from the host.
+  bool cuda_graphs = false;
 };
 
 // fp32 weights computed under torch.autocast alone (no FSDP/Megatron mixed-precision policy):

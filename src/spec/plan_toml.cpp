@@ -39,7 +39,7 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
-                                              "deepspeed"};
+                                              "deepspeed", "cuda_graphs"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -292,6 +292,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
                           "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
   plan.compile = rt.get_bool("compile").value_or(false);
+  plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
   if (const auto v = rt.get_int("flash_attention_version")) {
     if (*v != 1 && *v != 2) rt.fail("flash_attention_version", fmt::format("must be 1 or 2, got {}", *v));
@@ -395,6 +396,7 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("name = {}", quote(std::string(to_string(p.runtime)))));
   line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
   line(fmt::format("compile = {}", b(p.compile)));
+  if (p.cuda_graphs) line("cuda_graphs = true");
   line(fmt::format("flash_attention = {}", b(p.flash_attention)));
   if (p.flash_attention && p.flash_attention_version != 2)
     line(fmt::format("flash_attention_version = {}", p.flash_attention_version));

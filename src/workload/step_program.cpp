@@ -1118,6 +1118,9 @@ StepProgram Builder::build() {
     const auto [vstage, mb] = key;
     if (vstage < n_vstages_ - 1) prog_.ops[static_cast<std::size_t>(first)].deps.push_back(bwd_send.at({vstage + 1, mb}));
   }
+  for (const auto* firsts : {&fwd_first, &bwd_first})
+    for (const auto& [key, first] : *firsts) prog_.pass_first_ops.push_back(first);
+  std::sort(prog_.pass_first_ops.begin(), prog_.pass_first_ops.end());
   for (const auto& o : prog_.ops) prog_.model_flops_per_step += o.model_flops;
   return std::move(prog_);
 }

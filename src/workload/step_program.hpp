@@ -83,6 +83,9 @@ struct StepProgram {
   int n_stages = 1;
   std::int64_t n_microbatches = 1;
   std::vector<Op> ops;
+  // First op of every micro-batch's forward and backward of every pipeline chunk, ascending:
+  // where a framework that times each pass synchronizes the host with the GPU.
+  std::vector<int> pass_first_ops;
   double model_flops_per_step = 0;   // per rank, summed over ops
   double tokens_per_step = 0;        // global
 };

@@ -8,10 +8,13 @@
 // TP x FSDP2 run). Runs the memory model says could not have run: 6 of 184 dev rows (NeMo rows
 // whose recompute setting is unknown), 0 of 47 memory rows; before llm-foundry's loss was priced
 // as the fused kernel it runs, 68 of its 139 runs were "out of memory" though they ran.
+// dev-vtrain.csv (2026-12-02, host thread in the simulation): tokens/s MAPE 9.8 % over 720 rows,
+// bias -0.65 %, p90 19.6 % (before the host model: 25.7 %, +22 %, p90 67 %).
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -32,6 +35,10 @@ const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 51.0},
 };
 constexpr double kMemoryMapeBoundPct = 13.5;
+// Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
+constexpr double kVtrainTokensMapeBoundPct = 10.0;
+constexpr double kVtrainBiasBoundPct = 3.0;
+constexpr int kVtrainRowsCompared = 720;
 // Published runs ran, so they fit. The dev rows the model says could not have: NeMo rows whose
 // activation recompute is not published (none is assumed).
 constexpr int kDevPredictedOutOfMemoryBound = 6;
@@ -76,4 +83,17 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
   CHECK(rep.summary.memory_rows > 0);
   CHECK(*rep.summary.memory_mape_pct <= kMemoryMapeBoundPct);
   CHECK(rep.summary.predicted_out_of_memory == 0);
+}
+
+TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
+  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-vtrain.csv")) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  const ValidationReport rep = run("dev-vtrain.csv");
+  REQUIRE(rep.summary.mape_pct.has_value());
+  REQUIRE(rep.summary.mean_error_pct.has_value());
+  CHECK(rep.summary.n == kVtrainRowsCompared);
+  CHECK(*rep.summary.mape_pct <= kVtrainTokensMapeBoundPct);
+  CHECK(std::abs(*rep.summary.mean_error_pct) <= kVtrainBiasBoundPct);
 }

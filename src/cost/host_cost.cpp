@@ -1,0 +1,49 @@
+#include "cost/host_cost.hpp"
+
+#include <algorithm>
+
+namespace meshplan {
+
+namespace {
+
+// A c10d collective is two dispatched ops on the host: the collective itself (work object,
+// stream event, NCCL enqueue) and the wait that makes the compute stream depend on it.
+constexpr double kCollectiveOps = 2.0;
+
+// Megatron-DeepSpeed drives each layer through Python-level autograd Functions (tensor-parallel
+// regions, DeepSpeed's CheckpointFunction with its RNG-state save and restore) around every
+// kernel the lowering counts; fitted once on dev-vtrain.csv (docs/host.md) as a multiple of the
+// host's eager per-op cost, the same for every row.
+constexpr double kMegatronDeepSpeedOpFactor = 8.0;
+
+}  // namespace
+
+HostModel host_model(const ClusterSpec& c, const Plan& p) {
+  HostModel h;
+  const double factor = p.deepspeed_engine ? kMegatronDeepSpeedOpFactor : 1.0;
+  h.op_seconds = c.host.op_seconds * factor;
+  h.launch_seconds = c.gpu.kernel_launch_seconds;
+  h.collective_seconds = kCollectiveOps * h.op_seconds;
+  h.cuda_graphs = p.cuda_graphs;
+  h.compiled = p.compile;
+  h.sync_every_pass = p.deepspeed_engine;
+  h.sync_before_optimizer = p.runtime == Runtime::megatron;
+  return h;
+}
+
+double host_seconds(const Op& op, const HostModel& h) {
+  switch (op.kind) {
+    case OpKind::compute: {
+      const int kernels = std::max<int>(op.kernels, static_cast<int>(op.gemms.size() + op.attention.size()));
+      if (kernels == 0) return 0;
+      if (h.cuda_graphs && op.category != OpCategory::optimizer) return h.launch_seconds;
+      return kernels * (h.compiled ? h.launch_seconds : h.op_seconds);
+    }
+    case OpKind::collective:
+    case OpKind::p2p: return h.collective_seconds;
+    case OpKind::host_copy: return h.op_seconds;
+  }
+  return 0;
+}
+
+}  // namespace meshplan

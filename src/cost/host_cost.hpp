@@ -1,0 +1,31 @@
+#pragma once
+// Host (CPU) time the training process spends to issue each op of the lowered step: Python and
+// eager-PyTorch dispatch, autograd bookkeeping and the CUDA launch itself (docs/host.md). The
+// simulator runs these on one host thread per rank, in program order, ahead of the GPU.
+#include "spec/cluster_spec.hpp"
+#include "spec/plan.hpp"
+#include "workload/step_program.hpp"
+
+namespace meshplan {
+
+// How one framework issues its kernels on this host.
+struct HostModel {
+  double op_seconds = 0;          // per dispatched framework op (eager: one aten op, one kernel)
+  double launch_seconds = 0;      // per raw kernel or CUDA-graph launch (compiled code, graphs)
+  double collective_seconds = 0;  // per NCCL call through c10d (work object, stream events)
+  bool cuda_graphs = false;       // captured regions: each compute op is one graph launch
+  bool compiled = false;          // torch.compile: Inductor's wrapper launches kernels directly
+  // Megatron-LM's original timers call torch.cuda.synchronize() at the start and end of every
+  // micro-batch's forward and backward (Megatron-DeepSpeed kept them).
+  bool sync_every_pass = false;
+  // The optimizer step waits on the gradient norm (clip_grad_norm with `.item()`, the fp16
+  // loss scaler's overflow check): the host blocks until every gradient is reduced.
+  bool sync_before_optimizer = false;
+};
+
+HostModel host_model(const ClusterSpec& c, const Plan& p);
+
+// Seconds of host time to issue `op`.
+double host_seconds(const Op& op, const HostModel& h);
+
+}  // namespace meshplan
