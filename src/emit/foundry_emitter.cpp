@@ -262,7 +262,9 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
   y.key("device_train_microbatch_size", j.micro_batch);
   y.key("precision", precision);
   // An empty map turns torch.compile on with Composer's defaults (None, the default, is off).
-  if (p.compile) y.key("compile_config", "{}");
+  // mode reduce-overhead: torch.compile captures CUDA graphs.
+  if (p.cuda_graphs) y.key("compile_config", "{mode: reduce-overhead}");
+  else if (p.compile) y.key("compile_config", "{}");
   y.blank();
 
   y.open("fsdp_config");

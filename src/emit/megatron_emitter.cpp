@@ -120,6 +120,7 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   arg("--max-position-embeddings", std::max(model.max_seq_len, j.seq_len));
   if (!model.tied_embeddings) flag("--untie-embeddings-and-output-weights");
   if (!p.flash_attention) refuse(kRt, "flash_attention", "Megatron plans are emitted with fused attention (Transformer Engine)");
+  if (p.cuda_graphs) flag("--enable-cuda-graph");  // Transformer Engine captures each layer's passes
   if (!p.dropout) {
     arg("--attention-dropout", "0.0");
     arg("--hidden-dropout", "0.0");

@@ -78,6 +78,7 @@ Settings check(const RunConfig& rc) {
   s.info = flavor_info(rc.model);
 
   if (m.ep > 1) refuse(kRt, "ep", "llama3 is dense; expert parallelism has nothing to shard");
+  if (p.cuda_graphs) refuse(kRt, "cuda_graphs", "torchtitan's training loop has no CUDA-graph option");
   if (m.tp > 1) {
     if (p.tp_style != TpStyle::full)
       refuse(kRt, "tp_style", "torchtitan's TP plan shards attention and MLP; MLP-only TP is llm-foundry's");

@@ -417,6 +417,20 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       top.fail(k, fmt::format("unknown top-level key{}; llm-foundry raises 'Unused parameters' on it "
                               "(put free variables under variables:)", did_you_mean(k, kTopLevel)));
 
+  // ---- compile_config: None (absent) is eager; a map is torch.compile's kwargs (Composer's
+  // Trainer(compile_config=...)). The "reduce-overhead" and "max-autotune" modes capture CUDA graphs.
+  if (const YAML::Node cc = root["compile_config"]; cc && !cc.IsNull()) {
+    if (!cc.IsMap()) top.fail("compile_config", "must be a map of torch.compile arguments (or null for eager)");
+    plan.compile = true;
+    if (const YAML::Node mode = cc["mode"]; mode && !mode.IsNull()) {
+      const std::string m = mode.IsScalar() ? mode.Scalar() : std::string();
+      if (m != "default" && m != "reduce-overhead" && m != "max-autotune" && m != "max-autotune-no-cudagraphs")
+        top.fail("compile_config.mode", fmt::format("unknown torch.compile mode '{}' (default, reduce-overhead, "
+                                                    "max-autotune, max-autotune-no-cudagraphs)", m));
+      plan.cuda_graphs = m == "reduce-overhead" || m == "max-autotune";
+    }
+  }
+
   // ---- batch and sequence (llmfoundry/utils/config_utils.py calculate_batch_size_info)
   const auto seq = top.get_int("max_seq_len");
   if (!seq) top.fail("max_seq_len", "required");

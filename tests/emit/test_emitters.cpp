@@ -2,6 +2,7 @@
 // version, refusals for inexpressible plans, Megatron argument lists, bundles and determinism.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -704,4 +705,34 @@ TEST_CASE("emitted torchtitan files for the shipped example shapes stay inside e
       }
     }
   }
+}
+
+TEST_CASE("CUDA graphs: Megatron --enable-cuda-graph, llm-foundry compile mode reduce-overhead, torchtitan refuses") {
+  Mesh m;
+  m.tp = 2;
+  m.dp_shard = 4;
+  const RunConfig mg = make({"llama3.1-8b", Runtime::megatron, m, 8, 8192, 32, 1, 0}, [](Plan& p) {
+    p.sharding = Sharding::zero1;
+    p.cuda_graphs = true;
+  });
+  const std::vector<std::string> args = emit_megatron_args(mg);
+  CHECK(std::count(args.begin(), args.end(), "--enable-cuda-graph") == 1);
+
+  Mesh f;
+  f.dp_shard = 8;
+  const RunConfig fy = make({"mpt-7b", Runtime::composer_fsdp1, f, 8, 2048, 64, 8, 0}, [](Plan& p) {
+    p.compile = true;
+    p.cuda_graphs = true;
+  });
+  const std::string yaml = emit_foundry_yaml(fy);
+  CHECK(yaml.find("compile_config: {mode: reduce-overhead}") != std::string::npos);
+  const RunConfig back = reimport(yaml, "graphs.yaml", 8);
+  CHECK(back.plan.cuda_graphs);
+  CHECK(back.plan.compile);
+
+  Mesh t;
+  t.dp_shard = 8;
+  const RunConfig tt = make({"llama3.1-8b", Runtime::torchtitan_fsdp2, t, 8, 8192, 8, 1, 0},
+                            [](Plan& p) { p.cuda_graphs = true; });
+  CHECK(refusal([&] { emit_torchtitan_toml(tt, TorchtitanVersion::early_2026); }).find("cuda_graphs") != std::string::npos);
 }

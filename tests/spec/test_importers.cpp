@@ -616,3 +616,26 @@ TEST_CASE("plan TOML: deepspeed = true is kept and allowed only with the Megatro
   CHECK(what.find("deepspeed") != std::string::npos);
   CHECK(what.find("Megatron") != std::string::npos);
 }
+
+TEST_CASE("llm-foundry compile_config: eager when absent, compile with a map, CUDA graphs in reduce-overhead mode") {
+  const std::string fsdp = "  sharding_strategy: FULL_SHARD\n";
+  const RunConfig eager = load_yaml("cc0.yaml", foundry(fsdp));
+  CHECK_FALSE(eager.plan.compile);
+  CHECK_FALSE(eager.plan.cuda_graphs);
+  const RunConfig compiled = load_yaml("cc1.yaml", "compile_config: {}\n" + foundry(fsdp));
+  CHECK(compiled.plan.compile);
+  CHECK_FALSE(compiled.plan.cuda_graphs);
+  const RunConfig graphs = load_yaml("cc2.yaml", "compile_config:\n  mode: reduce-overhead\n" + foundry(fsdp));
+  CHECK(graphs.plan.compile);
+  CHECK(graphs.plan.cuda_graphs);
+  CHECK_FALSE(load_yaml("cc3.yaml", "compile_config:\n  mode: max-autotune-no-cudagraphs\n" + foundry(fsdp)).plan.cuda_graphs);
+  const std::string what = load_error(write_temp("cc4.yaml", "compile_config:\n  mode: fastest\n" + foundry(fsdp)));
+  CHECK(what.find("compile_config.mode") != std::string::npos);
+  CHECK(what.find("fastest") != std::string::npos);
+  // The plan TOML keeps it, written only when on.
+  RunConfig rc = graphs;
+  resolve_layout(rc, 8);
+  const std::string text = to_plan_toml(rc);
+  CHECK(text.find("cuda_graphs = true") != std::string::npos);
+  CHECK(load_run_config(write_temp("cc5.toml", text)).plan.cuda_graphs);
+}
