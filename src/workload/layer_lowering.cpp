@@ -177,14 +177,19 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
 
   if (tp && full_tp && p_.sequence_parallel)
     comm(tp_collective(stage, sub_name(tag, ".tp_ag_attn"), CollectiveOp::all_gather, act));
-  Op pre = compute_op(stage, sub_name(tag, ".qkv"), cat);
-  pre.gemms = k_.pre_attention;
-  pre.memory_bound_bytes = k_.pre_attention_bytes;
-  pre.kernels = k_.pre_kernels;
-  pre.hardware_flops = gemm_flops(pre.gemms);
-  pre.model_flops = flops_scale * pre.hardware_flops;
-  quantize_forward(pre, k_.pre_attention, mb);
-  if (overlap) chunk_for_overlap(pre);
+  // A forward op of block linears: their GEMMs, the element-wise work around them, quantization.
+  auto linears_op = [&](const char* suffix, const Gemms& linears, double bytes, int kernels) {
+    Op op = compute_op(stage, sub_name(tag, suffix), cat);
+    op.gemms = linears;
+    op.memory_bound_bytes = bytes;
+    op.kernels = kernels;
+    op.hardware_flops = gemm_flops(op.gemms);
+    op.model_flops = flops_scale * op.hardware_flops;
+    quantize_forward(op, linears, mb);
+    if (overlap) chunk_for_overlap(op);
+    return op;
+  };
+  Op pre = linears_op(".qkv", k_.pre_attention, k_.pre_attention_bytes, k_.pre_kernels);
   forward_attention(chain_of, std::move(pre), stage, tag, cat, mb, overlap, flops_scale);
   if (tp && full_tp) {
     comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"),
@@ -199,15 +204,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   if (moe_a2a)
     comm(collective_op(stage, sub_name(tag, ".ep_dispatch"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
                        GroupKind::ep, routed));
-  Op mlp = compute_op(stage, sub_name(tag, ".mlp"), cat);
-  mlp.gemms = k_.mlp;
-  mlp.memory_bound_bytes = k_.mlp_bytes;
-  mlp.kernels = k_.mlp_kernels;
-  mlp.hardware_flops = gemm_flops(mlp.gemms);
-  mlp.model_flops = flops_scale * mlp.hardware_flops;
-  quantize_forward(mlp, k_.mlp, mb);
-  if (overlap) chunk_for_overlap(mlp);
-  chain_of.compute(std::move(mlp));
+  chain_of.compute(linears_op(".mlp", k_.mlp, k_.mlp_bytes, k_.mlp_kernels));
   if (moe_a2a)
     comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
                        GroupKind::ep, routed));

@@ -6,12 +6,7 @@
 namespace meshplan::lowering {
 
 Op Builder::p2p_send(int stage, std::string name, double bytes, int after) const {
-  Op o;
-  o.name = std::move(name);
-  o.stage = stage;
-  o.stream = StreamKind::pp;
-  o.category = OpCategory::pp;
-  o.kind = OpKind::p2p;
+  Op o = make_op(stage, std::move(name), StreamKind::pp, OpCategory::pp, OpKind::p2p);
   o.group = GroupKind::pp;
   o.bytes = bytes;
   o.deps = {after};

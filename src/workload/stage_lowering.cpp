@@ -25,12 +25,7 @@ constexpr int kEmbeddingForwardKernels = 1, kEmbeddingBackwardKernels = 2;
 }  // namespace
 
 Op Builder::host_copy(int stage, std::string name, bool to_device, double bytes) const {
-  Op o;
-  o.name = std::move(name);
-  o.stage = stage;
-  o.stream = StreamKind::host_copy;
-  o.category = OpCategory::offload;
-  o.kind = OpKind::host_copy;
+  Op o = make_op(stage, std::move(name), StreamKind::host_copy, OpCategory::offload, OpKind::host_copy);
   o.host_to_device = to_device;
   o.bytes = bytes;
   return o;

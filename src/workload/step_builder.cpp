@@ -13,24 +13,23 @@ namespace {
 constexpr std::size_t kOpsPerLayerAndMicrobatch = 28;
 }  // namespace
 
-Op Builder::compute_op(int stage, std::string name, OpCategory cat) const {
-  Op o;
-  o.name = std::move(name);
-  o.stage = stage;
-  o.stream = StreamKind::compute;
-  o.category = cat;
-  o.kind = OpKind::compute;
-  return o;
-}
-
-Op Builder::collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c, GroupKind g,
-                          double bytes) const {
+Op make_op(int stage, std::string name, StreamKind stream, OpCategory cat, OpKind kind) {
   Op o;
   o.name = std::move(name);
   o.stage = stage;
   o.stream = stream;
   o.category = cat;
-  o.kind = OpKind::collective;
+  o.kind = kind;
+  return o;
+}
+
+Op Builder::compute_op(int stage, std::string name, OpCategory cat) const {
+  return make_op(stage, std::move(name), StreamKind::compute, cat, OpKind::compute);
+}
+
+Op Builder::collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c, GroupKind g,
+                          double bytes) const {
+  Op o = make_op(stage, std::move(name), stream, cat, OpKind::collective);
   o.collective = c;
   o.group = g;
   o.bytes = bytes;

@@ -70,6 +70,9 @@ struct StageState {
   int blocking_send = -1; // DeepSpeed: the send the next compute op waits for
 };
 
+// An op with no work yet: the caller fills in what it computes or moves.
+Op make_op(int stage, std::string name, StreamKind stream, OpCategory cat, OpKind kind);
+
 class Builder {
 public:
   Builder(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options)
