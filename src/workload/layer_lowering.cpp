@@ -225,44 +225,35 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   LayerChain chain_of{*this, p_.async_tp && tp && full_tp};
   chain_of.pending = std::move(first_deps);
   auto comm = [&](Op&& op) { chain_of.comm(std::move(op)); };
-  // The backward of one forward op: data and weight gradients of its linears.
-  auto backward_op = [&](const char* suffix, const Gemms& linears, double bytes, int kernels) {
+  // The backward of one forward op: data and weight gradients of its linears (and, for the
+  // attention op, the core attention's backward), then their quantization and TP chunking.
+  auto backward_op = [&](const char* suffix, const Gemms& linears, double bytes, int kernels, bool with_attention) {
     Op op = compute_op(stage, sub_name(tag, suffix), OpCategory::compute);
     op.gemms = grads_of(linears);
     op.memory_bound_bytes = bytes;
     op.kernels = kernels;
+    const double flops = gemm_flops(op.gemms);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward) : 0.0);
+    op.model_flops =
+        flops + (with_attention ? kAttentionModelBackwardOverForward * attention_flops(k_.attention, Pass::forward) : 0.0);
+    quantize_backward(op, linears);
+    if (chain_of.overlap) chunk_for_overlap(op);
     return op;
   };
   if (tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"),
                        (full_tp && !p_.sequence_parallel) ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
                        full_tp ? act : act * p_.mesh.tp));
-  Op mlp = backward_op(".mlp", k_.mlp, k_.mlp_bytes_bwd, k_.mlp_kernels_bwd);
-  mlp.hardware_flops = gemm_flops(mlp.gemms);
-  mlp.model_flops = mlp.hardware_flops;
-  quantize_backward(mlp, k_.mlp);
-  if (chain_of.overlap) chunk_for_overlap(mlp);
-  comm(std::move(mlp));
+  comm(backward_op(".mlp", k_.mlp, k_.mlp_bytes_bwd, k_.mlp_kernels_bwd, false));
   if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
   else if (tp && !full_tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_batch"), CollectiveOp::reduce_scatter, act * p_.mesh.tp));
   if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"), CollectiveOp::all_gather, act));
-  Op attn = backward_op(".attn", k_.post_attention, k_.post_attention_bytes_bwd, k_.attn_kernels_bwd);
-  const double projection = gemm_flops(attn.gemms);
-  attn.hardware_flops = projection + add_core_attention(attn, Pass::backward);
-  attn.model_flops = projection + kAttentionModelBackwardOverForward * attention_flops(k_.attention, Pass::forward);
-  quantize_backward(attn, k_.post_attention);
-  if (chain_of.overlap) chunk_for_overlap(attn);
-  comm(std::move(attn));
+  comm(backward_op(".attn", k_.post_attention, k_.post_attention_bytes_bwd, k_.attn_kernels_bwd, true));
   if (p_.mesh.cp > 1)
     comm(collective_op(stage, sub_name(tag, ".cp_rs_dkv"), StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
                        GroupKind::cp, d_.cp_kv_bytes(p_.mesh.cp)));
-  Op qkv = backward_op(".qkv", k_.pre_attention, k_.pre_attention_bytes_bwd, k_.pre_kernels_bwd);
-  qkv.hardware_flops = gemm_flops(qkv.gemms);
-  qkv.model_flops = qkv.hardware_flops;
-  quantize_backward(qkv, k_.pre_attention);
-  if (chain_of.overlap) chunk_for_overlap(qkv);
-  comm(std::move(qkv));
+  comm(backward_op(".qkv", k_.pre_attention, k_.pre_attention_bytes_bwd, k_.pre_kernels_bwd, false));
   if (tp && full_tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_qkv_in"),
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, act));
