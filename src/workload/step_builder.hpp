@@ -7,6 +7,9 @@
 //   grad_sync_lowering.cpp  DDP / ZeRO-1/2 buckets, Megatron's param gather, DeepSpeed's fp32 sync
 //   pipeline_wiring.cpp     p2p sends between stages and the dependencies they carry
 //   optimizer_lowering.cpp  the optimizer step
+// and the pure pieces they read: layer_kernels.hpp (a block's kernel shapes and bytes),
+// stage_params.hpp (parameters per rank, shared with the memory model), pipeline_schedule.hpp
+// (a stage's order of forwards and backwards), spec/runtime_traits.hpp (what differs by runtime).
 // Ops are appended in issue order; an op's index in StepProgram::ops is its identity, so the order
 // in which these functions add ops is part of the output (traces and goldens depend on it).
 #include <fmt/format.h>
