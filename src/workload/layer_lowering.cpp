@@ -14,6 +14,7 @@ namespace meshplan::lowering {
 // op consuming it, and a reduce-scatter with the GEMM op producing it: the collective runs beside
 // that op and the op after the pair waits for both. Otherwise every op waits for the one before.
 struct Builder::LayerChain {
+  LayerChain(Builder& builder, bool overlapped) : b(builder), overlap(overlapped) {}
   Builder& b;
   bool overlap = false;
   int prev = -1, first = -1;
