@@ -24,10 +24,6 @@ constexpr std::int64_t kTileShortSide = 128;
 // about 115 (docs/compute.md).
 constexpr double kTileOverheadK = 128;
 
-// FlashAttention-2 backward does 5 matmuls (S and P recomputed, dV, dP, dQ, dK -> 2.5x the 2 of
-// the forward); its benchmark counts FLOPs the same way (benchmarks/benchmark_flash_attention.py).
-constexpr double kAttentionBackwardOverForward = 2.5;
-
 // FlashAttention-2 "yields around 2x speedup compared to FlashAttention" (Dao 2023, arXiv:2307.08691
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
 // FA2 rate the profiles' curves measure.
@@ -280,14 +276,6 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, g) / c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
-}
-
-double attention_flops(const AttentionShape& a, Pass pass) {
-  // Forward: S = Q K^T and O = P V, 2 x (2 b h s_q s_kv d); a causal mask skips half the tiles.
-  double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
-               static_cast<double>(a.seq_kv) * static_cast<double>(a.head_dim);
-  if (a.causal) fwd *= 0.5;
-  return pass == Pass::forward ? fwd : kAttentionBackwardOverForward * fwd;
 }
 
 double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype) {

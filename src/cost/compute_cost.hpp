@@ -38,10 +38,7 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
 // accumulate in fp32 and write bf16, as Transformer Engine and cuBLASLt default to).
 double gemm_bytes(const GemmShape& g, Dtype dtype);
 
-// Fused (FlashAttention-style) attention; FLOPs count the causal half when causal.
-// Backward = 2.5 x forward (FlashAttention-2 convention: 5 matmuls incl. the recomputed scores,
-// against 2 in the forward pass).
-double attention_flops(const AttentionShape& a, Pass pass);
+// Fused (FlashAttention-style) attention; its FLOPs are attention_flops (workload/kernel_shapes.hpp).
 // Bytes the fused kernel must move through HBM: Q, K, V, O (and dO, dQ, dK, dV backward).
 double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype);
 KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype);

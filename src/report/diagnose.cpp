@@ -10,12 +10,12 @@
 #include "sim/step_simulator.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/units.hpp"
 
 namespace meshplan {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Plausible degradations, not worst cases: GEMMs 20% below the profiled curve (clocks under power
 // or thermal limits, shapes the profile did not cover), and half the modeled network bandwidth
 // (congestion, a bad link or NIC, NCCL falling back to a slower algorithm or protocol).

@@ -8,12 +8,11 @@
 #include <cmath>
 
 #include "report/memory_report.hpp"
+#include "spec/units.hpp"
 
 namespace meshplan {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string esc(const std::string& s) {
   std::string o;

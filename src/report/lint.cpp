@@ -8,12 +8,11 @@
 
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/units.hpp"
 
 namespace meshplan {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // A bf16 sum over this many ranks loses enough low bits (8-bit mantissa, error growing with the
 // ring length) to be worth a second look; fp32 reduction costs 2x the reduce-scatter bytes.

@@ -1,4 +1,5 @@
 #include "report/memory_report.hpp"
+#include "spec/units.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +10,6 @@
 namespace meshplan {
 
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::int64_t whole_bytes(double b) { return static_cast<std::int64_t>(std::llround(b)); }
 

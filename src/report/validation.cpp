@@ -17,12 +17,12 @@
 #include "spec/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
+#include "spec/units.hpp"
 
 namespace meshplan {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kA100PeakFlops = 312e12;       // A100 dense bf16/fp16, as the sources use it
 constexpr double kH100PeakFlops = 989e12;       // H100 SXM dense bf16, as the sources use it
 

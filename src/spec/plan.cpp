@@ -1,65 +1,35 @@
 #include "spec/plan.hpp"
 
-#include <algorithm>
-#include <array>
-#include <cctype>
-#include <string>
-#include <utility>
+#include "spec/name_table.hpp"
 
 namespace meshplan {
 
 namespace {
-// One name table per enum: to_string and parse read the same list, so they cannot drift.
-template <class E, std::size_t N>
-using Names = std::array<std::pair<E, std::string_view>, N>;
-
-constexpr Names<Sharding, 4> kSharding{{{Sharding::none, "none"}, {Sharding::zero1, "zero1"},
-                                        {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}}};
-constexpr Names<Runtime, 5> kRuntime{{{Runtime::composer_fsdp1, "composer-fsdp1"},
-                                      {Runtime::composer_fsdp2, "composer-fsdp2"},
-                                      {Runtime::torchtitan_fsdp2, "torchtitan-fsdp2"},
-                                      {Runtime::megatron, "megatron"},
-                                      {Runtime::generic, "generic"}}};
-constexpr Names<BackwardPrefetch, 3> kPrefetch{{{BackwardPrefetch::none, "none"},
-                                                {BackwardPrefetch::backward_pre, "BACKWARD_PRE"},
-                                                {BackwardPrefetch::backward_post, "BACKWARD_POST"}}};
-constexpr Names<AcMode, 5> kAc{{{AcMode::none, "none"}, {AcMode::full, "full"},
-                                {AcMode::selective_layer, "selective-layer"},
-                                {AcMode::selective_op, "selective-op"},
-                                {AcMode::selective_attn, "selective-attn"}}};
-constexpr Names<TpStyle, 2> kTp{{{TpStyle::full, "full"}, {TpStyle::mlp_only, "mlp-only"}}};
-constexpr Names<PipelineSchedule, 3> kSched{{{PipelineSchedule::gpipe, "gpipe"},
-                                             {PipelineSchedule::one_f_one_b, "1f1b"},
-                                             {PipelineSchedule::interleaved_1f1b, "interleaved-1f1b"}}};
-constexpr Names<Fp8Recipe, 7> kFp8{{{Fp8Recipe::none, "none"}, {Fp8Recipe::te_delayed, "te-delayed"},
-                                    {Fp8Recipe::te_current, "te-current"}, {Fp8Recipe::mxfp8, "mxfp8"},
-                                    {Fp8Recipe::nvfp4, "nvfp4"},
-                                    {Fp8Recipe::torchao_tensorwise, "torchao-tensorwise"},
-                                    {Fp8Recipe::torchao_rowwise, "torchao-rowwise"}}};
-constexpr Names<Optimizer, 3> kOpt{{{Optimizer::adamw, "adamw"}, {Optimizer::adamw8bit, "adamw8bit"},
-                                    {Optimizer::sgd, "sgd"}}};
-
-std::string lower(std::string_view s) {
-  std::string v(s);
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::replace(v.begin(), v.end(), '_', '-');
-  return v;
-}
-
-template <class E, std::size_t N>
-std::string_view name_of(const Names<E, N>& names, E e) {
-  for (const auto& [v, n] : names)
-    if (v == e) return n;
-  return "?";
-}
-// Case-insensitive, '_' and '-' equivalent.
-template <class E, std::size_t N>
-std::optional<E> parse_name(const Names<E, N>& names, std::string_view s) {
-  const std::string key = lower(s);
-  for (const auto& [v, n] : names)
-    if (lower(n) == key) return v;
-  return std::nullopt;
-}
+constexpr NameTable<Sharding, 4> kSharding{{{Sharding::none, "none"}, {Sharding::zero1, "zero1"},
+                                            {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}}};
+constexpr NameTable<Runtime, 5> kRuntime{{{Runtime::composer_fsdp1, "composer-fsdp1"},
+                                          {Runtime::composer_fsdp2, "composer-fsdp2"},
+                                          {Runtime::torchtitan_fsdp2, "torchtitan-fsdp2"},
+                                          {Runtime::megatron, "megatron"},
+                                          {Runtime::generic, "generic"}}};
+constexpr NameTable<BackwardPrefetch, 3> kPrefetch{{{BackwardPrefetch::none, "none"},
+                                                    {BackwardPrefetch::backward_pre, "BACKWARD_PRE"},
+                                                    {BackwardPrefetch::backward_post, "BACKWARD_POST"}}};
+constexpr NameTable<AcMode, 5> kAc{{{AcMode::none, "none"}, {AcMode::full, "full"},
+                                    {AcMode::selective_layer, "selective-layer"},
+                                    {AcMode::selective_op, "selective-op"},
+                                    {AcMode::selective_attn, "selective-attn"}}};
+constexpr NameTable<TpStyle, 2> kTp{{{TpStyle::full, "full"}, {TpStyle::mlp_only, "mlp-only"}}};
+constexpr NameTable<PipelineSchedule, 3> kSched{{{PipelineSchedule::gpipe, "gpipe"},
+                                                 {PipelineSchedule::one_f_one_b, "1f1b"},
+                                                 {PipelineSchedule::interleaved_1f1b, "interleaved-1f1b"}}};
+constexpr NameTable<Fp8Recipe, 7> kFp8{{{Fp8Recipe::none, "none"}, {Fp8Recipe::te_delayed, "te-delayed"},
+                                        {Fp8Recipe::te_current, "te-current"}, {Fp8Recipe::mxfp8, "mxfp8"},
+                                        {Fp8Recipe::nvfp4, "nvfp4"},
+                                        {Fp8Recipe::torchao_tensorwise, "torchao-tensorwise"},
+                                        {Fp8Recipe::torchao_rowwise, "torchao-rowwise"}}};
+constexpr NameTable<Optimizer, 3> kOpt{{{Optimizer::adamw, "adamw"}, {Optimizer::adamw8bit, "adamw8bit"},
+                                        {Optimizer::sgd, "sgd"}}};
 }  // namespace
 
 std::string_view to_string(Sharding s) { return name_of(kSharding, s); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "spec/runtime_traits.hpp"
 #include "workload/eager_ops.hpp"
 
 namespace meshplan {
@@ -35,7 +36,7 @@ TpSplit tp_split(const Plan& p) {
     s.seq_sharded = t;
     // Megatron keeps the sequence-sharded input and all-gathers it again in backward
     // (Korthikanti §4.2.3); DTensor SequenceParallel -> ColwiseParallel saves the gathered input.
-    s.linear_input = p.runtime == Runtime::megatron ? t : 1;
+    s.linear_input = runtime_traits(p).sp_saves_sharded_linear_input ? t : 1;
   }
   return s;
 }
@@ -246,7 +247,7 @@ double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatc
 }
 
 double pipeline_boundary_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, double microbatches_in_flight) {
-  if (p.runtime == Runtime::megatron && !p.deepspeed_engine) return 0;
+  if (runtime_traits(p).frees_sent_pipeline_outputs) return 0;
   const Dims d = dims(m, p, mb);
   const TpSplit t = tp_split(p);
   return microbatches_in_flight * d.residual_e * d.s * d.b * d.h / t.seq_sharded;

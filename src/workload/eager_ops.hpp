@@ -5,11 +5,12 @@
 // byte counts follow the modules' op sequences; docs/compute.md has the derivations.
 #include "spec/model_spec.hpp"
 #include "spec/plan.hpp"
+#include "spec/runtime_traits.hpp"
 
 namespace meshplan {
 
-// The runtime executes these composites op by op: no torch.compile, and not Megatron's fused kernels.
-inline bool eager_composites(const Plan& p) { return !p.compile && p.runtime != Runtime::megatron; }
+// The runtime executes these composites op by op: no torch.compile, and no fused kernels of its own.
+inline bool eager_composites(const Plan& p) { return !p.compile && !runtime_traits(p).fused_elementwise_kernels; }
 
 // HBM bytes and kernels of one composite, per element of the tensor it transforms.
 struct ElementwiseCost {

@@ -25,4 +25,18 @@ struct AttentionShape {
 
 enum class Pass { forward, backward };
 
+// FlashAttention-2 backward does 5 matmuls (S and P recomputed, dV, dP, dQ, dK -> 2.5x the 2 of
+// the forward); its benchmark counts FLOPs the same way (benchmarks/benchmark_flash_attention.py).
+constexpr double kAttentionBackwardOverForward = 2.5;
+
+// FLOPs the fused (FlashAttention-style) kernel executes. Forward: S = Q K^T and O = P V,
+// 2 x (2 b h s_q s_kv d); a causal mask skips half the tiles. Backward: kAttentionBackwardOverForward
+// times that.
+inline double attention_flops(const AttentionShape& a, Pass pass) {
+  double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
+               static_cast<double>(a.seq_kv) * static_cast<double>(a.head_dim);
+  if (a.causal) fwd *= 0.5;
+  return pass == Pass::forward ? fwd : kAttentionBackwardOverForward * fwd;
+}
+
 }  // namespace meshplan

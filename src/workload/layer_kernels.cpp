@@ -1,0 +1,178 @@
+#include "workload/layer_kernels.hpp"
+
+#include <algorithm>
+
+#include "workload/eager_ops.hpp"
+
+namespace meshplan {
+
+namespace {
+
+// Launches of a block's forward with fused element-wise kernels, GEMMs included (the simulator
+// counts at least one launch per GEMM and attention kernel):
+// norm + QKV GEMM, and with RoPE its two rotations (q, k);
+constexpr int kQkvKernels = 2, kRopeKernels = 2;
+// core attention + output projection + residual add + second norm;
+constexpr int kAttentionOutKernels = 4;
+// the up GEMM(s) + activation + down GEMM + residual add (kMlpKernelsBesideUp beside the up GEMMs).
+constexpr int kMlpKernelsBesideUp = 3;
+// Unfused attention: QK^T, softmax, PV forward (+ dropout); backward the dgrad and wgrad of both
+// batched GEMMs and the softmax backward (+ dropout's).
+constexpr int kScoreKernelsForward = 3, kScoreKernelsBackward = 5;
+// Backward of a fused block: twice the forward's bytes and launches (each kernel's data and
+// weight gradient, or its input gradient and a reduction).
+constexpr double kBackwardOverForward = 2;
+
+// Eager PyTorch runs the norms, RoPE and the SwiGLU gate op by op (workload/eager_ops.hpp).
+void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& k) {
+  auto add = [](const ElementwiseCost& c, double elements, double& fwd, double& bwd, int& fwd_k, int& bwd_k) {
+    fwd += c.forward_bytes_per_element * elements;
+    bwd += c.backward_bytes_per_element * elements;
+    fwd_k += c.forward_kernels;
+    bwd_k += c.backward_kernels;
+  };
+  const double t = static_cast<double>(d.tokens);
+  if (m.norm == NormKind::rmsnorm) {
+    const double norm_elements = t * static_cast<double>(d.h) / d.sp_split;
+    add(eager_rmsnorm_extra(d.e), norm_elements, k.pre_attention_bytes, k.pre_attention_bytes_bwd, k.pre_kernels,
+        k.pre_kernels_bwd);
+    add(eager_rmsnorm_extra(d.e), norm_elements, k.post_attention_bytes, k.post_attention_bytes_bwd, k.attn_kernels,
+        k.attn_kernels_bwd);
+  }
+  if (m.pos_emb == PosEmb::rope)
+    add(eager_rope_extra(d.e), t * static_cast<double>(d.q_width + d.kv_width) / static_cast<double>(d.attn_split),
+        k.pre_attention_bytes, k.pre_attention_bytes_bwd, k.pre_kernels, k.pre_kernels_bwd);
+  if (m.mlp == MlpKind::swiglu) {
+    const double inner = m.moe.enabled() ? t * m.moe.top_k : static_cast<double>(d.mlp_tokens);
+    add(eager_swiglu_extra(d.e), inner * static_cast<double>(d.f_local), k.mlp_bytes, k.mlp_bytes_bwd, k.mlp_kernels,
+        k.mlp_kernels_bwd);
+  }
+}
+
+// Unfused attention: the score matrix in HBM, QK^T and PV as batched GEMMs.
+void add_unfused_attention(const Plan& p, const LayerDims& d, LayerKernels& k) {
+  const AttentionShape& a = k.attention;
+  const std::int64_t bh = a.batch * a.heads;
+  k.fused_attention = false;
+  k.score_gemms = {{a.seq_q, a.seq_kv, a.head_dim, bh},   // S = Q K^T (every pair: no causal skip)
+                   {a.seq_q, a.head_dim, a.seq_kv, bh}};  // O = P V
+  const double scores = static_cast<double>(bh) * static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv);
+  // Fused scale-mask-softmax reads and writes the scores; dropout writes the kept values and a
+  // 1-byte mask. Backward: dropout (read grad and mask, write), softmax (read y and dy, write).
+  k.score_bytes_fwd = scores * (2 * d.e + (p.dropout ? 2 * d.e + 1 : 0.0));
+  k.score_bytes_bwd = scores * (3 * d.e + (p.dropout ? 2 * d.e + 1 : 0.0));
+  k.score_kernels_fwd = kScoreKernelsForward + (p.dropout ? 1 : 0);
+  k.score_kernels_bwd = kScoreKernelsBackward + (p.dropout ? 1 : 0);
+}
+
+// The MLP's GEMMs and element-wise bytes: dense, or MoE's router, routed and shared experts.
+void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels& k) {
+  const double t = static_cast<double>(d.tokens);
+  const int n_up = m.mlp == MlpKind::swiglu ? 2 : 1;
+  const double act_io = m.mlp == MlpKind::swiglu ? 3 : 2;  // silu*mul reads 2, writes 1
+  if (m.moe.enabled()) {
+    const int local_experts = std::max(1, m.moe.n_experts / std::max(1, p.mesh.ep));
+    // Balanced routing: the ep group's top_k * tokens spread evenly over all experts.
+    const std::int64_t per_expert = std::max<std::int64_t>(
+        1, d.tokens * m.moe.top_k * p.mesh.ep / std::max(1, m.moe.n_experts));
+    k.mlp.push_back({d.tokens, m.moe.n_experts, d.h, 1});  // router
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({per_expert, d.f_local, d.h, local_experts});
+    k.mlp.push_back({per_expert, d.h, d.f_local, local_experts});
+    for (int sh = 0; sh < m.moe.n_shared_experts; ++sh) {
+      for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.tokens, d.f_local, d.h, 1});
+      k.mlp.push_back({d.tokens, d.h, d.f_local, 1});
+    }
+    k.mlp_bytes = act_io * d.e * static_cast<double>(d.tokens) * m.moe.top_k * static_cast<double>(d.f_local) +
+                  3 * d.e * t * static_cast<double>(d.h);
+  } else {
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_local, d.h, 1});
+    k.mlp.push_back({d.mlp_tokens, d.h, d.f_local, 1});
+    k.mlp_bytes = act_io * d.e * static_cast<double>(d.mlp_tokens) * static_cast<double>(d.f_local) +
+                  3 * d.e * t * static_cast<double>(d.h) / d.sp_split;  // activation + residual add
+  }
+  k.mlp_kernels = n_up + kMlpKernelsBesideUp;
+}
+
+}  // namespace
+
+LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j) {
+  LayerDims d;
+  const int tp = p.mesh.tp;
+  const bool full_tp = p.tp_style == TpStyle::full;
+  d.e = bytes_per_element(p.compute_dtype);
+  d.s_full = j.seq_len;
+  d.s_local = j.seq_len / std::max(1, p.mesh.cp);
+  d.b = j.micro_batch;
+  d.tokens = d.s_local * d.b;
+  d.h = m.d_model;
+  d.q_width = static_cast<std::int64_t>(m.n_heads) * m.head_dim;
+  d.kv_width = static_cast<std::int64_t>(m.n_kv_heads) * m.head_dim;
+  d.f = m.moe.enabled() ? m.moe.expert_ffn : m.ffn_hidden;
+  d.attn_split = full_tp ? tp : 1;
+  d.mlp_tokens = d.tokens * (full_tp ? 1 : tp);  // llm-foundry's ffn TP gathers the batch
+  d.f_local = std::max<std::int64_t>(1, d.f / tp);
+  d.vocab_local = full_tp ? m.vocab / tp : m.vocab;
+  d.sp_split = (full_tp && tp > 1 && p.sequence_parallel) ? tp : 1;
+  return d;
+}
+
+LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d) {
+  LayerKernels k;
+  const double t = static_cast<double>(d.tokens);
+  k.pre_attention.push_back({d.tokens, (d.q_width + 2 * d.kv_width) / d.attn_split, d.h, 1});
+  // norm (read + write); RoPE models rotate q and k (read + write)
+  const bool rope = m.pos_emb == PosEmb::rope;
+  k.pre_attention_bytes = 2 * d.e * t * static_cast<double>(d.h) / d.sp_split +
+                          (rope ? 2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split : 0.0);
+  k.pre_kernels = kQkvKernels + (rope ? kRopeKernels : 0);
+  k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
+                 d.s_local, d.s_full, m.head_dim, true, p.flash_attention_version};
+  if (!p.flash_attention) add_unfused_attention(p, d, k);
+  k.post_attention.push_back({d.tokens, d.h, d.q_width / d.attn_split, 1});
+  // residual add (2 reads + 1 write), second norm
+  k.post_attention_bytes = 3 * d.e * t * static_cast<double>(d.h) / d.sp_split +
+                           2 * d.e * t * static_cast<double>(d.h) / d.sp_split;
+  k.attn_kernels = kAttentionOutKernels;
+  add_mlp(m, p, d, k);
+  k.pre_attention_bytes_bwd = kBackwardOverForward * k.pre_attention_bytes;
+  k.post_attention_bytes_bwd = kBackwardOverForward * k.post_attention_bytes;
+  k.mlp_bytes_bwd = kBackwardOverForward * k.mlp_bytes;
+  k.pre_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.pre_kernels;
+  k.attn_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.attn_kernels;
+  k.mlp_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.mlp_kernels;
+  if (eager_composites(p)) add_eager_composites(m, d, k);
+  return k;
+}
+
+Gemms grads_of(const Gemms& forward) {
+  Gemms out;
+  for (const auto& g : forward) {
+    out.push_back(dgrad(g));
+    out.push_back(wgrad(g));
+  }
+  return out;
+}
+
+double gemm_flops(const Gemms& gs) {
+  double f = 0;
+  for (const auto& g : gs) f += g.flops();
+  return f;
+}
+
+double quantize_forward_bytes(const Gemms& linears, double e, double q, bool weights) {
+  double bytes = 0;
+  for (const GemmShape& g : linears) {
+    bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.k);
+    if (weights) bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n);
+  }
+  return bytes;
+}
+
+double quantize_backward_bytes(const Gemms& linears, double e, double q) {
+  double bytes = 0;
+  for (const GemmShape& g : linears)
+    bytes += (e + 2 * q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.n);
+  return bytes;
+}
+
+}  // namespace meshplan

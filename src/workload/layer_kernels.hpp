@@ -1,0 +1,70 @@
+#pragma once
+// The kernels of one transformer block on one rank, for one micro-batch: GEMM shapes after the
+// TP/CP/EP splits, the fused attention shape (or the unfused score GEMMs and softmax), and the
+// bytes and launches of the memory-bound kernels around them. The lowering copies these into ops;
+// they are the same for every block and micro-batch of a step.
+#include <cstdint>
+
+#include "spec/model_spec.hpp"
+#include "spec/plan.hpp"
+#include "workload/step_program.hpp"
+
+namespace meshplan {
+
+// Rank-local sizes of one micro-batch on one layer.
+struct LayerDims {
+  double e = 2;            // activation bytes per element
+  std::int64_t tokens = 0; // s/cp * b
+  std::int64_t s_local = 0, s_full = 0, b = 1;
+  std::int64_t h = 0, q_width = 0, kv_width = 0, f = 0;
+  std::int64_t attn_split = 1, mlp_tokens = 0, f_local = 0, vocab_local = 0;
+  double sp_split = 1;     // sequence-parallel split of norm / residual tensors
+  // Bytes of one activation tensor of the block's input shape (the TP collectives' payload).
+  double activation_bytes() const { return e * static_cast<double>(tokens) * static_cast<double>(h); }
+  // K and V of the whole CP group, as torchtitan's all-gather rotation collects them.
+  double cp_kv_bytes(int cp) const {
+    return 2 * e * static_cast<double>(tokens) * static_cast<double>(kv_width) / static_cast<double>(attn_split) * cp;
+  }
+};
+
+LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j);
+
+// Kernels of one layer's forward, split where communication can interrupt them.
+struct LayerKernels {
+  Gemms pre_attention;   // QKV
+  AttentionShape attention;
+  // Unfused attention (no FlashAttention): QK^T and PV as batched GEMMs over the full s x s
+  // score matrix, and the softmax (+ dropout) over it as memory-bound kernels.
+  bool fused_attention = true;
+  Gemms score_gemms;
+  double score_bytes_fwd = 0, score_bytes_bwd = 0;
+  int score_kernels_fwd = 0, score_kernels_bwd = 0;
+  Gemms post_attention;  // out projection
+  Gemms mlp;             // up (+gate), down; MoE: router + experts
+  double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
+  int pre_kernels = 0, attn_kernels = 0, mlp_kernels = 0;
+  // Backward of the same element-wise work (fused kernels: twice the forward's bytes).
+  double pre_attention_bytes_bwd = 0, post_attention_bytes_bwd = 0, mlp_bytes_bwd = 0;
+  int pre_kernels_bwd = 0, attn_kernels_bwd = 0, mlp_kernels_bwd = 0;
+};
+
+LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d);
+
+inline GemmShape dgrad(const GemmShape& g) { return {g.m, g.k, g.n, g.batch}; }
+inline GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }
+// The backward GEMMs of forward linears: data and weight gradient of each.
+Gemms grads_of(const Gemms& forward);
+double gemm_flops(const Gemms& gs);
+
+// Model FLOPs of attention's backward: twice the forward's, the convention of the MFU numerator
+// (6N per token: 2 forward, 4 backward), not the kernel's recompute.
+constexpr double kAttentionModelBackwardOverForward = 2.0;
+
+// FP8/FP4 linears (Transformer Engine, torchao float8) quantize what enters each GEMM. Forward:
+// read the activation, write its low-precision copy (e + q bytes per element of A = m x k), and the
+// weight likewise (B = k x n) unless the quantized weights are cached across micro-batches.
+// Backward: the output gradient (m x n) is quantized with its transpose for the weight gradient.
+double quantize_forward_bytes(const Gemms& linears, double e, double q, bool weights);
+double quantize_backward_bytes(const Gemms& linears, double e, double q);
+
+}  // namespace meshplan

@@ -1,0 +1,264 @@
+// One transformer block's forward and backward on one rank, with the collectives that layer-internal
+// parallelism puts between its kernels: tensor parallelism (all-reduces, or sequence parallelism's
+// all-gathers and reduce-scatters; llm-foundry's MLP-only TP gathering the batch), context
+// parallelism's K/V exchange and expert parallelism's all-to-alls. FP8/FP4 quantization and
+// overlapped (asynchronous) TP shape the same ops.
+#include <algorithm>
+
+#include "workload/step_builder.hpp"
+
+namespace meshplan::lowering {
+
+// One layer's ops in issue order. With `overlap` (async TP: Megatron --tp-comm-overlap,
+// torchtitan's micro-pipelined TP) a TP all-gather is cut into chunks that pipeline with the GEMM
+// op consuming it, and a reduce-scatter with the GEMM op producing it: the collective runs beside
+// that op and the op after the pair waits for both. Otherwise every op waits for the one before.
+struct Builder::LayerChain {
+  LayerChain(Builder& builder, bool overlapped) : b(builder), overlap(overlapped) {}
+  Builder& b;
+  bool overlap = false;
+  int prev = -1, first = -1;
+  std::vector<int> pending;     // deps of the next op chained
+  std::vector<int> after_next;  // all-gathers running beside the next op: the op after it waits
+  void compute(Op&& op) {
+    b.chain(std::move(op), prev, first, pending);
+    pending.insert(pending.end(), after_next.begin(), after_next.end());
+    after_next.clear();
+  }
+  void comm(Op&& op) {
+    if (!overlap || op.category != OpCategory::tp) {
+      compute(std::move(op));
+      return;
+    }
+    if (first < 0) {
+      // A zero-work entry op carries the layer's incoming dependencies (pipeline wiring
+      // attaches to the first op), so the collective and its consumer can both follow it.
+      compute(b.compute_op(op.stage, op.name.empty() ? std::string() : op.name + ".entry", OpCategory::compute));
+    }
+    if (op.collective == CollectiveOp::all_gather) {
+      op.deps.assign(pending.begin(), pending.end());
+      op.deps.push_back(prev);
+      after_next.push_back(b.add(std::move(op)));
+    } else {
+      const auto producer_deps = b.op_at(prev).deps;
+      op.deps.assign(producer_deps.begin(), producer_deps.end());
+      pending.push_back(b.add(std::move(op)));
+    }
+  }
+  // The layer ends when its overlapped collectives do.
+  std::pair<int, int> finish(int stage, const std::string& name, OpCategory cat) {
+    pending.insert(pending.end(), after_next.begin(), after_next.end());
+    after_next.clear();
+    if (!pending.empty() && first >= 0) {
+      Op join = b.compute_op(stage, name, cat);
+      compute(std::move(join));
+    }
+    return {first, prev};
+  }
+};
+
+double Builder::add_core_attention(Op& op, Pass pass) const {
+  if (k_.fused_attention) {
+    op.attention = {k_.attention};
+    op.attention_pass = pass;
+    return attention_flops(k_.attention, pass);
+  }
+  double flops = 0;
+  for (const GemmShape& g : k_.score_gemms) {
+    if (pass == Pass::forward) {
+      op.gemms.push_back(g);
+      flops += g.flops();
+    } else {
+      op.gemms.push_back(dgrad(g));
+      op.gemms.push_back(wgrad(g));
+      flops += 2 * g.flops();
+    }
+  }
+  op.memory_bound_bytes += pass == Pass::forward ? k_.score_bytes_fwd : k_.score_bytes_bwd;
+  op.kernels += pass == Pass::forward ? k_.score_kernels_fwd : k_.score_kernels_bwd;
+  return flops;
+}
+
+void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const {
+  if (!low_precision()) return;
+  // Transformer Engine caches the quantized weights after the first micro-batch of a step;
+  // torchao's float8 linears cast them on every forward.
+  const bool te = p_.fp8 == Fp8Recipe::te_delayed || p_.fp8 == Fp8Recipe::te_current || p_.fp8 == Fp8Recipe::mxfp8 ||
+                  p_.fp8 == Fp8Recipe::nvfp4;
+  op.low_precision_gemms = true;
+  op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, quantized_bytes(), !te || mb == 0);
+  op.kernels += static_cast<int>(linears.size());
+}
+
+void Builder::quantize_backward(Op& op, const Gemms& linears) const {
+  if (!low_precision()) return;
+  op.low_precision_gemms = true;
+  op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, quantized_bytes());
+  op.kernels += static_cast<int>(linears.size());
+}
+
+// Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring
+// step (Transformer Engine userbuffers, torchtitan's micro-pipelined TP), so they are priced as
+// tp separate GEMMs of that size.
+void Builder::chunk_for_overlap(Op& op) const {
+  const int tp = p_.mesh.tp;
+  Gemms chunked;
+  for (const GemmShape& g : op.gemms) {
+    if (g.m < tp) {
+      chunked.push_back(g);
+      continue;
+    }
+    for (int i = 0; i < tp; ++i) chunked.push_back({g.m / tp, g.n, g.k, g.batch});
+  }
+  op.kernels += static_cast<int>(chunked.size() - op.gemms.size());
+  op.gemms = std::move(chunked);
+}
+
+Op Builder::tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const {
+  return collective_op(stage, std::move(name), StreamKind::tp, OpCategory::tp, c, GroupKind::tp, bytes);
+}
+
+// The attention half of a forward after the QKV op `pre`: with CP the K/V all-gather splits it
+// from the core attention and output projection; overlapped TP makes the core attention an op of
+// its own; otherwise QKV, attention and output projection are one op.
+void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const std::string& tag, OpCategory cat,
+                                std::int64_t mb, bool overlap, double flops_scale) {
+  // The output projection (with the core attention before it, unless that is an op of its own).
+  auto projection = [&](const char* suffix, bool with_attention) {
+    Op op = compute_op(stage, sub_name(tag, suffix), cat);
+    op.gemms = k_.post_attention;
+    op.memory_bound_bytes = k_.post_attention_bytes;
+    op.kernels = k_.attn_kernels;
+    quantize_forward(op, k_.post_attention, mb);
+    const double flops = gemm_flops(op.gemms);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::forward) : 0.0);
+    op.model_flops = flops_scale * (flops + (with_attention ? attention_flops(k_.attention, Pass::forward) : 0.0));
+    if (overlap) chunk_for_overlap(op);
+    return op;
+  };
+  if (p_.mesh.cp > 1) {
+    chain_of.compute(std::move(pre));
+    // torchtitan's default rotate method all-gathers K and V across the CP group.
+    chain_of.comm(collective_op(stage, sub_name(tag, ".cp_ag_kv"), StreamKind::cp, OpCategory::cp,
+                                CollectiveOp::all_gather, GroupKind::cp, d_.cp_kv_bytes(p_.mesh.cp)));
+    chain_of.compute(projection(".attn", true));
+  } else if (overlap) {
+    // Overlapped TP pairs the all-gather with the QKV GEMM and the reduce-scatter with the output
+    // projection, so the attention kernel between them is an op of its own.
+    chain_of.compute(std::move(pre));
+    Op core = compute_op(stage, sub_name(tag, ".attn"), cat);
+    core.hardware_flops = add_core_attention(core, Pass::forward);
+    core.model_flops = flops_scale * attention_flops(k_.attention, Pass::forward);
+    chain_of.compute(std::move(core));
+    chain_of.compute(projection(".proj", false));
+  } else {
+    pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
+    pre.memory_bound_bytes += k_.post_attention_bytes;
+    pre.kernels += k_.attn_kernels;
+    quantize_forward(pre, k_.post_attention, mb);
+    const double flops = gemm_flops(pre.gemms);
+    pre.hardware_flops = flops + add_core_attention(pre, Pass::forward);
+    pre.model_flops = flops_scale * (flops + attention_flops(k_.attention, Pass::forward));
+    chain_of.compute(std::move(pre));
+  }
+}
+
+std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
+                                           std::vector<int> first_deps) {
+  const OpCategory cat = recompute ? OpCategory::recompute : OpCategory::compute;
+  const std::string tag = op_name("{}L{}.mb{}", recompute ? "recompute." : "fwd.", layer, mb);
+  const bool tp = p_.mesh.tp > 1;
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  const double act = d_.activation_bytes();
+  const bool overlap = p_.async_tp && tp && full_tp;
+  LayerChain chain_of{*this, overlap};
+  chain_of.pending = std::move(first_deps);
+  auto comm = [&](Op&& op) { chain_of.comm(std::move(op)); };
+  const double flops_scale = recompute ? 0.0 : 1.0;
+
+  if (tp && full_tp && p_.sequence_parallel)
+    comm(tp_collective(stage, sub_name(tag, ".tp_ag_attn"), CollectiveOp::all_gather, act));
+  // A forward op of block linears: their GEMMs, the element-wise work around them, quantization.
+  auto linears_op = [&](const char* suffix, const Gemms& linears, double bytes, int kernels) {
+    Op op = compute_op(stage, sub_name(tag, suffix), cat);
+    op.gemms = linears;
+    op.memory_bound_bytes = bytes;
+    op.kernels = kernels;
+    op.hardware_flops = gemm_flops(op.gemms);
+    op.model_flops = flops_scale * op.hardware_flops;
+    quantize_forward(op, linears, mb);
+    if (overlap) chunk_for_overlap(op);
+    return op;
+  };
+  Op pre = linears_op(".qkv", k_.pre_attention, k_.pre_attention_bytes, k_.pre_kernels);
+  forward_attention(chain_of, std::move(pre), stage, tag, cat, mb, overlap, flops_scale);
+  if (tp && full_tp) {
+    comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"),
+                       p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, act));
+    if (p_.sequence_parallel) comm(tp_collective(stage, sub_name(tag, ".tp_ag_mlp"), CollectiveOp::all_gather, act));
+  } else if (tp) {
+    // llm-foundry ffn TP: the MLP input is gathered along the batch from every TP rank.
+    comm(tp_collective(stage, sub_name(tag, ".tp_ag_batch"), CollectiveOp::all_gather, act * p_.mesh.tp));
+  }
+  const bool moe_a2a = m_.moe.enabled() && p_.mesh.ep > 1;
+  const double routed = d_.e * static_cast<double>(d_.tokens) * m_.moe.top_k * static_cast<double>(d_.h);
+  if (moe_a2a)
+    comm(collective_op(stage, sub_name(tag, ".ep_dispatch"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+                       GroupKind::ep, routed));
+  chain_of.compute(linears_op(".mlp", k_.mlp, k_.mlp_bytes, k_.mlp_kernels));
+  if (moe_a2a)
+    comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
+                       GroupKind::ep, routed));
+  if (tp) {
+    const bool rs = !full_tp || p_.sequence_parallel;
+    comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"), rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
+                       full_tp ? act : act * p_.mesh.tp));
+  }
+  return chain_of.finish(stage, sub_name(tag, ".tp_join"), cat);
+}
+
+std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
+  const std::string tag = op_name("bwd.L{}.mb{}", layer, mb);
+  const bool tp = p_.mesh.tp > 1;
+  const bool full_tp = p_.tp_style == TpStyle::full;
+  const bool sp = tp && full_tp && p_.sequence_parallel;
+  const double act = d_.activation_bytes();
+  LayerChain chain_of{*this, p_.async_tp && tp && full_tp};
+  chain_of.pending = std::move(first_deps);
+  auto comm = [&](Op&& op) { chain_of.comm(std::move(op)); };
+  // The backward of one forward op: data and weight gradients of its linears (and, for the
+  // attention op, the core attention's backward), then their quantization and TP chunking.
+  auto backward_op = [&](const char* suffix, const Gemms& linears, double bytes, int kernels, bool with_attention) {
+    Op op = compute_op(stage, sub_name(tag, suffix), OpCategory::compute);
+    op.gemms = grads_of(linears);
+    op.memory_bound_bytes = bytes;
+    op.kernels = kernels;
+    const double flops = gemm_flops(op.gemms);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward) : 0.0);
+    op.model_flops =
+        flops + (with_attention ? kAttentionModelBackwardOverForward * attention_flops(k_.attention, Pass::forward) : 0.0);
+    quantize_backward(op, linears);
+    if (chain_of.overlap) chunk_for_overlap(op);
+    return op;
+  };
+  if (tp)
+    comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"),
+                       (full_tp && !p_.sequence_parallel) ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
+                       full_tp ? act : act * p_.mesh.tp));
+  comm(backward_op(".mlp", k_.mlp, k_.mlp_bytes_bwd, k_.mlp_kernels_bwd, false));
+  if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
+  else if (tp && !full_tp)
+    comm(tp_collective(stage, sub_name(tag, ".tp_batch"), CollectiveOp::reduce_scatter, act * p_.mesh.tp));
+  if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"), CollectiveOp::all_gather, act));
+  comm(backward_op(".attn", k_.post_attention, k_.post_attention_bytes_bwd, k_.attn_kernels_bwd, true));
+  if (p_.mesh.cp > 1)
+    comm(collective_op(stage, sub_name(tag, ".cp_rs_dkv"), StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
+                       GroupKind::cp, d_.cp_kv_bytes(p_.mesh.cp)));
+  comm(backward_op(".qkv", k_.pre_attention, k_.pre_attention_bytes_bwd, k_.pre_kernels_bwd, false));
+  if (tp && full_tp)
+    comm(tp_collective(stage, sub_name(tag, ".tp_qkv_in"),
+                       p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, act));
+  return chain_of.finish(stage, sub_name(tag, ".tp_join"), OpCategory::compute);
+}
+
+}  // namespace meshplan::lowering

@@ -1,0 +1,61 @@
+#include "workload/pipeline_schedule.hpp"
+
+#include <algorithm>
+
+namespace meshplan {
+
+int chunks_per_stage(const Plan& p) {
+  return p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
+}
+
+std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m) {
+  const int pp = p.mesh.pp;
+  const int v = chunks_per_stage(p);
+  std::vector<Step> order;
+  if (pp == 1 || p.schedule == PipelineSchedule::gpipe) {
+    // pp == 1: each micro-batch runs forward then backward (gradient accumulation).
+    if (pp == 1) {
+      for (std::int64_t mb = 0; mb < m; ++mb) {
+        for (int c = 0; c < v; ++c) order.push_back({true, mb, c});
+        for (int c = v - 1; c >= 0; --c) order.push_back({false, mb, c});
+      }
+      return order;
+    }
+    for (std::int64_t mb = 0; mb < m; ++mb) order.push_back({true, mb, 0});
+    for (std::int64_t mb = 0; mb < m; ++mb) order.push_back({false, mb, 0});
+    return order;
+  }
+  const std::int64_t total = m * v;
+  auto fwd_at = [&](std::int64_t k) {
+    const std::int64_t group = k / (static_cast<std::int64_t>(pp) * v);
+    return Step{true, group * pp + k % pp, static_cast<int>((k / pp) % v)};
+  };
+  auto bwd_at = [&](std::int64_t k) {
+    const std::int64_t group = k / (static_cast<std::int64_t>(pp) * v);
+    return Step{false, group * pp + k % pp, v - 1 - static_cast<int>((k / pp) % v)};
+  };
+  // Megatron's warm-up: pp - stage - 1 forwards (interleaved: 2 (pp - stage - 1) + (v - 1) pp),
+  // then one forward and one backward in turn, then the cool-down backwards.
+  std::int64_t warmup = v == 1 ? pp - stage - 1 : 2LL * (pp - stage - 1) + static_cast<std::int64_t>(v - 1) * pp;
+  warmup = std::min(warmup, total);
+  std::int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(fwd_at(f));
+  while (f < total) {
+    order.push_back(fwd_at(f++));
+    order.push_back(bwd_at(b++));
+  }
+  while (b < total) order.push_back(bwd_at(b++));
+  return order;
+}
+
+std::vector<Step> stage_steps(const Plan& p, int stage, std::int64_t m, std::int64_t per_run) {
+  std::vector<Step> order;
+  for (std::int64_t base = 0; base < m; base += per_run)
+    for (Step st : stage_order(p, stage, std::min(per_run, m - base))) {
+      st.mb += base;
+      order.push_back(st);
+    }
+  return order;
+}
+
+}  // namespace meshplan

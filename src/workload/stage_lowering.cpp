@@ -1,0 +1,246 @@
+// One pipeline stage's step in its schedule's order: per micro-batch and model chunk, the embedding,
+// the blocks (with what FSDP, recompute and offload add around each), the LM head and loss, and the
+// memory each op allocates and frees. What each concern adds lives in its own file (step_builder.hpp).
+#include <algorithm>
+
+#include "workload/step_builder.hpp"
+
+namespace meshplan::lowering {
+
+namespace {
+// torch's cross-entropy (`.float()` or autocast, log_softmax, nll_loss) moves e + 8 bytes per logit
+// forward (the cast, log_softmax's fp32 read and write) and e + 12 backward (the two fp32 gradients
+// and the cast back); a fused kernel reads and writes each logit's row once: 2e each way
+// (docs/compute.md, "The loss").
+constexpr double kTorchLossForwardBytesBeyondLogit = 8.0;
+constexpr double kTorchLossBackwardBytesBeyondLogit = 12.0;
+// Launches, one per aten op. torch forward: cast, log_softmax, nll_loss, the mean; backward: the
+// mean's and nll_loss's backward (fill, scatter), log_softmax's backward, the cast back. Fused: the
+// cross-entropy kernel and the mean (forward), their two backwards.
+constexpr int kTorchLossForwardKernels = 4, kTorchLossBackwardKernels = 5;
+constexpr int kFusedLossKernels = 2;
+// Embedding: the row gather forward; backward the zero-fill of the table's gradient and the
+// scatter-add of the rows.
+constexpr int kEmbeddingForwardKernels = 1, kEmbeddingBackwardKernels = 2;
+}  // namespace
+
+Op Builder::host_copy(int stage, std::string name, bool to_device, double bytes) const {
+  Op o = make_op(stage, std::move(name), StreamKind::host_copy, OpCategory::offload, OpKind::host_copy);
+  o.host_to_device = to_device;
+  o.bytes = bytes;
+  return o;
+}
+
+int Builder::embedding(int stage, std::int64_t mb, Pass pass) {
+  const bool fwd = pass == Pass::forward;
+  Op emb = compute_op(stage, fwd ? op_name("fwd.embed.mb{}", mb) : op_name("bwd.embed.mb{}", mb), OpCategory::compute);
+  // Read and write one row of h per token.
+  emb.memory_bound_bytes = 2 * d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h);
+  emb.kernels = fwd ? kEmbeddingForwardKernels : kEmbeddingBackwardKernels;
+  return add(std::move(emb));
+}
+
+void Builder::lower_stage(int stage) {
+  StageState st;
+  st.stage = stage;
+  st.begin = prog_.ops.size();
+  st.first = stage == 0;
+  st.last = stage == s_.pp - 1;
+  const std::vector<Step> order = stage_steps(p_, stage, s_.microbatches, s_.per_run);
+  gather_updated_params(st);
+  for (const Step& step : order) {
+    if (step.forward) forward_chunk(st, step);
+    else backward_chunk(st, step);
+  }
+  all_reduce_after_flush(st);
+  optimizer_step(st);
+}
+
+int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached) {
+  Op head = compute_op(st.stage, op_name("fwd.head_loss.mb{}", mb), OpCategory::compute);
+  head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
+  head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+                            (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossForwardBytesBeyondLogit);
+  head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
+  head.hardware_flops = gemm_flops(head.gemms);
+  head.model_flops = head.hardware_flops;
+  head.deps = {last};
+  head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
+  // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
+  head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
+  head.at_end.push_back({MemoryTerm::activations, -s_.logits_upcast});
+  if (s_.autocast_cache_per_layer > 0) {
+    const double head_cast = d_.e * static_cast<double>(d_.vocab_local) * static_cast<double>(d_.h);
+    head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
+    autocast_cached += head_cast;
+  }
+  return add(std::move(head));
+}
+
+void Builder::forward_chunk(StageState& st, const Step& step) {
+  const int stage = st.stage;
+  const int vstage = step.chunk * s_.pp + stage;
+  const std::int64_t mb = step.mb;
+  const int l0 = chunk_first(vstage);
+  // torchtitan under PP gathers a unit once per schedule run, not per micro-batch (fsdp_lowering).
+  const bool run_first = mb % s_.per_run == 0;
+  double autocast_cached = 0;
+  std::vector<int> entry_deps;
+  if (st.first && step.chunk == 0) {
+    const int id = embedding(stage, mb, Pass::forward);
+    after_blocking_send(st, op_at(id).deps);
+    entry_deps.push_back(id);
+    links_.fwd_first[{vstage, mb}] = id;
+  }
+  int last = -1;
+  for (int li = 0; li < chunk_layers(vstage); ++li) {
+    const int layer = l0 + li;
+    std::vector<int> deps = entry_deps;
+    entry_deps.clear();
+    if (last >= 0) deps.push_back(last);
+    if (li == 0) after_blocking_send(st, deps);
+    // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
+    // gathered unit after each backward.
+    const int ag = s_.fsdp && (!defers_fsdp_sync() || run_first) ? fsdp_gather_forward(st, layer, mb, deps) : -1;
+    if (auto it = st.param_gather_of_layer.find(layer); it != st.param_gather_of_layer.end() && mb == 0)
+      deps.push_back(it->second);
+    auto [f, e] = layer_forward(stage, layer, mb, false, deps);
+    if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = f;
+    if (s_.autocast_cache_per_layer > 0) {
+      op_at(f).at_start.push_back({MemoryTerm::unsharded_params, s_.autocast_cache_per_layer});
+      autocast_cached += s_.autocast_cache_per_layer;
+    }
+    // Saved activations are allocated as the layer's forward completes.
+    Op& end = op_at(e);
+    end.at_end.push_back({MemoryTerm::activations, saved_block_bytes(m_, p_, s_.mbs, layer)});
+    if (s_.fsdp && s_.reshard && ag >= 0) end.at_end.push_back({MemoryTerm::unsharded_params, -s_.gather_b * s_.unit});
+    st.fwd_end_of_layer[{layer, mb}] = e;
+    last = e;
+    if (p_.act_offload) {
+      Op d2h = host_copy(stage, op_name("offload.d2h.L{}.mb{}", layer, mb), false, saved_block_bytes(m_, p_, s_.mbs, layer));
+      d2h.deps = {e};
+      // save_on_cpu's pack is a blocking copy: the next layer waits for it.
+      last = add(std::move(d2h));
+    }
+  }
+  if (st.last && step.chunk == s_.v - 1) last = forward_head(st, mb, last, autocast_cached);
+  // autocast's weight cache is cleared when the forward's autocast region exits.
+  if (autocast_cached > 0) op_at(last).at_end.push_back({MemoryTerm::unsharded_params, -autocast_cached});
+  links_.fwd_last[{vstage, mb}] = last;
+  if (vstage < n_vstages_ - 1) {
+    // The chunk's output is kept until its backward (0 under Megatron).
+    op_at(last).at_end.push_back({MemoryTerm::activations, s_.stage_output});
+    links_.fwd_send[{vstage, mb}] = send(st, p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, mb), s_.act_p2p, last));
+  }
+}
+
+int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
+  Op head = compute_op(st.stage, op_name("bwd.head_loss.mb{}", mb), OpCategory::compute);
+  const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
+  head.gemms = {dgrad(g), wgrad(g)};
+  head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+                            (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossBackwardBytesBeyondLogit);
+  head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossBackwardKernels;
+  head.hardware_flops = gemm_flops(head.gemms);
+  head.model_flops = head.hardware_flops;
+  head.deps = {links_.fwd_last.at({vstage, mb})};
+  after_blocking_send(st, head.deps);
+  // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
+  const double working = loss_backward_working_bytes(m_, p_, s_.mbs);
+  head.at_start.push_back({MemoryTerm::activations, working});
+  head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, s_.mbs) - working});
+  const int id = add(std::move(head));
+  links_.bwd_first[{vstage, mb}] = id;
+  return id;
+}
+
+int Builder::selective_recompute(int stage, int layer, std::int64_t mb, const std::vector<int>& deps) {
+  Op rc = compute_op(stage, op_name("recompute.L{}.mb{}", layer, mb), OpCategory::recompute);
+  if (p_.ac == AcMode::selective_op) {
+    // Every second matmul (wk, wo, w3 / down) and the element-wise ops are recomputed.
+    Gemms all = k_.pre_attention;
+    all.insert(all.end(), k_.post_attention.begin(), k_.post_attention.end());
+    all.insert(all.end(), k_.mlp.begin(), k_.mlp.end());
+    for (std::size_t i = 1; i < all.size(); i += 2) rc.gemms.push_back(all[i]);
+    rc.memory_bound_bytes = k_.pre_attention_bytes + k_.post_attention_bytes + k_.mlp_bytes;
+    rc.kernels = k_.pre_kernels + k_.mlp_kernels;
+    rc.hardware_flops = gemm_flops(rc.gemms);
+    quantize_forward(rc, rc.gemms, mb);
+  } else {
+    rc.hardware_flops = add_core_attention(rc, Pass::forward);
+  }
+  rc.deps.assign(deps.begin(), deps.end());
+  rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, s_.mbs)});
+  return add(std::move(rc));
+}
+
+void Builder::backward_layer(StageState& st, const Step& step, int vstage, int layer, bool chunk_last_layer, int& last) {
+  const int stage = st.stage;
+  const std::int64_t mb = step.mb;
+  const bool last_mb = mb == s_.microbatches - 1;
+  const bool run_last = mb % s_.per_run == s_.per_run - 1 || last_mb;
+  auto mark_first = [&](int id) {
+    if (links_.bwd_first.find({vstage, mb}) == links_.bwd_first.end()) links_.bwd_first[{vstage, mb}] = id;
+  };
+  std::vector<int> deps;
+  if (last >= 0) deps.push_back(last);
+  if (chunk_last_layer) after_blocking_send(st, deps);
+  if (s_.fsdp && s_.reshard) fsdp_gather_backward(st, layer, mb, last, deps);
+  if (p_.act_offload) {
+    Op h2d = host_copy(stage, op_name("offload.h2d.L{}.mb{}", layer, mb), true, saved_block_bytes(m_, p_, s_.mbs, layer));
+    if (last >= 0) h2d.deps = {last};
+    deps.push_back(add(std::move(h2d)));
+  }
+  if (s_.fsdp) fsdp_wait_previous_reduce(st, layer, mb, deps);
+  const bool checkpointed =
+      p_.ac == AcMode::full || (p_.ac == AcMode::selective_layer && layer % std::max(1, p_.ac_every_n) == 0);
+  const bool selective = p_.ac == AcMode::selective_op || (p_.ac == AcMode::selective_attn && !p_.flash_attention);
+  if (checkpointed) {
+    auto [rf, re] = layer_forward(stage, layer, mb, true, deps);
+    op_at(rf).at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, s_.mbs)});
+    mark_first(rf);
+    deps = {re};
+  } else if (selective) {
+    const int id = selective_recompute(stage, layer, mb, deps);
+    mark_first(id);
+    deps = {id};
+  }
+  auto [bf, be] = layer_backward(stage, layer, mb, deps);
+  mark_first(bf);
+  // The block's own gradient tensors live while its backward runs.
+  op_at(bf).at_start.push_back({MemoryTerm::activations, s_.block_grads});
+  Op& end = op_at(be);
+  end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, s_.mbs, layer) - s_.block_grads});
+  if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, s_.mbs)});
+  if (s_.fsdp && (!defers_fsdp_sync() || run_last))
+    end.at_end.push_back({MemoryTerm::unsharded_params, -s_.gather_b * s_.unit});  // resharded after backward
+  st.bwd_end_of_layer[{layer, mb}] = be;
+  last = be;
+  // Gradient reduction of this unit.
+  const bool sync = defers_fsdp_sync() ? run_last : p_.grad_sync_every_microbatch ? true : last_mb;
+  if (s_.fsdp && sync && s_.dp_all > 1) fsdp_reduce(st, layer, mb, bf, be);
+  else if (!s_.fsdp && last_mb && s_.dp_all > 1 && !traits_.fp32_grad_accumulation) dp_reduce(stage, layer, be);
+}
+
+void Builder::backward_chunk(StageState& st, const Step& step) {
+  const int stage = st.stage;
+  const int vstage = step.chunk * s_.pp + stage;
+  const std::int64_t mb = step.mb;
+  const int l0 = chunk_first(vstage);
+  const int n_chunk_layers = chunk_layers(vstage);
+  int last = -1;
+  if (st.last && step.chunk == s_.v - 1) last = backward_head(st, vstage, mb);
+  for (int li = n_chunk_layers - 1; li >= 0; --li) backward_layer(st, step, vstage, l0 + li, li == n_chunk_layers - 1, last);
+  if (st.first && step.chunk == 0) {
+    const int id = embedding(stage, mb, Pass::backward);
+    op_at(id).deps = {last};
+    last = id;
+  }
+  if (traits_.fp32_grad_accumulation) last = hp_grad_accumulate(stage, vstage, mb, n_chunk_layers, last);
+  links_.bwd_last[{vstage, mb}] = last;
+  if (vstage < n_vstages_ - 1) op_at(last).at_end.push_back({MemoryTerm::activations, -s_.stage_output});
+  if (vstage > 0)
+    links_.bwd_send[{vstage, mb}] = send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), s_.act_p2p, last));
+}
+
+}  // namespace meshplan::lowering

@@ -1,0 +1,33 @@
+#include "workload/stage_params.hpp"
+
+namespace meshplan {
+
+double block_params_per_rank(const ModelSpec& m, const Plan& p) {
+  const ParamCounts c = param_counts(m);
+  const double tp = p.mesh.tp;
+  const double attn_split = p.tp_style == TpStyle::full ? tp : 1.0;
+  const double mlp_split = tp * (m.moe.enabled() ? p.mesh.ep : 1);
+  return static_cast<double>(c.attention_per_layer) / attn_split + static_cast<double>(c.mlp_per_layer) / mlp_split +
+         static_cast<double>(c.norm_per_layer);
+}
+
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers) {
+  const ParamCounts c = param_counts(m);
+  // Loss-parallel TP splits the embedding and the head over the vocabulary.
+  const double vocab_split = p.tp_style == TpStyle::full ? static_cast<double>(p.mesh.tp) : 1.0;
+  StageParams s;
+  s.per_block = block_params_per_rank(m, p);
+  s.per_block_norms = static_cast<double>(c.norm_per_layer);
+  s.blocks = s.per_block * n_layers;
+  if (stage == 0) s.root += static_cast<double>(c.embedding) / vocab_split + static_cast<double>(c.position);
+  if (stage == p.mesh.pp - 1) {
+    // With pipeline stages the last stage keeps its own copy of a tied embedding as the head.
+    const double head = m.tied_embeddings ? (p.mesh.pp > 1 ? static_cast<double>(c.embedding) : 0.0)
+                                          : static_cast<double>(c.lm_head);
+    s.head_group = head / vocab_split + static_cast<double>(c.final_norm);
+    s.root += s.head_group;
+  }
+  return s;
+}
+
+}  // namespace meshplan

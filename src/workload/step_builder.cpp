@@ -1,0 +1,106 @@
+#include "workload/step_builder.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "spec/pipeline_split.hpp"
+#include "workload/stage_params.hpp"
+
+namespace meshplan::lowering {
+
+namespace {
+// Roughly 20-30 ops per layer and micro-batch: reserve once instead of growing.
+constexpr std::size_t kOpsPerLayerAndMicrobatch = 28;
+}  // namespace
+
+Op make_op(int stage, std::string name, StreamKind stream, OpCategory cat, OpKind kind) {
+  Op o;
+  o.name = std::move(name);
+  o.stage = stage;
+  o.stream = stream;
+  o.category = cat;
+  o.kind = kind;
+  return o;
+}
+
+Op Builder::compute_op(int stage, std::string name, OpCategory cat) const {
+  return make_op(stage, std::move(name), StreamKind::compute, cat, OpKind::compute);
+}
+
+Op Builder::collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c, GroupKind g,
+                          double bytes) const {
+  Op o = make_op(stage, std::move(name), stream, cat, OpKind::collective);
+  o.collective = c;
+  o.group = g;
+  o.bytes = bytes;
+  return o;
+}
+
+int Builder::chain(Op&& op, int& prev, int& first, std::vector<int>& pending_deps) {
+  op.deps.reserve(op.deps.size() + (prev >= 0 ? 1 : 0) + pending_deps.size());
+  if (prev >= 0) op.deps.push_back(prev);
+  op.deps.insert(op.deps.end(), pending_deps.begin(), pending_deps.end());
+  pending_deps.clear();
+  const int id = add(std::move(op));
+  if (first < 0) first = id;
+  prev = id;
+  return id;
+}
+
+double Builder::stage_params_total(int stage) const {
+  int layers = 0;
+  for (int c = 0; c < s_.v; ++c) layers += chunk_layers(c * s_.pp + stage);
+  return stage_params(m_, p_, stage, layers).total();
+}
+
+void Builder::set_up_step() {
+  StepShape& s = s_;
+  s.pp = std::max(1, p_.mesh.pp);
+  s.v = chunks_per_stage(p_);
+  n_vstages_ = s.pp * s.v;
+  const auto split = split_layers(m_.n_layers, n_vstages_);
+  if (!split)
+    throw std::invalid_argument(fmt::format("{} layers do not split into {} pipeline chunks", m_.n_layers, n_vstages_));
+  s.chunk_layers = *split;
+  s.chunk_first.assign(static_cast<std::size_t>(n_vstages_), 0);
+  for (int c = 1; c < n_vstages_; ++c)
+    s.chunk_first[static_cast<std::size_t>(c)] = s.chunk_first[static_cast<std::size_t>(c - 1)] + chunk_layers(c - 1);
+  s.microbatches = std::max<std::int64_t>(1, j_.grad_accum);
+  s.per_run = j_.pp_microbatches > 0 && s.pp > 1 ? std::min(j_.pp_microbatches, s.microbatches) : s.microbatches;
+  if (s.v > 1 && (s.per_run % s.pp != 0 || s.microbatches % s.per_run != 0))
+    throw std::invalid_argument(fmt::format(
+        "the interleaved schedule needs micro-batches per schedule ({}) divisible by pp ({})", s.per_run, s.pp));
+
+  s.gather_b = p_.fp8_all_gather ? 1.0 : bytes_per_element(p_.param_dtype);
+  s.reduce_b = bytes_per_element(p_.reduce_dtype);
+  s.unit = block_params_per_rank(m_, p_);
+  s.fsdp = fsdp_units(p_, traits_);
+  s.reshard = p_.reshard_after_forward;
+  s.prefetch_two = p_.backward_prefetch == BackwardPrefetch::backward_pre || traits_.fsdp_always_prefetches_backward;
+  s.hsdp = p_.mesh.dp_replicate > 1 && p_.mesh.dp_shard * p_.mesh.cp > 1;
+  s.dp_all = p_.mesh.dp_replicate * p_.mesh.dp_shard * p_.mesh.cp;
+  s.mbs = MicroBatchShape{d_.s_local, d_.b};
+  s.block_grads = block_backward_working_bytes(m_, p_, s.mbs);
+  s.stage_output = pipeline_boundary_bytes(m_, p_, s.mbs, 1.0);
+  s.logits_upcast = loss_forward_peak_bytes(m_, p_, s.mbs) - loss_saved_bytes(m_, p_, s.mbs);
+  s.autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * s.unit : 0.0;
+  s.act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
+}
+
+StepProgram Builder::build() {
+  set_up_step();
+  prog_.n_stages = s_.pp;
+  prog_.n_microbatches = s_.microbatches;
+  prog_.ops.reserve(static_cast<std::size_t>(s_.microbatches) * static_cast<std::size_t>(m_.n_layers) *
+                        kOpsPerLayerAndMicrobatch + 64);
+  prog_.tokens_per_step = static_cast<double>(j_.global_batch) * static_cast<double>(j_.seq_len);
+  for (int stage = 0; stage < s_.pp; ++stage) lower_stage(stage);
+  wire_pipeline();
+  for (const auto* firsts : {&links_.fwd_first, &links_.bwd_first})
+    for (const auto& [key, first] : *firsts) prog_.pass_first_ops.push_back(first);
+  std::sort(prog_.pass_first_ops.begin(), prog_.pass_first_ops.end());
+  for (const auto& o : prog_.ops) prog_.model_flops_per_step += o.model_flops;
+  return std::move(prog_);
+}
+
+}  // namespace meshplan::lowering

@@ -1,0 +1,192 @@
+#pragma once
+// The lowering's builder, shared by the files that lower one concern each (internal to
+// src/workload; lower_step() in step_program.hpp is the interface):
+//   layer_lowering.cpp      one block's forward/backward with its TP/SP/CP/EP collectives
+//   stage_lowering.cpp      a stage's schedule: embedding, blocks, head, recompute, offload
+//   fsdp_lowering.cpp       FSDP/ZeRO-3: unit all-gathers, copy-out, reshard, reduce-scatters
+//   grad_sync_lowering.cpp  DDP / ZeRO-1/2 buckets, Megatron's param gather, DeepSpeed's fp32 sync
+//   pipeline_wiring.cpp     p2p sends between stages and the dependencies they carry
+//   optimizer_lowering.cpp  the optimizer step
+// and the pure pieces they read: layer_kernels.hpp (a block's kernel shapes and bytes),
+// stage_params.hpp (parameters per rank, shared with the memory model), pipeline_schedule.hpp
+// (a stage's order of forwards and backwards), spec/runtime_traits.hpp (what differs by runtime).
+// Ops are appended in issue order; an op's index in StepProgram::ops is its identity, so the order
+// in which these functions add ops is part of the output (traces and goldens depend on it).
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "spec/runtime_traits.hpp"
+#include "workload/activation_memory.hpp"
+#include "workload/layer_kernels.hpp"
+#include "workload/pipeline_schedule.hpp"
+#include "workload/step_program.hpp"
+
+namespace meshplan::lowering {
+
+// (virtual stage, micro-batch) -> op index.
+using ChunkOps = std::map<std::pair<int, std::int64_t>, int>;
+// (layer, micro-batch) -> op index.
+using LayerOps = std::map<std::pair<int, std::int64_t>, int>;
+
+// Figures of the step that every stage reads, computed once.
+struct StepShape {
+  int pp = 1, v = 1;
+  std::vector<int> chunk_layers;  // per virtual stage
+  std::vector<int> chunk_first;   // first (global) layer of each virtual stage
+  std::int64_t microbatches = 1;
+  std::int64_t per_run = 1;       // micro-batches per pipeline schedule run
+  double gather_b = 2, reduce_b = 4;
+  double unit = 0;                // one block's parameters on this rank (one FSDP unit)
+  bool fsdp = false;
+  bool reshard = true;
+  bool prefetch_two = false;      // two units gathered in backward
+  bool hsdp = false;
+  int dp_all = 1;
+  MicroBatchShape mbs;
+  // Transient memory terms of one micro-batch (the same for every layer and micro-batch).
+  double block_grads = 0, stage_output = 0, logits_upcast = 0;
+  // fp32 weights under autocast: each layer's linears leave a low-precision copy of their weights
+  // in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
+  double autocast_cache_per_layer = 0;
+  double act_p2p = 0;             // activation bytes a stage sends per micro-batch
+};
+
+// The first and last ops of each chunk's forward and backward and its sends, per micro-batch:
+// what the pipeline wiring connects once every stage is lowered.
+struct PipelineLinks {
+  ChunkOps fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
+};
+
+// One stage's bookkeeping while its ops are added.
+struct StageState {
+  int stage = 0;
+  std::size_t begin = 0;  // this stage's ops are those from here on
+  bool first = false, last = false;
+  LayerOps fwd_end_of_layer, bwd_end_of_layer, rs_of_layer;
+  int prev_ag = -1;       // the stage's last FSDP all-gather (all-gathers run in order)
+  std::map<int, int> param_gather_of_layer;
+  int blocking_send = -1; // DeepSpeed: the send the next compute op waits for
+};
+
+// An op with no work yet: the caller fills in what it computes or moves.
+Op make_op(int stage, std::string name, StreamKind stream, OpCategory cat, OpKind kind);
+
+class Builder {
+public:
+  Builder(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options)
+      : m_(m), p_(p), j_(j), options_(options), traits_(runtime_traits(p)), d_(layer_dims(m, p, j)),
+        k_(layer_kernels(m, p, d_)) {}
+
+  StepProgram build();
+
+  // --- op construction (used by every concern) ---------------------------------------------
+  // Names are formatted only when someone will read them (LowerOptions::op_names).
+  template <typename... Args>
+  std::string op_name(fmt::format_string<Args...> format, Args&&... args) const {
+    return options_.op_names ? fmt::format(format, std::forward<Args>(args)...) : std::string();
+  }
+  std::string sub_name(const std::string& tag, std::string_view suffix) const {
+    return options_.op_names ? tag + std::string(suffix) : std::string();
+  }
+  // Ops travel by reference until they land in the program: moving one copies its inline lists.
+  int add(Op&& op) {
+    prog_.ops.push_back(std::move(op));
+    return static_cast<int>(prog_.ops.size() - 1);
+  }
+  Op& op_at(int id) { return prog_.ops[static_cast<std::size_t>(id)]; }
+  Op compute_op(int stage, std::string name, OpCategory cat) const;
+  Op collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c, GroupKind g,
+                   double bytes) const;
+  // Chains an op after `prev` (if any) and records the first op of the chain.
+  int chain(Op&& op, int& prev, int& first, std::vector<int>& pending_deps);
+
+private:
+  struct LayerChain;
+
+  // --- layer_lowering.cpp: one block, TP/SP/CP/EP -----------------------------------------
+  // A layer's forward (or its recompute) as compute segments with TP/CP/EP collectives between.
+  // Returns {first, last} op indices; `first_deps` gate the first op.
+  std::pair<int, int> layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
+  std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+  void forward_attention(LayerChain& chain, Op&& pre, int stage, const std::string& tag, OpCategory cat,
+                         std::int64_t mb, bool overlap, double flops_scale);
+  // Adds the core attention (the fused kernel, or the unfused batched GEMMs and softmax) to `op`;
+  // returns the FLOPs the GPU executes for it.
+  double add_core_attention(Op& op, Pass pass) const;
+  // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
+  // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
+  bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
+  void quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const;
+  void quantize_backward(Op& op, const Gemms& linears) const;
+  double quantized_bytes() const { return bytes_per_element(low_precision_gemm_dtype(p_.fp8)); }
+  void chunk_for_overlap(Op& op) const;
+  Op tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const;
+
+  // --- stage_lowering.cpp: a stage's compute order ----------------------------------------
+  void lower_stage(int stage);
+  void forward_chunk(StageState& st, const Step& step);
+  void backward_chunk(StageState& st, const Step& step);
+  void backward_layer(StageState& st, const Step& step, int vstage, int layer, bool chunk_last_layer, int& last);
+  int forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached);
+  int backward_head(StageState& st, int vstage, std::int64_t mb);
+  int embedding(int stage, std::int64_t mb, Pass pass);
+  Op host_copy(int stage, std::string name, bool to_device, double bytes) const;
+  // The selective recompute of one layer (per-op SAC, or core attention without FlashAttention).
+  int selective_recompute(int stage, int layer, std::int64_t mb, const std::vector<int>& deps);
+
+  // --- fsdp_lowering.cpp -------------------------------------------------------------------
+  // torchtitan under PP keeps units gathered and skips gradient sync until the last backward
+  // of a schedule run (the pipelining stage sets reshard_after_backward / requires_gradient_sync
+  // only for the last micro-batch), so a unit is gathered once per run, not per micro-batch.
+  bool defers_fsdp_sync() const { return traits_.pipelining_defers_fsdp_sync && s_.pp > 1 && !s_.reshard; }
+  int fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std::vector<int>& deps);
+  void fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, int last, std::vector<int>& deps);
+  int copy_out(int stage, int all_gather, std::string name);
+  void fsdp_wait_previous_reduce(const StageState& st, int layer, std::int64_t mb, std::vector<int>& deps) const;
+  void fsdp_reduce(StageState& st, int layer, std::int64_t mb, int backward_first, int backward_end);
+
+  // --- grad_sync_lowering.cpp --------------------------------------------------------------
+  void gather_updated_params(StageState& st);
+  void dp_reduce(int stage, int layer, int backward_end);
+  int hp_grad_accumulate(int stage, int vstage, std::int64_t mb, int n_chunk_layers, int last);
+  void all_reduce_after_flush(const StageState& st);
+
+  // --- pipeline_wiring.cpp -----------------------------------------------------------------
+  // Activations (forward) or their gradients (backward) to the neighbouring pipeline stage.
+  Op p2p_send(int stage, std::string name, double bytes, int after) const;
+  int send(StageState& st, Op&& op);
+  template <typename Deps>
+  void after_blocking_send(StageState& st, Deps& deps) const {
+    if (st.blocking_send >= 0) deps.push_back(st.blocking_send);
+    st.blocking_send = -1;
+  }
+  void wire_pipeline();
+
+  // --- optimizer_lowering.cpp --------------------------------------------------------------
+  void optimizer_step(const StageState& st);
+
+  // --- figures ------------------------------------------------------------------------------
+  double stage_params_total(int stage) const;
+  int chunk_layers(int vstage) const { return s_.chunk_layers[static_cast<std::size_t>(vstage)]; }
+  int chunk_first(int vstage) const { return s_.chunk_first[static_cast<std::size_t>(vstage)]; }
+  void set_up_step();
+
+  const ModelSpec& m_;
+  const Plan& p_;
+  const Job& j_;
+  LowerOptions options_;
+  RuntimeTraits traits_;
+  LayerDims d_;
+  LayerKernels k_;
+  StepShape s_;
+  PipelineLinks links_;
+  StepProgram prog_;
+  int n_vstages_ = 1;
+};
+
+}  // namespace meshplan::lowering

@@ -1,0 +1,150 @@
+// The lowering's pure parts, one at a time: runtime traits, the one stage-parameter count, the
+// pipeline schedule's order, the shared attention FLOPs and the enum name tables.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "spec/runtime_traits.hpp"
+#include "spec/units.hpp"
+#include "workload/kernel_shapes.hpp"
+#include "workload/pipeline_schedule.hpp"
+#include "workload/stage_params.hpp"
+#include "workload/step_program.hpp"
+
+using namespace meshplan;
+
+namespace {
+ModelSpec tiny(bool tied) {
+  ModelSpec m;
+  m.name = "tiny";
+  m.n_layers = 4;
+  m.d_model = 64;
+  m.n_heads = m.n_kv_heads = 4;
+  m.head_dim = 16;
+  m.ffn_hidden = 256;
+  m.mlp = MlpKind::gelu;
+  m.vocab = 1000;
+  m.pos_emb = PosEmb::rope;
+  m.norm = NormKind::layernorm;
+  m.tied_embeddings = tied;
+  m.linear_bias = false;
+  m.max_seq_len = 128;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("runtime traits: FSDP2 runtimes copy out, Megatron has no FSDP, DeepSpeed blocks its sends") {
+  const RuntimeTraits titan = runtime_traits(Runtime::torchtitan_fsdp2, false);
+  CHECK(titan.fsdp_version == 2);
+  CHECK(titan.fsdp_copy_out);
+  CHECK(titan.pipelining_defers_fsdp_sync);
+  CHECK(titan.keeps_head_group_gathered);
+  CHECK_FALSE(titan.foreach_adamw);  // torchtitan's default AdamW is fused
+  const RuntimeTraits composer2 = runtime_traits(Runtime::composer_fsdp2, false);
+  CHECK(composer2.fsdp_copy_out);
+  CHECK_FALSE(composer2.pipelining_defers_fsdp_sync);
+  CHECK(composer2.foreach_adamw);
+  const RuntimeTraits composer1 = runtime_traits(Runtime::composer_fsdp1, false);
+  CHECK(composer1.fsdp_version == 1);
+  CHECK_FALSE(composer1.fsdp_copy_out);
+  CHECK_FALSE(composer1.fsdp_always_prefetches_backward);
+  const RuntimeTraits megatron = runtime_traits(Runtime::megatron, false);
+  CHECK(megatron.fsdp_version == 0);
+  CHECK(megatron.fused_elementwise_kernels);
+  CHECK(megatron.contiguous_grad_buffer);
+  CHECK(megatron.frees_sent_pipeline_outputs);
+  CHECK_FALSE(megatron.blocking_pp_sends);
+  const RuntimeTraits ds = runtime_traits(Runtime::megatron, true);
+  CHECK(ds.blocking_pp_sends);
+  CHECK(ds.fp32_grad_accumulation);
+  CHECK_FALSE(ds.frees_sent_pipeline_outputs);  // DeepSpeed's pipe buffers keep the outputs
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::zero3;
+  CHECK_FALSE(fsdp_units(p, runtime_traits(p)));  // Megatron's ZeRO is its distributed optimizer
+  p.runtime = Runtime::generic;
+  CHECK(fsdp_units(p, runtime_traits(p)));
+}
+
+TEST_CASE("stage parameters: blocks split over TP, embeddings on the first stage, the head on the last") {
+  const ModelSpec m = tiny(false);
+  const ParamCounts c = param_counts(m);
+  Plan p;
+  p.mesh.tp = 2;
+  p.mesh.pp = 2;
+  // Per block: attention 4 h^2 / tp, MLP 2 h f / tp, the two norms whole.
+  const double h = 64, f = 256;
+  const double block = 4 * h * h / 2 + 2 * h * f / 2 + static_cast<double>(c.norm_per_layer);
+  CHECK(block_params_per_rank(m, p) == doctest::Approx(block));
+  const StageParams first = stage_params(m, p, 0, 2);
+  const StageParams last = stage_params(m, p, 1, 2);
+  CHECK(first.blocks == doctest::Approx(2 * block));
+  CHECK(first.root == doctest::Approx(1000 * h / 2));  // vocab-split embedding, RoPE: no table
+  CHECK(first.head_group == 0);
+  CHECK(last.head_group == doctest::Approx(1000 * h / 2 + static_cast<double>(c.final_norm)));
+  CHECK(last.total() == doctest::Approx(2 * block + last.head_group));
+  // A tied embedding is the head: no second copy without pipeline stages, its own copy with them.
+  const ModelSpec tied = tiny(true);
+  Plan one = p;
+  one.mesh.pp = 1;
+  CHECK(stage_params(tied, one, 0, 4).head_group == doctest::Approx(static_cast<double>(c.final_norm)));
+  CHECK(stage_params(tied, p, 1, 2).head_group == doctest::Approx(1000 * h / 2 + static_cast<double>(c.final_norm)));
+}
+
+TEST_CASE("pipeline schedule: 1F1B warm-up of pp - stage - 1 forwards; torchtitan's runs restart it") {
+  Plan p;
+  p.mesh.pp = 4;
+  p.schedule = PipelineSchedule::one_f_one_b;
+  auto pattern = [](const std::vector<Step>& order) {
+    std::string s;
+    for (const Step& st : order) {
+      s += st.forward ? 'F' : 'B';
+      s += std::to_string(st.mb);
+    }
+    return s;
+  };
+  CHECK(pattern(stage_order(p, 0, 4)) == "F0F1F2F3B0B1B2B3");
+  CHECK(pattern(stage_order(p, 2, 4)) == "F0F1B0F2B1F3B2B3");
+  CHECK(pattern(stage_order(p, 3, 4)) == "F0B0F1B1F2B2F3B3");
+  // Two runs of two micro-batches: the second run's micro-batches are 2 and 3.
+  CHECK(pattern(stage_steps(p, 3, 4, 2)) == "F0B0F1B1F2B2F3B3");
+  CHECK(pattern(stage_steps(p, 0, 4, 2)) == "F0F1B0B1F2F3B2B3");
+  p.schedule = PipelineSchedule::gpipe;
+  CHECK(pattern(stage_order(p, 3, 2)) == "F0F1B0B1");
+  // Interleaved, pp 2 x v 2: stage 0 warms up 2 (pp - 1) + (v - 1) pp = 4 chunk forwards.
+  Plan v = p;
+  v.mesh.pp = 2;
+  v.mesh.vpp = 2;
+  v.schedule = PipelineSchedule::interleaved_1f1b;
+  CHECK(chunks_per_stage(v) == 2);
+  const std::vector<Step> order = stage_order(v, 0, 2);
+  REQUIRE(order.size() == 8);
+  for (int i = 0; i < 4; ++i) CHECK(order[static_cast<std::size_t>(i)].forward);
+  CHECK(order[1].chunk == 0);
+  CHECK(order[2].chunk == 1);
+}
+
+TEST_CASE("attention FLOPs: 4 b h s^2 d forward, half of it causal, FlashAttention-2's backward 2.5x") {
+  AttentionShape a;
+  a.batch = 2;
+  a.heads = 8;
+  a.seq_q = a.seq_kv = 1024;
+  a.head_dim = 128;
+  a.causal = false;
+  const double full = 4.0 * 2 * 8 * 1024.0 * 1024.0 * 128;
+  CHECK(attention_flops(a, Pass::forward) == full);
+  a.causal = true;
+  CHECK(attention_flops(a, Pass::forward) == full / 2);
+  CHECK(attention_flops(a, Pass::backward) == 2.5 * full / 2);
+}
+
+TEST_CASE("names: every stream, category and group has its own name") {
+  CHECK(to_string(StreamKind::host_copy) == "host_copy");
+  CHECK(to_string(OpCategory::param_all_gather) == "param_all_gather");
+  CHECK(to_string(GroupKind::dp_replicate) == "dp_replicate");
+  for (int i = 0; i < kStreamKinds; ++i) CHECK(to_string(static_cast<StreamKind>(i)) != "?");
+  for (int i = 0; i < kOpCategories; ++i) CHECK(to_string(static_cast<OpCategory>(i)) != "?");
+  for (int i = 0; i < kGroupKinds; ++i) CHECK(to_string(static_cast<GroupKind>(i)) != "?");
+  CHECK(kGiB == 1073741824.0);
+}
