@@ -19,6 +19,32 @@
 
 namespace meshplan::cli {
 
+namespace {
+
+std::string mixed_precision_label(const Plan& p) {
+  return p.mixed_precision_name.empty() ? fmt::format("param {} / reduce {}", to_string(p.param_dtype), to_string(p.reduce_dtype))
+                                        : p.mixed_precision_name;
+}
+
+// The searched settings of each plan, with the names the plan rows use.
+nlohmann::json settings_json(const std::vector<Plan>& plans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Plan& p : plans)
+    out.push_back({{"sharding", std::string(to_string(p.sharding))},
+                   {"activation_ckpt", std::string(to_string(p.ac))},
+                   {"mixed_precision", mixed_precision_label(p)},
+                   {"activation_offload", p.act_offload}});
+  return out;
+}
+
+nlohmann::json layout_json(const PlanCandidate& c) {
+  const Mesh& m = c.plan.mesh;
+  return {{"pp", m.pp}, {"vpp", m.vpp}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard}, {"cp", m.cp},
+          {"tp", m.tp}, {"ep", m.ep}, {"micro_batch", c.job.micro_batch}, {"grad_accum", c.job.grad_accum}};
+}
+
+}  // namespace
+
 Command add_plan_command(CLI::App& root) {
   struct Options {
     std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
@@ -150,12 +176,21 @@ Command add_plan_command(CLI::App& root) {
                               {"grad_accum", cnd.job.grad_accum},
                               {"sharding", std::string(to_string(p.sharding))},
                               {"activation_ckpt", std::string(to_string(p.ac))},
-                              {"mixed_precision", p.mixed_precision_name.empty() ? fmt::format("param {} / reduce {}", to_string(p.param_dtype), to_string(p.reduce_dtype)) : p.mixed_precision_name},
+                              {"mixed_precision", mixed_precision_label(p)},
                               {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
                               {"step_time_s", cnd.result.step_time_s},
                               {"mfu", cnd.result.mfu},
                               {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
-                              {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()}});
+                              {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
+                              {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
+      }
+      j["dropped"] = nlohmann::json::array();
+      for (const DroppedPlan& d : s.dropped) {
+        const Plan& p = d.candidate.plan;
+        nlohmann::json row = layout_json(d.candidate);
+        row["settings"] = settings_json({p}).front();
+        row["reason"] = d.reason;
+        j["dropped"].push_back(std::move(row));
       }
       j["why"] = s.why_winner;
       j["notes"] = s.notes;
@@ -180,6 +215,24 @@ Command add_plan_command(CLI::App& root) {
                    cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
       }
       if (!s.pareto.empty()) fmt::print("\n* on the Pareto front of tokens/s vs peak memory\n");
+      // Rows that stand for several settings, grouped by what the others change.
+      std::vector<std::pair<std::string, std::string>> same_as;  // (other settings, ranks)
+      for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o->top; ++i) {
+        const auto& eq = s.ranked[i].equivalent_plans;
+        std::string others;
+        for (std::size_t k = 1; k < eq.size(); ++k)
+          others += (others.empty() ? "" : "; ") + describe_setting_differences(eq[k], eq[0]).substr(2);
+        if (others.empty()) continue;
+        auto it = std::find_if(same_as.begin(), same_as.end(), [&](const auto& e) { return e.first == others; });
+        if (it == same_as.end()) same_as.push_back({others, std::to_string(i + 1)});
+        else it->second += fmt::format(", {}", i + 1);
+      }
+      for (const auto& [others, ranks] : same_as)
+        fmt::print("{} lowers to the same step and memory as the row's own setting at rank{} {}\n", others,
+                   ranks.find(',') == std::string::npos ? "" : "s", ranks);
+      for (const DroppedPlan& d : s.dropped)
+        fmt::print("dropped: {}, micro-batch {}{}: {}\n", describe_layout(d.candidate.plan), d.candidate.job.micro_batch,
+                   describe_setting_differences(d.candidate.plan, Plan{}), d.reason);
       if (!s.why_winner.empty()) fmt::print("\nwhy: {}\n", s.why_winner);
       for (const auto& n : s.notes) fmt::print("note: {}\n", n);
     }

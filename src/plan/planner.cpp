@@ -9,10 +9,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <bit>
 #include <map>
+#include <set>
+#include <tuple>
 #include <thread>
 
 #include "cost/collective_cost.hpp"
+#include "plan/step_fingerprint.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/pipeline_split.hpp"
 #include "workload/memory_estimate.hpp"
@@ -53,6 +57,16 @@ std::string describe_layout(const Plan& p) {
   add("CP", m.cp);
   add("TP", m.tp);
   return s.empty() ? "1 GPU" : s;
+}
+
+std::string describe_setting_differences(const Plan& x, const Plan& other) {
+  std::string n;
+  if (x.ac != other.ac) n += fmt::format(", AC {}", to_string(x.ac));
+  if (x.reduce_dtype != other.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.reduce_dtype));
+  if (x.sharding != other.sharding) n += fmt::format(", {}", to_string(x.sharding));
+  if (x.mesh.vpp != other.mesh.vpp) n += fmt::format(", vpp {}", x.mesh.vpp);
+  if (x.act_offload != other.act_offload) n += x.act_offload ? ", activation offload" : ", no offload";
+  return n;
 }
 
 namespace {
@@ -414,12 +428,7 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
   auto name = [&](const PlanCandidate& x, const PlanCandidate& other) {
     std::string n = describe_layout(x.plan);
     if (x.job.micro_batch != other.job.micro_batch) n += fmt::format(", micro-batch {}", x.job.micro_batch);
-    if (x.plan.ac != other.plan.ac) n += fmt::format(", AC {}", to_string(x.plan.ac));
-    if (x.plan.reduce_dtype != other.plan.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.plan.reduce_dtype));
-    if (x.plan.sharding != other.plan.sharding) n += fmt::format(", {}", to_string(x.plan.sharding));
-    if (x.plan.mesh.vpp != other.plan.mesh.vpp) n += fmt::format(", vpp {}", x.plan.mesh.vpp);
-    if (x.plan.act_offload != other.plan.act_offload) n += x.plan.act_offload ? ", activation offload" : ", no offload";
-    return n;
+    return n + describe_setting_differences(x.plan, other.plan);
   };
   std::string s = fmt::format("{} beats {} by {:.1f}% ({:.0f} vs {:.0f} tokens/s/GPU)", name(a, b), name(b, a),
                               100 * (ra.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu - 1), ra.tokens_per_s_per_gpu,
@@ -447,23 +456,31 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
 
 }  // namespace
 
-StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+std::vector<Job> steady_state_jobs(const Plan& p, const Job& j) {
   // A step repeats the same micro-batch pattern: with m micro-batches its time is
   // fill + m x period (1F1B, GPipe, interleaved, gradient accumulation alike). Simulating two
   // shorter steps with m0 < m1 micro-batches gives fill and period; the long step is the line
   // through them. Exact for periodic schedules; used when m is large.
   const std::int64_t m_full = std::max<std::int64_t>(1, j.grad_accum);
   const std::int64_t unit = p.mesh.pp > 1 ? p.mesh.pp : 1;  // keep whole pipeline rounds
-  const std::int64_t m0 = unit, m1 = 2 * unit;
-  if (m_full <= m1 + unit || j.pp_microbatches > 0) return simulate_step(m, p, j, c).result;
+  if (m_full <= 3 * unit || j.pp_microbatches > 0) return {j};
   auto shortened = [&](std::int64_t mbs) {
     Job s = j;
     s.grad_accum = mbs;
     s.global_batch = j.global_batch / m_full * mbs;
-    return simulate_step(m, p, s, c).result;
+    return s;
   };
-  const StepResult r0 = shortened(m0);
-  StepResult r1 = shortened(m1);
+  return {shortened(unit), shortened(2 * unit)};
+}
+
+StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const std::vector<Job> jobs = steady_state_jobs(p, j);
+  if (jobs.size() == 1) return simulate_step(m, p, j, c).result;
+  const std::int64_t m_full = std::max<std::int64_t>(1, j.grad_accum);
+  const std::int64_t m0 = jobs[0].grad_accum, m1 = jobs[1].grad_accum;
+  auto shortened = [&](std::size_t k) { return simulate_step(m, p, jobs[k], c).result; };
+  const StepResult r0 = shortened(0);
+  StepResult r1 = shortened(1);
   const double scale = static_cast<double>(m_full - m1) / static_cast<double>(m1 - m0);
   auto extend = [&](double v1, double v0) { return v1 + scale * (v1 - v0); };
   r1.step_time_s = extend(r1.step_time_s, r0.step_time_s);
@@ -484,17 +501,19 @@ StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j
 namespace {
 
 // Simulates every candidate on `threads` threads (the calling one included, which reports
-// progress between plans). A plan the simulator rejects is marked unsimulated, never fatal (and
-// never escapes a thread).
-void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims,
+// progress between plans). A plan the simulator rejects is marked unsimulated with the reason in
+// errors[i], never fatal (and never escapes a thread).
+void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims, std::vector<std::string>& errors,
                   const std::function<void(std::size_t, std::size_t)>& progress) {
   std::atomic<std::size_t> next{0}, done{0};
+  errors.assign(sims.size(), "");
   auto simulate_one = [&](std::size_t i) {
     try {
       sims[i].result = simulate_steady_state(rq.model, sims[i].plan, sims[i].job, rq.cluster);
       sims[i].simulated = true;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       sims[i].simulated = false;
+      errors[i] = std::string("the simulator rejected it: ") + e.what();
     }
     ++done;
   };
@@ -510,6 +529,74 @@ void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims,
   }
   for (auto& th : pool) th.join();
   if (progress) progress(sims.size(), sims.size());
+}
+
+// Plans that can only be twins when they share a layout (mesh and micro-batching) and the same
+// closed-form peak memory, bit for bit: only such plans are lowered to compare their steps.
+using TwinBucket = std::tuple<int, int, int, int, int, int, int, std::int64_t, std::int64_t, std::uint64_t>;
+
+TwinBucket twin_bucket(const PlanCandidate& c) {
+  const Mesh& m = c.plan.mesh;
+  return {m.pp, m.vpp, m.dp_replicate, m.dp_shard, m.cp, m.tp, m.ep, c.job.micro_batch, c.job.grad_accum,
+          std::bit_cast<std::uint64_t>(c.peak_bytes)};
+}
+
+// Everything simulate_steady_state reads for the candidate (step_fingerprint.hpp).
+StepFingerprint simulation_fingerprint(const PlanRequest& rq, const PlanCandidate& c) {
+  StepFingerprint f = memory_fingerprint(rq.model, c.plan, c.job, rq.cluster);
+  for (const Job& j : steady_state_jobs(c.plan, c.job)) {
+    f = combine(f, program_fingerprint(rq.model, c.plan, j));
+    f = combine(f, memory_fingerprint(rq.model, c.plan, j, rq.cluster));
+  }
+  return f;
+}
+
+struct Selection {
+  std::vector<PlanCandidate> distinct;
+  std::vector<DroppedPlan> dropped;
+  std::int64_t merged = 0;
+};
+
+// Walks the candidates best first and keeps the first `budget` whose simulation inputs differ;
+// a candidate identical to a kept one joins its row's equivalent_plans. Candidates further down
+// are looked at only when they share a bucket with a kept row, so a twin still joins its row.
+Selection select_distinct(const PlanRequest& rq, const std::vector<PlanCandidate>& sorted, std::size_t budget) {
+  std::map<TwinBucket, int> bucket_size;
+  for (const PlanCandidate& c : sorted) ++bucket_size[twin_bucket(c)];
+  Selection out;
+  std::map<std::pair<TwinBucket, StepFingerprint>, std::size_t> row_of;
+  std::set<TwinBucket> kept_buckets;
+  auto keep = [&](const PlanCandidate& c) {
+    out.distinct.push_back(c);
+    out.distinct.back().equivalent_plans = {c.plan};
+    kept_buckets.insert(twin_bucket(c));
+  };
+  auto place = [&](const PlanCandidate& c, bool may_keep) {
+    const TwinBucket b = twin_bucket(c);
+    if (bucket_size[b] == 1) {
+      if (may_keep) keep(c);
+      return;
+    }
+    StepFingerprint f;
+    try {
+      f = simulation_fingerprint(rq, c);
+    } catch (const std::exception& e) {
+      if (may_keep) out.dropped.push_back({c, std::string("the lowering rejected it: ") + e.what()});
+      return;
+    }
+    if (const auto it = row_of.find({b, f}); it != row_of.end()) {
+      out.distinct[it->second].equivalent_plans.push_back(c.plan);
+      ++out.merged;
+    } else if (may_keep) {
+      row_of[{b, f}] = out.distinct.size();
+      keep(c);
+    }
+  };
+  std::size_t i = 0;
+  for (; i < sorted.size() && out.distinct.size() < budget; ++i) place(sorted[i], true);
+  for (; i < sorted.size(); ++i)
+    if (kept_buckets.count(twin_bucket(sorted[i])) != 0) place(sorted[i], false);
+  return out;
 }
 
 // Indices of the plans no other plan beats on both tokens/s and peak memory.
@@ -543,10 +630,17 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   std::stable_sort(e.feasible.begin(), e.feasible.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
   });
-  const std::size_t n_sim = std::min<std::size_t>(e.feasible.size(),
-                                                  static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k})));
-  std::vector<PlanCandidate> sims(e.feasible.begin(), e.feasible.begin() + static_cast<std::ptrdiff_t>(n_sim));
-  simulate_all(rq, sims, progress);
+  const std::size_t n_sim = static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k}));
+  Selection sel = select_distinct(rq, e.feasible, n_sim);
+  std::vector<PlanCandidate> sims = std::move(sel.distinct);
+  out.merged = sel.merged;
+  out.dropped = std::move(sel.dropped);
+  std::vector<std::string> errors;
+  simulate_all(rq, sims, errors, progress);
+  const std::size_t n_simulated = sims.size();
+  const std::size_t looked_at = n_simulated + static_cast<std::size_t>(out.merged) + out.dropped.size();
+  for (std::size_t i = 0; i < sims.size(); ++i)
+    if (!sims[i].simulated) out.dropped.push_back({sims[i], errors[i]});
   sims.erase(std::remove_if(sims.begin(), sims.end(), [](const PlanCandidate& c) { return !c.simulated; }),
              sims.end());
   std::stable_sort(sims.begin(), sims.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
@@ -556,9 +650,13 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   out.pareto = pareto_front(out.ranked);
   if (out.ranked.size() >= 2)
     out.why_winner = winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
-  if (e.feasible.size() > n_sim)
-    out.notes.push_back(fmt::format("{} feasible plans; the {} best by the closed-form estimate were simulated",
-                                    e.feasible.size(), n_sim));
+  if (e.feasible.size() > looked_at)
+    out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
+                                    e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));
+  if (out.merged > 0)
+    out.notes.push_back(fmt::format("{} plans lower to the same step and memory as a better-ranked one; each is "
+                                    "named in that row's equivalent settings instead of simulated",
+                                    out.merged));
   if (out.feasible == 0) out.notes.push_back("no layout fits in memory with the requested headroom");
   out.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -216,3 +216,22 @@ TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the ex
   check_one_line_error("validate " + dev + " --trace " + trace, "--row");
   check_one_line_error("validate " + dev + " --row " + id + " --row sc21-a100-gpt1.7b-32g --export-plan " + plan, "exactly one");
 }
+
+TEST_CASE("plan --json: each row names its equivalent settings (itself first); dropped plans have reasons") {
+  const Run r = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1M --runtime megatron --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("plans").size() == 10);
+  bool twin = false;
+  for (const auto& row : j.at("plans")) {
+    const auto& eq = row.at("equivalent_settings");
+    REQUIRE(eq.size() >= 1);
+    CHECK(eq.at(0).at("activation_ckpt") == row.at("activation_ckpt"));
+    CHECK(eq.at(0).at("sharding") == row.at("sharding"));
+    CHECK(eq.at(0).at("mixed_precision") == row.at("mixed_precision"));
+    for (const auto& e : eq) twin = twin || e.at("activation_ckpt") == "selective-attn";
+  }
+  CHECK(twin);
+  REQUIRE(j.at("dropped").is_array());
+  for (const auto& d : j.at("dropped")) CHECK_FALSE(d.at("reason").get<std::string>().empty());
+}
