@@ -557,12 +557,48 @@ struct Selection {
   std::int64_t merged = 0;
 };
 
+// Digests of the candidates in shared buckets among the first `window`, computed on `threads`
+// threads ahead of the walk (which is sequential, so the result does not depend on the order they
+// finish in). A lowering error is kept as the candidate's reason to be dropped.
+struct Digest {
+  std::optional<StepFingerprint> fingerprint;
+  std::string error;
+};
+
+std::vector<Digest> digests_ahead(const PlanRequest& rq, const std::vector<PlanCandidate>& sorted,
+                                  const std::vector<bool>& shared, std::size_t window) {
+  std::vector<Digest> out(sorted.size());
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < std::min(window, sorted.size()); ++i)
+    if (shared[i]) todo.push_back(i);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&]() {
+    for (std::size_t k = next++; k < todo.size(); k = next++) {
+      try {
+        out[todo[k]].fingerprint = simulation_fingerprint(rq, sorted[todo[k]]);
+      } catch (const std::exception& e) {
+        out[todo[k]].error = std::string("the lowering rejected it: ") + e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::max(1, rq.threads); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  return out;
+}
+
 // Walks the candidates best first and keeps the first `budget` whose simulation inputs differ;
 // a candidate identical to a kept one joins its row's equivalent_plans. Candidates further down
 // are looked at only when they share a bucket with a kept row, so a twin still joins its row.
 Selection select_distinct(const PlanRequest& rq, const std::vector<PlanCandidate>& sorted, std::size_t budget) {
   std::map<TwinBucket, int> bucket_size;
   for (const PlanCandidate& c : sorted) ++bucket_size[twin_bucket(c)];
+  std::vector<bool> shared(sorted.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) shared[i] = bucket_size[twin_bucket(sorted[i])] > 1;
+  // Twins come in pairs or small groups next to each other in the prune order: twice the budget
+  // is about what the walk reaches when half the candidates are twins.
+  std::vector<Digest> digests = digests_ahead(rq, sorted, shared, 2 * budget);
   Selection out;
   std::map<std::pair<TwinBucket, StepFingerprint>, std::size_t> row_of;
   std::set<TwinBucket> kept_buckets;
@@ -571,31 +607,31 @@ Selection select_distinct(const PlanRequest& rq, const std::vector<PlanCandidate
     out.distinct.back().equivalent_plans = {c.plan};
     kept_buckets.insert(twin_bucket(c));
   };
-  auto place = [&](const PlanCandidate& c, bool may_keep) {
-    const TwinBucket b = twin_bucket(c);
-    if (bucket_size[b] == 1) {
+  auto place = [&](std::size_t i, bool may_keep) {
+    const PlanCandidate& c = sorted[i];
+    if (!shared[i]) {
       if (may_keep) keep(c);
       return;
     }
-    StepFingerprint f;
-    try {
-      f = simulation_fingerprint(rq, c);
-    } catch (const std::exception& e) {
-      if (may_keep) out.dropped.push_back({c, std::string("the lowering rejected it: ") + e.what()});
+    Digest& d = digests[i];
+    if (!d.fingerprint && d.error.empty()) d = digests_ahead(rq, {c}, {true}, 1).front();
+    if (!d.fingerprint) {
+      if (may_keep) out.dropped.push_back({c, d.error});
       return;
     }
-    if (const auto it = row_of.find({b, f}); it != row_of.end()) {
+    const auto key = std::make_pair(twin_bucket(c), *d.fingerprint);
+    if (const auto it = row_of.find(key); it != row_of.end()) {
       out.distinct[it->second].equivalent_plans.push_back(c.plan);
       ++out.merged;
     } else if (may_keep) {
-      row_of[{b, f}] = out.distinct.size();
+      row_of[key] = out.distinct.size();
       keep(c);
     }
   };
   std::size_t i = 0;
-  for (; i < sorted.size() && out.distinct.size() < budget; ++i) place(sorted[i], true);
+  for (; i < sorted.size() && out.distinct.size() < budget; ++i) place(i, true);
   for (; i < sorted.size(); ++i)
-    if (kept_buckets.count(twin_bucket(sorted[i])) != 0) place(sorted[i], false);
+    if (kept_buckets.count(twin_bucket(sorted[i])) != 0) place(i, false);
   return out;
 }
 
