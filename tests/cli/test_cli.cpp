@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../test_paths.hpp"
 
@@ -26,7 +27,9 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "meshplan_cli_test_stderr.txt";
+  // Per process: other checkouts run this test at the same time on the same /tmp.
+  const fs::path err_file =
+      fs::temp_directory_path() / ("meshplan_cli_test_stderr." + std::to_string(::getpid()) + ".txt");
   const std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -41,7 +44,7 @@ Run run(const std::string& args) {
 }
 
 fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / "meshplan_cli_test" / name;
+  const fs::path p = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / name;
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
   return p;
@@ -192,7 +195,7 @@ TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the ex
   }
   const std::string dev = (meshplan::test::shared_root() / "validation" / "dev.csv").string();
   const std::string id = "kor22-gpt22b-selective-sp";
-  const fs::path dir = fs::temp_directory_path() / "meshplan_cli_test";
+  const fs::path dir = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string trace = (dir / "row_trace.json").string(), plan = (dir / "row_plan.toml").string();
   const Run v = run("validate " + dev + " --row " + id + " --trace " + trace + " --export-plan " + plan + " --json");
