@@ -101,9 +101,11 @@ constexpr double kFsdpOverlappableCompute = 0.8;
 constexpr double kTpCollectivesPerBlock = 4;
 constexpr double kTpCollectivesPerBlockSp = 8;
 
-// The searched grid. Degrees beyond these are not worth a launch: CP beyond 8 and micro-batches
-// beyond 8 sequences only shrink per-GPU work at 8k tokens; a pipeline deeper than 64 stages
-// leaves under two 405B blocks per stage.
+// The searched grid: a choice of what is worth simulating, not a derivation. CP beyond 8 cuts an
+// 8k sequence into 2 x cp chunks of 512 tokens or fewer, too short to keep attention kernels
+// efficient; a micro-batch of 8 sequences of 8k tokens already gives GEMMs 64k rows, so larger
+// ones add activation memory without speed; a pipeline deeper than 64 stages leaves under two
+// 405B blocks per stage.
 constexpr int kMaxPipelineStages = 64;
 constexpr std::array<int, 4> kContextParallelDegrees = {1, 2, 4, 8};
 constexpr std::array<std::int64_t, 4> kMicroBatchSizes = {1, 2, 4, 8};
