@@ -90,10 +90,11 @@ constexpr double kSelectiveOpRecomputeFraction = 0.12;
 // backward issue the same number of collectives per block (Korthikanti et al. 2022, §4.2.2), so
 // the recompute adds half again.
 constexpr double kFullAcTpCommFactor = 1.5;
-// Share of a stage's compute behind which FSDP's gathers and reduce-scatters can hide: the first
-// unit's all-gather and the last unit's reduce-scatter have nothing to overlap with, and a
-// block's compute is split into several kernels the collectives interleave with, so not all of
-// it overlaps; the simulator models this exactly, the estimate only needs to charge exposure.
+// Share of a stage's compute behind which FSDP's gathers and reduce-scatters can hide: a
+// judgement, neither measured nor fitted. The first unit's all-gather and the last unit's
+// reduce-scatter have no compute to overlap with, and the collectives slow the kernels they
+// overlap (comm_interference in the profiles); the simulator models both, the estimate only has
+// to charge some exposure.
 constexpr double kFsdpOverlappableCompute = 0.8;
 // TP collectives per transformer block and micro-batch (Megatron's f/g operators, Shoeybi et al.
 // 2019): without sequence parallelism an all-reduce after attention and after the MLP in the
