@@ -1,7 +1,7 @@
 #pragma once
-// The microbenchmark backend of `meshplan calibrate`. Two implementations, chosen by the meson
-// option `cuda`: bench_cuda.cpp (cuBLASLt, CUDA kernels, NCCL through dlopen) and
-// backend_none.cpp (a build without CUDA, which can only say so).
+// The microbenchmark backend of `meshplan calibrate`. The CUDA code lives in a plugin
+// (meshplan-calibrate-cuda.so, plugin_abi.hpp) that these functions dlopen() on first use, so the
+// meshplan binary itself links no CUDA library and starts in milliseconds on any machine.
 #include <functional>
 #include <optional>
 #include <string>
@@ -15,8 +15,9 @@ struct BenchOptions {
   std::function<void(const std::string&)> progress;  // one line per step (the CLI: stderr)
 };
 
-// nullopt when this build can run the microbenchmarks here; otherwise one line saying why not
-// (no CUDA in this build, no device, driver too old).
+// nullopt when this machine can run the microbenchmarks; otherwise one line saying why not and
+// what to do (no CUDA backend in this build, no NVIDIA driver or GPU, the plugin or the CUDA
+// runtime libraries missing, a driver too old).
 std::optional<std::string> backend_unavailable_reason();
 
 // Runs every microbenchmark this machine supports. In a multi-process launch (torchrun/srun
@@ -24,7 +25,10 @@ std::optional<std::string> backend_unavailable_reason();
 // complete; `is_writer` tells the caller whether to write the file.
 Measurements run_microbenchmarks(const BenchOptions& options, bool& is_writer);
 
-// Whether this binary was built with the CUDA backend.
+// Whether this build produced the CUDA plugin (meson option `cuda` and nvcc found).
 bool backend_built_with_cuda();
+
+// Where the plugin is looked for: $MESHPLAN_CALIBRATE_PLUGIN, else next to the running binary.
+std::string backend_plugin_path();
 
 }  // namespace meshplan::calibrate

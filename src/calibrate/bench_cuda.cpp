@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "calibrate/backend.hpp"
+#include "calibrate/cuda_bench.hpp"
 #include "calibrate/fit_least_squares.hpp"
 #include "calibrate/kernels.hpp"
 #include "calibrate/layer_shapes.hpp"
@@ -658,13 +658,23 @@ void single_gpu_series(Bench& bench) {
 
 }  // namespace
 
-bool backend_built_with_cuda() { return true; }
+namespace cuda {
 
-std::optional<std::string> backend_unavailable_reason() {
+std::optional<std::string> unavailable_reason() {
+  int driver = 0, runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
-  if (n == 0) return std::string("no CUDA device found");
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+    return std::string("no NVIDIA GPU found (the driver is installed but reports no device)");
+  if (e == cudaErrorInsufficientDriver) {
+    // cudart also says this when there is no driver at all (the loader checks for libcuda.so.1
+    // before it loads this plugin, so here a driver exists and is too old).
+    cudaDriverGetVersion(&driver);
+    return "the NVIDIA driver supports CUDA " + version_string(driver) + " but this backend was built with CUDA " +
+           version_string(runtime) + "; update the driver";
+  }
+  if (e != cudaSuccess) return std::string("no usable NVIDIA GPU (") + cudaGetErrorString(e) + ")";
   return std::nullopt;
 }
 
@@ -774,4 +784,5 @@ Measurements run_microbenchmarks(const BenchOptions& options, bool& is_writer) {
   return m;
 }
 
+}  // namespace cuda
 }  // namespace meshplan::calibrate

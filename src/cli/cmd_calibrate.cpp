@@ -74,12 +74,14 @@ int run_fit(const CalibrateArgs& a) {
 }
 
 int run_measure(const CalibrateArgs& a) {
+  // Exit 2 like any input the command cannot act on: measuring needs a machine it is not on.
   if (const auto reason = calibrate::backend_unavailable_reason()) {
     fmt::print(stderr,
-               "meshplan: calibrate: {}; run it on a machine with an NVIDIA GPU, or fit measurements taken there with "
-               "`meshplan calibrate --fit measurements.json --base PROFILE --out mine.toml`\n",
+               "meshplan: calibrate: {}; run `meshplan calibrate` on a machine with an NVIDIA GPU and driver, or fit "
+               "measurements taken there with `meshplan calibrate --fit measurements.json --base PROFILE --out "
+               "mine.toml`\n",
                *reason);
-    return 3;
+    return 2;
   }
   calibrate::BenchOptions options;
   options.quick = a.quick;

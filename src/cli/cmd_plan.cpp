@@ -19,16 +19,169 @@
 
 namespace meshplan::cli {
 
+namespace {
+
+std::string mixed_precision_label(const Plan& p) {
+  return p.mixed_precision_name.empty() ? fmt::format("param {} / reduce {}", to_string(p.param_dtype), to_string(p.reduce_dtype))
+                                        : p.mixed_precision_name;
+}
+
+// The searched settings of each plan, with the names the plan rows use.
+nlohmann::json settings_json(const std::vector<Plan>& plans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Plan& p : plans)
+    out.push_back({{"sharding", std::string(to_string(p.sharding))},
+                   {"activation_ckpt", std::string(to_string(p.ac))},
+                   {"mixed_precision", mixed_precision_label(p)},
+                   {"activation_offload", p.act_offload}});
+  return out;
+}
+
+nlohmann::json layout_json(const PlanCandidate& c) {
+  const Mesh& m = c.plan.mesh;
+  return {{"pp", m.pp}, {"vpp", m.vpp}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard}, {"cp", m.cp},
+          {"tp", m.tp}, {"ep", m.ep}, {"micro_batch", c.job.micro_batch}, {"grad_accum", c.job.grad_accum}};
+}
+
+struct Options {
+  std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
+  std::string torchtitan_version = "238fa9953e4a";
+  std::int64_t gpus = 0, global_batch = 0, seq = 8192;
+  int top = 10;
+  int budget = 20;
+  double headroom_pct = 5;
+  bool json = false;
+};
+
+// The launchable bundle for the fastest plan the target runtime version can express.
+void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
+  const auto version = parse_torchtitan_version(o.torchtitan_version);
+  if (!version)
+    throw InputError("", "--torchtitan-version", fmt::format("unknown version '{}'", o.torchtitan_version));
+  const EmitRuntime er = o.runtime == "megatron" ? EmitRuntime::megatron
+                         : o.runtime == "llm-foundry" ? EmitRuntime::llm_foundry
+                                                       : EmitRuntime::torchtitan;
+  // The bundle is for the fastest plan the target runtime version can express (e.g. an
+  // uneven pipeline split is refused by some emitters); say so when it is not the winner.
+  std::string refusals;
+  bool written = false;
+  for (std::size_t i = 0; i < s.ranked.size() && !written; ++i) {
+    const PlanCandidate& best = s.ranked[i];
+    RunConfig rc;
+    rc.source_file = "meshplan plan";
+    rc.model = rq.model;
+    rc.plan = best.plan;
+    rc.job = best.job;
+    rc.cluster = rq.cluster.name;
+    rc.n_gpus = rq.n_gpus;
+    PlanSummary summary;
+    summary.tokens_per_s_per_gpu = best.result.tokens_per_s_per_gpu;
+    summary.step_time_s = best.result.step_time_s;
+    summary.peak_bytes = static_cast<std::int64_t>(std::llround(best.peak_bytes));
+    for (const auto& [k, v] : best.result.breakdown_s)
+      summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
+    summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
+    summary.assumptions.push_back(i == 0 ? s.why_winner
+                                         : fmt::format("rank {} of the search; faster plans the runtime "
+                                                       "cannot express: {}", i + 1, refusals));
+    try {
+      const auto files = write_bundle(o.out, rc, rq.cluster, er, *version, summary);
+      for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
+      written = true;
+    } catch (const InputError& e) {
+      refusals += fmt::format("{}rank {} ({})", refusals.empty() ? "" : "; ", i + 1, e.reason());
+    }
+  }
+  if (!written) throw InputError("", "--out", "no ranked plan can be expressed for this runtime: " + refusals);
+}
+
+void print_json(const PlanSearch& s, int top) {
+  nlohmann::json j;
+  j["evaluated"] = s.evaluated;
+  j["feasible"] = s.feasible;
+  j["search_seconds"] = s.search_seconds;
+  j["plans"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < top; ++i) {
+    const auto& cnd = s.ranked[i];
+    const Plan& p = cnd.plan;
+    j["plans"].push_back({{"rank", i + 1},
+                          {"pp", p.mesh.pp},
+                          {"vpp", p.mesh.vpp},
+                          {"dp_replicate", p.mesh.dp_replicate},
+                          {"dp_shard", p.mesh.dp_shard},
+                          {"cp", p.mesh.cp},
+                          {"tp", p.mesh.tp},
+                          {"ep", p.mesh.ep},
+                          {"micro_batch", cnd.job.micro_batch},
+                          {"grad_accum", cnd.job.grad_accum},
+                          {"sharding", std::string(to_string(p.sharding))},
+                          {"activation_ckpt", std::string(to_string(p.ac))},
+                          {"mixed_precision", mixed_precision_label(p)},
+                          {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
+                          {"step_time_s", cnd.result.step_time_s},
+                          {"mfu", cnd.result.mfu},
+                          {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
+                          {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
+                          {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
+  }
+  j["dropped"] = nlohmann::json::array();
+  for (const DroppedPlan& d : s.dropped) {
+    const Plan& p = d.candidate.plan;
+    nlohmann::json row = layout_json(d.candidate);
+    row["settings"] = settings_json({p}).front();
+    row["reason"] = d.reason;
+    j["dropped"].push_back(std::move(row));
+  }
+  j["why"] = s.why_winner;
+  j["notes"] = s.notes;
+  fmt::print("{}\n", j.dump(2));
+}
+
+void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
+  fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
+             rq.cluster.name,
+             rq.global_batch > 0 ? rq.global_batch
+                                 : std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len),
+             rq.seq_len, o.runtime);
+  fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
+             o.headroom_pct, s.ranked.size());
+  fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
+             "sharding", "AC", "tok/s/GPU", "MFU", "step s", "peak");
+  for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i) {
+    const auto& cnd = s.ranked[i];
+    const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
+    fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
+               describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
+               std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
+               cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
+               cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
+  }
+  if (!s.pareto.empty()) fmt::print("\n* on the Pareto front of tokens/s vs peak memory\n");
+  // Rows that stand for several settings, grouped by what the others change.
+  std::vector<std::pair<std::string, std::string>> same_as;  // (other settings, ranks)
+  for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i) {
+    const auto& eq = s.ranked[i].equivalent_plans;
+    std::string others;
+    for (std::size_t k = 1; k < eq.size(); ++k)
+      others += (others.empty() ? "" : "; ") + describe_setting_differences(eq[k], eq[0]).substr(2);
+    if (others.empty()) continue;
+    auto it = std::find_if(same_as.begin(), same_as.end(), [&](const auto& e) { return e.first == others; });
+    if (it == same_as.end()) same_as.push_back({others, std::to_string(i + 1)});
+    else it->second += fmt::format(", {}", i + 1);
+  }
+  for (const auto& [others, ranks] : same_as)
+    fmt::print("{} lowers to the same step and memory as the row's own setting at rank{} {}\n", others,
+               ranks.find(',') == std::string::npos ? "" : "s", ranks);
+  for (const DroppedPlan& d : s.dropped)
+    fmt::print("dropped: {}, micro-batch {}{}: {}\n", describe_layout(d.candidate.plan), d.candidate.job.micro_batch,
+               describe_setting_differences(d.candidate.plan, Plan{}), d.reason);
+  if (!s.why_winner.empty()) fmt::print("\nwhy: {}\n", s.why_winner);
+  for (const auto& n : s.notes) fmt::print("note: {}\n", n);
+}
+
+}  // namespace
+
 Command add_plan_command(CLI::App& root) {
-  struct Options {
-    std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
-    std::string torchtitan_version = "238fa9953e4a";
-    std::int64_t gpus = 0, global_batch = 0, seq = 8192;
-    int top = 10;
-    int budget = 20;
-    double headroom_pct = 5;
-    bool json = false;
-  };
   auto o = std::make_shared<Options>();
   Command c;
   c.app = root.add_subcommand(
@@ -89,99 +242,11 @@ Command add_plan_command(CLI::App& root) {
       drew = true;
     });
     if (drew) fmt::print(stderr, "\n");
-    if (!o->out.empty() && !s.ranked.empty()) {
-      const auto version = parse_torchtitan_version(o->torchtitan_version);
-      if (!version)
-        throw InputError("", "--torchtitan-version", fmt::format("unknown version '{}'", o->torchtitan_version));
-      const EmitRuntime er = o->runtime == "megatron" ? EmitRuntime::megatron
-                             : o->runtime == "llm-foundry" ? EmitRuntime::llm_foundry
-                                                           : EmitRuntime::torchtitan;
-      // The bundle is for the fastest plan the target runtime version can express (e.g. an
-      // uneven pipeline split is refused by some emitters); say so when it is not the winner.
-      std::string refusals;
-      bool written = false;
-      for (std::size_t i = 0; i < s.ranked.size() && !written; ++i) {
-        const PlanCandidate& best = s.ranked[i];
-        RunConfig rc;
-        rc.source_file = "meshplan plan";
-        rc.model = rq.model;
-        rc.plan = best.plan;
-        rc.job = best.job;
-        rc.cluster = rq.cluster.name;
-        rc.n_gpus = rq.n_gpus;
-        PlanSummary summary;
-        summary.tokens_per_s_per_gpu = best.result.tokens_per_s_per_gpu;
-        summary.step_time_s = best.result.step_time_s;
-        summary.peak_bytes = static_cast<std::int64_t>(std::llround(best.peak_bytes));
-        for (const auto& [k, v] : best.result.breakdown_s)
-          summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
-        summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
-        summary.assumptions.push_back(i == 0 ? s.why_winner
-                                             : fmt::format("rank {} of the search; faster plans the runtime "
-                                                           "cannot express: {}", i + 1, refusals));
-        try {
-          const auto files = write_bundle(o->out, rc, rq.cluster, er, *version, summary);
-          for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
-          written = true;
-        } catch (const InputError& e) {
-          refusals += fmt::format("{}rank {} ({})", refusals.empty() ? "" : "; ", i + 1, e.reason());
-        }
-      }
-      if (!written) throw InputError("", "--out", "no ranked plan can be expressed for this runtime: " + refusals);
-    }
+    if (!o->out.empty() && !s.ranked.empty()) write_winner_bundle(*o, rq, s);
     if (o->json) {
-      nlohmann::json j;
-      j["evaluated"] = s.evaluated;
-      j["feasible"] = s.feasible;
-      j["search_seconds"] = s.search_seconds;
-      j["plans"] = nlohmann::json::array();
-      for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o->top; ++i) {
-        const auto& cnd = s.ranked[i];
-        const Plan& p = cnd.plan;
-        j["plans"].push_back({{"rank", i + 1},
-                              {"pp", p.mesh.pp},
-                              {"vpp", p.mesh.vpp},
-                              {"dp_replicate", p.mesh.dp_replicate},
-                              {"dp_shard", p.mesh.dp_shard},
-                              {"cp", p.mesh.cp},
-                              {"tp", p.mesh.tp},
-                              {"ep", p.mesh.ep},
-                              {"micro_batch", cnd.job.micro_batch},
-                              {"grad_accum", cnd.job.grad_accum},
-                              {"sharding", std::string(to_string(p.sharding))},
-                              {"activation_ckpt", std::string(to_string(p.ac))},
-                              {"mixed_precision", p.mixed_precision_name.empty() ? fmt::format("param {} / reduce {}", to_string(p.param_dtype), to_string(p.reduce_dtype)) : p.mixed_precision_name},
-                              {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
-                              {"step_time_s", cnd.result.step_time_s},
-                              {"mfu", cnd.result.mfu},
-                              {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
-                              {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()}});
-      }
-      j["why"] = s.why_winner;
-      j["notes"] = s.notes;
-      fmt::print("{}\n", j.dump(2));
+      print_json(s, o->top);
     } else {
-      fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
-                 rq.cluster.name,
-                 rq.global_batch > 0 ? rq.global_batch
-                                     : std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len),
-                 rq.seq_len, o->runtime);
-      fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
-                 o->headroom_pct, s.ranked.size());
-      fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
-                 "sharding", "AC", "tok/s/GPU", "MFU", "step s", "peak");
-      for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o->top; ++i) {
-        const auto& cnd = s.ranked[i];
-        const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
-        fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
-                   describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
-                   std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
-                   cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
-                   cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
-      }
-      if (!s.pareto.empty()) fmt::print("\n* on the Pareto front of tokens/s vs peak memory\n");
-      if (!s.why_winner.empty()) fmt::print("\nwhy: {}\n", s.why_winner);
-      for (const auto& n : s.notes) fmt::print("note: {}\n", n);
+      print_table(*o, rq, s);
     }
     return s.ranked.empty() ? 3 : 0;
   };

@@ -3,13 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <optional>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <bit>
 #include <map>
+#include <set>
+#include <tuple>
 #include <thread>
 
 #include "cost/collective_cost.hpp"
+#include "plan/step_fingerprint.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/pipeline_split.hpp"
 #include "workload/memory_estimate.hpp"
@@ -52,7 +59,62 @@ std::string describe_layout(const Plan& p) {
   return s.empty() ? "1 GPU" : s;
 }
 
+std::string describe_setting_differences(const Plan& x, const Plan& other) {
+  std::string n;
+  if (x.ac != other.ac) n += fmt::format(", AC {}", to_string(x.ac));
+  if (x.reduce_dtype != other.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.reduce_dtype));
+  if (x.sharding != other.sharding) n += fmt::format(", {}", to_string(x.sharding));
+  if (x.mesh.vpp != other.mesh.vpp) n += fmt::format(", vpp {}", x.mesh.vpp);
+  if (x.act_offload != other.act_offload) n += x.act_offload ? ", activation offload" : ", no offload";
+  return n;
+}
+
 namespace {
+
+// The closed-form step estimate below only orders candidates for the prune: the simulator, not
+// these numbers, ranks the survivors. Each constant still changes which plans survive, so each
+// says where it comes from.
+
+// Share of dense peak FLOP/s the estimate assumes for all compute. The shipped H100/A100 profiles
+// put large training GEMMs at 0.7-0.8 of peak before their sustained-clock factor (0.9); attention
+// and element-wise kernels run below that, so a whole step sustains about 0.6 (Narayanan et al.,
+// SC'21, report 52 % of peak end to end for GPT-3-scale models on A100 with Megatron-LM).
+constexpr double kNominalComputeEfficiency = 0.6;
+// Selective per-op checkpointing (torchtitan "op" SAC, as lowered in step_program.cpp) recomputes
+// every second matmul of a block (wk, wo, w3 of wq wk wv wo w1 w3 w2: ~36 % of a Llama block's
+// linear FLOPs at GQA 8:1 and FFN 3.5 d) plus its element-wise kernels, about a third of the
+// forward, i.e. ~1/9 of forward + backward (3 forward units); rounded up to 0.12 for the
+// element-wise work.
+constexpr double kSelectiveOpRecomputeFraction = 0.12;
+// Full checkpointing repeats the forward, and with it the forward's TP collectives: forward and
+// backward issue the same number of collectives per block (Korthikanti et al. 2022, §4.2.2), so
+// the recompute adds half again.
+constexpr double kFullAcTpCommFactor = 1.5;
+// Share of a stage's compute behind which FSDP's gathers and reduce-scatters can hide: a
+// judgement, neither measured nor fitted. The first unit's all-gather and the last unit's
+// reduce-scatter have no compute to overlap with, and the collectives slow the kernels they
+// overlap (comm_interference in the profiles); the simulator models both, the estimate only has
+// to charge some exposure.
+constexpr double kFsdpOverlappableCompute = 0.8;
+// TP collectives per transformer block and micro-batch (Megatron's f/g operators, Shoeybi et al.
+// 2019): without sequence parallelism an all-reduce after attention and after the MLP in the
+// forward and two in the backward; with it each becomes an all-gather plus a reduce-scatter.
+constexpr double kTpCollectivesPerBlock = 4;
+constexpr double kTpCollectivesPerBlockSp = 8;
+
+// The searched grid: a choice of what is worth simulating, not a derivation. CP beyond 8 cuts an
+// 8k sequence into 2 x cp chunks of 512 tokens or fewer, too short to keep attention kernels
+// efficient; a micro-batch of 8 sequences of 8k tokens already gives GEMMs 64k rows, so larger
+// ones add activation memory without speed; a pipeline deeper than 64 stages leaves under two
+// 405B blocks per stage.
+constexpr int kMaxPipelineStages = 64;
+constexpr std::array<int, 4> kContextParallelDegrees = {1, 2, 4, 8};
+constexpr std::array<std::int64_t, 4> kMicroBatchSizes = {1, 2, 4, 8};
+constexpr std::array<int, 2> kVirtualStages = {2, 4};
+
+// In the winner sentence, FSDP all-gathers exposed for under this share of the step count as
+// hidden behind compute.
+constexpr double kHiddenCommStepFraction = 0.05;
 
 std::vector<int> divisors_upto(std::int64_t n, int cap) {
   std::vector<int> d;
@@ -84,49 +146,231 @@ Plan base_plan(Runtime r) {
   return p;
 }
 
+double recompute_fraction(const Plan& p) {
+  switch (p.ac) {
+    case AcMode::full: return 1.0 / 3.0;  // one more forward on top of forward + backward (3 units)
+    case AcMode::selective_op: return kSelectiveOpRecomputeFraction;
+    case AcMode::selective_layer: return 1.0 / (3.0 * std::max(1, p.ac_every_n));
+    default: return 0.0;
+  }
+}
+
+// Blocking TP communication of one step on a stage.
+double tp_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  if (p.mesh.tp <= 1) return 0;
+  const int gpn = std::max(1, c.node.gpus_per_node);
+  const double act = bytes_per_element(p.compute_dtype) * static_cast<double>(j.seq_len / p.mesh.cp) *
+                     static_cast<double>(j.micro_batch) * static_cast<double>(m.d_model);
+  const CollectiveOp op = p.sequence_parallel ? CollectiveOp::all_gather : CollectiveOp::all_reduce;
+  const double per = estimate_collective(c, op, act * (p.tp_style == TpStyle::mlp_only ? p.mesh.tp : 1),
+                                         group_placement(p.mesh, GroupKind::tp, gpn)).seconds;
+  const double per_layer = (p.sequence_parallel ? kTpCollectivesPerBlockSp : kTpCollectivesPerBlock) *
+                           (p.ac == AcMode::full ? kFullAcTpCommFactor : 1.0) * per;
+  const double layers_per_stage = static_cast<double>(m.n_layers) / p.mesh.pp;
+  return per_layer * layers_per_stage * static_cast<double>(j.grad_accum);
+}
+
+// FSDP gathers and reduce-scatters of one step that the stage's compute cannot hide.
+double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c, double compute) {
+  const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
+  if (shard <= 1 || (p.sharding != Sharding::zero3 && p.sharding != Sharding::zero2)) return 0;
+  const int gpn = std::max(1, c.node.gpus_per_node);
+  const double unit = static_cast<double>(param_counts(m).per_layer()) / p.mesh.tp;
+  const GroupPlacement fsdp = group_placement(p.mesh, GroupKind::fsdp, gpn);
+  const double ag = estimate_collective(c, CollectiveOp::all_gather, 2 * unit, fsdp).seconds;
+  const double rs =
+      estimate_collective(c, CollectiveOp::reduce_scatter, bytes_per_element(p.reduce_dtype) * unit, fsdp).seconds;
+  const double gathers = p.reshard_after_forward ? 2 : 1;
+  const double layers_per_stage = static_cast<double>(m.n_layers) / p.mesh.pp;
+  const double per_mb = layers_per_stage * (gathers * ag + rs);
+  const double total = per_mb * (p.mesh.pp > 1 && !p.reshard_after_forward ? 1 : static_cast<double>(j.grad_accum));
+  return std::max(0.0, total - kFsdpOverlappableCompute * compute / p.mesh.pp);
+}
+
 // A rough step time for pruning: compute at a nominal efficiency, blocking TP communication,
 // the FSDP gathers that compute cannot hide, and the pipeline bubble.
 double closed_form_step_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
   const double world = static_cast<double>(p.mesh.world());
   const double tokens_per_gpu = static_cast<double>(j.global_batch) * static_cast<double>(j.seq_len) / world;
   const double peak = c.peak_flops_per_s(p.compute_dtype);
-  const double recompute = p.ac == AcMode::full ? 1.0 / 3.0
-                           : p.ac == AcMode::selective_op ? 0.12
-                           : p.ac == AcMode::selective_layer ? 1.0 / (3.0 * std::max(1, p.ac_every_n))
-                                                             : 0.0;
-  const double compute = model_flops_per_token(m, j.seq_len) * tokens_per_gpu * (1 + recompute) / (0.6 * peak);
-  const int gpn = std::max(1, c.node.gpus_per_node);
-  const double layers_per_stage = static_cast<double>(m.n_layers) / p.mesh.pp;
-  const double mbs = static_cast<double>(j.grad_accum);
-  double tp_time = 0;
-  if (p.mesh.tp > 1) {
-    const double act = bytes_per_element(p.compute_dtype) * static_cast<double>(j.seq_len / p.mesh.cp) *
-                       static_cast<double>(j.micro_batch) * static_cast<double>(m.d_model);
-    const CollectiveOp op = p.sequence_parallel ? CollectiveOp::all_gather : CollectiveOp::all_reduce;
-    const double per = estimate_collective(c, op, act * (p.tp_style == TpStyle::mlp_only ? p.mesh.tp : 1),
-                                           group_placement(p.mesh, GroupKind::tp, gpn)).seconds;
-    const double per_layer = (p.sequence_parallel ? 8 : 4) * (p.ac == AcMode::full ? 1.5 : 1.0) * per;
-    tp_time = per_layer * layers_per_stage * mbs;
-  }
-  double fsdp_exposed = 0;
-  const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
-  if (shard > 1 && (p.sharding == Sharding::zero3 || p.sharding == Sharding::zero2)) {
-    const double unit = static_cast<double>(param_counts(m).per_layer()) / p.mesh.tp;
-    const double ag = estimate_collective(c, CollectiveOp::all_gather, 2 * unit,
-                                          group_placement(p.mesh, GroupKind::fsdp, gpn)).seconds;
-    const double rs = estimate_collective(c, CollectiveOp::reduce_scatter, bytes_per_element(p.reduce_dtype) * unit,
-                                          group_placement(p.mesh, GroupKind::fsdp, gpn)).seconds;
-    const double gathers = p.reshard_after_forward ? 2 : 1;
-    const double per_mb = layers_per_stage * (gathers * ag + rs);
-    const double total = per_mb * (p.mesh.pp > 1 && !p.reshard_after_forward ? 1 : mbs);
-    fsdp_exposed = std::max(0.0, total - 0.8 * compute / p.mesh.pp);
-  }
+  const double compute = model_flops_per_token(m, j.seq_len) * tokens_per_gpu * (1 + recompute_fraction(p)) /
+                         (kNominalComputeEfficiency * peak);
+  // 1F1B bubble (Narayanan et al. 2021): (pp - 1) / (v m + pp - 1). The grid keeps m >= pp, so
+  // the bubble stays under 1/2 and the division below is safe.
   double bubble = 0;
   if (p.mesh.pp > 1) {
     const double v = std::max(1, p.mesh.vpp);
-    bubble = (p.mesh.pp - 1) / (v * mbs + p.mesh.pp - 1);
+    bubble = (p.mesh.pp - 1) / (v * static_cast<double>(j.grad_accum) + p.mesh.pp - 1);
   }
-  return (compute + tp_time) / std::max(0.05, 1 - bubble) + fsdp_exposed;
+  return (compute + tp_seconds(m, p, j, c)) / (1 - bubble) + fsdp_exposed_seconds(m, p, j, c, compute);
+}
+
+// One point of the layout grid: mesh degrees and the split of a rank's batch into micro-batches.
+struct Layout {
+  int tp = 1, pp = 1, cp = 1, vpp = 1;
+  std::int64_t dp = 1, replicate = 1, shard = 1;
+  std::int64_t per_rank = 0;  // sequences per data-parallel rank and step
+  std::int64_t micro_batch = 1, accum = 1;
+};
+
+// The settings tried at every layout.
+struct Setting {
+  AcMode ac = AcMode::none;
+  Dtype reduce = Dtype::fp32;
+  bool zero2 = false;
+  // Activation CPU offload: Composer's activation_cpu_offload (save_on_cpu). Parameter offload
+  // is not searched: its host-side optimizer step is not simulated yet.
+  bool offload = false;
+};
+
+struct Grid {
+  const PlanRequest& rq;
+  std::int64_t global_batch;
+  int gpn;
+  bool foundry;  // llm-foundry (Composer FSDP)
+  bool titan;
+};
+
+std::vector<Setting> searched_settings(const Grid& g) {
+  const std::vector<AcMode> acs = g.foundry ? std::vector<AcMode>{AcMode::none, AcMode::full}
+                                  : g.titan ? std::vector<AcMode>{AcMode::none, AcMode::selective_op, AcMode::full}
+                                            : std::vector<AcMode>{AcMode::none, AcMode::selective_attn, AcMode::full};
+  const std::vector<Dtype> reduces = g.foundry ? std::vector<Dtype>{Dtype::fp32, Dtype::bf16} : std::vector<Dtype>{Dtype::fp32};
+  const std::vector<bool> toggles = g.foundry ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  std::vector<Setting> out;
+  for (AcMode ac : acs)
+    for (Dtype reduce : reduces)
+      for (bool zero2 : toggles)
+        for (bool offload : toggles) out.push_back({ac, reduce, zero2, offload});
+  return out;
+}
+
+// The grid is built one dimension at a time: every layout so far is replaced by its valid
+// children in order, so the final list is in the order of nested loops over (TP, PP, CP, DP
+// split, VPP, micro-batch), outermost first.
+template <typename Children>
+std::vector<Layout> expand(const std::vector<Layout>& in, Children&& children) {
+  std::vector<Layout> out;
+  for (const Layout& l : in) children(l, out);
+  return out;
+}
+
+void tp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  const ModelSpec& m = g.rq.model;
+  for (int tp : divisors_upto(g.gpn, g.gpn)) {
+    const bool divides = g.foundry ? m.ffn_hidden % tp == 0 : m.n_heads % tp == 0 && m.n_kv_heads % tp == 0;
+    if (!divides) continue;
+    Layout c = l;
+    c.tp = tp;
+    out.push_back(c);
+  }
+}
+
+void pp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  for (int pp : divisors_upto(g.rq.n_gpus / l.tp, g.foundry ? 1 : kMaxPipelineStages)) {
+    if (!split_layers(g.rq.model.n_layers, pp)) continue;
+    Layout c = l;
+    c.pp = pp;
+    out.push_back(c);
+  }
+}
+
+void cp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  const std::int64_t tp_pp = static_cast<std::int64_t>(l.tp) * l.pp;
+  for (int cp : kContextParallelDegrees) {
+    if (g.foundry && cp > 1) break;
+    // Load-balanced causal CP splits each sequence into 2 cp chunks, each divisible by TP.
+    if (cp > 1 && g.rq.seq_len % (2LL * cp * l.tp) != 0) continue;
+    const std::int64_t rest = g.rq.n_gpus / tp_pp;
+    if (g.rq.n_gpus % tp_pp != 0 || rest % cp != 0) continue;
+    const std::int64_t dp = rest / cp;
+    if (g.global_batch % dp != 0) continue;
+    Layout c = l;
+    c.cp = cp;
+    c.dp = dp;
+    c.per_rank = g.global_batch / dp;
+    out.push_back(c);
+  }
+}
+
+// Data-parallel splits: full sharding over dp, or HSDP with the shard group inside a node
+// (Megatron: replication, its distributed optimizer shards the optimizer state only).
+void dp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  auto add = [&](std::int64_t replicate, std::int64_t shard) {
+    Layout c = l;
+    c.replicate = replicate;
+    c.shard = shard;
+    out.push_back(c);
+  };
+  if (g.rq.runtime == Runtime::megatron) {
+    add(l.dp, 1);
+    return;
+  }
+  add(1, l.dp);
+  const std::int64_t node_shard = std::max<std::int64_t>(1, g.gpn / (static_cast<std::int64_t>(l.tp) * l.cp));
+  if (l.dp > node_shard && l.dp % node_shard == 0 && node_shard > 1) add(l.dp / node_shard, node_shard);
+}
+
+void vpp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  out.push_back(l);
+  if (l.pp == 1 || g.foundry) return;
+  for (int v : kVirtualStages) {
+    if (!split_layers(g.rq.model.n_layers, l.pp * v)) continue;
+    Layout c = l;
+    c.vpp = v;
+    out.push_back(c);
+  }
+}
+
+void micro_batch_children(const Layout& l, std::vector<Layout>& out) {
+  for (std::int64_t mb : kMicroBatchSizes) {
+    if (l.per_rank % mb != 0) continue;
+    const std::int64_t accum = l.per_rank / mb;
+    if (l.pp > 1 && accum < l.pp) continue;  // fewer micro-batches than stages: mostly bubble
+    if (l.vpp > 1 && accum % l.pp != 0) continue;  // interleaving needs whole rounds of pp
+    Layout c = l;
+    c.micro_batch = mb;
+    c.accum = accum;
+    out.push_back(c);
+  }
+}
+
+std::vector<Layout> layout_grid(const Grid& g) {
+  using namespace std::placeholders;
+  std::vector<Layout> grid{Layout{}};
+  grid = expand(grid, std::bind(tp_children, std::cref(g), _1, _2));
+  grid = expand(grid, std::bind(pp_children, std::cref(g), _1, _2));
+  grid = expand(grid, std::bind(cp_children, std::cref(g), _1, _2));
+  grid = expand(grid, std::bind(dp_children, std::cref(g), _1, _2));
+  grid = expand(grid, std::bind(vpp_children, std::cref(g), _1, _2));
+  return expand(grid, micro_batch_children);
+}
+
+// The plan a (layout, setting) pair stands for, or nullopt when the runtime cannot express it.
+std::optional<Plan> make_plan(const Grid& g, const Layout& l, const Setting& s) {
+  Plan p = base_plan(g.rq.runtime);
+  p.mesh.tp = l.tp;
+  p.mesh.pp = l.pp;
+  p.mesh.vpp = l.vpp;
+  p.mesh.cp = l.cp;
+  p.mesh.dp_replicate = static_cast<int>(l.replicate);
+  p.mesh.dp_shard = static_cast<int>(l.shard);
+  p.sequence_parallel = l.tp > 1 && p.tp_style == TpStyle::full;
+  p.schedule = l.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+  const std::int64_t shard_group = l.shard * l.cp;
+  if (g.rq.runtime != Runtime::megatron) {
+    p.sharding = shard_group > 1 ? (s.zero2 ? Sharding::zero2 : Sharding::zero3) : Sharding::none;
+    p.reshard_after_forward = !s.zero2 && !(g.titan && l.pp > 1);
+  } else {
+    p.sharding = l.replicate > 1 ? Sharding::zero1 : Sharding::none;
+  }
+  if (s.zero2 && shard_group <= 1) return std::nullopt;
+  p.ac = s.ac;
+  p.act_offload = s.offload;
+  p.reduce_dtype = s.reduce;
+  p.mixed_precision_name = g.foundry ? (s.reduce == Dtype::bf16 ? "PURE" : "DEFAULT") : "";
+  if (!runtime_supports(g.rq.runtime, p)) return std::nullopt;
+  return p;
 }
 
 struct Enumerated {
@@ -134,105 +378,37 @@ struct Enumerated {
   std::int64_t evaluated = 0;
 };
 
+// Every (layout, setting) the runtime can express, kept when it fits in memory with headroom,
+// with its closed-form estimate.
 Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
+  const Runtime r = rq.runtime;
+  const Grid g{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
+               r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+  const double budget = rq.cluster.gpu.hbm_bytes * (1 - rq.headroom_fraction);
+  const std::vector<Setting> settings = searched_settings(g);
   Enumerated out;
-  const ModelSpec& m = rq.model;
-  const ClusterSpec& c = rq.cluster;
-  const int gpn = std::max(1, c.node.gpus_per_node);
-  const std::int64_t n = rq.n_gpus;
-  const bool foundry = rq.runtime == Runtime::composer_fsdp1 || rq.runtime == Runtime::composer_fsdp2;
-  const bool titan = rq.runtime == Runtime::torchtitan_fsdp2;
-  std::vector<AcMode> acs = foundry ? std::vector<AcMode>{AcMode::none, AcMode::full}
-                            : titan ? std::vector<AcMode>{AcMode::none, AcMode::selective_op, AcMode::full}
-                                    : std::vector<AcMode>{AcMode::none, AcMode::selective_attn, AcMode::full};
-  std::vector<Dtype> reduces = foundry ? std::vector<Dtype>{Dtype::fp32, Dtype::bf16} : std::vector<Dtype>{Dtype::fp32};
-  const double budget = c.gpu.hbm_bytes * (1 - rq.headroom_fraction);
-
-  for (int tp : divisors_upto(gpn, gpn)) {
-    if (foundry ? (m.ffn_hidden % tp != 0) : (m.n_heads % tp != 0 || m.n_kv_heads % tp != 0)) continue;
-    for (int pp : divisors_upto(n / tp, foundry ? 1 : 64)) {
-      if (!split_layers(m.n_layers, pp)) continue;
-      for (int cp : std::vector<int>{1, 2, 4, 8}) {
-        if (foundry && cp > 1) break;
-        if (cp > 1 && rq.seq_len % (2LL * cp * tp) != 0) continue;
-        const std::int64_t rest = n / (static_cast<std::int64_t>(tp) * pp);
-        if (n % (static_cast<std::int64_t>(tp) * pp) != 0 || rest % cp != 0) continue;
-        const std::int64_t dp = rest / cp;
-        if (global_batch % dp != 0) continue;
-        const std::int64_t per_rank = global_batch / dp;
-        std::vector<int> vpps = {1};
-        if (pp > 1 && !foundry)
-          for (int v : {2, 4})
-            if (split_layers(m.n_layers, pp * v)) vpps.push_back(v);
-        // Data-parallel splits: full sharding over dp, or HSDP with the shard group inside a node.
-        std::vector<std::pair<std::int64_t, std::int64_t>> dp_splits;  // (replicate, shard)
-        if (rq.runtime == Runtime::megatron) {
-          dp_splits.push_back({dp, 1});
-        } else {
-          dp_splits.push_back({1, dp});
-          const std::int64_t node_shard = std::max<std::int64_t>(1, gpn / (static_cast<std::int64_t>(tp) * cp));
-          if (dp > node_shard && dp % node_shard == 0 && node_shard > 1) dp_splits.push_back({dp / node_shard, node_shard});
-        }
-        for (const auto& [rep, shard] : dp_splits) {
-          for (int v : vpps) {
-            for (std::int64_t mb : {1, 2, 4, 8}) {
-              if (per_rank % mb != 0) continue;
-              const std::int64_t accum = per_rank / mb;
-              if (pp > 1 && accum < pp) continue;  // fewer micro-batches than stages: mostly bubble
-              if (v > 1 && accum % pp != 0) continue;  // interleaving needs whole rounds of pp
-              for (AcMode ac : acs) {
-                for (Dtype reduce : reduces) {
-                  for (bool zero2 : foundry ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                   // Activation CPU offload: Composer's activation_cpu_offload (save_on_cpu). Parameter
-                   // offload is not searched: its host-side optimizer step is not simulated yet.
-                   for (bool offload : foundry ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                    ++out.evaluated;
-                    Plan p = base_plan(rq.runtime);
-                    p.mesh.tp = tp;
-                    p.mesh.pp = pp;
-                    p.mesh.vpp = v;
-                    p.mesh.cp = cp;
-                    p.mesh.dp_replicate = static_cast<int>(rep);
-                    p.mesh.dp_shard = static_cast<int>(shard);
-                    p.sequence_parallel = tp > 1 && p.tp_style == TpStyle::full;
-                    p.schedule = v > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
-                    if (rq.runtime != Runtime::megatron) {
-                      p.sharding = shard * cp > 1 ? (zero2 ? Sharding::zero2 : Sharding::zero3) : Sharding::none;
-                      p.reshard_after_forward = !zero2 && !(titan && pp > 1);
-                    } else {
-                      p.sharding = rep > 1 ? Sharding::zero1 : Sharding::none;
-                    }
-                    if (zero2 && shard * cp <= 1) continue;
-                    p.ac = ac;
-                    p.act_offload = offload;
-                    p.reduce_dtype = reduce;
-                    p.mixed_precision_name = foundry ? (reduce == Dtype::bf16 ? "PURE" : "DEFAULT") : "";
-                    if (!runtime_supports(rq.runtime, p)) continue;
-                    Job j;
-                    j.seq_len = rq.seq_len;
-                    j.global_batch = global_batch;
-                    j.micro_batch = mb;
-                    j.grad_accum = accum;
-                    const MemoryEstimate mem = estimate_memory(m, p, j, c);
-                    double peak = 0;
-                    for (const auto& s : mem.stages) peak = std::max(peak, s.peak_bytes);
-                    if (peak > budget) continue;
-                    PlanCandidate cand;
-                    cand.plan = p;
-                    cand.job = j;
-                    cand.peak_bytes = peak;
-                    const double step = closed_form_step_seconds(m, p, j, c);
-                    cand.estimate_tokens_per_s_per_gpu =
-                        static_cast<double>(global_batch * rq.seq_len) / step / static_cast<double>(n);
-                    out.feasible.push_back(std::move(cand));
-                   }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
+  for (const Layout& l : layout_grid(g)) {
+    for (const Setting& s : settings) {
+      ++out.evaluated;
+      const std::optional<Plan> p = make_plan(g, l, s);
+      if (!p) continue;
+      Job j;
+      j.seq_len = rq.seq_len;
+      j.global_batch = global_batch;
+      j.micro_batch = l.micro_batch;
+      j.grad_accum = l.accum;
+      const MemoryEstimate mem = estimate_memory(rq.model, *p, j, rq.cluster);
+      double peak = 0;
+      for (const auto& st : mem.stages) peak = std::max(peak, st.peak_bytes);
+      if (peak > budget) continue;
+      PlanCandidate cand;
+      cand.plan = *p;
+      cand.job = j;
+      cand.peak_bytes = peak;
+      const double step = closed_form_step_seconds(rq.model, *p, j, rq.cluster);
+      cand.estimate_tokens_per_s_per_gpu =
+          static_cast<double>(global_batch * rq.seq_len) / step / static_cast<double>(rq.n_gpus);
+      out.feasible.push_back(std::move(cand));
     }
   }
   return out;
@@ -255,12 +431,7 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
   auto name = [&](const PlanCandidate& x, const PlanCandidate& other) {
     std::string n = describe_layout(x.plan);
     if (x.job.micro_batch != other.job.micro_batch) n += fmt::format(", micro-batch {}", x.job.micro_batch);
-    if (x.plan.ac != other.plan.ac) n += fmt::format(", AC {}", to_string(x.plan.ac));
-    if (x.plan.reduce_dtype != other.plan.reduce_dtype) n += fmt::format(", reduce {}", to_string(x.plan.reduce_dtype));
-    if (x.plan.sharding != other.plan.sharding) n += fmt::format(", {}", to_string(x.plan.sharding));
-    if (x.plan.mesh.vpp != other.plan.mesh.vpp) n += fmt::format(", vpp {}", x.plan.mesh.vpp);
-    if (x.plan.act_offload != other.plan.act_offload) n += x.plan.act_offload ? ", activation offload" : ", no offload";
-    return n;
+    return n + describe_setting_differences(x.plan, other.plan);
   };
   std::string s = fmt::format("{} beats {} by {:.1f}% ({:.0f} vs {:.0f} tokens/s/GPU)", name(a, b), name(b, a),
                               100 * (ra.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu - 1), ra.tokens_per_s_per_gpu,
@@ -273,7 +444,7 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
     reasons.push_back(fmt::format("TP {} keeps its collectives on NVLink", a.plan.mesh.tp));
   const int shard = a.plan.mesh.dp_shard * a.plan.mesh.cp;
   const double fsdp_exposed = (ra.exposed_comm_s.count("fsdp_all_gather") ? ra.exposed_comm_s.at("fsdp_all_gather") : 0.0);
-  if (shard > 1 && fsdp_exposed < 0.05 * ra.step_time_s)
+  if (shard > 1 && fsdp_exposed < kHiddenCommStepFraction * ra.step_time_s)
     reasons.push_back(fmt::format("FSDP over {} ranks hides its all-gathers behind compute", shard));
   if (a.plan.mesh.pp > 1)
     reasons.push_back(fmt::format("PP {} costs a {:.0f}% bubble", a.plan.mesh.pp,
@@ -288,23 +459,31 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
 
 }  // namespace
 
-StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+std::vector<Job> steady_state_jobs(const Plan& p, const Job& j) {
   // A step repeats the same micro-batch pattern: with m micro-batches its time is
   // fill + m x period (1F1B, GPipe, interleaved, gradient accumulation alike). Simulating two
   // shorter steps with m0 < m1 micro-batches gives fill and period; the long step is the line
   // through them. Exact for periodic schedules; used when m is large.
   const std::int64_t m_full = std::max<std::int64_t>(1, j.grad_accum);
   const std::int64_t unit = p.mesh.pp > 1 ? p.mesh.pp : 1;  // keep whole pipeline rounds
-  const std::int64_t m0 = unit, m1 = 2 * unit;
-  if (m_full <= m1 + unit || j.pp_microbatches > 0) return simulate_step(m, p, j, c).result;
+  if (m_full <= 3 * unit || j.pp_microbatches > 0) return {j};
   auto shortened = [&](std::int64_t mbs) {
     Job s = j;
     s.grad_accum = mbs;
     s.global_batch = j.global_batch / m_full * mbs;
-    return simulate_step(m, p, s, c).result;
+    return s;
   };
-  const StepResult r0 = shortened(m0);
-  StepResult r1 = shortened(m1);
+  return {shortened(unit), shortened(2 * unit)};
+}
+
+StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const std::vector<Job> jobs = steady_state_jobs(p, j);
+  if (jobs.size() == 1) return simulate_step(m, p, j, c).result;
+  const std::int64_t m_full = std::max<std::int64_t>(1, j.grad_accum);
+  const std::int64_t m0 = jobs[0].grad_accum, m1 = jobs[1].grad_accum;
+  auto shortened = [&](std::size_t k) { return simulate_step(m, p, jobs[k], c).result; };
+  const StepResult r0 = shortened(0);
+  StepResult r1 = shortened(1);
   const double scale = static_cast<double>(m_full - m1) / static_cast<double>(m1 - m0);
   auto extend = [&](double v1, double v0) { return v1 + scale * (v1 - v0); };
   r1.step_time_s = extend(r1.step_time_s, r0.step_time_s);
@@ -322,30 +501,22 @@ StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j
   return r1;
 }
 
-PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  PlanSearch out;
-  std::int64_t global_batch = rq.global_batch;
-  if (global_batch <= 0 && rq.global_batch_tokens > 0)
-    global_batch = std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len);
-  Enumerated e = enumerate(rq, global_batch);
-  out.evaluated = e.evaluated;
-  out.feasible = static_cast<std::int64_t>(e.feasible.size());
-  // Closed-form prune, best first; ties broken by the layout for determinism.
-  std::stable_sort(e.feasible.begin(), e.feasible.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
-    return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
-  });
-  const std::size_t n_sim = std::min<std::size_t>(e.feasible.size(),
-                                                  static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k})));
-  std::vector<PlanCandidate> sims(e.feasible.begin(), e.feasible.begin() + static_cast<std::ptrdiff_t>(n_sim));
+namespace {
+
+// Simulates every candidate on `threads` threads (the calling one included, which reports
+// progress between plans). A plan the simulator rejects is marked unsimulated with the reason in
+// errors[i], never fatal (and never escapes a thread).
+void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims, std::vector<std::string>& errors,
+                  const std::function<void(std::size_t, std::size_t)>& progress) {
   std::atomic<std::size_t> next{0}, done{0};
-  // A plan the simulator rejects is dropped, never fatal (and never escapes a thread).
+  errors.assign(sims.size(), "");
   auto simulate_one = [&](std::size_t i) {
     try {
       sims[i].result = simulate_steady_state(rq.model, sims[i].plan, sims[i].job, rq.cluster);
       sims[i].simulated = true;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       sims[i].simulated = false;
+      errors[i] = std::string("the simulator rejected it: ") + e.what();
     }
     ++done;
   };
@@ -355,36 +526,176 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   std::vector<std::thread> pool;
   const int threads = std::max(1, rq.threads);
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  // The calling thread works too, and reports progress between plans.
   for (std::size_t i = next++; i < sims.size(); i = next++) {
     simulate_one(i);
     if (progress) progress(done.load(), sims.size());
   }
   for (auto& th : pool) th.join();
   if (progress) progress(sims.size(), sims.size());
+}
+
+// Plans that can only be twins when they share a layout (mesh and micro-batching) and the same
+// closed-form peak memory, bit for bit: only such plans are lowered to compare their steps.
+using TwinBucket = std::tuple<int, int, int, int, int, int, int, std::int64_t, std::int64_t, std::uint64_t>;
+
+TwinBucket twin_bucket(const PlanCandidate& c) {
+  const Mesh& m = c.plan.mesh;
+  return {m.pp, m.vpp, m.dp_replicate, m.dp_shard, m.cp, m.tp, m.ep, c.job.micro_batch, c.job.grad_accum,
+          std::bit_cast<std::uint64_t>(c.peak_bytes)};
+}
+
+// Everything simulate_steady_state reads for the candidate (step_fingerprint.hpp).
+StepFingerprint simulation_fingerprint(const PlanRequest& rq, const PlanCandidate& c) {
+  StepFingerprint f = memory_fingerprint(rq.model, c.plan, c.job, rq.cluster);
+  for (const Job& j : steady_state_jobs(c.plan, c.job)) {
+    f = combine(f, program_fingerprint(rq.model, c.plan, j));
+    f = combine(f, memory_fingerprint(rq.model, c.plan, j, rq.cluster));
+  }
+  return f;
+}
+
+struct Selection {
+  std::vector<PlanCandidate> distinct;
+  std::vector<DroppedPlan> dropped;
+  std::int64_t merged = 0;
+};
+
+// Digests of the candidates in shared buckets among the first `window`, computed on `threads`
+// threads ahead of the walk (which is sequential, so the result does not depend on the order they
+// finish in). A lowering error is kept as the candidate's reason to be dropped.
+struct Digest {
+  std::optional<StepFingerprint> fingerprint;
+  std::string error;
+};
+
+std::vector<Digest> digests_ahead(const PlanRequest& rq, const std::vector<PlanCandidate>& sorted,
+                                  const std::vector<bool>& shared, std::size_t window) {
+  std::vector<Digest> out(sorted.size());
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < std::min(window, sorted.size()); ++i)
+    if (shared[i]) todo.push_back(i);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&]() {
+    for (std::size_t k = next++; k < todo.size(); k = next++) {
+      try {
+        out[todo[k]].fingerprint = simulation_fingerprint(rq, sorted[todo[k]]);
+      } catch (const std::exception& e) {
+        out[todo[k]].error = std::string("the lowering rejected it: ") + e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::max(1, rq.threads); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+// Walks the candidates best first and keeps the first `budget` whose simulation inputs differ;
+// a candidate identical to a kept one joins its row's equivalent_plans. Candidates further down
+// are looked at only when they share a bucket with a kept row, so a twin still joins its row.
+Selection select_distinct(const PlanRequest& rq, const std::vector<PlanCandidate>& sorted, std::size_t budget) {
+  std::map<TwinBucket, int> bucket_size;
+  for (const PlanCandidate& c : sorted) ++bucket_size[twin_bucket(c)];
+  std::vector<bool> shared(sorted.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) shared[i] = bucket_size[twin_bucket(sorted[i])] > 1;
+  // Twins come in pairs or small groups next to each other in the prune order: twice the budget
+  // is about what the walk reaches when half the candidates are twins.
+  std::vector<Digest> digests = digests_ahead(rq, sorted, shared, 2 * budget);
+  Selection out;
+  std::map<std::pair<TwinBucket, StepFingerprint>, std::size_t> row_of;
+  std::set<TwinBucket> kept_buckets;
+  auto keep = [&](const PlanCandidate& c) {
+    out.distinct.push_back(c);
+    out.distinct.back().equivalent_plans = {c.plan};
+    kept_buckets.insert(twin_bucket(c));
+  };
+  auto place = [&](std::size_t i, bool may_keep) {
+    const PlanCandidate& c = sorted[i];
+    if (!shared[i]) {
+      if (may_keep) keep(c);
+      return;
+    }
+    Digest& d = digests[i];
+    if (!d.fingerprint && d.error.empty()) d = digests_ahead(rq, {c}, {true}, 1).front();
+    if (!d.fingerprint) {
+      if (may_keep) out.dropped.push_back({c, d.error});
+      return;
+    }
+    const auto key = std::make_pair(twin_bucket(c), *d.fingerprint);
+    if (const auto it = row_of.find(key); it != row_of.end()) {
+      out.distinct[it->second].equivalent_plans.push_back(c.plan);
+      ++out.merged;
+    } else if (may_keep) {
+      row_of[key] = out.distinct.size();
+      keep(c);
+    }
+  };
+  std::size_t i = 0;
+  for (; i < sorted.size() && out.distinct.size() < budget; ++i) place(i, true);
+  for (; i < sorted.size(); ++i)
+    if (kept_buckets.count(twin_bucket(sorted[i])) != 0) place(i, false);
+  return out;
+}
+
+// Indices of the plans no other plan beats on both tokens/s and peak memory.
+std::vector<std::size_t> pareto_front(const std::vector<PlanCandidate>& ranked) {
+  std::vector<std::size_t> front;
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const PlanCandidate& b = ranked[i];
+    auto dominates = [&b](const PlanCandidate& a) {
+      return a.result.tokens_per_s_per_gpu >= b.result.tokens_per_s_per_gpu && a.peak_bytes <= b.peak_bytes &&
+             (a.result.tokens_per_s_per_gpu > b.result.tokens_per_s_per_gpu || a.peak_bytes < b.peak_bytes);
+    };
+    bool dominated = false;
+    for (std::size_t k = 0; k < ranked.size() && !dominated; ++k) dominated = k != i && dominates(ranked[k]);
+    if (!dominated) front.push_back(i);
+  }
+  return front;
+}
+
+}  // namespace
+
+PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PlanSearch out;
+  std::int64_t global_batch = rq.global_batch;
+  if (global_batch <= 0 && rq.global_batch_tokens > 0)
+    global_batch = std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len);
+  Enumerated e = enumerate(rq, global_batch);
+  out.evaluated = e.evaluated;
+  out.feasible = static_cast<std::int64_t>(e.feasible.size());
+  // Closed-form prune, best first; ties keep the enumeration order, for determinism.
+  std::stable_sort(e.feasible.begin(), e.feasible.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+    return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
+  });
+  const std::size_t n_sim = static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k}));
+  Selection sel = select_distinct(rq, e.feasible, n_sim);
+  std::vector<PlanCandidate> sims = std::move(sel.distinct);
+  out.merged = sel.merged;
+  out.dropped = std::move(sel.dropped);
+  std::vector<std::string> errors;
+  simulate_all(rq, sims, errors, progress);
+  const std::size_t n_simulated = sims.size();
+  const std::size_t looked_at = n_simulated + static_cast<std::size_t>(out.merged) + out.dropped.size();
+  for (std::size_t i = 0; i < sims.size(); ++i)
+    if (!sims[i].simulated) out.dropped.push_back({sims[i], errors[i]});
   sims.erase(std::remove_if(sims.begin(), sims.end(), [](const PlanCandidate& c) { return !c.simulated; }),
              sims.end());
   std::stable_sort(sims.begin(), sims.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     return a.result.tokens_per_s_per_gpu > b.result.tokens_per_s_per_gpu;
   });
   out.ranked = std::move(sims);
-  // Pareto front: no other plan is at least as fast with less memory.
-  for (std::size_t i = 0; i < out.ranked.size(); ++i) {
-    bool dominated = false;
-    for (std::size_t k = 0; k < out.ranked.size() && !dominated; ++k) {
-      if (k == i) continue;
-      const auto& a = out.ranked[k];
-      const auto& b = out.ranked[i];
-      dominated = a.result.tokens_per_s_per_gpu >= b.result.tokens_per_s_per_gpu && a.peak_bytes <= b.peak_bytes &&
-                  (a.result.tokens_per_s_per_gpu > b.result.tokens_per_s_per_gpu || a.peak_bytes < b.peak_bytes);
-    }
-    if (!dominated) out.pareto.push_back(i);
-  }
+  out.pareto = pareto_front(out.ranked);
   if (out.ranked.size() >= 2)
     out.why_winner = winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
-  if (e.feasible.size() > n_sim)
-    out.notes.push_back(fmt::format("{} feasible plans; the {} best by the closed-form estimate were simulated",
-                                    e.feasible.size(), n_sim));
+  if (e.feasible.size() > looked_at)
+    out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
+                                    e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));
+  if (out.merged > 0)
+    out.notes.push_back(fmt::format("{} plans lower to the same step and memory as a better-ranked one; each is "
+                                    "named in that row's equivalent settings instead of simulated",
+                                    out.merged));
   if (out.feasible == 0) out.notes.push_back("no layout fits in memory with the requested headroom");
   out.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

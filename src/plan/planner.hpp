@@ -35,15 +35,28 @@ struct PlanCandidate {
   double peak_bytes = 0;                     // closed-form memory estimate (max over stages)
   StepResult result;                         // simulated
   bool simulated = false;
+  // Every plan this row stands for, itself first: plans whose simulation inputs (lowered steps,
+  // memory estimate; step_fingerprint.hpp) are identical, so they predict the same tokens/s and
+  // memory. Settings that change nothing at this layout (e.g. a recompute policy that recomputes
+  // nothing) are listed here instead of filling rows and the simulation budget.
+  std::vector<Plan> equivalent_plans;
+};
+
+// A candidate the search could not evaluate, and why (the lowering or the simulator refused it).
+struct DroppedPlan {
+  PlanCandidate candidate;
+  std::string reason;
 };
 
 struct PlanSearch {
   std::int64_t evaluated = 0;   // layouts enumerated
   std::int64_t feasible = 0;    // fit in memory with headroom
   double search_seconds = 0;
-  std::vector<PlanCandidate> ranked;       // simulated, best first (all of them)
+  std::vector<PlanCandidate> ranked;       // simulated, best first (all of them), distinct predictions
+  std::int64_t merged = 0;                 // plans listed as equivalent to a row instead of simulated
+  std::vector<DroppedPlan> dropped;
   std::vector<std::size_t> pareto;         // indices into ranked: tokens/s vs peak memory front
-  std::string why_winner;                  // one or two sentences: winner vs runner-up
+  std::string why_winner;                  // one or two sentences: winner vs the best different plan
   std::vector<std::string> notes;
 };
 
@@ -54,6 +67,12 @@ PlanSearch search_plans(const PlanRequest& request,
 // simulate_step's result for a step with many micro-batches, from two shorter simulated steps
 // (fill + m x period); falls back to a direct simulation when m is small.
 StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
+// The jobs simulate_steady_state simulates for (p, j): j itself, or the two shortened steps.
+std::vector<Job> steady_state_jobs(const Plan& p, const Job& j);
+
+// x's searched settings where they differ from other's, as ", AC full, reduce bf16" (empty when
+// they differ in none).
+std::string describe_setting_differences(const Plan& x, const Plan& other);
 
 // What a runtime can express (llm-foundry: FSDP1 only, MLP-only TP, no PP/CP; ...).
 bool runtime_supports(Runtime r, const Plan& p);

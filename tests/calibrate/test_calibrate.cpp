@@ -219,12 +219,11 @@ TEST_CASE("measurements generated from known parameters plus noise are fitted ba
   for (std::size_t i = 0; i < a.curve.seq_len.size(); ++i)
     CHECK(rel(a.curve.flops_per_s[i], t.attention_tflops[i] * 1e12) < kTolerance);
   CHECK(residual_report(fit).size() >= 10);
-  // Recovered vs true parameters, for the record (shown with --success / -s).
-  INFO("hbm_efficiency " << *fit.hbm_efficiency / (t.hbm_bytes_per_s / base.gpu.hbm_bandwidth_bytes_per_s) - 1
+  // Recovered vs true parameters, for the record.
+  MESSAGE("hbm_efficiency " << *fit.hbm_efficiency / (t.hbm_bytes_per_s / base.gpu.hbm_bandwidth_bytes_per_s) - 1
        << ", launch " << *fit.kernel_launch_seconds / t.launch_seconds - 1 << ", h2d " << *fit.host_h2d_bytes_per_s / t.h2d - 1
        << ", d2h " << *fit.host_d2h_bytes_per_s / t.d2h - 1 << ", interference " << *fit.comm_interference / t.interference - 1
        << ", gemm max " << g.residual.max);
-  CHECK(true);
 }
 
 TEST_CASE("the fitted profile loads and gemm_efficiency reproduces every measured shape within 2 %") {
@@ -430,8 +429,12 @@ TEST_CASE("without a CUDA device or a CUDA build, calibrate fails with one line 
   }
   const RunResult r = run(test::meshplan_bin().string() + " calibrate --quick --out /nonexistent-dir/m.json");
   INFO(r.output);
-  CHECK(r.exit_code == 3);
+  CHECK(r.exit_code == 2);
   CHECK(r.output.find("--fit") != std::string::npos);
+  // Said in words a user without a GPU recognises (not cudart's "driver version is insufficient").
+  const bool says_no_gpu = r.output.find("no NVIDIA GPU") != std::string::npos ||
+                           r.output.find("built without the CUDA calibration backend") != std::string::npos;
+  CHECK(says_no_gpu);
   CHECK(r.output.find(*reason) != std::string::npos);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }

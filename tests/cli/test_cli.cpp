@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../test_paths.hpp"
 
@@ -26,7 +27,9 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "meshplan_cli_test_stderr.txt";
+  // Per process: other checkouts run this test at the same time on the same /tmp.
+  const fs::path err_file =
+      fs::temp_directory_path() / ("meshplan_cli_test_stderr." + std::to_string(::getpid()) + ".txt");
   const std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -41,7 +44,7 @@ Run run(const std::string& args) {
 }
 
 fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / "meshplan_cli_test" / name;
+  const fs::path p = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / name;
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
   return p;
@@ -192,7 +195,7 @@ TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the ex
   }
   const std::string dev = (meshplan::test::shared_root() / "validation" / "dev.csv").string();
   const std::string id = "kor22-gpt22b-selective-sp";
-  const fs::path dir = fs::temp_directory_path() / "meshplan_cli_test";
+  const fs::path dir = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string trace = (dir / "row_trace.json").string(), plan = (dir / "row_plan.toml").string();
   const Run v = run("validate " + dev + " --row " + id + " --trace " + trace + " --export-plan " + plan + " --json");
@@ -215,4 +218,23 @@ TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the ex
   check_one_line_error("validate " + dev + " --row no-such-row", "no-such-row");
   check_one_line_error("validate " + dev + " --trace " + trace, "--row");
   check_one_line_error("validate " + dev + " --row " + id + " --row sc21-a100-gpt1.7b-32g --export-plan " + plan, "exactly one");
+}
+
+TEST_CASE("plan --json: each row names its equivalent settings (itself first); dropped plans have reasons") {
+  const Run r = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1M --runtime megatron --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("plans").size() == 10);
+  bool twin = false;
+  for (const auto& row : j.at("plans")) {
+    const auto& eq = row.at("equivalent_settings");
+    REQUIRE(eq.size() >= 1);
+    CHECK(eq.at(0).at("activation_ckpt") == row.at("activation_ckpt"));
+    CHECK(eq.at(0).at("sharding") == row.at("sharding"));
+    CHECK(eq.at(0).at("mixed_precision") == row.at("mixed_precision"));
+    for (const auto& e : eq) twin = twin || e.at("activation_ckpt") == "selective-attn";
+  }
+  CHECK(twin);
+  REQUIRE(j.at("dropped").is_array());
+  for (const auto& d : j.at("dropped")) CHECK_FALSE(d.at("reason").get<std::string>().empty());
 }

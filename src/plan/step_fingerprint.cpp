@@ -1,0 +1,116 @@
+#include "plan/step_fingerprint.hpp"
+
+#include <bit>
+#include <string_view>
+
+#include "workload/memory_estimate.hpp"
+#include "workload/step_program.hpp"
+
+namespace meshplan {
+namespace {
+
+// FNV-1a over 64-bit words beside a splitmix64 chain: two unrelated mixes of one stream.
+struct Hasher {
+  StepFingerprint f{{1469598103934665603ull, 0x9e3779b97f4a7c15ull}};
+  void word(std::uint64_t v) {
+    f.h[0] = (f.h[0] ^ v) * 1099511628211ull;
+    std::uint64_t z = f.h[1] + v + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    f.h[1] = z ^ (z >> 31);
+  }
+  void num(std::int64_t v) { word(static_cast<std::uint64_t>(v)); }
+  // Doubles by bit pattern: equal bits are the same input, whatever they mean.
+  void num(double v) { word(std::bit_cast<std::uint64_t>(v)); }
+  template <typename E>
+    requires std::is_enum_v<E>
+  void num(E e) {
+    word(static_cast<std::uint64_t>(e));
+  }
+  void num(bool b) { word(b ? 1 : 0); }
+  void num(int v) { word(static_cast<std::uint64_t>(static_cast<std::int64_t>(v))); }
+  void text(std::string_view s) {
+    num(static_cast<std::int64_t>(s.size()));
+    for (char ch : s) word(static_cast<unsigned char>(ch));
+  }
+  // Lists carry their length, so [a][b, c] and [a, b][c] differ.
+  template <typename List, typename Each>
+  void list(const List& l, Each&& each) {
+    num(static_cast<std::int64_t>(l.size()));
+    for (const auto& x : l) each(*this, x);
+  }
+};
+
+void add(Hasher& h, const GemmShape& g) {
+  h.num(g.m), h.num(g.n), h.num(g.k), h.num(g.batch);
+}
+
+void add(Hasher& h, const AttentionShape& a) {
+  h.num(a.batch), h.num(a.heads), h.num(a.kv_heads), h.num(a.seq_q), h.num(a.seq_kv), h.num(a.head_dim);
+  h.num(a.causal), h.num(a.flash_version);
+}
+
+void add_changes(Hasher& h, const MemoryChanges& changes) {
+  h.list(changes, [](Hasher& x, const auto& c) { x.num(c.first), x.num(c.second); });
+}
+
+// Every field of Op but its name (traces only). A field added to Op must be added here, or two
+// plans that differ only in it would be merged: the size check below fails the build when Op
+// changes, as a reminder.
+void add(Hasher& h, const Op& op) {
+#if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
+  static_assert(sizeof(Op) == 456, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
+#endif
+  h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind);
+  h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
+  h.list(op.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
+  h.num(op.attention_pass), h.num(op.memory_bound_bytes), h.num(op.kernels), h.num(op.low_precision_gemms);
+  h.num(op.model_flops), h.num(op.hardware_flops);
+  h.num(op.collective), h.num(op.group), h.num(op.bytes), h.num(op.host_to_device);
+  h.list(op.deps, [](Hasher& x, int d) { x.num(d); });
+  add_changes(h, op.at_start);
+  add_changes(h, op.at_end);
+}
+
+void add(Hasher& h, const MemoryBreakdown& b) {
+  h.num(b.params), h.num(b.grads), h.num(b.optimizer), h.num(b.unsharded_params), h.num(b.reduce_buffers);
+  h.num(b.activations), h.num(b.recompute), h.num(b.comm_buffers), h.num(b.framework);
+}
+
+}  // namespace
+
+StepFingerprint combine(const StepFingerprint& a, const StepFingerprint& b) {
+  Hasher h;
+  h.f = a;
+  h.word(b.h[0]);
+  h.word(b.h[1]);
+  return h.f;
+}
+
+StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j) {
+  const StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = false});
+  Hasher h;
+  const Mesh& mesh = p.mesh;
+  h.num(mesh.pp), h.num(mesh.vpp), h.num(mesh.dp_replicate), h.num(mesh.dp_shard), h.num(mesh.cp), h.num(mesh.tp);
+  h.num(mesh.ep);
+  h.num(p.compute_dtype), h.num(p.fp8);
+  h.num(j.seq_len), h.num(j.global_batch), h.num(j.micro_batch), h.num(j.grad_accum), h.num(j.pp_microbatches);
+  h.num(prog.n_stages), h.num(prog.n_microbatches), h.num(prog.model_flops_per_step), h.num(prog.tokens_per_step);
+  h.list(prog.ops, [](Hasher& x, const Op& op) { add(x, op); });
+  return h.f;
+}
+
+StepFingerprint memory_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const MemoryEstimate est = estimate_memory(m, p, j, c);
+  Hasher h;
+  h.num(est.gpu_memory_bytes), h.num(est.headroom_bytes), h.num(est.fits);
+  h.list(est.stages, [](Hasher& x, const StageMemory& s) {
+    x.num(s.stage), x.num(s.first_layer), x.num(s.n_layers), x.num(s.params_per_rank);
+    x.num(s.microbatches_in_flight), x.text(s.peak_phase);
+    add(x, s.breakdown);
+    x.num(s.peak_bytes), x.num(s.allocated_peak_bytes), x.num(s.reserved_peak_bytes), x.num(s.host_bytes);
+  });
+  return h.f;
+}
+
+}  // namespace meshplan

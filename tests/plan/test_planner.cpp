@@ -1,0 +1,108 @@
+// The planner spends its simulation budget on distinct plans: settings that lower to the same
+// step (Megatron's selective attention recompute under FlashAttention recomputes nothing) share
+// one row, and no two rows predict the same tokens/s and memory at the same layout.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <tuple>
+
+#include "plan/planner.hpp"
+#include "plan/step_fingerprint.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/model_loader.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+PlanRequest megatron_8b_on_8() {
+  PlanRequest rq;
+  rq.model = load_model("llama3.1-8b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 8;
+  rq.global_batch_tokens = 1LL << 20;
+  rq.runtime = Runtime::megatron;
+  return rq;
+}
+
+Plan megatron_plan(AcMode ac) {
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::zero1;
+  p.grad_sync_every_microbatch = false;
+  p.sequence_parallel = true;
+  p.mesh.tp = 2;
+  p.mesh.pp = 2;
+  p.mesh.dp_replicate = 2;
+  p.ac = ac;
+  return p;
+}
+
+Job job(std::int64_t micro_batch) {
+  Job j;
+  j.seq_len = 8192;
+  j.global_batch = 16;
+  j.micro_batch = micro_batch;
+  j.grad_accum = 8 / micro_batch;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("the fingerprint sees what the simulator sees: twins equal, real differences not") {
+  const ModelSpec m = load_model("llama3.1-8b");
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  REQUIRE(megatron_plan(AcMode::none).flash_attention);
+  // With FlashAttention nothing of the attention core is saved, so selective recompute of it
+  // recomputes nothing: the same ops, the same memory.
+  const auto none = program_fingerprint(m, megatron_plan(AcMode::none), job(1));
+  CHECK(none == program_fingerprint(m, megatron_plan(AcMode::selective_attn), job(1)));
+  CHECK(memory_fingerprint(m, megatron_plan(AcMode::none), job(1), c) ==
+        memory_fingerprint(m, megatron_plan(AcMode::selective_attn), job(1), c));
+  // Full recompute repeats every block's forward; two micro-batches per step change the shapes.
+  CHECK(none != program_fingerprint(m, megatron_plan(AcMode::full), job(1)));
+  CHECK(none != program_fingerprint(m, megatron_plan(AcMode::none), job(2)));
+  CHECK(memory_fingerprint(m, megatron_plan(AcMode::none), job(1), c) !=
+        memory_fingerprint(m, megatron_plan(AcMode::full), job(1), c));
+  // Without FlashAttention selective recompute does recompute the attention core.
+  Plan eager_none = megatron_plan(AcMode::none), eager_sel = megatron_plan(AcMode::selective_attn);
+  eager_none.flash_attention = eager_sel.flash_attention = false;
+  CHECK(program_fingerprint(m, eager_none, job(1)) != program_fingerprint(m, eager_sel, job(1)));
+}
+
+TEST_CASE("plan --runtime megatron: one row per distinct prediction, twins named in the row") {
+  const PlanSearch s = search_plans(megatron_8b_on_8());
+  REQUIRE(s.ranked.size() >= 10);
+  std::set<std::tuple<int, int, int, int, int, int, std::int64_t, double, double>> seen;
+  bool merged_selective = false;
+  for (std::size_t i = 0; i < 10; ++i) {
+    const PlanCandidate& r = s.ranked[i];
+    const Mesh& mesh = r.plan.mesh;
+    CAPTURE(i);
+    // No two rows at one layout predict the same tokens/s and peak memory.
+    CHECK(seen.insert({mesh.pp, mesh.vpp, mesh.dp_replicate, mesh.dp_shard, mesh.cp, mesh.tp, r.job.micro_batch,
+                       r.result.tokens_per_s_per_gpu, r.peak_bytes})
+              .second);
+    REQUIRE_FALSE(r.equivalent_plans.empty());
+    CHECK(r.equivalent_plans.front().ac == r.plan.ac);
+    for (const Plan& e : r.equivalent_plans) {
+      CHECK(e.mesh.world() == mesh.world());
+      if (r.plan.ac == AcMode::none && e.ac == AcMode::selective_attn) merged_selective = true;
+    }
+  }
+  CHECK(merged_selective);
+  CHECK(s.merged > 0);
+  // The winner is compared with a different plan, never its twin.
+  CHECK(s.why_winner.find("by 0.0%") == std::string::npos);
+  CHECK(s.ranked[0].result.tokens_per_s_per_gpu > s.ranked[1].result.tokens_per_s_per_gpu);
+}
+
+TEST_CASE("a search without twins lists each row's own setting alone") {
+  PlanRequest rq = megatron_8b_on_8();
+  rq.runtime = Runtime::torchtitan_fsdp2;  // AC none / selective-op / full all lower differently
+  const PlanSearch s = search_plans(rq);
+  REQUIRE_FALSE(s.ranked.empty());
+  for (const PlanCandidate& r : s.ranked) CHECK(r.equivalent_plans.size() == 1);
+  CHECK(s.merged == 0);
+  CHECK(s.dropped.empty());
+}
