@@ -19,7 +19,7 @@ struct SimOptions {
   bool full = false;           // every rank with its own links and streams (small clusters)
   // With `full`: a speed factor per global rank that divides its compute time (gpu_speeds.hpp);
   // empty = every rank at 1.
-  std::vector<double> rank_speed;
+  std::vector<double> rank_speed{};
 };
 
 struct SimulatedStep {
