@@ -286,7 +286,7 @@ TEST_CASE("capacity prices failures: Llama 3.1 405B on 16,384 H100 spends 85-95 
   CHECK(ideal / with < 0.95);
   CHECK(j.at("goodput_fraction").get<double>() == doctest::Approx(ideal / with));
   CHECK(j.at("checkpoint_interval_s").get<double>() > 0);
-  const auto ans = std::find_if(j.at("rows").begin(), j.at("rows").end(), [](const auto& x) { return x.at("answer").get<bool>(); });
+  const auto ans = std::find_if(j.at("rows").begin(), j.at("rows").end(), [](const nlohmann::json& x) { return x.at("answer").get<bool>(); });
   REQUIRE(ans != j.at("rows").end());
   CHECK(ans->at("days").get<double>() == doctest::Approx(with));  // the answer includes failures by default
   CHECK(ans->at("days_ideal").get<double>() == doctest::Approx(ideal));

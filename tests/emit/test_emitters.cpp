@@ -2,8 +2,8 @@
 // version, refusals for inexpressible plans, Megatron argument lists, bundles and determinism.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
