@@ -1,6 +1,7 @@
 // meshplan capacity: GPUs, days, GPU-hours and cost for a training run of T tokens.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -36,6 +37,41 @@ double parse_days(const std::string& s) {
   return days;
 }
 
+// "600", "600s", "30m", "2h", "1d" -> seconds.
+double parse_interval_seconds(const std::string& s) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw InputError("", "--checkpoint-interval", fmt::format("'{}' is not a duration (e.g. 30m)", s));
+  }
+  const std::string suffix = s.substr(pos);
+  double seconds = v;
+  if (suffix == "m") seconds = v * 60;
+  else if (suffix == "h") seconds = v * 3600;
+  else if (suffix == "d") seconds = v * 86400;
+  else if (!suffix.empty() && suffix != "s")
+    throw InputError("", "--checkpoint-interval", fmt::format("unknown unit '{}' (s, m, h, d)", suffix));
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    throw InputError("", "--checkpoint-interval", fmt::format("must be positive, got '{}'", s));
+  return seconds;
+}
+
+std::string human_seconds(double s) {
+  if (!std::isfinite(s)) return "never";
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  if (s < 2 * 86400) return fmt::format("{:.1f} h", s / 3600);
+  return fmt::format("{:.1f} days", s / 86400);
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1e12) return fmt::format("{:.2f} TB", b / 1e12);
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  return fmt::format("{:.0f} MB", b / 1e6);
+}
+
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
@@ -56,6 +92,8 @@ std::vector<std::string> split_commas(const std::string& s) {
 Command add_capacity_command(CLI::App& root) {
   struct Options {
     std::string model, tokens, deadline, cluster = kDefaultCluster, runtime = "torchtitan", batch_tokens = "4M";
+    std::string checkpoint = "sync", interval;
+    bool no_failures = false;
     std::int64_t gpus = 0, seq = 8192;
     double price = -1;
     int budget = 6;
@@ -80,6 +118,14 @@ Command add_capacity_command(CLI::App& root) {
   c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
   c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(positive_integer());
+  c.app->add_flag("--no-failures", o->no_failures,
+                  "the ideal: every step a perfect step (by default days include interruptions, checkpoints and "
+                  "restarts from the profile's [reliability] table; docs/goodput.md)");
+  c.app->add_option("--checkpoint", o->checkpoint, "sync | async (only the device-to-host copy blocks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sync", "async"}));
+  c.app->add_option("--checkpoint-interval", o->interval,
+                    "checkpoint every DURATION (e.g. 30m; s, m, h, d) instead of the Young/Daly optimum");
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
     if (o->deadline.empty() && o->gpus == 0)
@@ -98,6 +144,12 @@ Command add_capacity_command(CLI::App& root) {
                  : o->runtime == "megatron"  ? Runtime::megatron
                                              : Runtime::composer_fsdp1;
     rq.simulate_budget = o->budget;
+    rq.price_failures = !o->no_failures;
+    rq.checkpoint_mode = o->checkpoint == "async" ? CheckpointMode::async : CheckpointMode::sync;
+    if (!o->interval.empty()) {
+      if (o->no_failures) throw InputError("", "--checkpoint-interval", "has no effect with --no-failures");
+      rq.checkpoint_interval_s = parse_interval_seconds(o->interval);
+    }
     const CapacityReport r = plan_capacity(rq);
     auto plan_json = [](const CapacityRow& x) -> nlohmann::json {
       if (!x.feasible) return nullptr;
@@ -119,9 +171,49 @@ Command add_capacity_command(CLI::App& root) {
               {"step_time_s", x.best.result.step_time_s},
               {"peak_bytes", static_cast<std::int64_t>(std::llround(x.best.peak_bytes))}};
     };
+    auto null_or = [](bool ok, double v) { return ok && std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    auto failures_json = [&](const CapacityRow& x) -> nlohmann::json {
+      const CapacityGoodput& f = x.failures;
+      if (!x.feasible || !f.priced) return nullptr;
+      nlohmann::json by = nlohmann::json::object();
+      for (const auto& cr : f.interruptions.unexpected) by[cr.component] = cr.interruptions_per_s * 86400.0;
+      return {{"mtbi_s", null_or(true, f.interruptions.mtbi_seconds)},
+              {"unexpected_per_day", f.interruptions.unexpected_per_s * 86400.0},
+              {"unexpected_per_day_by_component", by},
+              {"planned_per_day", f.interruptions.planned_per_s * 86400.0},
+              {"checkpoint_mode", o->checkpoint},
+              {"checkpoint_bytes_per_rank", f.checkpoint.state_bytes_per_rank},
+              {"checkpoint_bytes_per_node", f.checkpoint.state_bytes_per_node},
+              {"checkpoint_blocking_s", f.checkpoint.blocking_seconds},
+              {"checkpoint_write_s", f.checkpoint.write_seconds},
+              {"checkpoint_load_s", f.checkpoint.load_seconds},
+              {"restart_s", f.restart_s},
+              {"checkpoint_interval_steps", f.goodput.interval_steps},
+              {"young_daly_interval_s", f.goodput.young_daly_interval_s},
+              {"lost_per_interruption_s", f.goodput.lost_per_interruption_s},
+              {"expected_interruptions", f.goodput.expected_interruptions},
+              {"expected_planned_interruptions", f.goodput.expected_planned},
+              {"gpu_hours_ideal", f.gpu_hours_ideal},
+              {"cost_ideal", f.cost_ideal ? nlohmann::json(*f.cost_ideal) : nlohmann::json(nullptr)},
+              {"days_with_async_checkpointing", f.days_with_async ? null_or(true, *f.days_with_async) : nlohmann::json(nullptr)},
+              {"storage_speedup_for_a_day", f.storage_speedup_for_a_day ? nlohmann::json(*f.storage_speedup_for_a_day) : nlohmann::json(nullptr)},
+              {"days_with_instant_storage", null_or(true, f.days_with_instant_storage)},
+              {"notes", f.goodput.notes}};
+    };
+    auto contract = [&](nlohmann::json& into, const CapacityRow& x) {
+      const bool p = x.feasible && x.failures.priced;
+      into["goodput_fraction"] = null_or(p, x.failures.goodput.goodput_fraction);
+      into["checkpoint_interval_s"] = null_or(p, x.failures.goodput.interval_s);
+      into["days_ideal"] = x.feasible ? nlohmann::json(p ? x.failures.days_ideal : x.days) : nlohmann::json(nullptr);
+      into["days_with_failures"] = null_or(p, x.failures.days_with_failures);
+      into["effective_tokens_per_s_per_gpu"] =
+          x.feasible ? nlohmann::json(x.tokens_per_s_per_gpu * (p ? x.failures.goodput.goodput_fraction : 1.0))
+                     : nlohmann::json(nullptr);
+    };
     if (o->json) {
       nlohmann::json j;
       j["model"] = rq.model.name;
+      j["failures_priced"] = rq.price_failures;
       j["tokens"] = rq.tokens;
       j["deadline_days"] = rq.deadline_days ? nlohmann::json(*rq.deadline_days) : nlohmann::json(nullptr);
       j["rows"] = nlohmann::json::array();
@@ -137,6 +229,13 @@ Command add_capacity_command(CLI::App& root) {
                              {"answer", x.answer},
                              {"plan", plan_json(x)},
                              {"note", x.note}});
+      for (std::size_t i = 0; i < r.rows.size(); ++i) {
+        contract(j["rows"][i], r.rows[i]);
+        j["rows"][i]["failures"] = failures_json(r.rows[i]);
+      }
+      // The first cluster's answer, at the top level for scripts that ask one question.
+      const auto ans = std::find_if(r.rows.begin(), r.rows.end(), [](const CapacityRow& x) { return x.answer; });
+      if (ans != r.rows.end()) contract(j, *ans);
       j["notes"] = r.notes;
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -144,20 +243,64 @@ Command add_capacity_command(CLI::App& root) {
     fmt::print("meshplan capacity: {} for {:.3g} tokens{}, {} runtime, {} x {} tokens per step\n", rq.model.name,
                rq.tokens, rq.deadline_days ? fmt::format(" within {:g} days", *rq.deadline_days) : std::string(),
                o->runtime, rq.global_batch_tokens / rq.seq_len, rq.seq_len);
-    fmt::print("\n  {:<16} {:>6} {:>10} {:>8} {:>12} {:>14}  {:<26} {:>9}\n", "cluster", "GPUs", "tok/s/GPU", "days",
-               "GPU-hours", "cost", "best plan", "peak");
+    const bool priced = std::any_of(r.rows.begin(), r.rows.end(), [](const CapacityRow& x) { return x.failures.priced; });
+    fmt::print("\n  {:<16} {:>6} {:>10} {:>8} {:>8} {:>8} {:>12} {:>14}  {:<26} {:>9}\n", "cluster", "GPUs", "tok/s/GPU",
+               "days", "ideal", "goodput", "GPU-hours", "cost", "best plan", "peak");
     for (const auto& x : r.rows) {
       if (!x.feasible) {
         fmt::print("  {:<16} {:>6}  {}\n", x.cluster, x.gpus, x.note);
         continue;
       }
-      fmt::print("{} {:<16} {:>6} {:>10.1f} {:>8.1f} {:>12.0f} {:>14}  {:<26} {:>9}{}\n", x.answer ? "*" : " ", x.cluster,
-                 x.gpus, x.tokens_per_s_per_gpu, x.days, x.gpu_hours, x.cost ? fmt::format("{:.0f}", *x.cost) : "-",
-                 describe_layout(x.best.plan), format_gib(x.best.peak_bytes),
+      const bool p = x.failures.priced;
+      fmt::print("{} {:<16} {:>6} {:>10.1f} {:>8.1f} {:>8} {:>8} {:>12.0f} {:>14}  {:<26} {:>9}{}\n", x.answer ? "*" : " ",
+                 x.cluster, x.gpus, x.tokens_per_s_per_gpu, x.days, p ? fmt::format("{:.1f}", x.failures.days_ideal) : "-",
+                 p ? fmt::format("{:.1f} %", 100 * x.failures.goodput.goodput_fraction) : "-", x.gpu_hours,
+                 x.cost ? fmt::format("{:.0f}", *x.cost) : "-", describe_layout(x.best.plan), format_gib(x.best.peak_bytes),
                  rq.deadline_days && !x.meets_deadline ? "  (misses the deadline)" : "");
     }
-    fmt::print("\n* the answer{}; days = tokens / (tokens/s/GPU x GPUs) / 86400, GPU-hours = GPUs x days x 24\n",
-               rq.deadline_days ? ": the fewest GPUs (whole nodes, doubling) that meet the deadline" : "");
+    fmt::print("\n* the answer{}; days = tokens / (tokens/s/GPU x GPUs) / 86400{}, GPU-hours = GPUs x days x 24\n",
+               rq.deadline_days ? ": the fewest GPUs (whole nodes, doubling) that meet the deadline" : "",
+               priced ? " / goodput (ideal: every step perfect)" : "");
+    for (const auto& x : r.rows) {
+      if (!x.answer || !x.feasible || !x.failures.priced) continue;
+      const CapacityGoodput& f = x.failures;
+      const Goodput& g = f.goodput;
+      std::string by;
+      for (const auto& cr : f.interruptions.unexpected)
+        if (cr.interruptions_per_s > 0)
+          by += fmt::format("{}{} {:.2f}", by.empty() ? "" : ", ", cr.component, cr.interruptions_per_s * 86400.0);
+      fmt::print("\nfailures at {} GPUs on {} (docs/goodput.md):\n", x.gpus, x.cluster);
+      fmt::print("  interruptions   {:.2f} a day unexpected ({}), {:.2f} planned; mean time between: {}\n",
+                 f.interruptions.unexpected_per_s * 86400.0, by, f.interruptions.planned_per_s * 86400.0,
+                 human_seconds(f.interruptions.mtbi_seconds));
+      fmt::print("  checkpoint      {} per rank, {} per node, {}: blocks {} (write {}, load {})\n",
+                 human_bytes(f.checkpoint.state_bytes_per_rank), human_bytes(f.checkpoint.state_bytes_per_node), o->checkpoint,
+                 human_seconds(f.checkpoint.blocking_seconds), human_seconds(f.checkpoint.write_seconds),
+                 human_seconds(f.checkpoint.load_seconds));
+      fmt::print("  restart         {} (relaunch + load + warm-up)\n", human_seconds(f.restart_s));
+      fmt::print("  interval        every {} steps = {} ({}; Young/Daly sqrt(2 x {} x {}) = {})\n", g.interval_steps,
+                 human_seconds(g.interval_s), rq.checkpoint_interval_s > 0 ? "--checkpoint-interval" : "chosen",
+                 human_seconds(f.checkpoint.blocking_seconds), human_seconds(f.interruptions.mtbi_seconds),
+                 human_seconds(g.young_daly_interval_s));
+      fmt::print("  lost            {} per interruption, {:.0f} interruptions expected; checkpoints take {:.2f} %\n",
+                 human_seconds(g.lost_per_interruption_s), g.expected_interruptions, 100 * g.checkpoint_overhead_fraction);
+      fmt::print("  goodput         {:.1f} %: {:.1f} days ideal -> {:.1f} days with failures; GPU-hours {:.0f} -> {:.0f}{}\n",
+                 100 * g.goodput_fraction, f.days_ideal, f.days_with_failures, f.gpu_hours_ideal, x.gpu_hours,
+                 f.cost_ideal && x.cost ? fmt::format("; cost {:.0f} -> {:.0f}", *f.cost_ideal, *x.cost) : std::string());
+      std::vector<std::string> gain;
+      if (f.days_with_async)
+        gain.push_back(fmt::format("async checkpointing (--checkpoint async): {:.1f} days ({:+.2f})", *f.days_with_async,
+                                   *f.days_with_async - f.days_with_failures));
+      if (f.storage_speedup_for_a_day)
+        gain.push_back(fmt::format("storage {:.1f}x faster gains a day", *f.storage_speedup_for_a_day));
+      else
+        gain.push_back(fmt::format("faster storage cannot gain a day (instant storage: {:.1f} days; the restart's "
+                                   "relaunch and warm-up remain)",
+                                   f.days_with_instant_storage));
+      for (std::size_t i = 0; i < gain.size(); ++i)
+        fmt::print("  {:<15} {}\n", i == 0 ? "to gain a day" : "", gain[i]);
+      for (const auto& n : g.notes) fmt::print("  note: {}\n", n);
+    }
     for (const auto& n : r.notes) fmt::print("note: {}\n", n);
     return 0;
   };

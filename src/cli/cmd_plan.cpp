@@ -11,6 +11,8 @@
 #include "cli/run_inputs.hpp"
 #include "emit/bundle.hpp"
 #include "emit/emit_common.hpp"
+#include "plan/capacity.hpp"
+#include "plan/goodput.hpp"
 #include "plan/planner.hpp"
 #include "report/memory_report.hpp"
 #include "spec/cluster_loader.hpp"
@@ -81,6 +83,16 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
     for (const auto& [k, v] : best.result.breakdown_s)
       summary.breakdown.push_back(fmt::format("{} {:.1f} %", k, 100 * v / best.result.step_time_s));
     summary.assumptions.push_back(fmt::format("cluster profile {}, {} GPUs", rq.cluster.name, rq.n_gpus));
+    if (rq.cluster.reliability.present) {
+      const JobInterruptions ji = job_interruptions(rq.cluster, rq.n_gpus);
+      const CheckpointCost ck = checkpoint_cost(
+          checkpoint_state_bytes_per_rank(rq.model, best.plan, best.job, rq.cluster), rq.cluster, CheckpointMode::sync);
+      rc.checkpoint_interval_steps = young_daly_interval_steps(ji, ck, CheckpointMode::sync, best.result.step_time_s);
+      summary.assumptions.push_back(fmt::format(
+          "checkpoint every {} steps: Young/Daly sqrt(2 x {:.1f} s sync save x {:.2f} h between interruptions) "
+          "(docs/goodput.md)",
+          rc.checkpoint_interval_steps, ck.blocking_seconds, ji.mtbi_seconds / 3600));
+    }
     summary.assumptions.push_back(i == 0 ? s.why_winner
                                          : fmt::format("rank {} of the search; faster plans the runtime "
                                                        "cannot express: {}", i + 1, refusals));

@@ -253,6 +253,10 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
   y.blank();
   y.key("max_duration", "1000ba");
   y.key("eval_interval", "1000ba");
+  if (rc.checkpoint_interval_steps > 0) {
+    y.comment("Young/Daly checkpoint interval for this job's failure rate (docs/goodput.md); set save_folder to save");
+    y.key("save_interval", fmt::format("{}ba", rc.checkpoint_interval_steps));
+  }
   y.flag("eval_first", false);
   y.key("global_train_batch_size", j.global_batch);
   y.comment(fmt::format("device batch = {} / {} GPUs = {} = micro-batch {} x {} accumulation steps", j.global_batch,

@@ -222,6 +222,8 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   }
   arg("--log-interval", 10);
   arg("--eval-interval", 1000);
+  // Young/Daly's interval for this job's failure rate; checkpoints are written once --save DIR is added.
+  if (rc.checkpoint_interval_steps > 0) arg("--save-interval", rc.checkpoint_interval_steps);
   arg("--eval-iters", 0);
   return a;
 }

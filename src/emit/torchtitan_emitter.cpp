@@ -308,7 +308,10 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   d.section("checkpoint");
   d.key(early ? "enable" : "enable_checkpoint", "false");
   d.key("folder", quoted("checkpoint"));
-  d.key("interval", "500");
+  if (rc.checkpoint_interval_steps > 0)
+    d.key("interval", std::to_string(rc.checkpoint_interval_steps), "Young/Daly interval for this job's failure rate (docs/goodput.md)");
+  else
+    d.key("interval", "500");
   d.key(early ? "last_save_model_only" : "model_weights_only", early ? "true" : "false");
   d.key("export_dtype", quoted("float32"));
   d.key("async_mode", quoted("disabled"));

@@ -9,12 +9,67 @@
 #include <stdexcept>
 
 #include "spec/error.hpp"
+#include "workload/memory_estimate.hpp"
 
 namespace meshplan {
 
 double training_days(double tokens, double tokens_per_s_per_gpu, std::int64_t gpus) {
   if (!(tokens_per_s_per_gpu > 0) || gpus <= 0) return 0;
   return tokens / (tokens_per_s_per_gpu * static_cast<double>(gpus)) / 86400.0;
+}
+
+double checkpoint_state_bytes_per_rank(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const MemoryEstimate est = estimate_memory(m, p, j, c);
+  double most = 0;
+  for (const StageMemory& s : est.stages)
+    most = std::max(most, p.param_offload ? s.host_bytes : s.breakdown.params + s.breakdown.optimizer);
+  return most;
+}
+
+CapacityGoodput price_failures(const ClusterSpec& c, std::int64_t gpus, double state_bytes_per_rank,
+                               double step_time_s, double ideal_days, CheckpointMode mode,
+                               double interval_override_s) {
+  CapacityGoodput x;
+  if (!c.reliability.present) return x;
+  x.priced = true;
+  x.interruptions = job_interruptions(c, gpus);
+  auto solve = [&](const ClusterSpec& cc, CheckpointMode md, CheckpointCost* ck, double* restart) {
+    GoodputInputs in;
+    in.interruptions = x.interruptions;
+    in.checkpoint = checkpoint_cost(state_bytes_per_rank, cc, md);
+    in.restart_s = restart_seconds(cc, in.checkpoint);
+    in.mode = md;
+    in.step_time_s = step_time_s;
+    in.ideal_run_seconds = ideal_days * 86400.0;
+    in.interval_override_s = interval_override_s;
+    if (ck) *ck = in.checkpoint;
+    if (restart) *restart = in.restart_s;
+    return plan_goodput(in);
+  };
+  x.goodput = solve(c, mode, &x.checkpoint, &x.restart_s);
+  x.days_ideal = ideal_days;
+  x.days_with_failures = x.goodput.run_seconds / 86400.0;
+  x.gpu_hours_ideal = ideal_days * 24.0 * static_cast<double>(gpus);
+  if (mode == CheckpointMode::sync) x.days_with_async = solve(c, CheckpointMode::async, nullptr, nullptr).run_seconds / 86400.0;
+  auto days_at = [&](double speedup) {
+    ClusterSpec f = c;
+    f.reliability.storage_write_bytes_per_s *= speedup;
+    f.reliability.storage_read_bytes_per_s *= speedup;
+    return solve(f, mode, nullptr, nullptr).run_seconds / 86400.0;
+  };
+  // Faster storage shortens the save and the load; past ~1e6 x the copy over the host link and
+  // the relaunch are all that is left.
+  x.days_with_instant_storage = days_at(1e6);
+  const double target = x.days_with_failures - 1.0;
+  if (std::isfinite(x.days_with_failures) && x.days_with_instant_storage <= target) {
+    double lo = 1, hi = 1e6;  // days_at is monotone in the speed-up: bisect in log space
+    for (int i = 0; i < 60; ++i) {
+      const double mid = std::sqrt(lo * hi);
+      (days_at(mid) <= target ? hi : lo) = mid;
+    }
+    x.storage_speedup_for_a_day = hi;
+  }
+  return x;
 }
 
 namespace {
@@ -47,6 +102,14 @@ CapacityRow evaluate(const CapacityRequest& rq, const ClusterSpec& c, std::int64
   row.feasible = true;
   row.tokens_per_s_per_gpu = row.best.result.tokens_per_s_per_gpu;
   row.days = training_days(rq.tokens, row.tokens_per_s_per_gpu, gpus);
+  if (rq.price_failures) {
+    row.failures = price_failures(c, gpus, checkpoint_state_bytes_per_rank(rq.model, row.best.plan, row.best.job, c),
+                                  row.best.result.step_time_s, row.days, rq.checkpoint_mode, rq.checkpoint_interval_s);
+    if (row.failures.priced) {
+      if (rq.price_per_gpu_hour) row.failures.cost_ideal = row.failures.gpu_hours_ideal * *rq.price_per_gpu_hour;
+      row.days = row.failures.days_with_failures;
+    }
+  }
   row.gpu_hours = row.days * 24.0 * static_cast<double>(gpus);
   if (rq.price_per_gpu_hour) row.cost = row.gpu_hours * *rq.price_per_gpu_hour;
   row.meets_deadline = !rq.deadline_days || row.days <= *rq.deadline_days;
@@ -69,6 +132,9 @@ CapacityReport plan_capacity(const CapacityRequest& rq) {
   CapacityReport out;
   for (const ClusterSpec& c : rq.clusters) {
     const std::int64_t node = std::max(1, c.node.gpus_per_node);
+    if (rq.price_failures && !c.reliability.present)
+      out.notes.push_back(fmt::format("{}: the profile has no [reliability] table; failures are not priced (ideal days)",
+                                      c.name));
     std::map<std::int64_t, CapacityRow> rows;
     auto at = [&](std::int64_t n) -> const CapacityRow& {
       auto it = rows.find(n);
@@ -92,7 +158,11 @@ CapacityReport plan_capacity(const CapacityRequest& rq) {
         for (auto& [n, r] : rows) out.rows.push_back(r);
         continue;
       }
-      const double need = rq.tokens / (*rq.deadline_days * 86400.0 * at(ref).tokens_per_s_per_gpu);
+      // Size from the effective rate: failures take their share at the reference count too.
+      const CapacityRow& r0 = at(ref);
+      const double g0 = r0.failures.priced ? r0.failures.goodput.goodput_fraction : 1.0;
+      const double effective = r0.tokens_per_s_per_gpu * (g0 > 0 ? g0 : 1.0);
+      const double need = rq.tokens / (*rq.deadline_days * 86400.0 * effective);
       std::int64_t n = round_up_to_grid(need, node);
       // Fewer GPUs than the reference may not fit: start from the smallest count that does.
       while (n < ref && !at(n).feasible) n *= 2;

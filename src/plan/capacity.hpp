@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/goodput.hpp"
 #include "plan/planner.hpp"
 #include "spec/cluster_spec.hpp"
 #include "spec/model_spec.hpp"
@@ -24,6 +25,27 @@ struct CapacityRequest {
   Runtime runtime = Runtime::torchtitan_fsdp2;
   int simulate_budget = 6;                 // plans simulated per GPU count (search_plans)
   int max_doublings = 12;                  // how far the deadline search grows the GPU count
+  bool price_failures = true;              // false (--no-failures): the ideal, every step perfect
+  CheckpointMode checkpoint_mode = CheckpointMode::sync;
+  double checkpoint_interval_s = 0;        // 0: Young/Daly's
+};
+
+// A row's failures, checkpoints and restarts (goodput.hpp), when the profile prices them.
+struct CapacityGoodput {
+  bool priced = false;
+  JobInterruptions interruptions;
+  CheckpointCost checkpoint;
+  double restart_s = 0;
+  Goodput goodput;
+  double days_ideal = 0;
+  double days_with_failures = 0;
+  double gpu_hours_ideal = 0;
+  std::optional<double> cost_ideal;
+  // What would gain a day: the days with async checkpointing (when the run saves synchronously),
+  // and the storage speed-up (x the profile's bandwidth) that saves one day, if any does.
+  std::optional<double> days_with_async;
+  std::optional<double> storage_speedup_for_a_day;
+  double days_with_instant_storage = 0;    // the limit of faster storage
 };
 
 struct CapacityRow {
@@ -37,6 +59,7 @@ struct CapacityRow {
   bool meets_deadline = false;             // true when no deadline was given
   bool answer = false;                     // the row the question asks for
   PlanCandidate best;                      // when feasible
+  CapacityGoodput failures;                // days/gpu_hours/cost above include them when priced
   std::string note;                        // why not feasible
 };
 
@@ -47,6 +70,16 @@ struct CapacityReport {
 
 // days = tokens / (tokens/s/GPU x GPUs) / 86400.
 double training_days(double tokens, double tokens_per_s_per_gpu, std::int64_t gpus);
+
+// What one rank writes to a checkpoint: the memory model's params + optimizer state (the
+// host copy when they are offloaded), on the stage that holds the most.
+double checkpoint_state_bytes_per_rank(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
+
+// Failures, checkpoint and restart of one plan on `gpus` GPUs; priced = false (and nothing else
+// set) when the profile has no [reliability] table.
+CapacityGoodput price_failures(const ClusterSpec& c, std::int64_t gpus, double state_bytes_per_rank,
+                               double step_time_s, double ideal_days, CheckpointMode mode,
+                               double interval_override_s);
 
 CapacityReport plan_capacity(const CapacityRequest& rq);
 

@@ -315,6 +315,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         case OpKind::compute:
           t.kind = sim::TaskKind::work;
           t.work_seconds = compute_costs.seconds(op);
+          if (options.full && slot < options.rank_speed.size()) t.work_seconds /= options.rank_speed[slot];
           break;
         case OpKind::collective:
         case OpKind::p2p: {

@@ -17,6 +17,9 @@ namespace meshplan {
 struct SimOptions {
   bool keep_timeline = false;  // keep the program and the engine's timings (for --trace)
   bool full = false;           // every rank with its own links and streams (small clusters)
+  // With `full`: a speed factor per global rank that divides its compute time (gpu_speeds.hpp);
+  // empty = every rank at 1.
+  std::vector<double> rank_speed{};
 };
 
 struct SimulatedStep {

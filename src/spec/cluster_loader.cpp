@@ -58,6 +58,7 @@ enum class Range {
   efficiency,   // (0, 1]: achieved / peak can never exceed the peak
   fraction,     // [0, 1): slack fractions
   at_least_one, // >= 1: oversubscription ratios (1 = non-blocking)
+  non_negative, // >= 0: failure rates (0 = never fails)
 };
 
 std::string line_suffix(const toml::node* n) {
@@ -316,6 +317,9 @@ private:
       case Range::at_least_one:
         if (!(v >= 1)) ctx_.fail(k, "must be >= 1 (1 = non-blocking), got " + fmt_double(v), n);
         break;
+      case Range::non_negative:
+        if (!(v >= 0)) ctx_.fail(k, "must be >= 0, got " + fmt_double(v), n);
+        break;
 
     }
   }
@@ -565,6 +569,33 @@ void read_host(Context& ctx, const toml::table* t) {
   r.finish();
 }
 
+// Rates are capped at one interruption per unit-day: beyond that a unit is broken, not unreliable,
+// and a typo (a count where a rate belongs) should not pass.
+void read_reliability(Context& ctx, const toml::table& t) {
+  ReliabilitySpec& x = ctx.spec->reliability;
+  TableReader r(ctx, t, "reliability", "reliability");
+  auto rate = [&](std::string_view k) {
+    const double v = r.number(k, std::string(k), Range::non_negative);
+    if (v > 365.25) ctx.fail(r.key(k), "must be <= 365.25 per unit-year (one a day), got " + fmt_double(v), t.get(k));
+    return v;
+  };
+  x.gpu_failures_per_gpu_year = rate("gpu_failures_per_gpu_year");
+  x.hbm_failures_per_gpu_year = rate("hbm_failures_per_gpu_year");
+  x.nic_failures_per_nic_year = rate("nic_failures_per_nic_year");
+  x.switch_failures_per_gpu_year = rate("switch_failures_per_gpu_year");
+  x.host_failures_per_node_year = rate("host_failures_per_node_year");
+  x.software_failures_per_gpu_year = rate("software_failures_per_gpu_year");
+  x.planned_interruptions_per_gpu_year = rate("planned_interruptions_per_gpu_year");
+  x.storage_write_bytes_per_s =
+      r.quantity("storage_write_{}", kBandwidthUnits, "storage_write_bytes_per_s", Range::positive);
+  x.storage_read_bytes_per_s =
+      r.quantity("storage_read_{}", kBandwidthUnits, "storage_read_bytes_per_s", Range::positive);
+  x.relaunch_seconds = r.quantity("relaunch_{}", kTimeUnits, "relaunch_seconds", Range::positive);
+  x.warmup_seconds = r.quantity("warmup_{}", kTimeUnits, "warmup_seconds", Range::positive);
+  x.present = true;
+  r.finish();
+}
+
 toml::table parse_toml(const std::string& file) {
   try {
     return toml::parse_file(file);
@@ -606,6 +637,11 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
     read_host(ctx, h->as_table());
   } else {
     read_host(ctx, nullptr);
+  }
+  if (const toml::node* rel = r.find("reliability")) {
+    if (!rel->is_table())
+      ctx.fail("reliability", "must be a table, got " + std::string(type_name(*rel)), rel);
+    read_reliability(ctx, *rel->as_table());
   }
   // Reserved for NCCL algorithm constants and calibrated collective curves (a later schema
   // revision); accepted so profiles can carry them, but nothing reads them yet.

@@ -96,6 +96,25 @@ struct FrameworkOverheads {
   double allocator_reserve_fraction = 0;   // caching allocator: reserved / allocated slack
 };
 
+// What interrupts a long run and what a checkpoint and a restart cost (the optional
+// [reliability] table; docs/goodput.md). Rates are interruptions per unit per year, each unit
+// being what the component scales with (GPUs, NICs, nodes). `present` is false when the
+// profile has no such table: capacity then cannot price failures.
+struct ReliabilitySpec {
+  bool present = false;
+  double gpu_failures_per_gpu_year = 0;       // GPU die, SRAM, GSP, thermal, silent data corruption
+  double hbm_failures_per_gpu_year = 0;
+  double nic_failures_per_nic_year = 0;
+  double switch_failures_per_gpu_year = 0;    // fabric switches and cables (scale with endpoints)
+  double host_failures_per_node_year = 0;     // CPU, DRAM, SSD, PSU, chassis, unplanned maintenance
+  double software_failures_per_gpu_year = 0;  // software bugs, dependencies, collective timeouts
+  double planned_interruptions_per_gpu_year = 0;  // maintenance and operator restarts (checkpointed first)
+  double storage_write_bytes_per_s = 0;       // checkpoint storage, per node
+  double storage_read_bytes_per_s = 0;        // per node
+  double relaunch_seconds = 0;                // detect, reschedule, start processes, init communicators
+  double warmup_seconds = 0;                  // compile and the first slow steps after a restart
+};
+
 struct ClusterSpec {
   std::string name;                        // profile name, e.g. "h100-sxm-80gb"
   std::string description;
@@ -104,6 +123,7 @@ struct ClusterSpec {
   FabricSpec fabric;
   HostSpec host;
   FrameworkOverheads framework;
+  ReliabilitySpec reliability;
   std::map<std::string, std::string> sources;  // "gpu.hbm_bytes" -> "h100_datasheet"
   std::map<std::string, std::string> source_refs;  // tag -> citation ("kind: ref")
   std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")

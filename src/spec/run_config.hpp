@@ -19,6 +19,9 @@ struct RunConfig {
   std::string cluster;             // hardware profile name; may be empty (CLI --cluster decides)
   std::int64_t n_gpus = 0;         // 0 when the file does not fix it (degrees -1 unresolved)
   std::vector<std::string> warnings;  // settings the runtime ignores, rewrites or rejects
+  // Steps between checkpoints the emitted config asks for (meshplan plan: Young/Daly's interval,
+  // docs/goodput.md); 0 = the runtime's own default.
+  std::int64_t checkpoint_interval_steps = 0;
 };
 
 }  // namespace meshplan

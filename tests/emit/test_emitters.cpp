@@ -736,3 +736,37 @@ TEST_CASE("CUDA graphs: Megatron --enable-cuda-graph, llm-foundry compile mode r
                             [](Plan& p) { p.cuda_graphs = true; });
   CHECK(refusal([&] { emit_torchtitan_toml(tt, TorchtitanVersion::early_2026); }).find("cuda_graphs") != std::string::npos);
 }
+
+TEST_CASE("a planned checkpoint interval reaches every runtime's config; 0 keeps the runtime's default") {
+  Mesh m;
+  m.dp_shard = 8;
+  RunConfig tt = make({"llama3.1-8b", Runtime::torchtitan_fsdp2, m, 8, 8192, 64, 1, 0});
+  CHECK(emit_torchtitan_toml(tt, TorchtitanVersion::early_2026).find("interval = 500") != std::string::npos);
+  tt.checkpoint_interval_steps = 123;
+  for (TorchtitanVersion v : kTomlVersions) {
+    const std::string toml = emit_torchtitan_toml(tt, v);
+    keys_known(toml, v);
+    CHECK(toml.find("interval = 123") != std::string::npos);
+  }
+  RunConfig fy = make({"mpt-7b", Runtime::composer_fsdp1, m, 8, 2048, 64, 8, 0});
+  CHECK(emit_foundry_yaml(fy).find("save_interval") == std::string::npos);
+  fy.checkpoint_interval_steps = 77;
+  CHECK(emit_foundry_yaml(fy).find("save_interval: 77ba") != std::string::npos);
+  Mesh mt;
+  mt.dp_shard = 4;
+  mt.tp = 2;
+  RunConfig mg = make({"llama3.1-8b", Runtime::megatron, mt, 8, 8192, 32, 1, 0}, [](Plan& p) {
+    p.sharding = Sharding::zero1;
+    p.sequence_parallel = true;
+    p.ac = AcMode::selective_attn;
+  });
+  auto has = [](const std::vector<std::string>& a, const std::string& flag, const std::string& value) {
+    for (std::size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == flag && a[i + 1] == value) return true;
+    return false;
+  };
+  const std::vector<std::string> before = emit_megatron_args(mg);
+  CHECK(std::find(before.begin(), before.end(), "--save-interval") == before.end());
+  mg.checkpoint_interval_steps = 40;
+  CHECK(has(emit_megatron_args(mg), "--save-interval", "40"));
+}

@@ -276,6 +276,7 @@ TEST_CASE("capacity: days = tokens / (tokens/s/GPU x GPUs) / 86400, GPU-hours an
   rq.seq_len = 4096;
   rq.global_batch_tokens = 1 << 20;
   rq.simulate_budget = 2;
+  rq.price_failures = false;  // the ideal here; failures priced below
   const CapacityReport r = plan_capacity(rq);
   REQUIRE(r.rows.size() == 3);  // 8, 16, 32 GPUs
   int answers = 0;
@@ -290,6 +291,19 @@ TEST_CASE("capacity: days = tokens / (tokens/s/GPU x GPUs) / 86400, GPU-hours an
     if (x.answer) CHECK(x.gpus == 16);
   }
   CHECK(answers == 1);
+  // Priced (the default): the same plans, days stretched by 1 / goodput, GPU-hours and cost alike.
+  CapacityRequest pf = rq;
+  pf.price_failures = true;
+  const CapacityReport f = plan_capacity(pf);
+  REQUIRE(f.rows.size() == r.rows.size());
+  for (std::size_t i = 0; i < f.rows.size(); ++i) {
+    const CapacityRow& x = f.rows[i];
+    REQUIRE(x.failures.priced);
+    CHECK(x.failures.days_ideal == doctest::Approx(r.rows[i].days));
+    CHECK(x.days == doctest::Approx(x.failures.days_ideal / x.failures.goodput.goodput_fraction));
+    CHECK(x.failures.goodput.goodput_fraction < 1);
+    CHECK(*x.cost == doctest::Approx(x.days * 24 * static_cast<double>(x.gpus) * 2.5));
+  }
   // Deadline mode: the answer meets the deadline and half of it (when evaluated) does not.
   CapacityRequest dl = rq;
   dl.gpus = 0;
