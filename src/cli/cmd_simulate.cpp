@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "spec/atomic_file.hpp"
 #include "cli/run_inputs.hpp"
 #include "cli/run_source.hpp"
 #include "report/diagnose.hpp"
@@ -50,10 +51,7 @@ Command add_simulate_command(CLI::App& root) {
                                                   in.run.n_gpus));
     const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, so);
     if (!o->trace.empty()) {
-      std::ofstream f(o->trace);
-      if (!f) throw InputError(o->trace, "--trace", "cannot open for writing");
-      f << chrome_trace(step.program, step.timings).dump() << '\n';
-      if (!f) throw InputError(o->trace, "--trace", "write failed");
+      write_file_atomic(o->trace, chrome_trace(step.program, step.timings).dump() + "\n", "--trace");
     }
     std::optional<Diagnosis> gap;
     if (o->observed_tokens_per_s > 0)

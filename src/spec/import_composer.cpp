@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan {
@@ -71,12 +72,22 @@ public:
 
   YAML::Node resolve(const YAML::Node& n, const std::string& where, int depth = 0) {
     if (depth > 32) throw InputError(file_, where, "interpolation cycle (more than 32 nested ${...})");
+    // Aliases and interpolations share nodes, so a small file can expand exponentially ("billion
+    // laughs"): every node and byte the expansion produces counts against one budget.
+    if (++nodes_ > kMaxExpandedNodes)
+      throw InputError(file_, where, fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+                                                 "than {} nodes; refusing it (docs/limits.md)", kMaxExpandedNodes));
     switch (n.Type()) {
       case YAML::NodeType::Map: {
         YAML::Node out(YAML::NodeType::Map);
         for (const auto& kv : n) {
+          if (!kv.first.IsScalar())
+            throw InputError(file_, where, "a map key is itself a map or list; keys must be plain names");
           const std::string k = kv.first.Scalar();
-          out[k] = resolve(kv.second, where.empty() ? k : where + "." + k, depth);
+          const std::string at = where.empty() ? k : where + "." + k;
+          // OmegaConf rejects a repeated key; yaml-cpp would silently keep the first.
+          if (out[k]) throw InputError(file_, at, "duplicate key (OmegaConf rejects it)");
+          out[k] = resolve(kv.second, at, depth);
         }
         return out;
       }
@@ -92,8 +103,16 @@ public:
   }
 
 private:
+  static constexpr std::int64_t kMaxExpandedNodes = 100'000;  // real llm-foundry YAMLs: a few hundred
+  static constexpr std::size_t kMaxExpandedBytes = std::size_t{1} << 24;  // 16 MiB of scalar text
+
   YAML::Node resolve_scalar(const YAML::Node& n, const std::string& where, int depth) {
     std::string s = n.Scalar();
+    bytes_ += s.size();
+    if (bytes_ > kMaxExpandedBytes)
+      throw InputError(file_, where, fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+                                                 "than {} bytes of text; refusing it (docs/limits.md)",
+                                                 kMaxExpandedBytes));
     if (s.find("${") == std::string::npos) return YAML::Clone(n);
     // Whole value is one reference: substitute the node itself.
     if (s.rfind("${", 0) == 0 && s.back() == '}' && s.find("${", 2) == std::string::npos &&
@@ -113,6 +132,10 @@ private:
       else if (v.IsScalar()) text = v.Scalar();
       else throw InputError(file_, where, fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
       s = s.substr(0, open) + text + s.substr(close + 1);
+      bytes_ += s.size();
+      if (bytes_ > kMaxExpandedBytes)
+        throw InputError(file_, where, fmt::format("interpolations expand to more than {} bytes of text; refusing it "
+                                                   "(docs/limits.md)", kMaxExpandedBytes));
     }
     return YAML::Node(s);
   }
@@ -152,7 +175,8 @@ private:
       const YAML::Node& c = cur;
       YAML::Node next;
       if (c.IsMap() && c[part]) next.reset(c[part]);
-      else if (c.IsSequence() && !part.empty() &&
+      // At most 9 digits: a longer index is past any list and would overflow stoul.
+      else if (c.IsSequence() && !part.empty() && part.size() <= 9 &&
                std::all_of(part.begin(), part.end(), [](unsigned char ch) { return std::isdigit(ch); }) &&
                std::stoul(part) < c.size())
         next.reset(c[std::stoul(part)]);
@@ -167,6 +191,8 @@ private:
 
   std::string file_;
   YAML::Node root_;
+  std::int64_t nodes_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -371,7 +397,8 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
     if (auto ov = model->map("config_overrides")) {
       for (const auto& k : ov->keys()) {
         if (k == "max_seq_len" || k == "max_position_embeddings") {
-          if (auto v = ov->get_int(k)) rc.model.max_seq_len = *v;
+          if (auto v = ov->get_int(k))
+            rc.model.max_seq_len = limits::check_count(file, ov->key(k), *v, 1, limits::kMaxSeqLen, "the sequence length");
         } else if (k == "attn_config" || k == "use_cache" || k.find("pdrop") != std::string::npos ||
                    k.find("dropout") != std::string::npos) {
           // Runtime-only settings: no effect on shapes.
@@ -421,6 +448,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   const auto seq = top.get_int("max_seq_len");
   if (!seq) top.fail("max_seq_len", "required");
   if (*seq <= 0) top.fail("max_seq_len", fmt::format("must be positive, got {}", *seq));
+  limits::check_count(path, "max_seq_len", *seq, 1, limits::kMaxSeqLen, "the sequence length");
   rc.job.seq_len = *seq;
   const auto global = top.get_int("global_train_batch_size");
   if (!global) top.fail("global_train_batch_size", "required");
@@ -605,8 +633,11 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       if (rep) degree_ok("data_parallel_replicate_degree", *rep);
       if (rep && *rep == -1 && shard == -1)
         fsdp->fail("data_parallel_replicate_degree", "at most one mesh degree may be -1");
-      plan.mesh.dp_shard = static_cast<int>(shard);
-      plan.mesh.dp_replicate = rep ? static_cast<int>(*rep) : 1;
+      auto narrow = [&](const std::string& k, std::int64_t v) {
+        return v == -1 ? -1 : limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
+      };
+      plan.mesh.dp_shard = narrow("data_parallel_shard_degree", shard);
+      plan.mesh.dp_replicate = rep ? narrow("data_parallel_replicate_degree", *rep) : 1;
       if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
         plan.sharding = Sharding::zero3;
         plan.reshard_after_forward = true;
@@ -641,7 +672,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       auto limit = [&](const std::string& k) {
         const auto v = fsdp->get_int(k).value_or(1);
         if (v <= 0) fsdp->fail(k, fmt::format("must be positive, got {}", v));
-        return static_cast<int>(v);
+        return limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxLayers, "prefetched layers (the layer maximum)");
       };
       plan.forward_prefetch_limit = limit("forward_prefetch_limit");
       plan.backward_prefetch_limit = limit("backward_prefetch_limit");
@@ -663,7 +694,8 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       if (*deg == 1) {
         rc.warnings.push_back("tp_config.tensor_parallel_degree: 1 is dropped by Composer (no TP)");
       } else {
-        plan.mesh.tp = static_cast<int>(*deg);
+        plan.mesh.tp = limits::check_int(path, tp->key("tensor_parallel_degree"), *deg, 1, limits::kMaxGpus,
+                                         "a mesh degree (the GPU maximum)");
         plan.tp_style = TpStyle::mlp_only;
         plan.sequence_parallel = false;
       }
