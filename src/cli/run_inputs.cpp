@@ -63,7 +63,15 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
   const std::string cluster = !o.cluster.empty() ? o.cluster
                               : !in.run.cluster.empty() ? in.run.cluster
                                                         : std::string(kDefaultCluster);
-  in.cluster = load_cluster(cluster);
+  try {
+    in.cluster = load_cluster(cluster);
+  } catch (const InputError& e) {
+    // A profile named inside the config: the user needs the config and its key, not the
+    // hardware_profiles/ path derived from the name.
+    if (o.cluster.empty() && !in.run.cluster.empty())
+      throw InputError(o.config, "cluster.profile", fmt::format("'{}': {}", in.run.cluster, e.reason()));
+    throw;
+  }
   std::optional<std::int64_t> gpus;
   if (o.gpus > 0) {
     gpus = o.gpus;

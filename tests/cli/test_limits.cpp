@@ -234,6 +234,8 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
            plan_with("world.toml", "dp_shard = 8", "pp = 2147483647\ndp_replicate = 2147483647\ncp = 2147483647\ntp = 2147483647"),
        {"world.toml", "layout.pp", "maximum"}},
       {"memory --config " + plan_with("gpus.toml", "gpus = 8", "gpus = 2000000"), {"gpus.toml", "cluster.gpus", "maximum"}},
+      {"memory --config " + plan_with("prof.toml", "gpus = 8", "gpus = 8\nprofile = \"h100-typo\""),
+       {"prof.toml", "cluster.profile", "'h100-typo'", "no such hardware profile"}},
       {"memory --config " + plan_with("vpp.toml", "dp_shard = 8", "dp_shard = 8\nvpp = 100000"),
        {"vpp.toml", "layout.vpp", "maximum"}},
       {"memory --config " + plan_with("ep.toml", "dp_shard = 8", "dp_shard = 8\nep = 2147483648"),
