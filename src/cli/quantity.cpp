@@ -39,8 +39,12 @@ bool leading_number(const std::string& text, double& v, std::string& suffix) {
 }
 
 std::string shown(const std::string& text) {
-  // A 400-digit argument is echoed shortened: the message stays one readable line.
-  return text.size() <= 40 ? text : text.substr(0, 37) + "...";
+  // A 400-digit argument is echoed shortened and control characters (a newline in a quoted
+  // argument) as '?': the message stays one readable line.
+  std::string s = text.size() <= 40 ? text : text.substr(0, 37) + "...";
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
 }
 
 }  // namespace

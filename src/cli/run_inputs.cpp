@@ -32,7 +32,9 @@ CLI::Validator positive_integer(std::int64_t max) {
         } catch (...) {
           pos = 0;
         }
-        const std::string shown = v.size() <= 40 ? v : v.substr(0, 37) + "...";
+        std::string shown = v.size() <= 40 ? v : v.substr(0, 37) + "...";
+        for (char& ch : shown)
+          if (static_cast<unsigned char>(ch) < 0x20) ch = '?';  // the message stays one line
         if (!too_big && (pos != v.size() || v.empty() || n <= 0)) return "must be a positive integer, got '" + shown + "'";
         if (too_big || n > max) return fmt::format("{} is above the maximum {} (docs/limits.md)", shown, max);
         return {};

@@ -68,7 +68,21 @@ std::string upper(std::string s) {
 // list, null), otherwise the referenced scalar's text is spliced into the string.
 class Interpolator {
 public:
-  Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {}
+  Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {
+    // Count the nodes the aliases expand to before building anything: building a copy of an
+    // exponential tree costs far more per node than walking it.
+    std::int64_t budget = kMaxExpandedNodes;
+    auto refuse = [&](const std::string& key) {
+      throw InputError(file_, key, fmt::format("the file expands through anchors/aliases to more than {} nodes; "
+                                               "refusing it (docs/limits.md)", kMaxExpandedNodes));
+    };
+    if (root_.IsMap()) {
+      for (const auto& kv : root_)  // name the top-level key whose value blows the budget
+        if (!walk_within(kv.second, budget)) refuse(kv.first.IsScalar() ? kv.first.Scalar() : "");
+    } else if (!walk_within(root_, budget)) {
+      refuse("");
+    }
+  }
 
   YAML::Node resolve(const YAML::Node& n, const std::string& where, int depth = 0) {
     if (depth > 32) throw InputError(file_, where, "interpolation cycle (more than 32 nested ${...})");
@@ -103,7 +117,19 @@ public:
   }
 
 private:
-  static constexpr std::int64_t kMaxExpandedNodes = 100'000;  // real llm-foundry YAMLs: a few hundred
+  static bool walk_within(const YAML::Node& n, std::int64_t& budget) {
+    if (--budget < 0) return false;
+    if (n.IsMap()) {
+      for (const auto& kv : n)
+        if (!walk_within(kv.second, budget)) return false;
+    } else if (n.IsSequence()) {
+      for (const auto& e : n)
+        if (!walk_within(e, budget)) return false;
+    }
+    return true;
+  }
+
+  static constexpr std::int64_t kMaxExpandedNodes = 20'000;  // real llm-foundry YAMLs: a few hundred
   static constexpr std::size_t kMaxExpandedBytes = std::size_t{1} << 24;  // 16 MiB of scalar text
 
   YAML::Node resolve_scalar(const YAML::Node& n, const std::string& where, int depth) {
