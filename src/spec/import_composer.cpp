@@ -73,7 +73,7 @@ public:
     // exponential tree costs far more per node than walking it.
     std::int64_t budget = kMaxExpandedNodes;
     auto refuse = [&](const std::string& key) {
-      throw InputError(file_, key, fmt::format("the file expands through anchors/aliases to more than {} nodes; "
+      throw InputError(file_, one_line(key), fmt::format("the file expands through anchors/aliases to more than {} nodes; "
                                                "refusing it (docs/limits.md)", kMaxExpandedNodes));
     };
     if (root_.IsMap()) {
@@ -85,22 +85,22 @@ public:
   }
 
   YAML::Node resolve(const YAML::Node& n, const std::string& where, int depth = 0) {
-    if (depth > 32) throw InputError(file_, where, "interpolation cycle (more than 32 nested ${...})");
+    if (depth > 32) throw InputError(file_, one_line(where), "interpolation cycle (more than 32 nested ${...})");
     // Aliases and interpolations share nodes, so a small file can expand exponentially ("billion
     // laughs"): every node and byte the expansion produces counts against one budget.
     if (++nodes_ > kMaxExpandedNodes)
-      throw InputError(file_, where, fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+      throw InputError(file_, one_line(where), fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
                                                  "than {} nodes; refusing it (docs/limits.md)", kMaxExpandedNodes));
     switch (n.Type()) {
       case YAML::NodeType::Map: {
         YAML::Node out(YAML::NodeType::Map);
         for (const auto& kv : n) {
           if (!kv.first.IsScalar())
-            throw InputError(file_, where, "a map key is itself a map or list; keys must be plain names");
+            throw InputError(file_, one_line(where), "a map key is itself a map or list; keys must be plain names");
           const std::string k = kv.first.Scalar();
           const std::string at = where.empty() ? k : where + "." + k;
           // OmegaConf rejects a repeated key; yaml-cpp would silently keep the first.
-          if (out[k]) throw InputError(file_, at, "duplicate key (OmegaConf rejects it)");
+          if (out[k]) throw InputError(file_, one_line(at), "duplicate key (OmegaConf rejects it)");
           out[k] = resolve(kv.second, at, depth);
         }
         return out;
@@ -136,7 +136,7 @@ private:
     std::string s = n.Scalar();
     bytes_ += s.size();
     if (bytes_ > kMaxExpandedBytes)
-      throw InputError(file_, where, fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+      throw InputError(file_, one_line(where), fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
                                                  "than {} bytes of text; refusing it (docs/limits.md)",
                                                  kMaxExpandedBytes));
     if (s.find("${") == std::string::npos) return YAML::Clone(n);
@@ -156,11 +156,11 @@ private:
       std::string text;
       if (v.IsNull()) text = "None";  // OmegaConf renders a null as Python's None
       else if (v.IsScalar()) text = v.Scalar();
-      else throw InputError(file_, where, fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
+      else throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
       s = s.substr(0, open) + text + s.substr(close + 1);
       bytes_ += s.size();
       if (bytes_ > kMaxExpandedBytes)
-        throw InputError(file_, where, fmt::format("interpolations expand to more than {} bytes of text; refusing it "
+        throw InputError(file_, one_line(where), fmt::format("interpolations expand to more than {} bytes of text; refusing it "
                                                    "(docs/limits.md)", kMaxExpandedBytes));
     }
     return YAML::Node(s);
@@ -184,9 +184,9 @@ private:
       if (fn == "oc.env" || fn == "env") {
         if (const char* e = std::getenv(trim(arg).c_str()); e != nullptr) return YAML::Node(std::string(e));
         if (dflt) return YAML::Node(trim(*dflt));
-        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: environment variable {} is not set", ref, trim(arg)));
+        throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: environment variable {} is not set", ref, trim(arg)));
       }
-      throw InputError(file_, where, fmt::format("interpolation ${{{}}}: resolver '{}' is not supported", ref, fn));
+      throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: resolver '{}' is not supported", ref, fn));
     }
     // yaml-cpp nodes are references: operator= would overwrite the node `cur` points at, so the
     // walk rebinds with reset() and reads through const nodes (non-const [] inserts keys).
@@ -207,7 +207,7 @@ private:
                std::stoul(part) < c.size())
         next.reset(c[std::stoul(part)]);
       else
-        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: '{}' is not defined", ref, walked));
+        throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: '{}' is not defined", ref, walked));
       cur.reset(next);
       if (dot == std::string::npos) break;
       pos = dot + 1;
@@ -238,7 +238,7 @@ public:
   const YAML::Node& node() const { return node_; }
 
   [[noreturn]] void fail(std::string_view k, const std::string& reason) const {
-    throw InputError(file_, key(k), one_line(reason));
+    throw InputError(file_, one_line(key(k)), one_line(reason));
   }
 
   std::optional<std::int64_t> get_int(const std::string& k) const {
@@ -406,7 +406,7 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
       rc.model = import_hf_config(j, file);
     } catch (const InputError& e) {
       // The shape keys live under model: in the YAML.
-      throw InputError(file, e.key().empty() ? "model" : "model." + e.key(), e.reason());
+      throw InputError(file, one_line(e.key().empty() ? "model" : "model." + e.key()), one_line(e.reason()));
     }
     if (rc.model.name.empty() || rc.model.name == "mpt") rc.model.name = importer::file_stem(file);
     return;

@@ -260,7 +260,7 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
        {"params.toml", "n_layers", "parameters"}},
       // ---- llm-foundry YAML (findings 3, 5, 8, 10; issue 19 item 14)
       {"memory --config " + corpus("foundry_yaml", "billion-laughs.yaml"), {"billion-laughs.yaml", "variables", "expands"}},
-      {"memory --config " + corpus("foundry_yaml", "interpolation-bomb.yaml"), {"interpolation-bomb.yaml", "variables", "bytes"}},
+      {"memory --config " + corpus("foundry_yaml", "interpolation-bomb.yaml"), {"interpolation-bomb.yaml", "variables", "expands"}},
       {"memory --config " + corpus("foundry_yaml", "interpolation-index-20-digits.yaml"),
        {"interpolation-index-20-digits.yaml", "variables.x", "not defined"}},
       {"memory --config " + corpus("foundry_yaml", "duplicate-key.yaml"), {"duplicate-key.yaml", "max_seq_len", "duplicate key"}},
