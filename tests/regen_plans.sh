@@ -12,13 +12,13 @@ check=0
 [[ "${1:-}" == "--check" ]] && check=1
 [[ -x "$bin" ]] || { echo "regen_plans: no meshplan binary at $bin (set MESHPLAN_BIN)" >&2; exit 2; }
 
-# name | model | gpus | global batch tokens (binary suffixes: 4M = 2^22)
+# name | model | gpus | global batch tokens (explicit binary suffixes: 4Mi = 2^22; 4M would be 4e6)
 bundles=(
-  "llama3.1-8b-8xh100|llama3.1-8b|8|1M"
-  "llama3.1-70b-64xh100|llama3.1-70b|64|4M"
-  "llama3.1-70b-256xh100|llama3.1-70b|256|4M"
-  "llama3.1-405b-1024xh100|llama3.1-405b|1024|16M"
-  "llama3.1-405b-16384xh100|llama3.1-405b|16384|16M"
+  "llama3.1-8b-8xh100|llama3.1-8b|8|1Mi"
+  "llama3.1-70b-64xh100|llama3.1-70b|64|4Mi"
+  "llama3.1-70b-256xh100|llama3.1-70b|256|4Mi"
+  "llama3.1-405b-1024xh100|llama3.1-405b|1024|16Mi"
+  "llama3.1-405b-16384xh100|llama3.1-405b|16384|16Mi"
 )
 stale=0
 for b in "${bundles[@]}"; do

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "spec/atomic_file.hpp"
 #include "spec/error.hpp"
 
 namespace meshplan::calibrate {
@@ -324,16 +325,18 @@ Measurements read_measurements(const std::string& path) {
   try {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
-    throw InputError(path, "", std::string("JSON syntax error: ") + e.what());
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw InputError(path, "", "JSON syntax error: " + what);
+  } catch (const json::exception&) {
+    // out_of_range 406: a number past a double; the library's message repeats the whole number.
+    throw InputError(path, "", "JSON number out of range (larger than a 64-bit float holds)");
   }
   return measurements_from_json(j, path);
 }
 
 void write_measurements(const Measurements& m, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw InputError(path, "", "cannot write measurements file");
-  out << to_json(m).dump(1) << "\n";
-  if (!out) throw InputError(path, "", "write failed");
+  write_file_atomic(path, to_json(m).dump(1) + "\n", "--out");
 }
 
 }  // namespace meshplan::calibrate

@@ -14,6 +14,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/profile_writer.hpp"
 #include "cli/command.hpp"
+#include "spec/atomic_file.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
@@ -54,21 +55,18 @@ int run_fit(const CalibrateArgs& a) {
 
   const std::string name = a.name.empty() ? fs::path(a.out).stem().string() : a.name;
   const std::string text = calibrate::calibrated_profile_toml(fit, base_file, name);
-  // Written next to the target and checked with the strict loader before it replaces anything.
-  const std::string tmp = a.out + ".tmp";
-  {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "w"), &std::fclose);
-    if (!f || std::fwrite(text.data(), 1, text.size(), f.get()) != text.size())
-      throw InputError(tmp, "", "cannot write the calibrated profile");
-  }
-  try {
-    (void)load_cluster(tmp);
-  } catch (const InputError& e) {
-    throw InputError(tmp, "", std::string("the calibrated profile does not load (left for inspection): ") + e.what());
-  }
-  std::error_code ec;
-  fs::rename(tmp, a.out, ec);
-  if (ec) throw InputError(a.out, "", "cannot move " + tmp + " into place: " + ec.message());
+  // Written next to the target and checked with the strict loader before it replaces anything
+  // (the temporary file keeps the .toml extension and a folder, so load_cluster reads it as a
+  // path even for a bare --out mine.toml).
+  AtomicWriteOptions check;
+  check.check = [&](const std::string& tmp) {
+    try {
+      (void)load_cluster(tmp.find('/') == std::string::npos ? "./" + tmp : tmp);
+    } catch (const InputError& e) {
+      throw InputError(a.out, "--out", std::string("the calibrated profile does not load: ") + e.reason());
+    }
+  };
+  write_file_atomic(a.out, text, "--out", check);
   fmt::print("wrote {} (profile \"{}\")\n", a.out, name);
   return 0;
 }

@@ -12,30 +12,12 @@
 #include "report/memory_report.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan::cli {
 
 namespace {
-
-// "15T" -> 1.5e13 (decimal suffixes K, M, G/B, T, as token budgets are quoted).
-// "60d" / "60" -> days; "12w" weeks; "36h" hours.
-double parse_days(const std::string& s) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InputError("", "--deadline", fmt::format("'{}' is not a duration (e.g. 60d)", s));
-  }
-  const std::string suffix = s.substr(pos);
-  double days = v;
-  if (suffix == "h") days = v / 24;
-  else if (suffix == "w") days = v * 7;
-  else if (!suffix.empty() && suffix != "d") throw InputError("", "--deadline", fmt::format("unknown unit '{}' (h, d, w)", suffix));
-  if (!(days > 0)) throw InputError("", "--deadline", fmt::format("must be positive, got '{}'", s));
-  return days;
-}
 
 // "600", "600s", "30m", "2h", "1d" -> seconds.
 double parse_interval_seconds(const std::string& s) {
@@ -91,7 +73,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 Command add_capacity_command(CLI::App& root) {
   struct Options {
-    std::string model, tokens, deadline, cluster = kDefaultCluster, runtime = "torchtitan", batch_tokens = "4M";
+    std::string model, tokens, deadline, cluster = kDefaultCluster, runtime = "torchtitan", batch_tokens = "4Mi";
     std::string checkpoint = "sync", interval;
     bool no_failures = false;
     std::int64_t gpus = 0, seq = 8192;
@@ -107,14 +89,14 @@ Command add_capacity_command(CLI::App& root) {
       "fewest GPUs (whole nodes, doubling) that finish in time; with --gpus, the days at that count. Each row uses "
       "the best plan `meshplan plan` finds at that GPU count (a small simulate budget for speed).");
   c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
-  c.app->add_option("--tokens", o->tokens, "training tokens, e.g. 15T")->required();
+  c.app->add_option("--tokens", o->tokens, "training tokens, e.g. 15T (SI: 15e12)")->required();
   auto* d = c.app->add_option("--deadline", o->deadline, "wall-clock limit, e.g. 60d (also h, w)");
-  auto* g = c.app->add_option("--gpus", o->gpus, "GPU count to evaluate")->check(positive_integer());
+  auto* g = c.app->add_option("--gpus", o->gpus, "GPU count to evaluate")->check(positive_integer(limits::kMaxGpus));
   d->excludes(g);
   c.app->add_option("--cluster", o->cluster, "hardware profile(s), comma-separated")->capture_default_str();
   c.app->add_option("--price-per-gpu-hour", o->price, "price of one GPU-hour (for the cost column)")->check(CLI::NonNegativeNumber);
-  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step")->capture_default_str();
+  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
+  c.app->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (SI: 4M = 4e6; 4Mi = 4 x 2^20)")->capture_default_str();
   c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
   c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(positive_integer());
@@ -134,12 +116,16 @@ Command add_capacity_command(CLI::App& root) {
     rq.model = load_model(o->model);
     for (const auto& name : split_commas(o->cluster)) rq.clusters.push_back(load_cluster(name));
     if (rq.clusters.empty()) throw InputError("", "--cluster", "no cluster given");
-    rq.tokens = parse_scaled(o->tokens, "--tokens", Scale::decimal);
-    if (!o->deadline.empty()) rq.deadline_days = parse_days(o->deadline);
+    rq.tokens = parse_token_count(o->tokens, "--tokens", limits::kMaxTrainingTokens);
+    if (!o->deadline.empty()) rq.deadline_days = parse_deadline_days(o->deadline, "--deadline");
     rq.gpus = o->gpus;
     if (o->price >= 0) rq.price_per_gpu_hour = o->price;
     rq.seq_len = o->seq;
-    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(parse_scaled(o->batch_tokens, "--global-batch-tokens", Scale::binary)));
+    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
+        parse_token_count(o->batch_tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
+    if (rq.global_batch_tokens < rq.seq_len)
+      throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
+                                                                rq.global_batch_tokens, rq.seq_len));
     rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
                  : o->runtime == "megatron"  ? Runtime::megatron
                                              : Runtime::composer_fsdp1;

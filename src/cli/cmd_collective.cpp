@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/quantity.hpp"
+#include "cli/run_inputs.hpp"
+#include "spec/limits.hpp"
 #include "cost/collective_cost.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
@@ -22,46 +25,6 @@ namespace {
 constexpr std::string_view kOps =
     "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv";
 
-// "1K", "8G", "64M", "4096" (binary suffixes; a trailing B or iB is accepted).
-double parse_size_bytes(const std::string& text) {
-  std::string s = text;
-  auto strip = [&s](std::string_view suffix) {
-    if (s.size() > suffix.size()) {
-      std::string tail = s.substr(s.size() - suffix.size());
-      for (auto& ch : tail) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-      if (tail == suffix) s.resize(s.size() - suffix.size());
-    }
-  };
-  strip("IB");
-  strip("B");
-  double scale = 1;
-  if (!s.empty()) {
-    switch (std::toupper(static_cast<unsigned char>(s.back()))) {
-      case 'K': scale = 1024.0; break;
-      case 'M': scale = 1024.0 * 1024; break;
-      case 'G': scale = 1024.0 * 1024 * 1024; break;
-      case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
-      default: scale = 0;
-    }
-    if (scale != 0) s.pop_back();
-    else scale = 1;
-  }
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-    throw InputError("", "--sizes", "'" + text + "' is not a size (an integer with an optional K, M, G or T suffix)");
-  const double v = std::stod(s) * scale;
-  if (!(v >= 1)) throw InputError("", "--sizes", "'" + text + "' must be at least 1 byte");
-  return v;
-}
-
-std::vector<double> parse_sizes(const std::string& spec) {
-  const auto colon = spec.find(':');
-  const double lo = parse_size_bytes(spec.substr(0, colon));
-  const double hi = colon == std::string::npos ? lo : parse_size_bytes(spec.substr(colon + 1));
-  if (hi < lo) throw InputError("", "--sizes", "'" + spec + "': the upper bound is below the lower bound");
-  std::vector<double> sizes;
-  for (double s = lo; s <= hi; s *= 2) sizes.push_back(s);
-  return sizes;
-}
 
 std::string size_label(double bytes) { return fmt::format("{:.0f}", bytes); }
 
@@ -88,9 +51,10 @@ Command add_collective_command(CLI::App& root) {
       "nccl-tests output, with the algorithm and protocol the model picks. Model: docs/collectives.md.");
   c.app->add_option("--cluster", o->cluster, "hardware profile name or path (hardware_profiles/*.toml)")->required();
   c.app->add_option("--op", o->op, std::string("collective: ") + std::string(kOps))->capture_default_str();
-  c.app->add_option("--gpus", o->gpus, "ranks in the group")->required();
+  c.app->add_option("--gpus", o->gpus, "ranks in the group")->required()->check(positive_integer(limits::kMaxGpus));
   c.app->add_option("--gpus-per-node", o->gpus_per_node,
-                    "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)");
+                    "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)")
+      ->check(positive_integer(limits::kMaxGpusPerNode));
   c.app->add_option("--sizes", o->sizes, "LO:HI, doubling from LO to HI (binary K/M/G suffixes)")
       ->capture_default_str();
   c.app->add_option("--algo", o->algos, "restrict algorithms, like NCCL_ALGO (ring, tree, nvls, nvlstree, pat, "
@@ -127,7 +91,7 @@ Command add_collective_command(CLI::App& root) {
       }
     }
     opts.collnet = opts.collnet || o->collnet;
-    const std::vector<double> sizes = parse_sizes(o->sizes);
+    const std::vector<double> sizes = parse_size_range(o->sizes, "--sizes");
     const ClusterSpec cluster = load_cluster(o->cluster);
     const NcclTable table = load_nccl_table(o->nccl);
     opts.nccl = &table;

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/quantity.hpp"
+#include "spec/limits.hpp"
 #include "cli/run_inputs.hpp"
 #include "cost/compute_cost.hpp"
 #include "spec/cluster_loader.hpp"
@@ -21,13 +23,9 @@ namespace {
 
 using nlohmann::json;
 
+// Kernel dimensions up to 2^24 each: padding to tiles and the FLOP products stay exact.
 std::int64_t parse_count(std::string_view text, const std::string& option, std::string_view what) {
-  std::int64_t v = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || ptr != end || v <= 0)
-    throw InputError("", option, fmt::format("{} must be a positive integer, got '{}'", what, text));
-  return v;
+  return parse_positive_count(text, option, what, limits::kMaxKernelDim);
 }
 
 std::vector<std::string_view> split(std::string_view s, char sep) {

@@ -9,6 +9,11 @@
 
 namespace meshplan::cli {
 
+// A drawing is read by a person: past a few thousand GPUs or a few hundred layers it is no longer
+// one, and drawing it costs time and memory in proportion (docs/limits.md).
+constexpr std::int64_t kMaxDrawnGpus = 4096;
+constexpr std::int64_t kMaxDrawnLayers = 1024;
+
 Command add_layout_command(CLI::App& root) {
   struct Options {
     std::int64_t gpus = 0;
@@ -21,12 +26,12 @@ Command add_layout_command(CLI::App& root) {
       "layout",
       "Draw (as text) which GPU holds which shard of which layer and which process groups talk, for FSDP, TP, FSDP x TP, "
       "HSDP, HSDP x TP and PP meshes. Rank order: pp outermost, then dp_replicate, dp_shard, tp innermost.");
-  c.app->add_option("--gpus", o->gpus, "total GPUs (= pp x dp_replicate x dp_shard x tp)")->required()->check(positive_integer());
-  c.app->add_option("--pp", o->pp, "pipeline stages")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--dp-replicate", o->dp_replicate, "replicas (DDP, or HSDP's replicate dim)")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--dp-shard", o->dp_shard, "FSDP shard group size")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--tp", o->tp, "tensor-parallel degree")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--layers", o->layers, "transformer layers to draw")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--gpus", o->gpus, "total GPUs (= pp x dp_replicate x dp_shard x tp)")->required()->check(positive_integer(kMaxDrawnGpus));
+  c.app->add_option("--pp", o->pp, "pipeline stages")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
+  c.app->add_option("--dp-replicate", o->dp_replicate, "replicas (DDP, or HSDP's replicate dim)")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
+  c.app->add_option("--dp-shard", o->dp_shard, "FSDP shard group size")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
+  c.app->add_option("--tp", o->tp, "tensor-parallel degree")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
+  c.app->add_option("--layers", o->layers, "transformer layers to draw")->capture_default_str()->check(positive_integer(kMaxDrawnLayers));
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
     Mesh m;

@@ -17,6 +17,7 @@
 #include "report/memory_report.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan::cli {
@@ -51,6 +52,7 @@ struct Options {
   std::int64_t gpus = 0, global_batch = 0, seq = 8192;
   int top = 10;
   int budget = 20;
+  int threads = 2;
   double headroom_pct = 5;
   bool json = false;
 };
@@ -101,6 +103,7 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
       for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
       written = true;
     } catch (const InputError& e) {
+      if (e.key() == "--out") throw;  // the folder, not the plan: no other rank would do better
       refusals += fmt::format("{}rank {} ({})", refusals.empty() ? "" : "; ", i + 1, e.reason());
     }
   }
@@ -204,11 +207,11 @@ Command add_plan_command(CLI::App& root) {
       "and why the winner wins.");
   c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
   c.app->add_option("--cluster", o->cluster, "hardware profile")->capture_default_str();
-  c.app->add_option("--gpus", o->gpus, "total GPUs")->required()->check(positive_integer());
-  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M");
-  auto* gb = c.app->add_option("--global-batch", o->global_batch, "sequences per optimizer step")->check(positive_integer());
+  c.app->add_option("--gpus", o->gpus, "total GPUs")->required()->check(positive_integer(limits::kMaxGpus));
+  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
+  auto* gb = c.app->add_option("--global-batch", o->global_batch, "sequences per optimizer step")->check(positive_integer(limits::kMaxBatch));
   tok->excludes(gb);
-  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
   c.app->add_option("--top", o->top, "plans to show")->capture_default_str()->check(positive_integer());
   c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
@@ -224,8 +227,15 @@ Command add_plan_command(CLI::App& root) {
                     "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
       ->capture_default_str()
       ->check(positive_integer());
+  c.app->add_option("--threads", o->threads,
+                    "threads simulating plans (the answer is the same for any count; only search_seconds changes)")
+      ->capture_default_str()
+      ->check(positive_integer(64));
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
+    // CLI::Range lets NaN through (every comparison with it is false).
+    if (!(o->headroom_pct >= 0 && o->headroom_pct <= 90))
+      throw InputError("", "--headroom", fmt::format("must be between 0 and 90 percent, got {}", o->headroom_pct));
     if (o->tokens.empty() && o->global_batch == 0)
       throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
     PlanRequest rq;
@@ -234,13 +244,24 @@ Command add_plan_command(CLI::App& root) {
     rq.n_gpus = o->gpus;
     rq.seq_len = o->seq;
     rq.global_batch = o->global_batch;
-    if (!o->tokens.empty()) rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(parse_scaled(o->tokens, "--global-batch-tokens", Scale::binary)));
+    if (!o->tokens.empty()) {
+      rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
+          parse_token_count(o->tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
+      if (rq.global_batch_tokens < rq.seq_len)
+        throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
+                                                                  rq.global_batch_tokens, rq.seq_len));
+    }
+    if (rq.global_batch > 0 && rq.global_batch * rq.seq_len > limits::kMaxTokensPerStep)
+      throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "
+                                                         "step (docs/limits.md)", rq.global_batch, rq.seq_len,
+                                                         limits::kMaxTokensPerStep));
     rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
                  : o->runtime == "megatron"  ? Runtime::megatron
                                              : Runtime::composer_fsdp1;
     rq.headroom_fraction = o->headroom_pct / 100.0;
     rq.top_k = o->top;
     rq.simulate_budget = o->budget;
+    rq.threads = o->threads;
     const auto t0 = std::chrono::steady_clock::now();
     bool drew = false;
     const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {

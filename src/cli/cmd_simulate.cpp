@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "spec/atomic_file.hpp"
 #include "cli/run_inputs.hpp"
 #include "cli/run_source.hpp"
 #include "report/diagnose.hpp"
@@ -77,10 +78,7 @@ Command add_simulate_command(CLI::App& root) {
     std::int64_t n_slow = 0;
     for (double v : so.rank_speed) n_slow += v < 1 ? 1 : 0;
     if (!o->trace.empty()) {
-      std::ofstream f(o->trace);
-      if (!f) throw InputError(o->trace, "--trace", "cannot open for writing");
-      f << chrome_trace(step.program, step.timings, step.host_timings).dump() << '\n';
-      if (!f) throw InputError(o->trace, "--trace", "write failed");
+      write_file_atomic(o->trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
     }
     std::optional<Diagnosis> gap;
     if (o->observed_tokens_per_s > 0)

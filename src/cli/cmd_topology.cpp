@@ -11,6 +11,8 @@
 #include <string_view>
 
 #include "cli/command.hpp"
+#include "cli/run_inputs.hpp"
+#include "spec/limits.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/placement.hpp"
@@ -22,12 +24,15 @@ namespace {
 using nlohmann::json;
 
 int parse_degree(std::string_view key, std::string_view text) {
-  int v = 0;
+  std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size())
+  if ((ec != std::errc() && ec != std::errc::result_out_of_range) || end != text.data() + text.size())
     throw InputError("", "--mesh", fmt::format("{}: not an integer: \"{}\"", key, text));
-  if (v < 1) throw InputError("", "--mesh", fmt::format("{}: must be at least 1, got {}", key, v));
-  return v;
+  if (ec == std::errc() && v < 1) throw InputError("", "--mesh", fmt::format("{}: must be at least 1, got {}", key, v));
+  if (ec != std::errc() || v > limits::kMaxGpus)
+    throw InputError("", "--mesh", fmt::format("{}: {} is above the maximum {} (docs/limits.md)", key, text,
+                                               limits::kMaxGpus));
+  return static_cast<int>(v);
 }
 
 // "pp=2,dp_shard=64,tp=8": unset degrees stay 1.
@@ -202,7 +207,8 @@ Command add_topology_command(CLI::App& root) {
       "switches) and print its size and the bandwidth of each tier. With --mesh, place the ranks (pp outermost, "
       "tp innermost) and show, for each process group, the tier its traffic crosses. docs/topology.md.");
   c.app->add_option("--cluster", o->cluster, "hardware profile name or .toml path")->capture_default_str();
-  CLI::Option* gpus_opt = c.app->add_option("--gpus", o->gpus, "number of GPUs (default: the mesh's world size)");
+  CLI::Option* gpus_opt = c.app->add_option("--gpus", o->gpus, "number of GPUs (default: the mesh's world size)")
+                              ->check(positive_integer(limits::kMaxGpus));
   c.app->add_option("--mesh", o->mesh, "degrees, e.g. pp=2,dp_shard=64,tp=8 (keys: pp vpp dp_replicate dp_shard cp tp ep)");
   c.app->add_flag("--json", o->as_json, "print JSON instead of text");
   c.run = [o, gpus_opt]() -> int {
@@ -212,6 +218,9 @@ Command add_topology_command(CLI::App& root) {
     if (!gpus_given && !mesh) throw InputError("", "--gpus", "required (or give --mesh)");
     const std::int64_t gpus = gpus_given ? o->gpus : mesh->world();
     if (gpus < 1) throw InputError("", "--gpus", "must be at least 1, got " + std::to_string(gpus));
+    if (gpus > limits::kMaxGpus)
+      throw InputError("", gpus_given ? "--gpus" : "--mesh",
+                       fmt::format("{} GPUs is above the maximum {} (docs/limits.md)", gpus, limits::kMaxGpus));
     const ClusterSpec cluster = load_cluster(o->cluster);
     for (const auto& w : cluster.warnings) fmt::print(stderr, "meshplan: warning: {}\n", w);
     const Topology t = build_topology(cluster, gpus);

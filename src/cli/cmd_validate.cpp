@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
 #include "report/validation.hpp"
 #include "sim/step_simulator.hpp"
@@ -85,10 +86,7 @@ Command add_validate_command(CLI::App& root) {
     if (inspect) {
       const ValidationRowRun row = validation_row_run(table, o->rows.front(), opts);
       auto write = [](const std::string& path, const char* key, const std::string& text) {
-        std::ofstream f(path);
-        if (!f) throw InputError(path, key, "cannot open for writing");
-        f << text;
-        if (!f) throw InputError(path, key, "write failed");
+        write_file_atomic(path, text, key);
       };
       if (!o->export_plan.empty()) write(o->export_plan, "--export-plan", to_plan_toml(row.vc.run));
       if (!o->trace.empty()) {

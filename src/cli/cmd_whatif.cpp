@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "spec/atomic_file.hpp"
+#include <algorithm>
 #include "cli/run_inputs.hpp"
 #include "cli/run_source.hpp"
 #include "report/html_report.hpp"
@@ -39,12 +41,14 @@ Command add_whatif_command(CLI::App& root) {
     std::vector<Variation> vary;
     for (const auto& v : o->vary) vary.push_back(parse_variation(v));
     const WhatIfReport r = run_whatif(src, vary);
-    if (!o->html.empty()) {
-      std::ofstream f(o->html);
-      if (!f) throw InputError(o->html, "--html", "cannot open for writing");
-      f << whatif_html(r);
-      if (!f) throw InputError(o->html, "--html", "write failed");
+    const bool any_ok = std::any_of(r.variants.begin(), r.variants.end(), [](const Variant& v) { return v.ok(); });
+    if (!any_ok && !r.variants.empty()) {
+      // Every variant is an input error: say which, and write no report.
+      const Variant& v = r.variants.front();
+      throw InputError(o->in.config, v.error_key.empty() ? "--vary" : v.error_key,
+                       v.error_reason.empty() ? v.error : v.error_reason);
     }
+    if (!o->html.empty()) write_file_atomic(o->html, whatif_html(r), "--html");
     if (o->json) fmt::print("{}\n", whatif_json(r).dump(2));
     else if (o->md) fmt::print("{}", whatif_markdown(r));
     else fmt::print("{}", whatif_text(r));

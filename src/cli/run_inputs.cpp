@@ -7,6 +7,7 @@
 #include "spec/cluster_loader.hpp"
 #include "spec/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan::cli {
@@ -17,20 +18,28 @@ bool mesh_is_explicit(const Mesh& m) {
 }
 }  // namespace
 
-CLI::Validator positive_integer() {
+CLI::Validator positive_integer(std::int64_t max) {
   return CLI::Validator(
-      [](std::string& v) -> std::string {
+      [max](std::string& v) -> std::string {
         std::size_t pos = 0;
         long long n = 0;
+        bool too_big = false;
         try {
           n = std::stoll(v, &pos);
+        } catch (const std::out_of_range&) {
+          too_big = v.find_first_not_of("0123456789") == std::string::npos;
+          pos = too_big ? v.size() : 0;
         } catch (...) {
           pos = 0;
         }
-        if (pos != v.size() || v.empty() || n <= 0) return "must be a positive integer, got '" + v + "'";
+        std::string shown = v.size() <= 40 ? v : v.substr(0, 37) + "...";
+        for (char& ch : shown)
+          if (static_cast<unsigned char>(ch) < 0x20) ch = '?';  // the message stays one line
+        if (!too_big && (pos != v.size() || v.empty() || n <= 0)) return "must be a positive integer, got '" + shown + "'";
+        if (too_big || n > max) return fmt::format("{} is above the maximum {} (docs/limits.md)", shown, max);
         return {};
       },
-      "POSITIVE");
+      fmt::format("POSITIVE <= {}", max));
 }
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {
@@ -43,7 +52,7 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
                  fmt::format("hardware profile name or TOML path (default: the config's, else {})",
                              kDefaultCluster));
   app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
-      ->check(positive_integer());
+      ->check(positive_integer(limits::kMaxGpus));
 }
 
 RunInputs load_run_inputs(const RunInputOptions& o) {
@@ -56,7 +65,15 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
   const std::string cluster = !o.cluster.empty() ? o.cluster
                               : !in.run.cluster.empty() ? in.run.cluster
                                                         : std::string(kDefaultCluster);
-  in.cluster = load_cluster(cluster);
+  try {
+    in.cluster = load_cluster(cluster);
+  } catch (const InputError& e) {
+    // A profile named inside the config: the user needs the config and its key, not the
+    // hardware_profiles/ path derived from the name.
+    if (o.cluster.empty() && !in.run.cluster.empty())
+      throw InputError(o.config, "cluster.profile", fmt::format("'{}': {}", in.run.cluster, e.reason()));
+    throw;
+  }
   std::optional<std::int64_t> gpus;
   if (o.gpus > 0) {
     gpus = o.gpus;

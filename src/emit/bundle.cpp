@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "emit/foundry_emitter.hpp"
+#include "spec/atomic_file.hpp"
 #include "emit/launch_emitter.hpp"
 #include "emit/megatron_emitter.hpp"
 #include "emit/torchtitan_emitter.hpp"
@@ -145,22 +146,27 @@ std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir
                                                 TorchtitanVersion version, const PlanSummary& summary) {
   // Render everything first: an inexpressible plan must not leave a half-written bundle.
   const std::vector<BundleFile> files = render_bundle(rc, cluster, runtime, version, summary);
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw InputError(dir.string(), "", "cannot create the bundle folder: " + ec.message());
-  std::vector<std::filesystem::path> written;
-  for (const auto& f : files) {
-    const auto path = dir / f.name;
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << f.content;
-    out.close();
-    if (!out) throw InputError(path.string(), "", "cannot write the file");
-    if (f.executable) {
-      using std::filesystem::perms;
-      std::filesystem::permissions(path, perms::owner_exec | perms::group_exec | perms::others_exec,
-                                   std::filesystem::perm_options::add, ec);
+  const bool existed = fs::exists(dir, ec);
+  if (existed && !fs::is_directory(dir, ec))
+    throw InputError(dir.string(), "--out", "exists and is not a folder");
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError(dir.string(), "--out", "cannot create the bundle folder: " + ec.message());
+  // Each file is written atomically; when one fails, the files this call created are removed
+  // again (and the folder, when this call created it), so a failure leaves no partial bundle.
+  std::vector<fs::path> written, created;
+  try {
+    for (const auto& f : files) {
+      const auto path = dir / f.name;
+      if (!fs::exists(path, ec)) created.push_back(path);
+      write_file_atomic(path.string(), f.content, "--out", AtomicWriteOptions{.executable = f.executable, .check = {}});
+      written.push_back(path);
     }
-    written.push_back(path);
+  } catch (const InputError& e) {
+    for (const auto& p : created) fs::remove(p, ec);
+    if (!existed) fs::remove(dir, ec);
+    throw InputError(e.file(), "--out", e.reason());
   }
   return written;
 }

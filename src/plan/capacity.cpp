@@ -10,6 +10,7 @@
 
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -116,9 +117,11 @@ CapacityRow evaluate(const CapacityRequest& rq, const ClusterSpec& c, std::int64
   return row;
 }
 
+// The smallest node x 2^k >= n, stopping at the GPU maximum: an infinite, NaN or astronomically
+// large need (a tiny throughput, a huge token count) must neither overflow nor loop forever.
 std::int64_t round_up_to_grid(double n, std::int64_t node) {
   std::int64_t g = node;
-  while (static_cast<double>(g) < n) g *= 2;
+  while (static_cast<double>(g) < n && g * 2 <= limits::kMaxGpus) g *= 2;
   return g;
 }
 
@@ -126,6 +129,14 @@ std::int64_t round_up_to_grid(double n, std::int64_t node) {
 
 CapacityReport plan_capacity(const CapacityRequest& rq) {
   if (!(rq.tokens > 0)) throw InputError("", "--tokens", "must be positive");
+  if (!(rq.tokens <= limits::kMaxTrainingTokens))
+    throw InputError("", "--tokens", fmt::format("{:g} is above the maximum {:g} (docs/limits.md)", rq.tokens,
+                                                 limits::kMaxTrainingTokens));
+  if (rq.gpus > limits::kMaxGpus)
+    throw InputError("", "--gpus", fmt::format("{} is above the maximum {} (docs/limits.md)", rq.gpus, limits::kMaxGpus));
+  if (rq.deadline_days && !(*rq.deadline_days >= limits::kMinDeadlineDays && *rq.deadline_days <= limits::kMaxDeadlineDays))
+    throw InputError("", "--deadline", fmt::format("{:g} days is outside one minute .. {:g} days (docs/limits.md)",
+                                                   *rq.deadline_days, limits::kMaxDeadlineDays));
   if (rq.deadline_days.has_value() == (rq.gpus > 0))
     throw InputError("", "--deadline", "give exactly one of --deadline DAYS or --gpus N");
   if (rq.deadline_days && !(*rq.deadline_days > 0)) throw InputError("", "--deadline", "must be positive");

@@ -24,6 +24,7 @@
 
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
+#include "spec/import_common.hpp"
 
 namespace meshplan {
 namespace {
@@ -603,7 +604,7 @@ toml::table parse_toml(const std::string& file) {
     const auto& b = e.source().begin;
     throw InputError(file, "",
                      "TOML syntax error at line " + std::to_string(b.line) + ", column " +
-                         std::to_string(b.column) + ": " + std::string(e.description()));
+                         std::to_string(b.column) + ": " + importer::one_line(e.description()));
   }
 }
 

@@ -14,6 +14,7 @@
 #include "spec/import_common.hpp"
 #include "spec/import_composer.hpp"
 #include "spec/import_torchtitan.hpp"
+#include "spec/limits.hpp"
 #include "spec/plan_toml.hpp"
 
 namespace meshplan {
@@ -135,6 +136,7 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     fail(keys.gpus, fmt::format("the file fixes {} GPUs but {} were requested", rc.n_gpus, *n_gpus));
   const std::int64_t n = rc.n_gpus > 0 ? rc.n_gpus : n_gpus.value_or(0);
   if (n <= 0) fail(keys.gpus, "the GPU count is not fixed by the file; pass it (--gpus N)");
+  limits::check_count(file, keys.gpus, n, 1, limits::kMaxGpus, "GPUs");
 
   // ---- mesh degrees: at most one -1, which absorbs the rest of the world
   struct Deg {
@@ -156,9 +158,15 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     } else if (*d.v <= 0) {
       fail(*d.key, fmt::format("must be positive, got {}", *d.v));
     } else {
-      known *= *d.v;
+      limits::check_count(file, *d.key, *d.v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
+      known *= *d.v;  // each factor <= 2^20 and known <= 2^20 before it: no overflow
+      if (known > limits::kMaxGpus)
+        fail(*d.key, fmt::format("the mesh degrees multiply to {}, above the maximum {} GPUs (docs/limits.md)", known,
+                                 limits::kMaxGpus));
     }
   }
+  limits::check_count(file, keys.vpp, mesh.vpp, 1, limits::kMaxLayers, "virtual stages (the layer maximum)");
+  limits::check_count(file, keys.ep, mesh.ep, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
   if (mesh.vpp <= 0) fail(keys.vpp, fmt::format("virtual stages must be positive, got {}", mesh.vpp));
   if (mesh.ep <= 0) fail(keys.ep, fmt::format("must be positive, got {}", mesh.ep));
   auto product = [&] {
@@ -210,6 +218,10 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
   // ---- sequence length: context parallel splits it into 2*cp load-balanced chunks, and
   // sequence parallel splits each chunk over tp (torchtitan requires seq % (2*cp*tp) == 0).
   if (job.seq_len <= 0) fail(keys.seq, fmt::format("must be positive, got {}", job.seq_len));
+  limits::check_count(file, keys.seq, job.seq_len, 1, limits::kMaxSeqLen, "the sequence length");
+  if (m.max_seq_len > 0 && job.seq_len > m.max_seq_len)
+    rc.warnings.push_back(fmt::format("{}: {} tokens is beyond the {} positions {} was trained for", keys.seq,
+                                      job.seq_len, m.max_seq_len, m.name));
   const bool sp = plan.sequence_parallel || plan.runtime == Runtime::torchtitan_fsdp2;
   const std::int64_t seq_div = (mesh.cp > 1 ? 2 * mesh.cp : 1) * (sp ? mesh.tp : 1);
   if (job.seq_len % seq_div != 0)
@@ -235,6 +247,11 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
   if (job.micro_batch < 0) fail(keys.micro, fmt::format("must be positive, got {}", job.micro_batch));
   if (job.global_batch < 0) fail(keys.global, fmt::format("must be positive, got {}", job.global_batch));
   if (job.grad_accum < 0) fail(keys.accum, fmt::format("must be positive, got {}", job.grad_accum));
+  // Bounded before any product below, so none of them can overflow.
+  limits::check_count(file, keys.micro, job.micro_batch, 0, limits::kMaxBatch, "sequences per step");
+  limits::check_count(file, keys.global, job.global_batch, 0, limits::kMaxBatch, "sequences per step");
+  limits::check_count(file, keys.accum, job.grad_accum, 0, limits::kMaxGradAccum, "micro-batches per step");
+  limits::check_count(file, keys.accum, job.pp_microbatches, 0, limits::kMaxGradAccum, "micro-batches per step");
   if (is_composer(plan)) {
     // llm-foundry calculate_batch_size_info: device batch = global / world (TP ranks each take
     // their own share), accumulation = ceil(device batch / micro).
@@ -267,9 +284,14 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
       if (job.grad_accum % per_run != 0)
         fail(keys.accum, fmt::format("{} micro-batches are not a multiple of the {} per pipeline run",
                                      job.grad_accum, per_run));
-      job.global_batch = dp * job.micro_batch * job.grad_accum;
+      const auto g = limits::mul3(dp, job.micro_batch, job.grad_accum);
+      if (!g || *g > limits::kMaxBatch)
+        fail(keys.accum, fmt::format("data-parallel {} x micro-batch {} x {} micro-batches is above the maximum {} "
+                                     "sequences per step (docs/limits.md)", dp, job.micro_batch, job.grad_accum,
+                                     limits::kMaxBatch));
+      job.global_batch = *g;
     } else {
-      const std::int64_t unit = dp * job.micro_batch * per_run;
+      const std::int64_t unit = limits::mul3(dp, job.micro_batch, per_run).value_or(INT64_MAX);
       if (job.global_batch % unit != 0)
         fail(keys.global,
              per_run > 1
@@ -284,6 +306,16 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
       job.grad_accum = accum;
     }
   }
+  limits::check_count(file, keys.accum, job.grad_accum, 1, limits::kMaxGradAccum, "micro-batches per step");
+  const auto tokens = limits::mul(job.global_batch, job.seq_len);
+  if (!tokens || *tokens > limits::kMaxTokensPerStep)
+    fail(keys.global, fmt::format("{} sequences x {} tokens is above the maximum {} tokens per step (docs/limits.md)",
+                                  job.global_batch, job.seq_len, limits::kMaxTokensPerStep));
+  // The simulated step holds a few dozen ops per layer and micro-batch: bound it before it is built.
+  if (static_cast<std::int64_t>(m.n_layers) * job.grad_accum > limits::kMaxLayerMicrobatches)
+    fail(keys.accum, fmt::format("{} layers x {} micro-batches per step is above the maximum {} the simulator "
+                                 "steps through (docs/limits.md); use a larger micro-batch or more data parallelism",
+                                 m.n_layers, job.grad_accum, limits::kMaxLayerMicrobatches));
   rc.n_gpus = n;
 }
 

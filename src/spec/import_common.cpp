@@ -100,7 +100,7 @@ std::string type_name(const toml::node& n) {
 }  // namespace
 
 void TomlView::fail(std::string_view k, const std::string& reason) const {
-  throw InputError(file_, key(k), one_line(reason));
+  throw InputError(file_, one_line(key(k)), one_line(reason));
 }
 
 std::optional<std::int64_t> TomlView::get_int(std::string_view k) const {

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan {
@@ -67,16 +68,40 @@ std::string upper(std::string s) {
 // list, null), otherwise the referenced scalar's text is spliced into the string.
 class Interpolator {
 public:
-  Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {}
+  Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {
+    // Count the nodes the aliases expand to before building anything: building a copy of an
+    // exponential tree costs far more per node than walking it.
+    std::int64_t budget = kMaxExpandedNodes;
+    auto refuse = [&](const std::string& key) {
+      throw InputError(file_, one_line(key), fmt::format("the file expands through anchors/aliases to more than {} nodes; "
+                                               "refusing it (docs/limits.md)", kMaxExpandedNodes));
+    };
+    if (root_.IsMap()) {
+      for (const auto& kv : root_)  // name the top-level key whose value blows the budget
+        if (!walk_within(kv.second, budget)) refuse(kv.first.IsScalar() ? kv.first.Scalar() : "");
+    } else if (!walk_within(root_, budget)) {
+      refuse("");
+    }
+  }
 
   YAML::Node resolve(const YAML::Node& n, const std::string& where, int depth = 0) {
-    if (depth > 32) throw InputError(file_, where, "interpolation cycle (more than 32 nested ${...})");
+    if (depth > 32) throw InputError(file_, one_line(where), "interpolation cycle (more than 32 nested ${...})");
+    // Aliases and interpolations share nodes, so a small file can expand exponentially ("billion
+    // laughs"): every node and byte the expansion produces counts against one budget.
+    if (++nodes_ > kMaxExpandedNodes)
+      throw InputError(file_, one_line(where), fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+                                                 "than {} nodes; refusing it (docs/limits.md)", kMaxExpandedNodes));
     switch (n.Type()) {
       case YAML::NodeType::Map: {
         YAML::Node out(YAML::NodeType::Map);
         for (const auto& kv : n) {
+          if (!kv.first.IsScalar())
+            throw InputError(file_, one_line(where), "a map key is itself a map or list; keys must be plain names");
           const std::string k = kv.first.Scalar();
-          out[k] = resolve(kv.second, where.empty() ? k : where + "." + k, depth);
+          const std::string at = where.empty() ? k : where + "." + k;
+          // OmegaConf rejects a repeated key; yaml-cpp would silently keep the first.
+          if (out[k]) throw InputError(file_, one_line(at), "duplicate key (OmegaConf rejects it)");
+          out[k] = resolve(kv.second, at, depth);
         }
         return out;
       }
@@ -92,8 +117,28 @@ public:
   }
 
 private:
+  static bool walk_within(const YAML::Node& n, std::int64_t& budget) {
+    if (--budget < 0) return false;
+    if (n.IsMap()) {
+      for (const auto& kv : n)
+        if (!walk_within(kv.second, budget)) return false;
+    } else if (n.IsSequence()) {
+      for (const auto& e : n)
+        if (!walk_within(e, budget)) return false;
+    }
+    return true;
+  }
+
+  static constexpr std::int64_t kMaxExpandedNodes = 20'000;  // real llm-foundry YAMLs: a few hundred
+  static constexpr std::size_t kMaxExpandedBytes = std::size_t{1} << 24;  // 16 MiB of scalar text
+
   YAML::Node resolve_scalar(const YAML::Node& n, const std::string& where, int depth) {
     std::string s = n.Scalar();
+    bytes_ += s.size();
+    if (bytes_ > kMaxExpandedBytes)
+      throw InputError(file_, one_line(where), fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
+                                                 "than {} bytes of text; refusing it (docs/limits.md)",
+                                                 kMaxExpandedBytes));
     if (s.find("${") == std::string::npos) return YAML::Clone(n);
     // Whole value is one reference: substitute the node itself.
     if (s.rfind("${", 0) == 0 && s.back() == '}' && s.find("${", 2) == std::string::npos &&
@@ -111,8 +156,12 @@ private:
       std::string text;
       if (v.IsNull()) text = "None";  // OmegaConf renders a null as Python's None
       else if (v.IsScalar()) text = v.Scalar();
-      else throw InputError(file_, where, fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
+      else throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}} inside a string refers to a map or list", ref));
       s = s.substr(0, open) + text + s.substr(close + 1);
+      bytes_ += s.size();
+      if (bytes_ > kMaxExpandedBytes)
+        throw InputError(file_, one_line(where), fmt::format("interpolations expand to more than {} bytes of text; refusing it "
+                                                   "(docs/limits.md)", kMaxExpandedBytes));
     }
     return YAML::Node(s);
   }
@@ -135,9 +184,9 @@ private:
       if (fn == "oc.env" || fn == "env") {
         if (const char* e = std::getenv(trim(arg).c_str()); e != nullptr) return YAML::Node(std::string(e));
         if (dflt) return YAML::Node(trim(*dflt));
-        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: environment variable {} is not set", ref, trim(arg)));
+        throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: environment variable {} is not set", ref, trim(arg)));
       }
-      throw InputError(file_, where, fmt::format("interpolation ${{{}}}: resolver '{}' is not supported", ref, fn));
+      throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: resolver '{}' is not supported", ref, fn));
     }
     // yaml-cpp nodes are references: operator= would overwrite the node `cur` points at, so the
     // walk rebinds with reset() and reads through const nodes (non-const [] inserts keys).
@@ -152,12 +201,13 @@ private:
       const YAML::Node& c = cur;
       YAML::Node next;
       if (c.IsMap() && c[part]) next.reset(c[part]);
-      else if (c.IsSequence() && !part.empty() &&
+      // At most 9 digits: a longer index is past any list and would overflow stoul.
+      else if (c.IsSequence() && !part.empty() && part.size() <= 9 &&
                std::all_of(part.begin(), part.end(), [](unsigned char ch) { return std::isdigit(ch); }) &&
                std::stoul(part) < c.size())
         next.reset(c[std::stoul(part)]);
       else
-        throw InputError(file_, where, fmt::format("interpolation ${{{}}}: '{}' is not defined", ref, walked));
+        throw InputError(file_, one_line(where), fmt::format("interpolation ${{{}}}: '{}' is not defined", ref, walked));
       cur.reset(next);
       if (dot == std::string::npos) break;
       pos = dot + 1;
@@ -167,6 +217,8 @@ private:
 
   std::string file_;
   YAML::Node root_;
+  std::int64_t nodes_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -186,7 +238,7 @@ public:
   const YAML::Node& node() const { return node_; }
 
   [[noreturn]] void fail(std::string_view k, const std::string& reason) const {
-    throw InputError(file_, key(k), one_line(reason));
+    throw InputError(file_, one_line(key(k)), one_line(reason));
   }
 
   std::optional<std::int64_t> get_int(const std::string& k) const {
@@ -354,7 +406,7 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
       rc.model = import_hf_config(j, file);
     } catch (const InputError& e) {
       // The shape keys live under model: in the YAML.
-      throw InputError(file, e.key().empty() ? "model" : "model." + e.key(), e.reason());
+      throw InputError(file, one_line(e.key().empty() ? "model" : "model." + e.key()), one_line(e.reason()));
     }
     if (rc.model.name.empty() || rc.model.name == "mpt") rc.model.name = importer::file_stem(file);
     return;
@@ -371,7 +423,8 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
     if (auto ov = model->map("config_overrides")) {
       for (const auto& k : ov->keys()) {
         if (k == "max_seq_len" || k == "max_position_embeddings") {
-          if (auto v = ov->get_int(k)) rc.model.max_seq_len = *v;
+          if (auto v = ov->get_int(k))
+            rc.model.max_seq_len = limits::check_count(file, ov->key(k), *v, 1, limits::kMaxSeqLen, "the sequence length");
         } else if (k == "attn_config" || k == "use_cache" || k.find("pdrop") != std::string::npos ||
                    k.find("dropout") != std::string::npos) {
           // Runtime-only settings: no effect on shapes.
@@ -435,6 +488,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   const auto seq = top.get_int("max_seq_len");
   if (!seq) top.fail("max_seq_len", "required");
   if (*seq <= 0) top.fail("max_seq_len", fmt::format("must be positive, got {}", *seq));
+  limits::check_count(path, "max_seq_len", *seq, 1, limits::kMaxSeqLen, "the sequence length");
   rc.job.seq_len = *seq;
   const auto global = top.get_int("global_train_batch_size");
   if (!global) top.fail("global_train_batch_size", "required");
@@ -619,8 +673,11 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       if (rep) degree_ok("data_parallel_replicate_degree", *rep);
       if (rep && *rep == -1 && shard == -1)
         fsdp->fail("data_parallel_replicate_degree", "at most one mesh degree may be -1");
-      plan.mesh.dp_shard = static_cast<int>(shard);
-      plan.mesh.dp_replicate = rep ? static_cast<int>(*rep) : 1;
+      auto narrow = [&](const std::string& k, std::int64_t v) {
+        return v == -1 ? -1 : limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
+      };
+      plan.mesh.dp_shard = narrow("data_parallel_shard_degree", shard);
+      plan.mesh.dp_replicate = rep ? narrow("data_parallel_replicate_degree", *rep) : 1;
       if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
         plan.sharding = Sharding::zero3;
         plan.reshard_after_forward = true;
@@ -655,7 +712,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       auto limit = [&](const std::string& k) {
         const auto v = fsdp->get_int(k).value_or(1);
         if (v <= 0) fsdp->fail(k, fmt::format("must be positive, got {}", v));
-        return static_cast<int>(v);
+        return limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxLayers, "prefetched layers (the layer maximum)");
       };
       plan.forward_prefetch_limit = limit("forward_prefetch_limit");
       plan.backward_prefetch_limit = limit("backward_prefetch_limit");
@@ -677,7 +734,8 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       if (*deg == 1) {
         rc.warnings.push_back("tp_config.tensor_parallel_degree: 1 is dropped by Composer (no TP)");
       } else {
-        plan.mesh.tp = static_cast<int>(*deg);
+        plan.mesh.tp = limits::check_int(path, tp->key("tensor_parallel_degree"), *deg, 1, limits::kMaxGpus,
+                                         "a mesh degree (the GPU maximum)");
         plan.tp_style = TpStyle::mlp_only;
         plan.sequence_parallel = false;
       }

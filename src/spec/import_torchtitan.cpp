@@ -9,6 +9,7 @@
 #include <map>
 
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan {
@@ -282,7 +283,7 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
     if (v <= 0)
       par.fail(key, allow_minus_one ? fmt::format("must be positive or -1, got {}", v)
                                     : fmt::format("must be positive, got {} (only data_parallel_shard_degree may be -1)", v));
-    return static_cast<int>(v);
+    return limits::check_int(path, par.key(key), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
   };
   Mesh& mesh = plan.mesh;
   mesh.dp_replicate = degree("data_parallel_replicate_degree", 1, false);
@@ -340,8 +341,13 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
     if (pp) {
       if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
         if (*lps <= 0) par.fail("pipeline_parallel_layers_per_stage", fmt::format("must be positive, got {}", *lps));
-        const std::int64_t first = par.get_int("pipeline_parallel_first_stage_less_layers").value_or(1);
-        const std::int64_t last = par.get_int("pipeline_parallel_last_stage_less_layers").value_or(1);
+        limits::check_count(path, par.key("pipeline_parallel_layers_per_stage"), *lps, 1, limits::kMaxLayers, "layers");
+        const std::int64_t first = limits::check_count(
+            path, par.key("pipeline_parallel_first_stage_less_layers"),
+            par.get_int("pipeline_parallel_first_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
+        const std::int64_t last = limits::check_count(
+            path, par.key("pipeline_parallel_last_stage_less_layers"),
+            par.get_int("pipeline_parallel_last_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
         const std::int64_t eff = rc.model.n_layers + (early ? first + last : 0);
         const std::int64_t stages = (eff + *lps - 1) / *lps;
         if (stages % mesh.pp != 0)
@@ -373,6 +379,7 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   // ---- batch (torchtitan/train.py)
   const std::int64_t local = training.get_int("local_batch_size").value_or(8);
   if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
+  limits::check_count(path, training.key("local_batch_size"), local, 1, limits::kMaxBatch, "sequences per step");
   const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
   if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
   const std::int64_t seq = training.get_int("seq_len").value_or(2048);

@@ -17,6 +17,7 @@
 
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -144,7 +145,9 @@ private:
 };
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
-constexpr std::int64_t kSizeMax = std::int64_t{1} << 40;  // far above any real width, far below overflow
+// Every width, vocabulary and context maximum (docs/limits.md) is at most 2^24; validate() then
+// applies each field's own maximum.
+constexpr std::int64_t kSizeMax = limits::kMaxSeqLen;
 
 ModelSpec model_from_toml(const toml::table& root, const std::string& file, const std::string& stem) {
   const TomlReader r(root, file, "");
@@ -227,6 +230,9 @@ ModelSpec load_model_json(const fs::path& path) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     throw InputError(file, "", "JSON syntax error: " + what);
+  } catch (const json::exception&) {
+    // out_of_range 406: a number past a double; the library's message repeats the whole number.
+    throw InputError(file, "", "JSON number out of range (larger than a 64-bit float holds)");
   }
   return import_hf_config(config, file);
 }
@@ -272,7 +278,7 @@ public:
                                ? kSizeMax + 1
                                : v->get<std::int64_t>();
     if (x <= 0) throw error(k, fmt::format("must be a positive integer, got {}", x));
-    if (x > kSizeMax) throw error(k, fmt::format("{} is implausibly large", v->dump()));
+    if (x > kSizeMax) throw error(k, fmt::format("{} is above the maximum {} (docs/limits.md)", v->dump(), kSizeMax));
     return x;
   }
   std::int64_t req_size(std::string_view k) const {

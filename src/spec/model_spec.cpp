@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -120,6 +121,34 @@ void validate(const ModelSpec& m, const std::string& file) {
   non_negative(m.max_seq_len, "max_seq_len");
   non_negative(m.moe.n_experts, "moe.n_experts");
   non_negative(m.moe.n_shared_experts, "moe.n_shared_experts");
+  // Upper bounds (docs/limits.md): below them every parameter count below fits 64 bits.
+  auto at_most = [&](std::int64_t v, const char* key, std::int64_t max, const char* what) {
+    limits::check_count(file, key, v, 0, max, what);
+  };
+  at_most(m.n_layers, "n_layers", limits::kMaxLayers, "layers");
+  at_most(m.d_model, "d_model", limits::kMaxWidth, "the model width");
+  at_most(m.n_heads, "n_heads", limits::kMaxHeads, "attention heads");
+  at_most(m.n_kv_heads, "n_kv_heads", limits::kMaxHeads, "kv heads");
+  at_most(m.head_dim, "head_dim", limits::kMaxHeadDim, "the head dimension");
+  at_most(m.ffn_hidden, "ffn_hidden", limits::kMaxWidth, "the MLP width");
+  at_most(m.vocab, "vocab", limits::kMaxVocab, "the vocabulary");
+  at_most(m.max_seq_len, "max_seq_len", limits::kMaxSeqLen, "the sequence length");
+  at_most(m.moe.n_experts, "moe.n_experts", limits::kMaxExperts, "experts");
+  at_most(m.moe.n_shared_experts, "moe.n_shared_experts", limits::kMaxExperts, "experts");
+  at_most(m.moe.expert_ffn, "moe.expert_ffn", limits::kMaxWidth, "the MLP width");
+  // Widths, heads and experts each in range can still multiply past 64 bits; count in double first.
+  const double d = static_cast<double>(m.d_model);
+  const double q = static_cast<double>(m.n_heads) * static_cast<double>(m.head_dim);
+  const double kv = static_cast<double>(m.n_kv_heads) * static_cast<double>(m.head_dim);
+  const double f = m.moe.enabled() ? static_cast<double>(m.moe.expert_ffn) *
+                                         static_cast<double>(m.moe.n_experts + m.moe.n_shared_experts)
+                                   : static_cast<double>(m.ffn_hidden);
+  const double total = static_cast<double>(m.n_layers) * (2 * d * q + 2 * d * kv + 3 * d * f + 4 * d) +
+                       2 * static_cast<double>(m.vocab) * d + static_cast<double>(m.max_seq_len) * d;
+  if (total > limits::kMaxParams)
+    throw InputError(file, "n_layers",
+                     fmt::format("the shape gives {:.3g} parameters, above the maximum {:.3g} (docs/limits.md)", total,
+                                 limits::kMaxParams));
 }
 
 }  // namespace meshplan

@@ -20,6 +20,7 @@
 
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
+#include "spec/import_common.hpp"
 
 namespace meshplan {
 namespace {
@@ -262,7 +263,7 @@ NcclTable read_table(const fs::path& path) {
   try {
     root = toml::parse_file(path.string());
   } catch (const toml::parse_error& e) {
-    ctx.fail("", std::string("TOML syntax error: ") + std::string(e.description()) + " (line " +
+    ctx.fail("", std::string("TOML syntax error: ") + importer::one_line(e.description()) + " (line " +
                      std::to_string(e.source().begin.line) + ")");
   }
   read_sources(ctx, root);

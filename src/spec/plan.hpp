@@ -21,8 +21,13 @@ struct Mesh {
   int cp = 1;            // context parallel: sequence split across ranks
   int tp = 1;            // tensor parallel
   int ep = 1;            // expert parallel (MoE)
+  // Saturates at INT64_MAX instead of wrapping: callers compare it against the GPU count, and
+  // degrees straight from a file can be anything up to INT_MAX each.
   std::int64_t world() const {
-    return static_cast<std::int64_t>(pp) * dp_replicate * dp_shard * cp * tp;
+    std::int64_t w = 1;
+    for (int d : {pp, dp_replicate, dp_shard, cp, tp})
+      if (__builtin_mul_overflow(w, static_cast<std::int64_t>(d), &w)) return INT64_MAX;
+    return w;
   }
   int dp() const { return dp_replicate * dp_shard; }
 };

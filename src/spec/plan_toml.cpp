@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 
 namespace meshplan {
@@ -52,10 +53,11 @@ E get_enum(const TomlView& v, std::string_view key, E dflt, Parse parse, const c
   return *e;
 }
 
-std::int64_t positive(const TomlView& v, std::string_view key, std::int64_t dflt) {
+std::int64_t positive(const TomlView& v, std::string_view key, std::int64_t dflt, std::int64_t max,
+                      const char* what) {
   const std::int64_t x = v.get_int(key).value_or(dflt);
   if (x <= 0) v.fail(key, fmt::format("must be positive, got {}", x));
-  return x;
+  return limits::check_count(v.file(), v.key(key), x, 1, max, what);
 }
 
 Dtype get_dtype(const TomlView& v, std::string_view key, Dtype dflt) {
@@ -101,30 +103,31 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
       if (!m.has(k)) m.fail(k, "required for an inline model (no preset or hf_config)");
     if (!name) m.fail("name", "required for an inline model (a label for reports)");
   }
-  auto i64 = [&](const char* k, std::int64_t& field) {
-    if (auto v = m.get_int(k)) field = *v;
+  // Bounds before narrowing: a count that does not fit an int must not wrap to a small one.
+  auto i64 = [&](const char* k, std::int64_t& field, std::int64_t max, const char* what) {
+    if (auto v = m.get_int(k)) field = limits::check_count(path, m.key(k), *v, 0, max, what);
   };
-  auto i32 = [&](const char* k, int& field) {
-    if (auto v = m.get_int(k)) field = static_cast<int>(*v);
+  auto i32 = [&](const char* k, int& field, std::int64_t max, const char* what) {
+    if (auto v = m.get_int(k)) field = limits::check_int(path, m.key(k), *v, 0, max, what);
   };
   auto flag = [&](const char* k, bool& field) {
     if (auto v = m.get_bool(k)) field = *v;
   };
-  i32("n_layers", spec.n_layers);
-  i64("d_model", spec.d_model);
-  i32("n_heads", spec.n_heads);
-  i32("n_kv_heads", spec.n_kv_heads);
-  i64("head_dim", spec.head_dim);
-  i64("ffn_hidden", spec.ffn_hidden);
-  i64("vocab", spec.vocab);
+  i32("n_layers", spec.n_layers, limits::kMaxLayers, "layers");
+  i64("d_model", spec.d_model, limits::kMaxWidth, "the model width");
+  i32("n_heads", spec.n_heads, limits::kMaxHeads, "attention heads");
+  i32("n_kv_heads", spec.n_kv_heads, limits::kMaxHeads, "kv heads");
+  i64("head_dim", spec.head_dim, limits::kMaxHeadDim, "the head dimension");
+  i64("ffn_hidden", spec.ffn_hidden, limits::kMaxWidth, "the MLP width");
+  i64("vocab", spec.vocab, limits::kMaxVocab, "the vocabulary");
   flag("tied_embeddings", spec.tied_embeddings);
   flag("linear_bias", spec.linear_bias);
   flag("norm_bias", spec.norm_bias);
-  i64("max_seq_len", spec.max_seq_len);
-  i32("moe_experts", spec.moe.n_experts);
-  i32("moe_top_k", spec.moe.top_k);
-  i64("moe_expert_ffn", spec.moe.expert_ffn);
-  i32("moe_shared_experts", spec.moe.n_shared_experts);
+  i64("max_seq_len", spec.max_seq_len, limits::kMaxSeqLen, "the sequence length");
+  i32("moe_experts", spec.moe.n_experts, limits::kMaxExperts, "experts");
+  i32("moe_top_k", spec.moe.top_k, limits::kMaxExperts, "experts");
+  i64("moe_expert_ffn", spec.moe.expert_ffn, limits::kMaxWidth, "the MLP width");
+  i32("moe_shared_experts", spec.moe.n_shared_experts, limits::kMaxExperts, "experts");
   spec.mlp = get_enum(m, "mlp", spec.mlp, parse_mlp_kind, "gelu, swiglu, relu2");
   spec.pos_emb = get_enum(m, "pos_emb", spec.pos_emb, parse_pos_emb, "rope, learned, alibi, none");
   spec.norm = get_enum(m, "norm", spec.norm, parse_norm_kind, "rmsnorm, layernorm");
@@ -133,8 +136,13 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
   // Derived defaults: MHA when kv heads are not given; head_dim from the width when the width or
   // head count changed without an explicit head_dim.
   if (!from_base && !m.has("n_kv_heads")) spec.n_kv_heads = spec.n_heads;
-  if (!m.has("head_dim") && (m.has("d_model") || m.has("n_heads")) && spec.n_heads > 0)
+  if (!m.has("head_dim") && (m.has("d_model") || m.has("n_heads")) && spec.n_heads > 0) {
+    // The other loaders reject a width the heads do not divide; flooring would change the model.
+    if (spec.d_model % spec.n_heads != 0)
+      m.fail("n_heads", fmt::format("d_model {} is not divisible by n_heads {}; give head_dim explicitly",
+                                    spec.d_model, spec.n_heads));
     spec.head_dim = spec.d_model / spec.n_heads;
+  }
   // Errors name the plan key: [model] + the ModelSpec field.
   try {
     validate(spec, path);
@@ -197,7 +205,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   rc.cluster = cluster.get_string("profile").value_or("");
   if (auto g = cluster.get_int("gpus")) {
     if (*g <= 0) cluster.fail("gpus", fmt::format("must be positive, got {}", *g));
-    rc.n_gpus = *g;
+    rc.n_gpus = limits::check_count(path, cluster.key("gpus"), *g, 1, limits::kMaxGpus, "GPUs");
   }
 
   // [layout]
@@ -206,7 +214,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     const std::int64_t v = layout.get_int(k).value_or(dflt);
     if (v == -1) return -1;
     if (v <= 0) layout.fail(k, fmt::format("must be positive or -1 (absorbs the rest of the GPUs), got {}", v));
-    return static_cast<int>(v);
+    return limits::check_int(path, layout.key(k), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
   };
   Mesh& mesh = plan.mesh;
   mesh.pp = degree("pp", 1);
@@ -214,8 +222,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   mesh.dp_shard = degree("dp_shard", -1);
   mesh.cp = degree("cp", 1);
   mesh.tp = degree("tp", 1);
-  mesh.vpp = static_cast<int>(positive(layout, "vpp", 1));
-  mesh.ep = static_cast<int>(positive(layout, "ep", 1));
+  mesh.vpp = static_cast<int>(positive(layout, "vpp", 1, limits::kMaxLayers, "virtual stages (the layer maximum)"));
+  mesh.ep = static_cast<int>(positive(layout, "ep", 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)"));
   plan.tp_style = get_enum(layout, "tp_style", TpStyle::full,
                            [](std::string_view s) -> std::optional<TpStyle> {
                              if (s == "full") return TpStyle::full;
@@ -239,8 +247,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.backward_prefetch = get_enum(sh, "backward_prefetch", BackwardPrefetch::backward_pre,
                                     parse_backward_prefetch, "none, BACKWARD_PRE, BACKWARD_POST");
   plan.forward_prefetch = sh.get_bool("forward_prefetch").value_or(false);
-  plan.forward_prefetch_limit = static_cast<int>(positive(sh, "forward_prefetch_limit", 1));
-  plan.backward_prefetch_limit = static_cast<int>(positive(sh, "backward_prefetch_limit", 1));
+  plan.forward_prefetch_limit = static_cast<int>(positive(sh, "forward_prefetch_limit", 1, limits::kMaxLayers, "prefetched layers (the layer maximum)"));
+  plan.backward_prefetch_limit = static_cast<int>(positive(sh, "backward_prefetch_limit", 1, limits::kMaxLayers, "prefetched layers (the layer maximum)"));
   plan.limit_all_gathers = sh.get_bool("limit_all_gathers").value_or(true);
   plan.grad_sync_every_microbatch = sh.get_bool("grad_sync_every_microbatch").value_or(true);
 
@@ -262,7 +270,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   const TomlView ac = section("activation_checkpoint", kAcKeys);
   plan.ac = get_enum(ac, "mode", AcMode::none, parse_ac_mode,
                      "none, full, selective-layer, selective-op, selective-attn");
-  plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1));
+  plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1, limits::kMaxLayers, "layers"));
   plan.ac_reentrant = ac.get_bool("reentrant").value_or(false);
 
   // [offload]
@@ -273,18 +281,18 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   // [batch]
   const TomlView bt = section("batch", kBatchKeys);
   if (!bt.has("seq_len")) bt.fail("seq_len", "required");
-  rc.job.seq_len = positive(bt, "seq_len", 0);
+  rc.job.seq_len = positive(bt, "seq_len", 0, limits::kMaxSeqLen, "the sequence length");
   if (const toml::node* mb = bt.table().get("micro_batch"); mb != nullptr && mb->is_string()) {
     if (mb->value_or(std::string()) != "auto") bt.fail("micro_batch", "expected a positive integer or \"auto\"");
     rc.job.micro_batch = 0;
   } else {
-    rc.job.micro_batch = positive(bt, "micro_batch", 1);
+    rc.job.micro_batch = positive(bt, "micro_batch", 1, limits::kMaxBatch, "sequences per step");
   }
-  rc.job.global_batch = bt.has("global_batch") ? positive(bt, "global_batch", 0) : 0;
-  rc.job.grad_accum = bt.has("grad_accum") ? positive(bt, "grad_accum", 0) : 0;
+  rc.job.global_batch = bt.has("global_batch") ? positive(bt, "global_batch", 0, limits::kMaxBatch, "sequences per step") : 0;
+  rc.job.grad_accum = bt.has("grad_accum") ? positive(bt, "grad_accum", 0, limits::kMaxGradAccum, "micro-batches per step") : 0;
   if (rc.job.global_batch == 0 && rc.job.grad_accum == 0)
     bt.fail("global_batch", "required (or grad_accum, from which global = dp x micro_batch x grad_accum)");
-  rc.job.pp_microbatches = bt.has("pp_microbatches") ? positive(bt, "pp_microbatches", 0) : 0;
+  rc.job.pp_microbatches = bt.has("pp_microbatches") ? positive(bt, "pp_microbatches", 0, limits::kMaxGradAccum, "micro-batches per step") : 0;
 
   // [runtime]
   const TomlView rt = section("runtime", kRuntimeKeys);

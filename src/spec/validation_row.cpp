@@ -17,6 +17,7 @@
 
 #include "spec/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -218,6 +219,19 @@ public:
     if (v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", col, v)};
     return v;
   }
+  // positive() with the documented maximum (docs/limits.md), checked before any narrowing.
+  std::int64_t count(std::string_view col, std::int64_t max) const {
+    const std::int64_t v = positive(col);
+    if (v > max) throw Skip{fmt::format("{}: {} is above the maximum {} (docs/limits.md)", col, v, max)};
+    return v;
+  }
+  std::optional<std::int64_t> opt_count(std::string_view col, std::int64_t max) const {
+    const auto v = opt_int(col);
+    if (v && (*v <= 0 || *v > max))
+      throw Skip{*v <= 0 ? fmt::format("{}: must be positive, got {}", col, *v)
+                         : fmt::format("{}: {} is above the maximum {} (docs/limits.md)", col, *v, max)};
+    return v;
+  }
   std::optional<double> opt_num(std::string_view col) const {
     const std::string s = trim(r_.get(col));
     if (s.empty()) return std::nullopt;
@@ -269,10 +283,10 @@ bool is_megatron_family(const std::string& fw) {
 ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::vector<std::string>& notes) {
   ModelSpec m;
   m.name = r.str("model").empty() ? r.str("id") : r.str("model");
-  m.n_layers = static_cast<int>(r.positive("n_layers"));
-  m.d_model = r.positive("d_model");
-  m.n_heads = static_cast<int>(r.positive("n_heads"));
-  if (auto kv = r.opt_int("n_kv_heads")) {
+  m.n_layers = static_cast<int>(r.count("n_layers", limits::kMaxLayers));
+  m.d_model = r.count("d_model", limits::kMaxWidth);
+  m.n_heads = static_cast<int>(r.count("n_heads", limits::kMaxHeads));
+  if (auto kv = r.opt_count("n_kv_heads", limits::kMaxHeads)) {
     m.n_kv_heads = static_cast<int>(*kv);
   } else {
     m.n_kv_heads = m.n_heads;
@@ -285,7 +299,7 @@ ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::
   const std::string mlp = r.vocab("mlp", {"gelu", "swiglu", "relu2"});
   if (mlp.empty()) throw Skip{"mlp is empty and the simulator needs it"};
   m.mlp = mlp == "swiglu" ? MlpKind::swiglu : mlp == "relu2" ? MlpKind::relu2 : MlpKind::gelu;
-  if (auto f = r.opt_int("ffn_hidden")) {
+  if (auto f = r.opt_count("ffn_hidden", limits::kMaxWidth)) {
     m.ffn_hidden = *f;
   } else {
     if (m.mlp == MlpKind::swiglu) throw Skip{"ffn_hidden is empty and a SwiGLU width has no single convention"};
@@ -311,8 +325,8 @@ ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::
     notes.push_back(fmt::format("tied_embeddings empty: {} assumed from the position scheme",
                                 gpt_style ? "tied" : "untied"));
   }
-  m.max_seq_len = r.positive("seq_len");
-  if (auto v = r.opt_int("vocab")) {
+  m.max_seq_len = r.count("seq_len", limits::kMaxSeqLen);
+  if (auto v = r.opt_count("vocab", limits::kMaxVocab)) {
     m.vocab = *v;
   } else {
     std::string why;
@@ -393,7 +407,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     } else {
       vc.cluster = gpu;  // a100-unknown resolves through hardware_profiles/aliases.toml
     }
-    if (auto g = r.opt_int("gpus_per_node")) {
+    if (auto g = r.opt_count("gpus_per_node", limits::kMaxGpusPerNode)) {
       if (*g <= 0) throw Skip{fmt::format("gpus_per_node: must be positive, got {}", *g)};
       vc.gpus_per_node = static_cast<int>(*g);
     }
@@ -410,23 +424,23 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     Mesh& mesh = p.mesh;
 
     // ---- mesh
-    const std::int64_t n_gpus = r.positive("n_gpus");
-    mesh.pp = static_cast<int>(r.positive("pp"));
-    mesh.dp_replicate = static_cast<int>(r.positive("dp_replicate"));
-    mesh.dp_shard = static_cast<int>(r.positive("dp_shard"));
-    mesh.tp = static_cast<int>(r.positive("tp"));
-    if (auto cp = r.opt_int("cp")) {
+    const std::int64_t n_gpus = r.count("n_gpus", limits::kMaxGpus);
+    mesh.pp = static_cast<int>(r.count("pp", limits::kMaxGpus));
+    mesh.dp_replicate = static_cast<int>(r.count("dp_replicate", limits::kMaxGpus));
+    mesh.dp_shard = static_cast<int>(r.count("dp_shard", limits::kMaxGpus));
+    mesh.tp = static_cast<int>(r.count("tp", limits::kMaxGpus));
+    if (auto cp = r.opt_count("cp", limits::kMaxGpus)) {
       if (*cp <= 0) throw Skip{fmt::format("cp: must be positive, got {}", *cp)};
       mesh.cp = static_cast<int>(*cp);
     } else {
       mesh.cp = 1;
       notes.push_back("cp empty: 1 assumed");
     }
-    if (auto ep = r.opt_int("ep")) {
+    if (auto ep = r.opt_count("ep", limits::kMaxGpus)) {
       if (*ep <= 0) throw Skip{fmt::format("ep: must be positive, got {}", *ep)};
       mesh.ep = static_cast<int>(*ep);
     }
-    if (auto vpp = r.opt_int("vpp")) {
+    if (auto vpp = r.opt_count("vpp", limits::kMaxLayers)) {
       if (*vpp <= 0) throw Skip{fmt::format("vpp: must be positive, got {}", *vpp)};
       mesh.vpp = static_cast<int>(*vpp);
     } else {
@@ -619,15 +633,22 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
 
     // ---- batch: micro x grad_accum x dp = global; fill the one missing value.
     Job& j = rc.job;
-    j.seq_len = r.positive("seq_len");
+    j.seq_len = r.count("seq_len", limits::kMaxSeqLen);
     const std::int64_t dp = static_cast<std::int64_t>(mesh.dp_replicate) * mesh.dp_shard;
-    auto mb = r.opt_int("micro_batch");
-    auto gb = r.opt_int("global_batch");
-    auto ga = r.opt_int("grad_accum");
+    if (mesh.world() > limits::kMaxGpus)
+      throw Skip{fmt::format("pp x dp_replicate x dp_shard x cp x tp is above the maximum {} GPUs (docs/limits.md)",
+                             limits::kMaxGpus)};
+    // Bounded first: the products below stay far inside 64 bits.
+    auto mb = r.opt_count("micro_batch", limits::kMaxBatch);
+    auto gb = r.opt_count("global_batch", limits::kMaxBatch);
+    auto ga = r.opt_count("grad_accum", limits::kMaxGradAccum);
     for (auto [name, v] : {std::pair{"micro_batch", mb}, std::pair{"global_batch", gb}, std::pair{"grad_accum", ga}})
       if (v && *v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", name, *v)};
     if (!gb && mb && ga) {
-      gb = *mb * *ga * dp;
+      gb = limits::mul3(*mb, *ga, dp).value_or(INT64_MAX);
+      if (*gb > limits::kMaxBatch)
+        throw Skip{fmt::format("micro_batch x grad_accum x dp is above the maximum {} sequences (docs/limits.md)",
+                               limits::kMaxBatch)};
     } else if (gb && mb && !ga) {
       if (*gb % (*mb * dp) != 0)
         throw Skip{fmt::format("global_batch {} is not divisible by micro_batch {} x dp {}", *gb, *mb, dp)};
@@ -650,7 +671,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     j.micro_batch = *mb;
     j.global_batch = *gb;
     j.grad_accum = *ga;
-    if (j.micro_batch * j.grad_accum * dp != j.global_batch)
+    if (limits::mul3(j.micro_batch, j.grad_accum, dp) != j.global_batch)
       throw Skip{fmt::format("micro_batch {} x grad_accum {} x dp {} != global_batch {}", j.micro_batch, j.grad_accum,
                              dp, j.global_batch)};
     // Megatron and DeepSpeed run all micro-batches through one pipeline schedule.

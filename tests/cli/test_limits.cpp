@@ -1,0 +1,446 @@
+// Catalogued bad inputs (files and arguments) from the reliability audit (issue 20) and the
+// new-user report (issue 19 items 1, 12-14, 16): each one is refused with exit code 2 and one line
+// on stderr naming the file or flag, the key and the reason; counts above their documented
+// maximum (docs/limits.md) are refused at once; written files are all-or-nothing.
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../test_paths.hpp"
+
+namespace fs = std::filesystem;
+using meshplan::test::data_root;
+using meshplan::test::meshplan_bin;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+fs::path scratch() {
+  static const fs::path d = [] {
+    const fs::path p = fs::temp_directory_path() / ("meshplan_limits_test_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+Run run(const std::string& args, const fs::path& cwd = {}) {
+  const fs::path err_file = scratch() / "stderr.txt";
+  std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
+  if (!cwd.empty()) cmd = "cd " + cwd.string() + " && " + cmd;
+  Run r;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) r.out += buf.data();
+  const int status = pclose(p);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return r;
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const fs::path p = scratch() / name;
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  REQUIRE_MESSAGE(pos != std::string::npos, from);
+  text.replace(pos, from.size(), to);
+  return text;
+}
+
+std::string example(const std::string& name) { return read(data_root() / "plans" / "examples" / name); }
+std::string corpus(const std::string& target, const std::string& name) {
+  return (data_root() / "tests" / "fuzz" / "corpus" / target / name).string();
+}
+
+const char* kPlan = R"([model]
+name = "llama3.1-8b"
+[cluster]
+gpus = 8
+[layout]
+dp_shard = 8
+[batch]
+seq_len = 4096
+global_batch = 16
+micro_batch = 1
+)";
+
+const char* kInline = R"([model]
+name = "inline"
+n_layers = 24
+d_model = 2048
+n_heads = 16
+ffn_hidden = 8192
+mlp = "gelu"
+vocab = 50368
+pos_emb = "learned"
+max_seq_len = 2048
+norm = "layernorm"
+[cluster]
+gpus = 8
+[layout]
+dp_shard = 8
+[batch]
+seq_len = 2048
+global_batch = 64
+micro_batch = 1
+)";
+
+struct Case {
+  std::string args;
+  std::vector<std::string> needles;  // the file or flag, the key, the reason (each must appear)
+};
+
+void check_case(const Case& c) {
+  CAPTURE(c.args);
+  const Run r = run(c.args);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 2);
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  REQUIRE_FALSE(err.empty());
+  CHECK(err.find('\n') == std::string::npos);
+  CHECK(err.size() < 600);  // one readable line, not a 400-digit echo or a repeated message
+  for (const auto& n : c.needles) CHECK_MESSAGE(err.find(n) != std::string::npos, n);
+}
+
+}  // namespace
+
+TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the key and the reason") {
+  const std::string plan = write("plan.toml", kPlan);
+  auto plan_with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    return write(name, replaced(kPlan, from, to));
+  };
+  auto inline_with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    return write(name, replaced(kInline, from, to));
+  };
+  const std::string yaml = example("mpt-7b-8gpu-pure-ac.yaml");
+  auto yaml_with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    return write(name, replaced(yaml, from, to));
+  };
+  const std::string titan = example("torchtitan-llama3.1-8b-8xh100.toml");
+  auto titan_with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    return write(name, replaced(titan, from, to));
+  };
+  const std::string hf = read(corpus("hf_config", "llama3.1-8b.json"));
+  auto hf_with = [&](const std::string& name, const std::string& from, const std::string& to) {
+    return write(name, replaced(hf, from, to));
+  };
+  const std::string nines(400, '9');
+  const std::string plan8 = "plan --model llama3.1-8b --gpus 8 ";
+  const std::string cap = "capacity --model llama3.1-8b ";
+  const std::vector<Case> cases = {
+      // ---- flags: counts above the maximum, non-finite and wrapped numbers (findings 4, 6, 7, 9, 10)
+      {"topology --gpus 100000000", {"--gpus", "100000000", "maximum 1048576"}},
+      {"topology --gpus 99999999999999999999", {"--gpus", "maximum"}},
+      {"topology --mesh pp=2,dp_shard=100000000", {"--mesh", "dp_shard", "maximum"}},
+      {"topology --mesh dp_shard=65536,tp=65536", {"--mesh", "4294967296", "maximum"}},
+      {"topology --mesh pp=2147483647,dp_replicate=2147483647,dp_shard=2147483647,tp=2147483647",
+       {"--mesh", "pp", "maximum"}},
+      {"topology --mesh pp=99999999999999999999", {"--mesh", "pp", "maximum"}},
+      {"layout --gpus 100000000 --dp-shard 100000000", {"--gpus", "maximum"}},
+      {"layout --gpus 8 --dp-shard 8 --layers 2000000000", {"--layers", "maximum"}},
+      {"layout --gpus 4096 --dp-shard 65536 --tp 65536", {"--dp-shard", "maximum"}},
+      {"layout --gpus 8 --pp 99999999999", {"--pp", "maximum"}},
+      {"plan --model llama3.1-8b --gpus 2000000 --global-batch 16", {"--gpus", "maximum"}},
+      {plan8 + "--global-batch 9223372036854775807", {"--global-batch", "maximum"}},
+      {plan8 + "--global-batch 1073741824 --seq 8192", {"--global-batch", "tokens per step"}},
+      {plan8 + "--global-batch-tokens inf", {"--global-batch-tokens", "'inf' is not a number"}},
+      {plan8 + "--global-batch-tokens 1e30", {"--global-batch-tokens", "maximum"}},
+      {plan8 + "--global-batch-tokens nan", {"--global-batch-tokens", "not a number"}},
+      {plan8 + "--global-batch-tokens -4M", {"--global-batch-tokens", "positive"}},
+      {plan8 + "--global-batch-tokens 4Mx", {"--global-batch-tokens", "suffix 'Mx'"}},
+      {plan8 + "--global-batch-tokens 100", {"--global-batch-tokens", "less than one sequence"}},
+      {plan8 + "--global-batch-tokens 4M --headroom nan", {"--headroom", "between 0 and 90"}},
+      {plan8 + "--global-batch-tokens 4M --seq 99999999999", {"--seq", "maximum"}},
+      {plan8 + "--global-batch 16 --threads 0", {"--threads", "positive"}},
+      {cap + "--tokens 1e30 --deadline 60d", {"--tokens", "maximum"}},
+      {cap + "--tokens inf --deadline 60d", {"--tokens", "not a number"}},
+      {cap + "--tokens 15T --deadline 1e-300d", {"--deadline", "outside one minute"}},
+      {cap + "--tokens 15T --deadline inf", {"--deadline", "not a duration"}},
+      {cap + "--tokens 15T --deadline 1e300w", {"--deadline", "outside"}},
+      {cap + "--tokens 15T --deadline 60x", {"--deadline", "unit 'x'"}},
+      {cap + "--tokens 15T --deadline 60d --global-batch-tokens inf", {"--global-batch-tokens", "not a number"}},
+      {cap + "--tokens 15T --gpus 99999999999", {"--gpus", "maximum"}},
+      {cap + "--tokens 15Q --deadline 60d", {"--tokens", "suffix 'Q'"}},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --sizes 1:" + nines, {"--sizes", "maximum"}},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --sizes 1K:2P", {"--sizes", "not a size"}},
+      {"collective --cluster h100-sxm-80gb --gpus 99999999999 --sizes 1K", {"--gpus", "maximum"}},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --gpus-per-node 5000", {"--gpus-per-node", "maximum"}},
+      {"kernel --cluster h100-sxm-80gb --gemm 9223372036854775807x8x8", {"--gemm", "M", "maximum"}},
+      {"kernel --cluster h100-sxm-80gb --gemm 8x99999999999999999999x8", {"--gemm", "N", "maximum"}},
+      {"kernel --cluster h100-sxm-80gb --attention b=1,heads=99999999999,seq=8192,head_dim=128",
+       {"--attention", "maximum"}},
+      {"memory --config " + plan + " --gpus 99999999999", {"--gpus", "maximum"}},
+      {"simulate --config " + plan + " --gpus 2000000", {"--gpus", "maximum"}},
+      // ---- plan TOML (findings 3, 7, 8, 9)
+      {"memory --config " + inline_with("wrap-layers.toml", "n_layers = 24", "n_layers = 4294967320"),
+       {"wrap-layers.toml", "model.n_layers", "maximum"}},
+      {"memory --config " + inline_with("wrap-heads.toml", "n_heads = 16", "n_heads = 4294967312"),
+       {"wrap-heads.toml", "model.n_heads", "maximum"}},
+      {"memory --config " + inline_with("wrap-shard.toml", "dp_shard = 8", "dp_shard = 4294967304"),
+       {"wrap-shard.toml", "layout.dp_shard", "maximum"}},
+      {"simulate --config " + inline_with("layers1e9.toml", "n_layers = 24", "n_layers = 1000000000"),
+       {"layers1e9.toml", "model.n_layers", "maximum"}},
+      {"model " + inline_with("dmodel.toml", "d_model = 2048", "d_model = 4294967296"), {"dmodel.toml"}},
+      {"memory --config " + inline_with("dmodel2.toml", "d_model = 2048", "d_model = 4294967296"),
+       {"dmodel2.toml", "model.d_model", "maximum"}},
+      {"memory --config " + inline_with("heads15.toml", "n_heads = 16", "n_heads = 15"),
+       {"heads15.toml", "model.n_heads", "not divisible"}},
+      {"memory --config " + plan_with("gb.toml", "global_batch = 16", "global_batch = 9223372036854775807"),
+       {"gb.toml", "batch.global_batch", "maximum"}},
+      {"memory --config " + plan_with("ga.toml", "global_batch = 16", "grad_accum = 1048577"),
+       {"ga.toml", "batch.grad_accum", "maximum"}},
+      {"memory --config " + plan_with("seq.toml", "seq_len = 4096", "seq_len = 99999999999"),
+       {"seq.toml", "batch.seq_len", "maximum"}},
+      {"simulate --config " + plan_with("seq2.toml", "seq_len = 4096", "seq_len = 99999999999"),
+       {"seq2.toml", "batch.seq_len", "maximum"}},
+      {"memory --config " + plan_with("mb.toml", "micro_batch = 1", "micro_batch = 1099511627776"),
+       {"mb.toml", "batch.micro_batch", "maximum"}},
+      {"topology --gpus 8 --mesh pp=0", {"--mesh", "pp", "at least 1"}},
+      {"memory --config " +
+           plan_with("world.toml", "dp_shard = 8", "pp = 2147483647\ndp_replicate = 2147483647\ncp = 2147483647\ntp = 2147483647"),
+       {"world.toml", "layout.pp", "maximum"}},
+      {"memory --config " + plan_with("gpus.toml", "gpus = 8", "gpus = 2000000"), {"gpus.toml", "cluster.gpus", "maximum"}},
+      {"memory --config " + plan_with("prof.toml", "gpus = 8", "gpus = 8\nprofile = \"h100-typo\""),
+       {"prof.toml", "cluster.profile", "'h100-typo'", "no such hardware profile"}},
+      {"memory --config " + plan_with("vpp.toml", "dp_shard = 8", "dp_shard = 8\nvpp = 100000"),
+       {"vpp.toml", "layout.vpp", "maximum"}},
+      {"memory --config " + plan_with("ep.toml", "dp_shard = 8", "dp_shard = 8\nep = 2147483648"),
+       {"ep.toml", "layout.ep", "maximum"}},
+      {"memory --config " + plan_with("everyn.toml", "[batch]", "[activation_checkpoint]\nmode = \"selective-layer\"\nevery_n = 99999999999\n[batch]"),
+       {"everyn.toml", "activation_checkpoint.every_n", "maximum"}},
+      {"memory --config " + plan_with("fpl.toml", "[batch]", "[sharding]\nforward_prefetch_limit = 99999999999\n[batch]"),
+       {"fpl.toml", "sharding.forward_prefetch_limit", "maximum"}},
+      {"memory --config " + plan_with("ppmb.toml", "micro_batch = 1", "micro_batch = 1\npp_microbatches = 1099511627776"),
+       {"ppmb.toml", "batch.pp_microbatches", "maximum"}},
+      {"memory --config " + inline_with("vocab.toml", "vocab = 50368", "vocab = 1073741824"),
+       {"vocab.toml", "model.vocab", "maximum"}},
+      {"memory --config " + inline_with("maxseq.toml", "max_seq_len = 2048", "max_seq_len = 99999999999"),
+       {"maxseq.toml", "model.max_seq_len", "maximum"}},
+      {"memory --config " + inline_with("experts.toml", "vocab = 50368", "vocab = 50368\nmoe_experts = 2147483648"),
+       {"experts.toml", "model.moe_experts", "maximum"}},
+      {"simulate --config " + plan_with("steps.toml", "global_batch = 16", "global_batch = 65536"),
+       {"steps.toml", "batch.grad_accum", "layers x 8192 micro-batches"}},
+      {"memory --config " +
+           inline_with("params.toml", "n_layers = 24\nd_model = 2048\nn_heads = 16\nffn_hidden = 8192",
+                       "n_layers = 4096\nd_model = 1048576\nn_heads = 512\nffn_hidden = 1048576"),
+       {"params.toml", "n_layers", "parameters"}},
+      // ---- llm-foundry YAML (findings 3, 5, 8, 10; issue 19 item 14)
+      {"memory --config " + corpus("foundry_yaml", "billion-laughs.yaml"), {"billion-laughs.yaml", "variables", "expands"}},
+      {"memory --config " + corpus("foundry_yaml", "interpolation-bomb.yaml"), {"interpolation-bomb.yaml", "variables", "expands"}},
+      {"memory --config " + corpus("foundry_yaml", "interpolation-index-20-digits.yaml"),
+       {"interpolation-index-20-digits.yaml", "variables.x", "not defined"}},
+      {"memory --config " + corpus("foundry_yaml", "duplicate-key.yaml"), {"duplicate-key.yaml", "max_seq_len", "duplicate key"}},
+      {"memory --config " + yaml_with("layers.yaml", "n_layers: 32", "n_layers: 1000000000"),
+       {"layers.yaml", "model.n_layers", "maximum"}},
+      {"simulate --config " + yaml_with("seq.yaml", "  max_seq_len: 2048", "  max_seq_len: 99999999999"),
+       {"seq.yaml", "max_seq_len", "maximum"}},
+      {"memory --config " + write("tp.yaml", replaced(example("mpt-7b-tp2-16gpu.yaml"), "tensor_parallel_degree: 2",
+                                                     "tensor_parallel_degree: 4294967297")),
+       {"tp.yaml", "tp_config.tensor_parallel_degree", "maximum"}},
+      {"memory --config " + yaml_with("shard.yaml", "fsdp_config:", "fsdp_config:\n  data_parallel_shard_degree: 4294967304"),
+       {"shard.yaml", "fsdp_config.data_parallel_shard_degree", "maximum"}},
+      {"memory --config " + yaml_with("gbs.yaml", "global_train_batch_size: 256", "global_train_batch_size: 4611686018427387904"),
+       {"gbs.yaml", "global_train_batch_size", "maximum"}},
+      {"memory --config " + yaml_with("fpl.yaml", "fsdp_config:", "fsdp_config:\n  forward_prefetch_limit: 99999999999"),
+       {"fpl.yaml", "fsdp_config.forward_prefetch_limit", "maximum"}},
+      // ---- torchtitan TOML (finding 8)
+      {"memory --config " + titan_with("tp.toml", "tensor_parallel_degree = 1", "tensor_parallel_degree = 4294967297"),
+       {"tp.toml", "parallelism.tensor_parallel_degree", "maximum"}},
+      {"memory --config " + titan_with("tseq.toml", "seq_len = 8192", "seq_len = 99999999999"),
+       {"tseq.toml", "training.seq_len", "maximum"}},
+      {"memory --config " + titan_with("local.toml", "local_batch_size = 2", "local_batch_size = 9223372036854775807"),
+       {"local.toml", "training.local_batch_size", "maximum"}},
+      {"memory --config " + titan_with("lps.toml", "pipeline_parallel_degree = 1",
+                                      "pipeline_parallel_degree = 2\n"
+                                      "pipeline_parallel_layers_per_stage = 9223372036854775807"),
+       {"lps.toml", "parallelism.pipeline_parallel_layers_per_stage", "maximum"}},
+      {"memory --config " + titan_with("tshard.toml", "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 2000000"),
+       {"tshard.toml", "parallelism.data_parallel_shard_degree", "maximum"}},
+      // ---- Hugging Face config.json (findings 1, 3, 10)
+      {"model " + hf_with("hidden.json", "\"hidden_size\": 4096", "\"hidden_size\": 4294967296"),
+       {"hidden.json", "hidden_size", "maximum"}},
+      {"model " + hf_with("hidden31.json", "\"hidden_size\": 4096", "\"hidden_size\": 2147483648"),
+       {"hidden31.json", "hidden_size", "maximum"}},
+      {"model " + hf_with("layers.json", "\"num_hidden_layers\": 32", "\"num_hidden_layers\": 1000000000"),
+       {"layers.json", "n_layers", "maximum"}},
+      {"model " + corpus("hf_config", "number-overflow-400-digits.json"), {"number-overflow-400-digits.json", "out of range"}},
+      {"plan --gpus 8 --global-batch 16 --model " + hf_with("hidden2.json", "\"hidden_size\": 4096", "\"hidden_size\": 4294967296"),
+       {"hidden2.json", "hidden_size", "maximum"}},
+      // ---- calibration measurements JSON (finding 10)
+      {"calibrate --fit " + corpus("measurements", "number-overflow.json") + " --base h100-sxm-80gb --out " +
+           (scratch() / "never.toml").string(),
+       {"number-overflow.json", "out of range"}},
+  };
+  CHECK(cases.size() >= 80);
+  for (const auto& c : cases) check_case(c);
+  CHECK_FALSE(fs::exists(scratch() / "never.toml"));
+}
+
+TEST_CASE("a count above its maximum is refused at once") {
+  // The audit saw these run for seconds to minutes and gigabytes; refused before any allocation
+  // they take a process start. The bound is loose for loaded CI machines and sanitizer builds.
+  for (const std::string args : {"topology --gpus 100000000", "layout --gpus 100000000 --dp-shard 100000000",
+                                 "plan --model llama3.1-8b --gpus 100000000 --global-batch 16",
+                                 "capacity --model llama3.1-8b --tokens 15T --gpus 100000000",
+                                 "capacity --model llama3.1-8b --tokens 1e30 --deadline 60d"}) {
+    CAPTURE(args);
+    const Run r = run(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.seconds < 5.0);
+  }
+}
+
+TEST_CASE("validation rows with counts past 32 bits are skipped with the reason, not crashed or wrapped") {
+  // Findings 2 (n_heads 2^32 cast to 0, then d_model % 0) and 8 (tp 2^32+1 compared as tp 1).
+  for (const char* name : {"crash-n-heads-2p32.csv", "wrap-tp-2p32p1.csv", "crash-n-layers-1e9.csv", "huge-dp-shard.csv"}) {
+    CAPTURE(name);
+    const Run r = run("validate " + corpus("validation_csv", name) + " --json");
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code != -1);
+    const auto j = nlohmann::json::parse(r.out);
+    const std::string dump = j.dump();
+    CHECK(dump.find("maximum") != std::string::npos);
+  }
+}
+
+TEST_CASE("token counts are SI, binary with Mi") {
+  // 4M = 4e6 tokens = 488.3 sequences of 8192 (rounded to whole sequences), 4Mi = 512.
+  const Run si = run("capacity --model llama3.1-8b --tokens 15T --gpus 64 --global-batch-tokens 4M --simulate-budget 1 --json");
+  const Run bin = run("capacity --model llama3.1-8b --tokens 15T --gpus 64 --global-batch-tokens 4Mi --simulate-budget 1 --json");
+  REQUIRE(si.exit_code == 0);
+  REQUIRE(bin.exit_code == 0);
+  CHECK(nlohmann::json::parse(si.out).at("tokens").get<double>() == doctest::Approx(15e12));
+  const Run text = run("capacity --model llama3.1-8b --tokens 15T --gpus 64 --global-batch-tokens 4Mi --simulate-budget 1");
+  CHECK(text.out.find("512 x 8192 tokens per step") != std::string::npos);
+  const Run text_si = run("capacity --model llama3.1-8b --tokens 15T --gpus 64 --global-batch-tokens 4M --simulate-budget 1");
+  CHECK(text_si.out.find("488 x 8192 tokens per step") != std::string::npos);
+}
+
+TEST_CASE("written files: atomic, never replace a non-regular file, bare names are the current folder") {
+  const fs::path dir = scratch() / "files";
+  fs::create_directories(dir);
+  const std::string fit = (data_root() / "tests" / "calibrate" / "data" / "model_generated_h100.json").string();
+  SUBCASE("calibrate --fit with a bare --out name (issue 19 item 1)") {
+    const Run r = run("calibrate --fit " + fit + " --base h100-sxm-80gb --out mine.toml", dir);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(fs::is_regular_file(dir / "mine.toml"));
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find("tmp") == std::string::npos);
+    const Run again = run("topology --cluster " + (dir / "mine.toml").string() + " --gpus 8");
+    CHECK(again.exit_code == 0);
+  }
+  SUBCASE("--out an existing folder is refused and leaves nothing (finding 11)") {
+    fs::create_directories(dir / "adir");
+    const Run r = run("calibrate --fit " + fit + " --base h100-sxm-80gb --out adir", dir);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("adir: --out: is a folder") != std::string::npos);
+    CHECK(fs::is_directory(dir / "adir"));
+    CHECK(fs::is_empty(dir / "adir"));
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find("tmp") == std::string::npos);
+  }
+  SUBCASE("--out a FIFO or a socket is refused, never replaced (finding 11: /dev/full)") {
+    const fs::path fifo = dir / "pipe";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const Run r = run("calibrate --fit " + fit + " --base h100-sxm-80gb --out " + fifo.string());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("not a regular file") != std::string::npos);
+    CHECK(fs::is_fifo(fifo));
+    const fs::path sock = dir / "sock";
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    const Run t = run("simulate --config " + write("p.toml", kPlan) + " --trace " + sock.string());
+    CHECK(t.exit_code == 2);
+    CHECK(t.err.find("--trace") != std::string::npos);
+    CHECK(fs::is_socket(sock));
+    ::close(fd);
+  }
+  SUBCASE("simulate --trace to a folder is refused") {
+    fs::create_directories(dir / "tdir");
+    const Run r = run("simulate --config " + write("p2.toml", kPlan) + " --trace " + (dir / "tdir").string());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("is a folder") != std::string::npos);
+  }
+  SUBCASE("plan --out under a file: one line, said once (finding 10)") {
+    write("files/afile", "x");
+    const Run r = run("plan --model llama3.1-8b --gpus 8 --global-batch 16 --simulate-budget 2 --out " +
+                      (dir / "afile" / "bundle").string());
+    CHECK(r.exit_code == 2);
+    std::string err = r.err;
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    CHECK(err.find('\n') == std::string::npos);
+    CHECK(err.find("--out") != std::string::npos);
+    const auto first = err.find("Not a directory");
+    CHECK((first == std::string::npos || err.find("Not a directory", first + 1) == std::string::npos));
+  }
+  SUBCASE("whatif with no evaluable variant says why and writes no HTML (finding 10)") {
+    const Run r = run("whatif --config " + write("w.toml", kPlan) + " --vary batch.seq_len=abc --html " +
+                      (dir / "w.html").string());
+    CHECK(r.exit_code == 2);
+    CHECK_FALSE(r.err.empty());
+    CHECK(r.err.find("seq_len") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "w.html"));
+  }
+  SUBCASE("a bundle is written whole") {
+    const Run r = run("plan --model llama3.1-8b --gpus 8 --global-batch 16 --simulate-budget 2 --out " +
+                      (dir / "bundle").string());
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(fs::is_regular_file(dir / "bundle" / "launch.sh"));
+    CHECK((fs::status(dir / "bundle" / "launch.sh").permissions() & fs::perms::owner_exec) != fs::perms::none);
+    for (const auto& e : fs::directory_iterator(dir / "bundle"))
+      CHECK(e.path().filename().string().find("tmp") == std::string::npos);
+  }
+}
+
+TEST_CASE("plan --json is byte-identical for 1 and 2 threads and across reruns (search_seconds aside)") {
+  auto plan_json = [](int threads) {
+    const Run r = run("plan --model llama3.1-8b --gpus 16 --global-batch-tokens 1Mi --simulate-budget 6 --json --threads " +
+                      std::to_string(threads));
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j.contains("search_seconds"));
+    j.erase("search_seconds");  // wall clock
+    return j.dump();
+  };
+  const std::string one = plan_json(1);
+  CHECK(one.size() > 200);
+  CHECK(plan_json(2) == one);
+  CHECK(plan_json(2) == one);
+}
