@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "spec/runtime_traits.hpp"
+
 namespace meshplan {
 
 namespace {
@@ -26,8 +28,9 @@ HostModel host_model(const ClusterSpec& c, const Plan& p) {
   h.collective_seconds = kCollectiveOps * h.op_seconds;
   h.cuda_graphs = p.cuda_graphs;
   h.compiled = p.compile;
-  h.sync_every_pass = p.deepspeed_engine;
-  h.sync_before_optimizer = p.runtime == Runtime::megatron;
+  const RuntimeTraits t = runtime_traits(p);
+  h.sync_every_pass = t.host_syncs_every_pass;
+  h.sync_before_optimizer = t.host_syncs_before_optimizer;
   return h;
 }
 

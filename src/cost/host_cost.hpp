@@ -15,12 +15,8 @@ struct HostModel {
   double collective_seconds = 0;  // per NCCL call through c10d (work object, stream events)
   bool cuda_graphs = false;       // captured regions: each compute op is one graph launch
   bool compiled = false;          // torch.compile: Inductor's wrapper launches kernels directly
-  // Megatron-LM's original timers call torch.cuda.synchronize() at the start and end of every
-  // micro-batch's forward and backward (Megatron-DeepSpeed kept them).
-  bool sync_every_pass = false;
-  // The optimizer step waits on the gradient norm (clip_grad_norm with `.item()`, the fp16
-  // loss scaler's overflow check): the host blocks until every gradient is reduced.
-  bool sync_before_optimizer = false;
+  bool sync_every_pass = false;        // RuntimeTraits::host_syncs_every_pass
+  bool sync_before_optimizer = false;  // RuntimeTraits::host_syncs_before_optimizer
 };
 
 HostModel host_model(const ClusterSpec& c, const Plan& p);

@@ -63,6 +63,14 @@ struct RuntimeTraits {
   // BF16_Optimizer adds each micro-batch's bf16 gradients into fp32 copies after its backward,
   // and all-reduces the fp32 gradients once the pipeline has flushed (no overlap with backward).
   bool fp32_grad_accumulation = false;
+
+  // --- The host thread (docs/host.md) -------------------------------------------------------
+  // Gradient clipping returns the norm with .item() (Megatron's clip_grad_norm_fp32, the fp16
+  // loss scaler's overflow check): the host waits for every gradient before the optimizer step.
+  bool host_syncs_before_optimizer = false;
+  // Megatron-LM's original timers synchronize at the start and end of every micro-batch's forward
+  // and backward; Megatron-DeepSpeed kept them.
+  bool host_syncs_every_pass = false;
 };
 
 inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
@@ -89,6 +97,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
       t.optimizer_copies_params_back = true;
       t.sp_saves_sharded_linear_input = true;
       t.frees_sent_pipeline_outputs = true;
+      t.host_syncs_before_optimizer = true;
       break;
   }
   // DeepSpeed's engine drives the Megatron model (plan_toml accepts it only with megatron).
@@ -96,6 +105,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
     t.frees_sent_pipeline_outputs = false;
     t.blocking_pp_sends = true;
     t.fp32_grad_accumulation = true;
+    t.host_syncs_every_pass = true;
   }
   if (t.fsdp_version == 2) {
     t.fsdp_copy_out = true;
