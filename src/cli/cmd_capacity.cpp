@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/layout_json.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "plan/capacity.hpp"
@@ -140,22 +141,16 @@ Command add_capacity_command(CLI::App& root) {
     auto plan_json = [](const CapacityRow& x) -> nlohmann::json {
       if (!x.feasible) return nullptr;
       const Plan& p = x.best.plan;
-      return {{"layout", describe_layout(p)},
-              {"pp", p.mesh.pp},
-              {"vpp", p.mesh.vpp},
-              {"dp_replicate", p.mesh.dp_replicate},
-              {"dp_shard", p.mesh.dp_shard},
-              {"cp", p.mesh.cp},
-              {"tp", p.mesh.tp},
-              {"micro_batch", x.best.job.micro_batch},
-              {"grad_accum", x.best.job.grad_accum},
-              {"global_batch", x.best.job.global_batch},
-              {"seq_len", x.best.job.seq_len},
-              {"sharding", std::string(to_string(p.sharding))},
-              {"activation_ckpt", std::string(to_string(p.ac))},
-              {"mfu", x.best.result.mfu},
-              {"step_time_s", x.best.result.step_time_s},
-              {"peak_bytes", static_cast<std::int64_t>(std::llround(x.best.peak_bytes))}};
+      nlohmann::json row = layout_json(x.best);
+      row.update({{"layout", describe_layout(p)},
+                  {"global_batch", x.best.job.global_batch},
+                  {"seq_len", x.best.job.seq_len},
+                  {"sharding", std::string(to_string(p.sharding))},
+                  {"activation_ckpt", std::string(to_string(p.ac))},
+                  {"mfu", x.best.result.mfu},
+                  {"step_time_s", x.best.result.step_time_s},
+                  {"peak_bytes", static_cast<std::int64_t>(std::llround(x.best.peak_bytes))}});
+      return row;
     };
     auto null_or = [](bool ok, double v) { return ok && std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     auto failures_json = [&](const CapacityRow& x) -> nlohmann::json {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/layout_json.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "emit/bundle.hpp"
@@ -38,12 +39,6 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
                    {"mixed_precision", mixed_precision_label(p)},
                    {"activation_offload", p.act_offload}});
   return out;
-}
-
-nlohmann::json layout_json(const PlanCandidate& c) {
-  const Mesh& m = c.plan.mesh;
-  return {{"pp", m.pp}, {"vpp", m.vpp}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard}, {"cp", m.cp},
-          {"tp", m.tp}, {"ep", m.ep}, {"micro_batch", c.job.micro_batch}, {"grad_accum", c.job.grad_accum}};
 }
 
 struct Options {
@@ -119,25 +114,18 @@ void print_json(const PlanSearch& s, int top) {
   for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < top; ++i) {
     const auto& cnd = s.ranked[i];
     const Plan& p = cnd.plan;
-    j["plans"].push_back({{"rank", i + 1},
-                          {"pp", p.mesh.pp},
-                          {"vpp", p.mesh.vpp},
-                          {"dp_replicate", p.mesh.dp_replicate},
-                          {"dp_shard", p.mesh.dp_shard},
-                          {"cp", p.mesh.cp},
-                          {"tp", p.mesh.tp},
-                          {"ep", p.mesh.ep},
-                          {"micro_batch", cnd.job.micro_batch},
-                          {"grad_accum", cnd.job.grad_accum},
-                          {"sharding", std::string(to_string(p.sharding))},
-                          {"activation_ckpt", std::string(to_string(p.ac))},
-                          {"mixed_precision", mixed_precision_label(p)},
-                          {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
-                          {"step_time_s", cnd.result.step_time_s},
-                          {"mfu", cnd.result.mfu},
-                          {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
-                          {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
-                          {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
+    nlohmann::json row = layout_json(cnd);
+    row.update({{"rank", i + 1},
+                {"sharding", std::string(to_string(p.sharding))},
+                {"activation_ckpt", std::string(to_string(p.ac))},
+                {"mixed_precision", mixed_precision_label(p)},
+                {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
+                {"step_time_s", cnd.result.step_time_s},
+                {"mfu", cnd.result.mfu},
+                {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
+                {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
+                {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
+    j["plans"].push_back(std::move(row));
   }
   j["dropped"] = nlohmann::json::array();
   for (const DroppedPlan& d : s.dropped) {
