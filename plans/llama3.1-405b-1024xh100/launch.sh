@@ -4,8 +4,13 @@
 # with Slurm use sbatch.slurm.
 set -euo pipefail
 BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# Run from a torchtitan checkout at 238fa9953e4a (or set TORCHTITAN_DIR).
-cd "${TORCHTITAN_DIR:-.}"
+# Runs inside a torchtitan checkout at 238fa9953e4a: set TORCHTITAN_DIR to it (default: the current folder).
+TORCHTITAN_DIR="${TORCHTITAN_DIR:-$PWD}"
+if [ ! -f "$TORCHTITAN_DIR/torchtitan/train.py" ]; then
+  echo "meshplan bundle: $TORCHTITAN_DIR is not a torchtitan checkout at 238fa9953e4a (no torchtitan/train.py); set TORCHTITAN_DIR" >&2
+  exit 2
+fi
+cd "$TORCHTITAN_DIR"
 export PYTORCH_ALLOC_CONF="expandable_segments:True"
 NODE_RANK="${NODE_RANK:?set NODE_RANK (0..127)}"
 MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0}"

@@ -2,8 +2,13 @@
 # meshplan launch script: llama3.1-8b on 8 GPUs (1 node x 8 of h100-sxm-80gb), torchtitan @ 238fa9953e4a.
 set -euo pipefail
 BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# Run from a torchtitan checkout at 238fa9953e4a (or set TORCHTITAN_DIR).
-cd "${TORCHTITAN_DIR:-.}"
+# Runs inside a torchtitan checkout at 238fa9953e4a: set TORCHTITAN_DIR to it (default: the current folder).
+TORCHTITAN_DIR="${TORCHTITAN_DIR:-$PWD}"
+if [ ! -f "$TORCHTITAN_DIR/torchtitan/train.py" ]; then
+  echo "meshplan bundle: $TORCHTITAN_DIR is not a torchtitan checkout at 238fa9953e4a (no torchtitan/train.py); set TORCHTITAN_DIR" >&2
+  exit 2
+fi
+cd "$TORCHTITAN_DIR"
 export PYTORCH_ALLOC_CONF="expandable_segments:True"
 torchrun --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
     --local-ranks-filter 0 --role rank --tee 3 \

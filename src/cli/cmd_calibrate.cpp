@@ -2,6 +2,7 @@
 // the raw measurements; `meshplan calibrate --fit measurements.json --base PROFILE --out mine.toml`:
 // fit them into a hardware profile. Fitting needs no GPU. docs/calibration.md.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +31,7 @@ struct CalibrateArgs {
   std::string fit;
   std::string base;
   std::string name;
+  bool json = false;
 };
 
 // A path to a profile TOML, or the name of a shipped profile.
@@ -49,8 +51,11 @@ int run_fit(const CalibrateArgs& a) {
   const ClusterSpec base = load_cluster(base_file);
   const calibrate::ProfileFit fit = calibrate::fit_profile(m, base, a.fit);
 
-  fmt::print("calibrate --fit {} on {} (base {}):\n", a.fit, m.device.name.empty() ? "?" : m.device.name, base.name);
-  for (const std::string& line : calibrate::residual_report(fit)) fmt::print("  {}\n", line);
+  const std::vector<std::string> report = calibrate::residual_report(fit);
+  if (!a.json) {
+    fmt::print("calibrate --fit {} on {} (base {}):\n", a.fit, m.device.name.empty() ? "?" : m.device.name, base.name);
+    for (const std::string& line : report) fmt::print("  {}\n", line);
+  }
   for (const std::string& w : fit.warnings) fmt::print(stderr, "meshplan: calibrate: warning: {}\n", w);
 
   const std::string name = a.name.empty() ? fs::path(a.out).stem().string() : a.name;
@@ -67,7 +72,16 @@ int run_fit(const CalibrateArgs& a) {
     }
   };
   write_file_atomic(a.out, text, "--out", check);
-  fmt::print("wrote {} (profile \"{}\")\n", a.out, name);
+  if (a.json)
+    fmt::print("{}\n", nlohmann::json{{"out", a.out},
+                                      {"profile", name},
+                                      {"base", base.name},
+                                      {"device", m.device.name},
+                                      {"residuals", report},
+                                      {"warnings", fit.warnings}}
+                           .dump(2));
+  else
+    fmt::print("wrote {} (profile \"{}\")\n", a.out, name);
   return 0;
 }
 
@@ -89,6 +103,19 @@ int run_measure(const CalibrateArgs& a) {
   if (!writer) return 0;
   const std::string out = a.out.empty() ? "measurements.json" : a.out;
   calibrate::write_measurements(m, out);
+  if (a.json) {
+    fmt::print("{}\n", nlohmann::json{{"out", out},
+                                      {"device", m.device.name},
+                                      {"gemm", m.gemm.size()},
+                                      {"attention", m.attention.size()},
+                                      {"hbm", m.hbm.size()},
+                                      {"launch", m.launch.size()},
+                                      {"host_copy", m.host_copy.size()},
+                                      {"collectives", m.collectives.size()},
+                                      {"interference", m.interference.size()}}
+                           .dump(2));
+    return 0;
+  }
   fmt::print("wrote {}: {} GEMM, {} attention, {} HBM, {} launch, {} host-copy, {} collective, {} interference samples\n",
              out, m.gemm.size(), m.attention.size(), m.hbm.size(), m.launch.size(), m.host_copy.size(),
              m.collectives.size(), m.interference.size());
@@ -108,6 +135,7 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_option("--fit", args->fit, "fit this measurements JSON instead of measuring");
   app->add_option("--base", args->base, "with --fit: the profile to start from (file or shipped name)");
   app->add_option("--name", args->name, "with --fit: profile name (default: the --out file stem)");
+  app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
   return {app, [args]() { return args->fit.empty() ? run_measure(*args) : run_fit(*args); }};
 }
 

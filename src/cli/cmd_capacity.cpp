@@ -70,6 +70,14 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// An answer exists: some cluster has a plan that fits and, with a deadline, meets it. Anything
+// else exits 3 ("does not fit"), like memory and plan.
+bool answered(const CapacityReport& r, const CapacityRequest& rq) {
+  return std::any_of(r.rows.begin(), r.rows.end(), [&](const CapacityRow& x) {
+    return x.answer && x.feasible && (!rq.deadline_days || x.meets_deadline);
+  });
+}
+
 }  // namespace
 
 Command add_capacity_command(CLI::App& root) {
@@ -219,7 +227,7 @@ Command add_capacity_command(CLI::App& root) {
       if (ans != r.rows.end()) contract(j, *ans);
       j["notes"] = r.notes;
       fmt::print("{}\n", j.dump(2));
-      return 0;
+      return answered(r, rq) ? 0 : 3;
     }
     fmt::print("meshplan capacity: {} for {:.3g} tokens{}, {} runtime, {} x {} tokens per step\n", rq.model.name,
                rq.tokens, rq.deadline_days ? fmt::format(" within {:g} days", *rq.deadline_days) : std::string(),
@@ -283,6 +291,11 @@ Command add_capacity_command(CLI::App& root) {
       for (const auto& n : g.notes) fmt::print("  note: {}\n", n);
     }
     for (const auto& n : r.notes) fmt::print("note: {}\n", n);
+    if (!answered(r, rq)) {
+      fmt::print(stderr, "meshplan: capacity: no answer: {}\n",
+                 r.notes.empty() ? std::string("no plan fits on any cluster") : r.notes.back());
+      return 3;
+    }
     return 0;
   };
   return c;

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
       "meshplan: will this training layout fit, how fast will it run, and what is the best one?\n"
       "Reads llm-foundry YAML, torchtitan TOML and meshplan plan TOML; see `meshplan COMMAND --help`."};
   app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 success; 1 a finding (lint errors); 2 bad input (the one-line error names the file, key and "
+      "reason); 3 does not fit (memory: peak above the device; plan: no layout fits; capacity: no GPU count answers).");
   app.set_version_flag("--version", "meshplan 0.1.0");
 
   std::vector<meshplan::cli::Command> commands = {

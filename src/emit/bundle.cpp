@@ -98,9 +98,21 @@ std::string plan_md(const RunConfig& rc, const ClusterSpec& c, EmitRuntime rt, T
   md += "## Files\n\n";
   for (const auto& f : files) md += fmt::format("- `{}`\n", f.name);
   md += "- `plan.md` (this file)\n\n## Launch\n\n";
-  md += n.nodes > 1 ? "`sbatch sbatch.slurm` from this folder, or `bash launch.sh` on every node with NODE_RANK and "
-                      "MASTER_ADDR set.\n"
-                    : "`bash launch.sh` (extra arguments are passed to the trainer).\n";
+  const std::string var = rt == EmitRuntime::torchtitan    ? "TORCHTITAN_DIR"
+                          : rt == EmitRuntime::llm_foundry ? "LLM_FOUNDRY_DIR"
+                                                           : "MEGATRON_DIR";
+  md += fmt::format("The scripts run inside a checkout of the runtime (the version above); {} names it. From this "
+                    "folder:\n\n",
+                    var);
+  md += n.nodes > 1 ? fmt::format("    {}=/path/to/checkout sbatch sbatch.slurm\n\nor, without Slurm, "
+                                  "`{}=/path/to/checkout NODE_RANK=i MASTER_ADDR=node0 bash launch.sh` on every node.\n",
+                                  var, var)
+                    : fmt::format("    {}=/path/to/checkout bash launch.sh\n\n(extra arguments are passed to the "
+                                  "trainer).\n",
+                                  var);
+  if (rt == EmitRuntime::torchtitan)
+    md += "Paths in the TOML (`hf_assets_path`, `tokenizer_path`) are relative to the checkout, where torchtitan's "
+          "`scripts/download_hf_assets.py` (or `download_tokenizer.py`) puts them.\n";
   return md;
 }
 

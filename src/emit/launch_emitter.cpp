@@ -33,21 +33,41 @@ std::string header(const RunConfig& rc, const ClusterSpec& c, const NodeLayout& 
                      n.nodes, n.nodes == 1 ? "" : "s", n.gpus_per_node, c.name, rt);
 }
 
-// Where the runtime's code is: scripts run from a checkout of the pinned version.
-std::string workdir(const LaunchSpec& s) {
+// Where the runtime's code is. The scripts run inside a checkout of the pinned version: its
+// entry point and the paths the config names (torchtitan's hf_assets_path / tokenizer_path,
+// downloaded into the checkout by its scripts) are relative to it. The bundle folder is found
+// from the script itself, so the scripts can be started from the bundle folder with the checkout
+// named by an environment variable, or from the checkout; anything else stops with the fix.
+struct Checkout {
+  std::string var, what, marker;  // env var, what it is, a file only a checkout has
+};
+Checkout checkout_of(const LaunchSpec& s) {
   switch (s.runtime) {
     case EmitRuntime::torchtitan:
-      return fmt::format("# Run from a torchtitan checkout at {} (or set TORCHTITAN_DIR).\ncd \"${{TORCHTITAN_DIR:-.}}\"\n",
-                         s.torchtitan_version == TorchtitanVersion::registry ? "a post-9810191bb commit"
-                                                                             : std::string(to_string(s.torchtitan_version)));
-    case EmitRuntime::llm_foundry:
-      return "# Run from an llm-foundry checkout (or set LLM_FOUNDRY_DIR); train.py lives in scripts/train/.\n"
-             "cd \"${LLM_FOUNDRY_DIR:-.}/scripts\"\n";
-    case EmitRuntime::megatron:
-      return "# Run from a Megatron-LM checkout at core_v0.15.0 (or set MEGATRON_DIR).\n"
-             "cd \"${MEGATRON_DIR:-.}\"\n";
+      return {"TORCHTITAN_DIR",
+              fmt::format("a torchtitan checkout at {}", s.torchtitan_version == TorchtitanVersion::registry
+                                                            ? "a post-9810191bb commit"
+                                                            : std::string(to_string(s.torchtitan_version))),
+              "torchtitan/train.py"};
+    case EmitRuntime::llm_foundry: return {"LLM_FOUNDRY_DIR", "an llm-foundry checkout", "scripts/train/train.py"};
+    case EmitRuntime::megatron: return {"MEGATRON_DIR", "a Megatron-LM checkout at core_v0.15.0", "pretrain_gpt.py"};
   }
-  return "";
+  return {};
+}
+
+std::string workdir(const LaunchSpec& s) {
+  const Checkout k = checkout_of(s);
+  std::string out = fmt::format(
+      "# Runs inside {0}: set {1} to it (default: the current folder).\n"
+      "{1}=\"${{{1}:-$PWD}}\"\n"
+      "if [ ! -f \"${1}/{2}\" ]; then\n"
+      "  echo \"meshplan bundle: ${1} is not {0} (no {2}); set {1}\" >&2\n"
+      "  exit 2\n"
+      "fi\n"
+      "cd \"${1}\"\n",
+      k.what, k.var, k.marker);
+  if (s.runtime == EmitRuntime::llm_foundry) out += "cd scripts  # train/train.py and its relative paths\n";
+  return out;
 }
 
 std::string env_lines(const ClusterSpec& c, const LaunchSpec& s) {
@@ -146,7 +166,7 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
                     "#SBATCH --gpus-per-node={}\n#SBATCH --exclusive\n",
                     rc.model.name, n.nodes, n.gpus_per_node);
   sb += header(rc, cluster, n, s, "Slurm script");
-  sb += "# Submit from the bundle folder: sbatch sbatch.slurm\n";
+  sb += fmt::format("# Submit from the bundle folder: {}=/path/to/checkout sbatch sbatch.slurm\n", checkout_of(s).var);
   sb += "set -euo pipefail\nBUNDLE_DIR=\"${BUNDLE_DIR:-$SLURM_SUBMIT_DIR}\"\n";
   sb += workdir(s);
   sb += env_lines(cluster, s);

@@ -183,13 +183,29 @@ CapacityReport plan_capacity(const CapacityRequest& rq) {
         if (n > ref && !at(n).feasible) break;
         n *= 2;
       }
+      // Sized past what the batch can spread over: halve back to the largest count with a plan,
+      // which is the fastest the run can go (the answer's row then says it misses the deadline).
+      while (n > ref && !at(n).feasible) n /= 2;
       // The fewest GPUs on the grid: step down while the half still meets the deadline.
       while (n / 2 >= node && at(n / 2).feasible && at(n / 2).meets_deadline) n /= 2;
       answer = n;
       if (n / 2 >= node) at(n / 2);
       if (at(n).feasible) at(n * 2);
-      if (!(at(n).feasible && at(n).meets_deadline))
-        out.notes.push_back(fmt::format("{}: no GPU count up to {} meets the {:g}-day deadline", c.name, n, *rq.deadline_days));
+      if (!(at(n).feasible && at(n).meets_deadline)) {
+        // Name what binds: the largest count where a plan exists, and how long it takes there.
+        const CapacityRow* widest = nullptr;
+        for (const auto& [count, row] : rows)
+          if (row.feasible && (widest == nullptr || row.gpus > widest->gpus)) widest = &row;
+        std::string why;
+        const auto next = widest != nullptr ? rows.find(widest->gpus * 2) : rows.end();
+        if (widest != nullptr)
+          why = fmt::format(": the most GPUs with a plan is {} ({:.1f} days){}", widest->gpus, widest->days,
+                            next != rows.end() && !next->second.feasible
+                                ? fmt::format(", and at {} GPUs {}", next->first, next->second.note)
+                                : std::string());
+        out.notes.push_back(fmt::format("{}: no GPU count up to {} meets the {:g}-day deadline{}", c.name, n,
+                                        *rq.deadline_days, why));
+      }
     }
     for (auto& [n, r] : rows) {
       CapacityRow x = r;

@@ -638,6 +638,27 @@ Selection select_distinct(const PlanRequest& rq, const std::vector<PlanCandidate
   return out;
 }
 
+// Why no layout could even be formed: the degrees' constraints, with the one that binds. The
+// batch is the usual culprit at scale: each data-parallel rank needs a whole sequence, and a
+// pipeline of pp stages needs pp micro-batches per rank, so pp x dp <= the global batch and the
+// run holds at most tp x cp x global-batch GPUs.
+std::string empty_grid_reason(const PlanRequest& rq, std::int64_t global_batch) {
+  const ModelSpec& m = rq.model;
+  const int gpn = std::max(1, rq.cluster.node.gpus_per_node);
+  const std::int64_t most_model_parallel = static_cast<std::int64_t>(gpn) * kContextParallelDegrees.back();
+  std::string why = fmt::format(
+      "no layout of {} GPUs: tp x pp x cp x dp must equal the GPU count, with tp at most {} (one node) dividing the {} "
+      "heads and {} KV heads, pp dividing the {} layers with pp micro-batches per rank, and dp dividing the global "
+      "batch of {} sequences",
+      rq.n_gpus, gpn, m.n_heads, m.n_kv_heads, m.n_layers, global_batch);
+  if (rq.n_gpus > global_batch * most_model_parallel)
+    why += fmt::format("; {} sequences per step cap the run at about {} GPUs: raise --global-batch-tokens", global_batch,
+                       global_batch * most_model_parallel);
+  else if (rq.n_gpus % gpn != 0 && rq.n_gpus > gpn)
+    why += fmt::format("; {} is not a multiple of the {}-GPU node", rq.n_gpus, gpn);
+  return why;
+}
+
 // Indices of the plans no other plan beats on both tokens/s and peak memory.
 std::vector<std::size_t> pareto_front(const std::vector<PlanCandidate>& ranked) {
   std::vector<std::size_t> front;
@@ -696,7 +717,10 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
     out.notes.push_back(fmt::format("{} plans lower to the same step and memory as a better-ranked one; each is "
                                     "named in that row's equivalent settings instead of simulated",
                                     out.merged));
-  if (out.feasible == 0) out.notes.push_back("no layout fits in memory with the requested headroom");
+  if (out.evaluated == 0)
+    out.notes.push_back(empty_grid_reason(rq, global_batch));
+  else if (out.feasible == 0)
+    out.notes.push_back("no layout fits in memory with the requested headroom");
   out.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

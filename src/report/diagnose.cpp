@@ -110,7 +110,19 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
   d.observed_step_s = static_cast<double>(rc.job.tokens_per_step()) / (observed * static_cast<double>(rc.n_gpus));
   d.gap_s = d.observed_step_s - d.predicted_step_s;
   const double gap = std::max(0.0, d.gap_s);
-  if (d.gap_s <= 0)
+  // MFU and HFU scale with tokens/s at fixed FLOPs per token, so the observation's utilization
+  // follows from the prediction's.
+  const double speedup = predicted.tokens_per_s_per_gpu > 0 ? observed / predicted.tokens_per_s_per_gpu : 0;
+  d.observed_mfu = predicted.mfu * speedup;
+  d.observed_hfu = predicted.hfu * speedup;
+  d.physically_possible = d.observed_mfu <= 1 && d.observed_hfu <= 1;
+  if (!d.physically_possible)
+    d.notes.push_back(fmt::format("the observation implies {:.0f}% MFU and {:.0f}% HFU of the {} dense peak: the "
+                                  "GPUs cannot execute the step's FLOPs that fast, so this is a measurement or "
+                                  "accounting error (check the tokens counted per step: global batch, sequence "
+                                  "length, packing; and what the timer covers), not a profile to calibrate",
+                                  100 * d.observed_mfu, 100 * d.observed_hfu, c.name));
+  else if (d.gap_s <= 0)
     d.notes.push_back(fmt::format("the observation is {:.1f}% faster than predicted: the profile for {} is pessimistic "
                                   "for this run (run `meshplan calibrate` on the machine)",
                                   100 * (d.predicted_step_s / d.observed_step_s - 1), c.name));
@@ -271,6 +283,9 @@ nlohmann::json diagnosis_json(const Diagnosis& d) {
   j["observed_step_s"] = d.observed_step_s;
   j["predicted_step_s"] = d.predicted_step_s;
   j["gap_s"] = d.gap_s;
+  j["observed_mfu"] = d.observed_mfu;
+  j["observed_hfu"] = d.observed_hfu;
+  j["physically_possible"] = d.physically_possible;
   j["causes"] = nlohmann::json::array();
   for (const auto& c : d.causes)
     j["causes"].push_back({{"cause", c.cause}, {"explains_s", c.explains_s}, {"detail", c.detail}, {"fix", c.fix}});

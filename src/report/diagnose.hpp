@@ -35,6 +35,9 @@ struct Diagnosis {
   double observed_step_s = 0;
   double predicted_step_s = 0;
   double gap_s = 0;           // observed - predicted step time (negative: faster than predicted)
+  double observed_mfu = 0;    // the observation's model FLOPs utilization of the dense peak
+  double observed_hfu = 0;    // ... counting recompute: above 1 no GPU could have done it
+  bool physically_possible = true;
   std::vector<GapCause> causes;            // ranked by explains_s
   std::vector<GapSuggestion> suggestions;  // ranked by simulated tokens/s, only ones that fit
   std::vector<std::string> notes;

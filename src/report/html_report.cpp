@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "report/memory_report.hpp"
@@ -181,16 +182,44 @@ std::string scatter_chart(const WhatIfReport& r, const std::vector<std::size_t>&
       pts += fmt::format("{:.1f},{:.1f} ", px(r.variants[i].peak_bytes / kGiB), py(r.variants[i].result.tokens_per_s_per_gpu));
     o += fmt::format("<polyline class=\"pareto\" points=\"{}\"/>\n", pts);
   }
+  // Labels go beside their point, on the first side where they overlap no label or point
+  // already placed (points that coincide share one label position in turn).
+  struct Box {
+    double x0, y0, x1, y1;
+  };
+  std::vector<Box> taken;
+  for (std::size_t i : which)
+    taken.push_back({px(r.variants[i].peak_bytes / kGiB) - 6, py(r.variants[i].result.tokens_per_s_per_gpu) - 6,
+                     px(r.variants[i].peak_bytes / kGiB) + 6, py(r.variants[i].result.tokens_per_s_per_gpu) + 6});
+  auto overlaps = [&](const Box& b) {
+    return std::any_of(taken.begin(), taken.end(),
+                       [&](const Box& t) { return b.x0 < t.x1 && t.x0 < b.x1 && b.y0 < t.y1 && t.y0 < b.y1; });
+  };
   for (std::size_t i : which) {
     const Variant& v = r.variants[i];
     const bool on_front = std::find(front.begin(), front.end(), i) != front.end();
     const double x = px(v.peak_bytes / kGiB), y = py(v.result.tokens_per_s_per_gpu);
+    const double label_w = 7.0 * static_cast<double>(fmt::format("#{}", i + 1).size()), label_h = 11;
+    // (dx, dy) of the text's baseline start: right-above, right-below, left-above, left-below,
+    // then further out above and below.
+    const std::array<std::pair<double, double>, 6> sides{
+        {{8, -6}, {8, 16}, {-8 - label_w, -6}, {-8 - label_w, 16}, {8, -20}, {8, 30}}};
+    double lx = x + sides[0].first, ly = y + sides[0].second;
+    for (const auto& [dx, dy] : sides) {
+      const Box b{x + dx, y + dy - label_h, x + dx + label_w, y + dy};
+      if (!overlaps(b)) {
+        lx = x + dx;
+        ly = y + dy;
+        break;
+      }
+    }
+    taken.push_back({lx, ly - label_h, lx + label_w, ly});
     o += fmt::format("<g class=\"point{}\" data-variant=\"{}\"><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"6\" fill=\"{}\">"
                      "<title>{}: {:.1f} tokens/s/GPU, {:.2f} GiB{}</title></circle>"
                      "<text class=\"plabel\" x=\"{:.1f}\" y=\"{:.1f}\">#{}</text></g>\n",
                      on_front ? " front" : "", i + 1, x, y, v.fits ? (on_front ? "#D55E00" : "#0072B2") : "#999999",
                      esc(label(r, i)), v.result.tokens_per_s_per_gpu, v.peak_bytes / kGiB,
-                     v.fits ? "" : " (does not fit)", x + 8, y - 6, i + 1);
+                     v.fits ? "" : " (does not fit)", lx, ly, i + 1);
   }
   o += "</svg>\n";
   return o;
@@ -222,9 +251,11 @@ s.textContent='charts ok: '+t+' time bars, '+m+' memory bars, '+p+' points, '+f+
 }  // namespace
 
 std::vector<std::size_t> pareto_front(const WhatIfReport& r) {
+  // A plan that does not fit is not a trade-off anyone can choose: it is drawn, grey, but never
+  // on the front (and never dominates a plan that fits).
   std::vector<std::size_t> ok;
   for (std::size_t i = 0; i < r.variants.size(); ++i)
-    if (r.variants[i].ok()) ok.push_back(i);
+    if (r.variants[i].ok() && r.variants[i].fits) ok.push_back(i);
   std::vector<std::size_t> front;
   for (std::size_t i : ok) {
     const Variant& a = r.variants[i];

@@ -19,6 +19,10 @@ namespace {
 constexpr std::int64_t kLargeBf16ReduceGroup = 64;
 
 std::string severity_of_importer_warning(const std::string& msg) {
+  // Whatever the runtime refuses at start-up is an error, even where meshplan can still model
+  // the run the user meant.
+  if (msg.find(" raises ") != std::string::npos || msg.find(" rejects ") != std::string::npos)
+    return "error";
   if (msg.find("no effect") != std::string::npos || msg.find("dropped by") != std::string::npos ||
       msg.find("modeled") != std::string::npos)
     return "info";

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -393,6 +395,24 @@ ValidationSummary summarize(const std::vector<const ValidationRowResult*>& rows,
   return s;
 }
 
+namespace {
+
+// The profile names a user's --cluster-dir folders define (NAME.toml), in folder then name order.
+std::vector<std::string> profile_names_in(const std::vector<std::filesystem::path>& dirs) {
+  std::vector<std::string> names;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    std::vector<std::string> here;
+    for (const auto& e : std::filesystem::directory_iterator(d, ec))
+      if (e.path().extension() == ".toml") here.push_back(e.path().stem().string());
+    std::sort(here.begin(), here.end());
+    names.insert(names.end(), here.begin(), here.end());
+  }
+  return names;
+}
+
+}  // namespace
+
 ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& col : kRequiredColumns)
@@ -405,12 +425,13 @@ ValidationReport run_validation(const CsvTable& table, const ValidationOptions& 
   // simulation is per-row pure work, spread over the cores because the largest pipelines
   // (thousands of micro-batch x stage tasks) take seconds each.
   ClusterCache clusters(options.cluster_dirs);
+  const std::vector<std::string> user_gpus = profile_names_in(options.cluster_dirs);
   std::vector<ValidationCase> cases;
   std::vector<const ClusterSpec*> specs;
   std::vector<std::string> cluster_errors;
   const std::vector<std::size_t> selected = selected_rows(table, options.only_ids);
   for (std::size_t i : selected) {
-    cases.push_back(map_validation_row(table, i));
+    cases.push_back(map_validation_row(table, i, user_gpus));
     const ValidationCase& vc = cases.back();
     specs.push_back(nullptr);
     cluster_errors.emplace_back();
@@ -448,7 +469,7 @@ ValidationReport run_validation(const CsvTable& table, const ValidationOptions& 
 
 ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id, const ValidationOptions& options) {
   const std::size_t i = selected_rows(table, {id}).front();
-  ValidationRowRun out{map_validation_row(table, i), {}};
+  ValidationRowRun out{map_validation_row(table, i, profile_names_in(options.cluster_dirs)), {}};
   if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
   ClusterCache clusters(options.cluster_dirs);
   out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);

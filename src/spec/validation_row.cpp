@@ -371,7 +371,7 @@ std::optional<std::int64_t> default_vocab(const std::string& source, const Model
   return std::nullopt;
 }
 
-ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
+ValidationCase map_validation_row(const CsvTable& table, std::size_t index, const std::vector<std::string>& extra_gpus) {
   const CsvRow row(table, index);
   const Reader r(row);
   ValidationCase vc;
@@ -399,7 +399,9 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
                                                 : MemoryMetric::unknown;
 
     // ---- hardware
-    const std::string gpu = r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
+    const std::string given_gpu = Reader::trim(row.get("gpu"));
+    const bool user_gpu = std::find(extra_gpus.begin(), extra_gpus.end(), given_gpu) != extra_gpus.end();
+    const std::string gpu = user_gpu ? given_gpu : r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
                                             "h200-141gb", "b200", "gb200", "gb300"});
     if (gpu.empty()) {
       vc.cluster = "h100-sxm-80gb";

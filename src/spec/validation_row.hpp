@@ -86,7 +86,10 @@ struct ValidationCase {
 
 // Maps row `index` of `table`. Never throws for a bad value in a row: the row comes back with
 // `skipped` set. `cluster` is the profile name for `gpu` (empty gpu: h100-sxm-80gb).
-ValidationCase map_validation_row(const CsvTable& table, std::size_t index);
+// `extra_gpus`: profile names the user supplies (validate --cluster-dir), valid `gpu` values
+// beside the shipped ones.
+ValidationCase map_validation_row(const CsvTable& table, std::size_t index,
+                                  const std::vector<std::string>& extra_gpus = {});
 
 // Ids of the form RUN-alloc / RUN-resv are two metrics of one run (memory.csv README): RUN.
 // Other ids are their own run.

@@ -1,0 +1,148 @@
+// Verdicts a new user reads (issue: what a new user trips over): a config the runtime refuses is
+// a lint error, an observation faster than the hardware can execute the step is an accounting
+// error, not a pessimistic profile, and a profile of one's own validates.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+#include <unistd.h>
+
+#include "../test_paths.hpp"
+#include "report/diagnose.hpp"
+#include "report/html_report.hpp"
+#include "report/lint.hpp"
+#include "report/validation.hpp"
+#include "sim/step_simulator.hpp"
+#include "spec/units.hpp"
+#include "spec/cluster_loader.hpp"
+#include "spec/config_loader.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+RunSource source(const std::string& config, std::int64_t gpus, const std::string& cluster) {
+  RunSource s;
+  s.config = config;
+  s.gpus = gpus;
+  s.cluster = cluster;
+  return s;
+}
+
+bool mentions(const std::vector<std::string>& notes, const std::string& what) {
+  for (const auto& n : notes)
+    if (n.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("lint: a converter name that torchtitan raises KeyError on is an error, not info") {
+  if (!test::have_shared()) return;  // the shared examples are not in the repository
+  const auto toml = (test::shared_root() / "examples" / "torchtitan" / "238fa9953e4a" / "llama3_405b.toml").string();
+  const LintReport r = lint_config(source(toml, 512, "h100-sxm-80gb"));
+  bool found = false;
+  for (const auto& f : r.findings)
+    if (f.key == "model.converters") {
+      found = true;
+      CHECK(f.severity == "error");
+      CHECK(f.message.find("KeyError") != std::string::npos);
+    }
+  CHECK(found);
+}
+
+TEST_CASE("diagnose: an observation above the dense peak is a measurement error, not a profile to calibrate") {
+  const std::string yaml = (test::data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml").string();
+  RunConfig rc = load_run_config(yaml);
+  resolve_layout(rc, 64);
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const StepResult pred = simulate_step(rc.model, rc.plan, rc.job, c).result;
+  REQUIRE(pred.mfu > 0);
+  REQUIRE(pred.hfu >= pred.mfu);
+
+  // 2,000 tokens/s/GPU on Llama-70B: 6 x 70.6e9 FLOPs x 2,000 = 0.85 PFLOP/s of model FLOPs per
+  // GPU, 86 % of the H100's 989 TFLOP/s before attention, and more than 100 % with recompute.
+  const Diagnosis bad = diagnose_gap(source(yaml, 64, "h100-sxm-80gb"), rc, c, pred, 2000);
+  CHECK(bad.observed_mfu == doctest::Approx(pred.mfu * 2000 / pred.tokens_per_s_per_gpu));
+  CHECK(bad.observed_mfu > 0.85);
+  CHECK(bad.observed_hfu > 1.0);
+  CHECK_FALSE(bad.physically_possible);
+  CHECK(mentions(bad.notes, "measurement or accounting error"));
+  CHECK_FALSE(mentions(bad.notes, "pessimistic"));
+
+  // 10 % faster than predicted is still within what the GPUs can do: a profile question.
+  const Diagnosis fast = diagnose_gap(source(yaml, 64, "h100-sxm-80gb"), rc, c, pred, 1.1 * pred.tokens_per_s_per_gpu);
+  CHECK(fast.physically_possible);
+  CHECK(mentions(fast.notes, "pessimistic"));
+}
+
+TEST_CASE("validate --cluster-dir: a gpu name the folder defines is valid, and runs on that profile") {
+  if (!test::have_shared()) return;
+  CsvTable t = read_csv_table((test::shared_root() / "validation" / "dev.csv").string());
+  const auto col = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(t.header.begin(), t.header.end(), name) - t.header.begin());
+  };
+  const std::size_t gpu = col("gpu"), id = col("id");
+  REQUIRE(gpu < t.header.size());
+  // The first H100 row that the shipped profile compares.
+  ValidationOptions shipped;
+  shipped.threads = 1;
+  std::size_t pick = t.rows.size();
+  ValidationReport before;
+  for (std::size_t i = 0; i < t.rows.size() && pick == t.rows.size(); ++i) {
+    if (t.rows[i][gpu] != "h100-sxm-80gb") continue;
+    shipped.only_ids = {t.rows[i][id]};
+    before = run_validation(t, shipped);
+    if (before.rows.front().error_pct) pick = i;
+  }
+  REQUIRE(pick < t.rows.size());
+
+  // The same profile under the user's own name, in a folder of their own.
+  const auto dir = std::filesystem::temp_directory_path() / ("meshplan_user_gpu_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(test::data_root() / "hardware_profiles" / "h100-sxm-80gb.toml", dir / "my-h100.toml",
+                             std::filesystem::copy_options::overwrite_existing);
+  t.rows[pick][gpu] = "my-h100";
+  ValidationOptions mine = shipped;
+  mine.cluster_dirs = {dir};
+  const ValidationReport after = run_validation(t, mine);
+  std::filesystem::remove_all(dir);
+  REQUIRE(after.rows.size() == 1);
+  CHECK(after.rows.front().skipped.empty());
+  REQUIRE(after.rows.front().predicted_metric);
+  CHECK(*after.rows.front().predicted_metric == doctest::Approx(*before.rows.front().predicted_metric).epsilon(1e-9));
+
+  // Without the folder the name is still refused, naming the column.
+  const ValidationReport refused = run_validation(t, shipped);
+  CHECK(refused.rows.front().skipped.find("gpu") != std::string::npos);
+}
+
+TEST_CASE("HTML report: the Pareto front holds only plans that fit, and point labels do not overlap") {
+  WhatIfReport r;
+  r.config = "synthetic";
+  auto variant = [](double tokens_per_s, double peak_gib, bool fits) {
+    Variant v;
+    v.result.tokens_per_s_per_gpu = tokens_per_s;
+    v.peak_bytes = peak_gib * kGiB;
+    v.gpu_memory_bytes = 80 * kGiB;
+    v.fits = fits;
+    return v;
+  };
+  r.variants = {variant(100, 50, true), variant(200, 1349, false), variant(80, 40, true), variant(80, 40, true)};
+  // #2 is faster but does not fit: it must not be on the front. #3 and #4 coincide: both are on it.
+  const std::vector<std::size_t> front = pareto_front(r);
+  CHECK(front == std::vector<std::size_t>{2, 3, 0});
+
+  // The coincident points #3 and #4 get their labels at different places.
+  const std::string html = whatif_html(r);
+  std::set<std::string> positions;
+  const std::regex label(R"re(<text class="plabel" x="([0-9.]+)" y="([0-9.]+)">#([0-9]+)</text>)re");
+  int n = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), label); it != std::sregex_iterator(); ++it, ++n)
+    positions.insert((*it)[1].str() + "," + (*it)[2].str());
+  CHECK(n == 4);
+  CHECK(positions.size() == 4);
+}
