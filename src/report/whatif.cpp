@@ -214,6 +214,50 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
   return v;
 }
 
+namespace {
+
+// Like for like: a layout change must not change the work per step. torchtitan's
+// local_batch_size is per data-parallel rank, so more TP or PP shrinks the global batch; when the
+// file leaves training.global_batch_size unset the variant gets the first variant's global batch
+// there (the extra micro-batches become gradient accumulation). Where that cannot be done the
+// report says so: step times are then not comparable, tokens/s still is.
+void keep_global_batch(WhatIfReport& r, const ConfigDocument& base, const RunSource& src, std::int64_t fallback,
+                       const Settings& settings, Variant& v) {
+  if (r.variants.empty() || !r.variants.front().ok() || !v.ok()) return;
+  const std::int64_t want = r.variants.front().run.job.global_batch;
+  if (v.run.job.global_batch == want) return;
+  const bool batch_varied = std::any_of(settings.begin(), settings.end(), [](const auto& kv) {
+    return kv.first.find("batch") != std::string::npos || kv.first.find("seq_len") != std::string::npos ||
+           kv.first.find("max_seq_len") != std::string::npos;
+  });
+  if (batch_varied) return;
+  const std::size_t number = r.variants.size() + 1;
+  if (base.format == ConfigFormat::torchtitan_toml) {
+    // More data parallelism: fewer sequences per rank; less: the rest as gradient accumulation.
+    const std::int64_t dp = static_cast<std::int64_t>(v.run.plan.mesh.dp_replicate) * v.run.plan.mesh.dp_shard;
+    std::vector<std::pair<std::string, std::string>> fixes = {{"training.global_batch_size", std::to_string(want)}};
+    if (dp > 0 && want % dp == 0) fixes.push_back({"training.local_batch_size", std::to_string(want / dp)});
+    for (const auto& [key, value] : fixes) {
+      ConfigDocument doc = base;
+      for (const auto& [k, val] : settings) doc = with_value(doc, k, val, false);
+      doc = with_value(doc, key, value, false);
+      Variant kept = evaluate_document(doc, src, fallback, settings);
+      if (kept.ok() && kept.run.job.global_batch == want) {
+        r.notes.push_back(fmt::format("variant #{}: {} = {} keeps the global batch of variant #1 at {} sequences ({} "
+                                      "without it: torchtitan's local_batch_size is per data-parallel rank)",
+                                      number, key, value, want, v.run.job.global_batch));
+        v = std::move(kept);
+        return;
+      }
+    }
+  }
+  r.notes.push_back(fmt::format("variant #{} runs {} sequences per step instead of variant #1's {}: its step time is not "
+                                "comparable; compare tokens/s",
+                                number, v.run.job.global_batch, want));
+}
+
+}  // namespace
+
 WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary) {
   if (vary.empty()) throw InputError("", "--vary", "give at least one --vary KEY=V1,V2");
   std::set<std::string> seen;
@@ -256,6 +300,7 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
       v.settings = settings;
       v.error = e.what();
     }
+    keep_global_batch(r, base, src, fallback, settings, v);
     r.variants.push_back(std::move(v));
   }
 

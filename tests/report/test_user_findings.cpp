@@ -15,6 +15,7 @@
 #include "report/html_report.hpp"
 #include "report/lint.hpp"
 #include "report/validation.hpp"
+#include "report/whatif.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/units.hpp"
 #include "spec/cluster_loader.hpp"
@@ -145,4 +146,22 @@ TEST_CASE("HTML report: the Pareto front holds only plans that fit, and point la
     positions.insert((*it)[1].str() + "," + (*it)[2].str());
   CHECK(n == 4);
   CHECK(positions.size() == 4);
+}
+
+TEST_CASE("whatif: varying torchtitan's TP keeps the global batch, so step times compare like for like") {
+  if (!test::have_shared()) return;
+  const auto toml = (test::shared_root() / "examples" / "torchtitan" / "238fa9953e4a" / "llama3_70b.toml").string();
+  // local_batch_size 8 per data-parallel rank: TP 8 on 64 GPUs is 8 ranks x 8 = 64 sequences;
+  // TP 1 would be 64 x 8 = 512 unless the batch is held.
+  const WhatIfReport r =
+      run_whatif(source(toml, 64, "h100-sxm-80gb"), {parse_variation("parallelism.tensor_parallel_degree=8,1")});
+  REQUIRE(r.variants.size() == 2);
+  REQUIRE(r.variants[0].ok());
+  REQUIRE(r.variants[1].ok());
+  CHECK(r.variants[0].run.job.global_batch == 64);
+  CHECK(r.variants[1].run.job.global_batch == 64);
+  CHECK(r.variants[1].run.plan.mesh.dp_shard == 64);
+  CHECK(mentions(r.notes, "keeps the global batch of variant #1 at 64 sequences"));
+  // The variant is what the user asked for: their settings, not the batch fix.
+  CHECK(r.variants[1].settings == Settings{{"parallelism.tensor_parallel_degree", "1"}});
 }
