@@ -125,6 +125,7 @@ void print_json(const PlanSearch& s, int top) {
                 {"peak_bytes", static_cast<std::int64_t>(std::llround(cnd.peak_bytes))},
                 {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
                 {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
+    if (!cnd.numerics_note.empty()) row["numerics_note"] = cnd.numerics_note;
     j["plans"].push_back(std::move(row));
   }
   j["dropped"] = nlohmann::json::array();
@@ -178,6 +179,8 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
   for (const DroppedPlan& d : s.dropped)
     fmt::print("dropped: {}, micro-batch {}{}: {}\n", describe_layout(d.candidate.plan), d.candidate.job.micro_batch,
                describe_setting_differences(d.candidate.plan, Plan{}), d.reason);
+  for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i)
+    if (!s.ranked[i].numerics_note.empty()) fmt::print("rank {}: {}\n", i + 1, s.ranked[i].numerics_note);
   if (!s.why_winner.empty()) fmt::print("\nwhy: {}\n", s.why_winner);
   for (const auto& n : s.notes) fmt::print("note: {}\n", n);
 }

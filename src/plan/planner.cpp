@@ -18,6 +18,7 @@
 #include "cost/collective_cost.hpp"
 #include "plan/step_fingerprint.hpp"
 #include "sim/step_simulator.hpp"
+#include "spec/numerics.hpp"
 #include "spec/pipeline_split.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
@@ -659,6 +660,57 @@ std::string empty_grid_reason(const PlanRequest& rq, std::int64_t global_batch) 
   return why;
 }
 
+// Ties within the model's own resolution go to the numerically safer plan. Two plans that differ
+// by less than kTieFraction in predicted tokens/s are not told apart by the simulator (its error
+// between variants of one layout is larger), so a plan summing gradients in bf16 over a large
+// group does not win on that margin over one that reduces in fp32; where it wins by more, its row
+// says what the speed costs.
+constexpr double kTieFraction = 0.01;
+
+void prefer_numerically_safer(std::vector<PlanCandidate>& ranked) {
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    if (!low_precision_reduce_is_risky(ranked[i].plan)) continue;
+    const double fast = ranked[i].result.tokens_per_s_per_gpu;
+    std::size_t safe = i + 1;
+    while (safe < ranked.size() && low_precision_reduce_is_risky(ranked[safe].plan)) ++safe;
+    const std::int64_t ranks = gradient_reduce_ranks(ranked[i].plan.mesh);
+    if (safe < ranked.size() && ranked[safe].result.tokens_per_s_per_gpu >= fast * (1 - kTieFraction)) {
+      ranked[safe].numerics_note = fmt::format(
+          "ranked above a {} gradient reduction over {} ranks that predicts {:.2f}% more tokens/s, within the "
+          "simulator's resolution ({:.0f}%): fp32 reduction keeps the low bits",
+          to_string(ranked[i].plan.reduce_dtype), ranks, 100 * (fast / ranked[safe].result.tokens_per_s_per_gpu - 1),
+          100 * kTieFraction);
+      std::rotate(ranked.begin() + static_cast<std::ptrdiff_t>(i), ranked.begin() + static_cast<std::ptrdiff_t>(safe),
+                  ranked.begin() + static_cast<std::ptrdiff_t>(safe) + 1);
+      continue;
+    }
+    // Faster than every safe plan (all of them rank below it): say by how much.
+    std::string margin;
+    if (std::none_of(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(i),
+                     [](const PlanCandidate& c) { return !low_precision_reduce_is_risky(c.plan); }))
+      margin = safe < ranked.size()
+                   ? fmt::format("; {:.1f}% faster than the best fp32-reduction plan ({})",
+                                 100 * (fast / ranked[safe].result.tokens_per_s_per_gpu - 1),
+                                 describe_layout(ranked[safe].plan))
+                   : std::string("; no fp32-reduction plan was simulated");
+    ranked[i].numerics_note = fmt::format("sums gradients in {} over {} ranks (lint warns: low bits lost as the group "
+                                          "grows){}",
+                                          to_string(ranked[i].plan.reduce_dtype), ranks, margin);
+  }
+}
+
+// The first two plans predict within the tie band and the first was put first for numerics.
+std::string tie_sentence(const PlanCandidate& a, const PlanCandidate& b) {
+  return fmt::format("{} and {} tie ({:.0f} vs {:.0f} tokens/s/GPU, {:.2f}% apart, within the simulator's {:.0f}% "
+                     "resolution); the first is ranked first because it {}.",
+                     describe_layout(a.plan) + describe_setting_differences(a.plan, b.plan),
+                     describe_layout(b.plan) + describe_setting_differences(b.plan, a.plan),
+                     a.result.tokens_per_s_per_gpu, b.result.tokens_per_s_per_gpu,
+                     100 * (b.result.tokens_per_s_per_gpu / a.result.tokens_per_s_per_gpu - 1), 100 * kTieFraction,
+                     fmt::format("reduces gradients in fp32, which keeps the low bits a {} sum over {} ranks loses",
+                                 to_string(b.plan.reduce_dtype), gradient_reduce_ranks(b.plan.mesh)));
+}
+
 // Indices of the plans no other plan beats on both tokens/s and peak memory.
 std::vector<std::size_t> pareto_front(const std::vector<PlanCandidate>& ranked) {
   std::vector<std::size_t> front;
@@ -706,10 +758,13 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   std::stable_sort(sims.begin(), sims.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     return a.result.tokens_per_s_per_gpu > b.result.tokens_per_s_per_gpu;
   });
+  prefer_numerically_safer(sims);
   out.ranked = std::move(sims);
   out.pareto = pareto_front(out.ranked);
   if (out.ranked.size() >= 2)
-    out.why_winner = winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
+    out.why_winner = out.ranked[0].result.tokens_per_s_per_gpu < out.ranked[1].result.tokens_per_s_per_gpu
+                         ? tie_sentence(out.ranked[0], out.ranked[1])
+                         : winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
   if (e.feasible.size() > looked_at)
     out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
                                     e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));

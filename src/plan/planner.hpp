@@ -40,6 +40,9 @@ struct PlanCandidate {
   // memory. Settings that change nothing at this layout (e.g. a recompute policy that recomputes
   // nothing) are listed here instead of filling rows and the simulation budget.
   std::vector<Plan> equivalent_plans;
+  // The numerical trade-off of this row, when it has one (spec/numerics.hpp): why a safer plan was
+  // ranked above a marginally faster one, or that this row's speed comes with a lint warning.
+  std::string numerics_note;
 };
 
 // A candidate the search could not evaluate, and why (the lowering or the simulator refused it).

@@ -8,15 +8,12 @@
 
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/numerics.hpp"
 #include "spec/units.hpp"
 
 namespace meshplan {
 
 namespace {
-
-// A bf16 sum over this many ranks loses enough low bits (8-bit mantissa, error growing with the
-// ring length) to be worth a second look; fp32 reduction costs 2x the reduce-scatter bytes.
-constexpr std::int64_t kLargeBf16ReduceGroup = 64;
 
 std::string severity_of_importer_warning(const std::string& msg) {
   // Whatever the runtime refuses at start-up is an error, even where meshplan can still model
@@ -135,8 +132,8 @@ LintReport lint_config(const RunSource& src) {
                                  device % rc.job.micro_batch)});
     }
     // bf16 gradient reduction over a large group.
-    const std::int64_t reduce_group = static_cast<std::int64_t>(m.dp_shard) * m.cp * m.dp_replicate;
-    if (fsdp && bytes_per_element(p.reduce_dtype) < 4 && reduce_group >= kLargeBf16ReduceGroup)
+    const std::int64_t reduce_group = gradient_reduce_ranks(m);
+    if (low_precision_reduce_is_risky(p))
       f.push_back({keys.reduce, "warning",
                    fmt::format("gradients are summed in {} over {} data-parallel ranks: an 8-bit mantissa loses low "
                                "bits as the sum grows with the group; fp32 reduction (DEFAULT) is safer at 2x the "
