@@ -179,6 +179,33 @@ std::vector<Case> cases() {
       {"plan_micro_type.toml", plan("", "global_batch = 64\nmicro_batch = \"big\"\n"), std::nullopt, "batch.micro_batch"},
       {"plan_heads_tp.toml", plan("tp = 3\n", "global_batch = 64\n", "gpus = 6\n", "", "name = \"llama2-13b\"\n"),
        std::nullopt, "layout.tp", "heads"},
+      // Megatron's pipeline split rules (issue 15): a first stage larger than the model, a split
+      // leaving a stage without a layer, and the two rule families together.
+      {"plan_split_first_too_large.toml", plan("pp = 4\ndecoder_first_pipeline_num_layers = 40\n", "global_batch = 64\n",
+                                               "gpus = 4\n", "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.decoder_first_pipeline_num_layers", "the model has 32"},
+      {"plan_split_first_empty.toml", plan("pp = 4\ndecoder_first_pipeline_num_layers = 0\n", "global_batch = 64\n",
+                                           "gpus = 4\n", "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.decoder_first_pipeline_num_layers", "empty"},
+      {"plan_split_middle_empty.toml",
+       plan("pp = 4\ndecoder_first_pipeline_num_layers = 16\ndecoder_last_pipeline_num_layers = 16\n",
+            "global_batch = 64\n", "gpus = 4\n", "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.decoder_first_pipeline_num_layers", "empty"},
+      {"plan_split_embedding_indivisible.toml",
+       plan("pp = 4\naccount_for_embedding_in_pipeline_split = true\n", "global_batch = 64\n", "gpus = 4\n",
+            "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.account_for_embedding_in_pipeline_split", "not divisible"},
+      {"plan_split_both_rules.toml",
+       plan("pp = 4\naccount_for_loss_in_pipeline_split = true\ndecoder_first_pipeline_num_layers = 8\n",
+            "global_batch = 64\n", "gpus = 4\n", "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.account_for_loss_in_pipeline_split", "cannot be combined"},
+      {"plan_split_negative.toml", plan("pp = 4\ndecoder_last_pipeline_num_layers = -3\n", "global_batch = 64\n",
+                                        "gpus = 4\n", "[runtime]\nname = \"megatron\"\n"),
+       std::nullopt, "layout.decoder_last_pipeline_num_layers"},
+      {"plan_deepspeed_zero3_pp.toml",
+       plan("pp = 2\n", "global_batch = 64\n", "gpus = 4\n",
+            "[sharding]\nstrategy = \"zero3\"\n[runtime]\nname = \"megatron\"\ndeepspeed = true\n"),
+       std::nullopt, "runtime.deepspeed", "ZeRO stages 0 and 1"},
   };
 }
 
