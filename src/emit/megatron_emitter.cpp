@@ -87,14 +87,15 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
       flag("--overlap-param-gather");  // requires both flags above (§4)
       break;
     case Sharding::zero2:
+      refuse(kRt, "sharding", "zero2 (Megatron-FSDP optim_grads) is not modeled, so not emitted; zero1 or zero3");
     case Sharding::zero3:
       // Megatron-Core's own FSDP (megatron/core/distributed/fsdp; --use-custom-fsdp before
-      // core_v0.14): optim_grads shards optimizer state and gradients, optim_grads_params the
-      // parameters too. Its guide pairs it with the distributed optimizer and both overlaps.
+      // core_v0.14) with optim_grads_params: parameters, gradients and optimizer state sharded.
+      // Its guide pairs it with the distributed optimizer and both overlaps.
       if (m.dp() == 1 && m.cp == 1)
         refuse(kRt, "sharding", fmt::format("{} without data-parallel ranks to shard over", to_string(p.sharding)));
       flag("--use-megatron-fsdp");
-      arg("--data-parallel-sharding-strategy", p.sharding == Sharding::zero3 ? "optim_grads_params" : "optim_grads");
+      arg("--data-parallel-sharding-strategy", "optim_grads_params");
       flag("--use-distributed-optimizer");
       flag("--overlap-grad-reduce");
       flag("--overlap-param-gather");

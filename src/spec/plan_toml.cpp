@@ -326,6 +326,9 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
   if (plan.deepspeed_engine && plan.runtime != Runtime::megatron)
     rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
+  if (plan.runtime == Runtime::megatron && plan.sharding == Sharding::zero2)
+    sh.fail("strategy", "zero2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2: whole bf16 params, "
+                        "sharded gradients) is not modeled; zero1 or zero3");
   if (plan.deepspeed_engine && plan.mesh.pp > 1 &&
       (plan.sharding == Sharding::zero2 || plan.sharding == Sharding::zero3))
     rt.fail("deepspeed", fmt::format("DeepSpeed's pipeline engine runs ZeRO stages 0 and 1 only, not {} with pp {}",

@@ -100,10 +100,13 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Shar
       t.host_syncs_before_optimizer = true;
       break;
   }
-  const bool sharded_params_or_grads = sharding == Sharding::zero2 || sharding == Sharding::zero3;
+  // ZeRO-2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) keeps whole bf16 params on
+  // every rank and shards only gradients and optimizer state: not FSDP units, and not modeled
+  // (plan_toml and the validation mapping refuse it).
+  const bool sharded_params_or_grads = sharding == Sharding::zero3;
   if (runtime == Runtime::megatron && sharded_params_or_grads) {
     // Megatron-Core's own FSDP (--use-megatron-fsdp, --data-parallel-sharding-strategy
-    // optim_grads / optim_grads_params) and DeepSpeed ZeRO-2/3: each transformer layer is one
+    // optim_grads_params) and DeepSpeed ZeRO-3: each transformer layer is one
     // bucket, all-gathered into a persistent buffer that the layer uses in place (no copy-out),
     // the next bucket prefetched in backward, and its gradients reduce-scattered from the
     // (sharded) main-grad buffer on their own stream. The grad buffer lives through the step.
@@ -112,7 +115,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Shar
   }
   // DeepSpeed's engine drives the Megatron model (plan_toml accepts it only with megatron).
   if (deepspeed_engine && sharded_params_or_grads) {
-    // ZeRO-2/3 run under DeepSpeed's plain engine (its pipeline engine takes ZeRO-0/1 only;
+    // ZeRO-3 runs under DeepSpeed's plain engine (its pipeline engine takes ZeRO-0/1 only;
     // plan_toml and the validation mapping refuse pp > 1): no BF16_Optimizer fp32 accumulation,
     // gradients are reduce-scattered per bucket as backward produces them.
     t.frees_sent_pipeline_outputs = false;

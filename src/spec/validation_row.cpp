@@ -498,9 +498,12 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
     if (mesh.dp_shard > 1 && p.sharding != Sharding::zero3)
       throw Skip{fmt::format("dp_shard {} > 1 with sharding {}: the README writes parameter sharding only as zero3",
                              mesh.dp_shard, to_string(p.sharding))};
-    // Megatron-family ZeRO-2/3 is Megatron-FSDP (optim_grads / optim_grads_params) or DeepSpeed
-    // ZeRO-2/3, whose pipeline engine runs ZeRO-0/1 only.
-    if (fw == "megatron-deepspeed" && mesh.pp > 1 && (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3))
+    // Megatron-family ZeRO-3 is Megatron-FSDP (optim_grads_params) or DeepSpeed ZeRO-3, whose
+    // pipeline engine runs ZeRO-0/1 only. Their ZeRO-2 keeps whole bf16 params on every rank and
+    // shards the gradients: not modeled.
+    if (p.sharding == Sharding::zero2 && is_megatron_family(fw))
+      throw Skip{"zero2 under Megatron-family frameworks (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) is not modeled"};
+    if (fw == "megatron-deepspeed" && mesh.pp > 1 && p.sharding == Sharding::zero3)
       throw Skip{fmt::format("{} with pp {} under Megatron-DeepSpeed: DeepSpeed's pipeline engine runs ZeRO-0/1 only",
                              to_string(p.sharding), mesh.pp)};
     p.reshard_after_forward = p.sharding == Sharding::zero3;

@@ -71,12 +71,13 @@ std::vector<Recompute> recompute_ladder(const Plan& p) {
 }
 
 // Sharding from the framework's default up. Only Megatron-family runtimes choose it independently
-// of the mesh (DDP, distributed optimizer, Megatron-FSDP over the same data-parallel ranks); the
-// FSDP trainers' sharding follows their mesh, so their default is their only option.
+// of the mesh (DDP, distributed optimizer, Megatron-FSDP optim_grads_params over the same
+// data-parallel ranks; ZeRO-2 is not modeled for them); the FSDP trainers' sharding follows their
+// mesh, so their default is their only option.
 std::vector<Sharding> sharding_ladder(const Plan& p) {
   if (p.runtime != Runtime::megatron) return {p.sharding};
   std::vector<Sharding> out;
-  for (Sharding s : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::zero3})
+  for (Sharding s : {Sharding::none, Sharding::zero1, Sharding::zero3})
     if (s >= p.sharding) out.push_back(s);
   // DeepSpeed's pipeline engine takes ZeRO-0/1 only.
   if (p.deepspeed_engine && p.mesh.pp > 1) std::erase_if(out, [](Sharding s) { return s > Sharding::zero1; });

@@ -598,7 +598,7 @@ TEST_CASE("megatron: Megatron-FSDP for ZeRO-2/3 and the pipeline split rules") {
   CHECK(has(fsdp, "--use-distributed-optimizer"));
   RunConfig z2 = rc;
   z2.plan.sharding = Sharding::zero2;
-  CHECK(has(emit_megatron_args(z2), "--data-parallel-sharding-strategy", "optim_grads"));
+  CHECK(refusal([&] { emit_megatron_args(z2); }).find("sharding") != std::string::npos);
 
   // 32 layers on pp 2 with the embedding and the loss counted: (32 + 2) / 2 = 17, 16 decoder
   // layers each; 32 on pp 3 only with fixed first / last counts (10 + 11 + 11).
