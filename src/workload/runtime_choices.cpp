@@ -156,10 +156,11 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
         if (left.micro_batch && !with_micro_batch(rc.model, p, j, mb, composer)) continue;
         if (!fits_device(rc.model, p, j, c)) continue;
         if (left.sharding)
-          out.assumptions.push_back(fmt::format("sharding not stated: {} ({}), {}", to_string(s),
-                                                s == given.sharding ? "the framework default, which fits"
-                                                                    : "the framework default does not fit",
-                                                c.name));
+          out.assumptions.push_back(
+              s == given.sharding
+                  ? fmt::format("sharding not stated: {} (the framework default, fits on {})", to_string(s), c.name)
+                  : fmt::format("sharding not stated: {} (the framework default {} does not fit on {})", to_string(s),
+                                to_string(given.sharding), c.name));
         if (left.recompute)
           out.assumptions.push_back(fmt::format("activation recompute not stated: {} (the least that fits on {})",
                                                 r.name, c.name));
