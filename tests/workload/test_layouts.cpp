@@ -296,3 +296,40 @@ TEST_CASE("settings left to the runtime: the least recompute that fits, the larg
     CHECK(rs.assumptions[0].find("sharding not stated") != std::string::npos);
   }
 }
+
+TEST_CASE("chunks that hold only the embedding or only the loss lower and simulate under every runtime") {
+  ModelSpec m = load_model("llama3.1-8b");
+  m.n_layers = 6;  // (6 + 2) / (pp 4 x vpp 2) = 1 per chunk: chunk 0 and chunk 7 hold no decoder layer
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  struct Variant {
+    const char* name;
+    Runtime runtime;
+    bool deepspeed;
+    Sharding sharding;
+  };
+  for (const Variant& v : {Variant{"megatron", Runtime::megatron, false, Sharding::zero1},
+                           Variant{"megatron-deepspeed", Runtime::megatron, true, Sharding::zero1},
+                           Variant{"torchtitan fsdp", Runtime::torchtitan_fsdp2, false, Sharding::zero3},
+                           Variant{"generic ddp", Runtime::generic, false, Sharding::none}}) {
+    CAPTURE(v.name);
+    Plan p = megatron(4, 2, 1, 2, v.sharding);
+    p.runtime = v.runtime;
+    p.deepspeed_engine = v.deepspeed;
+    p.pipeline_split.embedding_as_layer = p.pipeline_split.loss_as_layer = true;
+    const Job j = job(2048, 1, 8, 2);
+    const StepProgram prog = lower_step(m, p, j);
+    // No dependency on a missing op, and the head's forward runs once per micro-batch.
+    int head = 0;
+    for (const Op& o : prog.ops) {
+      for (int d : o.deps) REQUIRE(d >= 0);
+      if (o.kind != OpKind::compute || o.category != OpCategory::compute) continue;
+      if (o.gemms.size() == 1 && o.gemms[0].n == static_cast<std::int64_t>(m.vocab)) ++head;
+    }
+    CHECK(head == 8);
+    const SimulatedStep sim = simulate_step(m, p, j, c);
+    CHECK(sim.result.tokens_per_s_per_gpu > 0);
+    const MemoryEstimate e = estimate_memory(m, p, j, c);
+    CHECK(e.stages[0].n_layers == 1);  // chunk 4 holds layer 3; chunk 0 the embedding alone
+    CHECK(e.stages[3].n_layers == 1);  // chunk 3 holds layer 2; chunk 7 the loss alone
+  }
+}
