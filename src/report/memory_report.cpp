@@ -76,8 +76,9 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
   out += fmt::format("  AC         {}{}{}{}\n", to_string(p.ac), p.ac_reentrant ? " (reentrant)" : "",
                      p.act_offload ? ", activation offload" : "", p.param_offload ? ", CPU offload" : "");
   for (const auto& s : e.stages) {
-    out += fmt::format("\nstage {} ({}; {} layers, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
-                       s.stage, layer_ranges(s), s.n_layers, s.params_per_rank / 1e9, s.microbatches_in_flight);
+    out += fmt::format("\nstage {} ({}; {} layer{}, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
+                       s.stage, layer_ranges(s), s.n_layers, s.n_layers == 1 ? "" : "s", s.params_per_rank / 1e9,
+                       s.microbatches_in_flight);
     for (const auto& t : kTerms) {
       const double v = s.breakdown.*(t.field);
       out += fmt::format("  {:<17} {:>12}  {:>5.1f}%  {}\n", t.key, format_gib(v),
