@@ -166,7 +166,7 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
                                                 r.name, c.name));
         if (left.micro_batch)
           out.assumptions.push_back(
-              mbs.size() == 1 && given.runtime == Runtime::megatron
+              given.runtime == Runtime::megatron && given.mesh.pp > 1
                   ? fmt::format("micro_batch not stated: 1 (Megatron's default with pipelines, fits), grad_accum {}",
                                 j.grad_accum)
                   : fmt::format("micro_batch not stated: {} (the largest that fits{}), grad_accum {}", j.micro_batch,
