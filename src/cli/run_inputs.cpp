@@ -9,6 +9,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "workload/runtime_choices.hpp"
 
 namespace meshplan::cli {
 
@@ -85,6 +86,11 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
         "no GPU count in {} or --gpus; assuming one node of {} GPUs", o.config, *gpus));
   }
   resolve_layout(in.run, gpus);
+  // Knobs the config leaves to the runtime ('auto' micro-batch): settled as the runtime would.
+  const RuntimeChoices choices = resolve_runtime_choices(in.run, in.cluster);
+  for (const auto& a : choices.assumptions) in.run.warnings.push_back(a);
+  if (!choices.no_fit.empty())
+    in.run.warnings.push_back(fmt::format("{}; modeled with the whole device batch", choices.no_fit));
   return in;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "emit/foundry_emitter.hpp"
+#include "spec/pipeline_split.hpp"
 
 namespace meshplan {
 
@@ -36,9 +37,20 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     if ((m.vpp > 1) != (p.schedule == PipelineSchedule::interleaved_1f1b))
       refuse(kRt, "vpp", fmt::format("vpp {} with schedule {}: Megatron interleaves exactly when vpp > 1", m.vpp,
                                      to_string(p.schedule)));
-    if (model.n_layers % (m.pp * m.vpp) != 0)
-      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages", model.n_layers, m.pp * m.vpp));
-    if (m.vpp > 1) arg("--num-layers-per-virtual-pipeline-stage", model.n_layers / (m.pp * m.vpp));
+    const PipelineSplit& split = p.pipeline_split;
+    if (SplitError why; !split_pipeline(model.n_layers, m.pp, m.vpp, split, &why))
+      refuse(kRt, "pipeline_split", why.reason);
+    if (!split.given() && model.n_layers % (m.pp * m.vpp) != 0)
+      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages (Megatron splits unevenly only "
+                                     "when told how: set the layout's pipeline split keys)",
+                                     model.n_layers, m.pp * m.vpp));
+    if (split.embedding_as_layer) flag("--account-for-embedding-in-pipeline-split");
+    if (split.loss_as_layer) flag("--account-for-loss-in-pipeline-split");
+    if (split.first_stage_layers >= 0) arg("--decoder-first-pipeline-num-layers", split.first_stage_layers);
+    if (split.last_stage_layers >= 0) arg("--decoder-last-pipeline-num-layers", split.last_stage_layers);
+    // Layers per virtual stage is ambiguous once the split is uneven; the chunk count is not.
+    if (m.vpp > 1 && split.given()) arg("--num-virtual-stages-per-pipeline-rank", m.vpp);
+    else if (m.vpp > 1) arg("--num-layers-per-virtual-pipeline-stage", model.n_layers / (m.pp * m.vpp));
     // Megatron runs every micro-batch of a step in one schedule run.
     if (j.pp_microbatches != 0 && j.pp_microbatches != j.grad_accum)
       refuse(kRt, "pp_microbatches", "Megatron runs all micro-batches of a step in one pipeline schedule");
@@ -63,7 +75,8 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     arg("--expert-model-parallel-size", m.ep);
   }
 
-  // ---- data-parallel sharding: DDP or the distributed optimizer (ZeRO-1).
+  // ---- data-parallel sharding: DDP, the distributed optimizer (ZeRO-1) or Megatron-FSDP (ZeRO-2/3).
+  if (p.deepspeed_engine) refuse(kRt, "deepspeed", "Megatron-DeepSpeed launches are not emitted (Megatron-LM only)");
   switch (p.sharding) {
     case Sharding::none:
       if (m.dp() > 1) flag("--overlap-grad-reduce");
@@ -73,9 +86,20 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
       flag("--overlap-grad-reduce");
       flag("--overlap-param-gather");  // requires both flags above (§4)
       break;
-    default:
-      refuse(kRt, "sharding", fmt::format("{}: meshplan emits Megatron with DDP or the distributed optimizer (ZeRO-1); "
-                                          "Megatron-FSDP is not emitted", to_string(p.sharding)));
+    case Sharding::zero2:
+      refuse(kRt, "sharding", "zero2 (Megatron-FSDP optim_grads) is not modeled, so not emitted; zero1 or zero3");
+    case Sharding::zero3:
+      // Megatron-Core's own FSDP (megatron/core/distributed/fsdp; --use-custom-fsdp before
+      // core_v0.14) with optim_grads_params: parameters, gradients and optimizer state sharded.
+      // Its guide pairs it with the distributed optimizer and both overlaps.
+      if (m.dp() == 1 && m.cp == 1)
+        refuse(kRt, "sharding", fmt::format("{} without data-parallel ranks to shard over", to_string(p.sharding)));
+      flag("--use-megatron-fsdp");
+      arg("--data-parallel-sharding-strategy", "optim_grads_params");
+      flag("--use-distributed-optimizer");
+      flag("--overlap-grad-reduce");
+      flag("--overlap-param-gather");
+      break;
   }
 
   // ---- model shape

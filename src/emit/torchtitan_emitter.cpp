@@ -160,6 +160,9 @@ Settings check(const RunConfig& rc) {
       refuse(kRt, "schedule", fmt::format("vpp {} needs Interleaved1F1B, not {}", m.vpp, schedule_name(p.schedule)));
     if (m.vpp == 1 && p.schedule == PipelineSchedule::interleaved_1f1b)
       refuse(kRt, "vpp", "Interleaved1F1B runs at least 2 stages per rank (vpp >= 2)");
+    if (p.pipeline_split.given())
+      refuse(kRt, "pipeline_split", "Megatron's pipeline split rules (first/last stage layers, embedding and loss "
+                                    "counted as layers) are not emitted for torchtitan");
     if (!split_layers(rc.model.n_layers, m.pp * m.vpp))
       refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages (evenly, or with the "
                                      "embedding and head counted as one layer each)", rc.model.n_layers, m.pp * m.vpp));

@@ -31,6 +31,27 @@ constexpr std::array<Term, 9> kTerms{{
     {"framework", &MemoryBreakdown::framework, "CUDA context + allocator reserve"},
 }};
 
+// "layers 0-9, 40-49" for a rank's chunks, then what else it holds; the embedding or the loss in
+// a chunk of its own (Megatron's split rules) says so.
+std::string layer_ranges(const StageMemory& s) {
+  std::string out;
+  bool embedding_alone = false, loss_alone = false;
+  for (std::size_t i = 0; i < s.chunks.size(); ++i) {
+    const LayerRange& r = s.chunks[i];
+    if (r.n_layers == 0) {
+      (i == 0 && s.holds_embedding ? embedding_alone : loss_alone) = true;
+      continue;
+    }
+    out += (out.empty() ? "" : ", ") + (r.n_layers == 1 ? fmt::format("{}", r.first_layer)
+                                                        : fmt::format("{}-{}", r.first_layer, r.first_layer + r.n_layers - 1));
+  }
+  if (s.chunks.empty()) out = fmt::format("{}-{}", s.first_layer, s.first_layer + s.n_layers - 1);
+  std::string held = fmt::format("{} {}", s.n_layers == 1 ? "layer" : "layers", out.empty() ? "none" : out);
+  if (s.holds_embedding) held += embedding_alone ? " + embedding (a chunk of its own)" : " + embedding";
+  if (s.holds_loss) held += loss_alone ? " + head and loss (a chunk of their own)" : " + head and loss";
+  return held;
+}
+
 std::string layout_line(const Plan& p) {
   const Mesh& m = p.mesh;
   return fmt::format("pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}", m.pp, m.dp_replicate,
@@ -55,8 +76,8 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
   out += fmt::format("  AC         {}{}{}{}\n", to_string(p.ac), p.ac_reentrant ? " (reentrant)" : "",
                      p.act_offload ? ", activation offload" : "", p.param_offload ? ", CPU offload" : "");
   for (const auto& s : e.stages) {
-    out += fmt::format("\nstage {} (layers {}-{}, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
-                       s.stage, s.first_layer, s.first_layer + s.n_layers - 1, s.params_per_rank / 1e9,
+    out += fmt::format("\nstage {} ({}; {} layer{}, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
+                       s.stage, layer_ranges(s), s.n_layers, s.n_layers == 1 ? "" : "s", s.params_per_rank / 1e9,
                        s.microbatches_in_flight);
     for (const auto& t : kTerms) {
       const double v = s.breakdown.*(t.field);
@@ -102,6 +123,11 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
     st["stage"] = s.stage;
     st["first_layer"] = s.first_layer;
     st["n_layers"] = s.n_layers;
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const LayerRange& r : s.chunks) chunks.push_back({{"first_layer", r.first_layer}, {"n_layers", r.n_layers}});
+    st["chunks"] = std::move(chunks);
+    st["holds_embedding"] = s.holds_embedding;
+    st["holds_loss"] = s.holds_loss;
     nlohmann::json br;
     std::int64_t sum = 0;
     for (const auto& t : kTerms) {

@@ -19,6 +19,7 @@
 #include "spec/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
+#include "workload/runtime_choices.hpp"
 #include "spec/units.hpp"
 
 namespace meshplan {
@@ -173,7 +174,15 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
   try {
     if (cluster_or_null == nullptr) throw InputError("", "gpu", cluster_error);
     const ClusterSpec& cluster = *cluster_or_null;
-    const RunConfig& rc = vc.run;
+    // Settings the row does not publish: resolved as a tuned run would (workload/runtime_choices).
+    RunConfig resolved = vc.run;
+    const RuntimeChoices choices = resolve_runtime_choices(resolved, cluster);
+    out.assumptions.insert(out.assumptions.end(), choices.assumptions.begin(), choices.assumptions.end());
+    if (!choices.no_fit.empty()) {
+      out.skipped = choices.no_fit;
+      return finish();
+    }
+    const RunConfig& rc = resolved;
 
     // ---- throughput
     const SimulatedStep step = simulate_step(rc.model, rc.plan, rc.job, cluster);
@@ -223,9 +232,7 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     // ---- the run happened: what the model says it needed of the device. The allocator's cache is
     // left out: it is released and retried before an allocation fails.
     const MemoryEstimate fit = estimate_memory(rc.model, rc.plan, rc.job, cluster);
-    double needed = 0;
-    for (const StageMemory& st : fit.stages)
-      needed = std::max(needed, st.allocated_peak_bytes + st.breakdown.comm_buffers + cluster.framework.cuda_context_bytes);
+    const double needed = device_bytes_needed(fit, cluster);
     if (fit.gpu_memory_bytes > 0) out.predicted_device_fraction = needed / fit.gpu_memory_bytes;
 
     // ---- memory, on the row's own metric
@@ -473,6 +480,9 @@ ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id
   if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
   ClusterCache clusters(options.cluster_dirs);
   out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);
+  const RuntimeChoices choices = resolve_runtime_choices(out.vc.run, out.cluster);
+  if (!choices.no_fit.empty()) throw InputError(table.file, "row " + id, "skipped: " + choices.no_fit);
+  out.vc.assumptions.insert(out.vc.assumptions.end(), choices.assumptions.begin(), choices.assumptions.end());
   return out;
 }
 

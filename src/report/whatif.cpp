@@ -16,6 +16,7 @@
 #include "spec/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "workload/runtime_choices.hpp"
 
 namespace meshplan {
 
@@ -192,6 +193,10 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     else if (v.run.n_gpus <= 0 && fallback_gpus > 0) gpus = fallback_gpus;
     resolve_layout(v.run, gpus);
     const ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
+    // Knobs the config leaves to the runtime ('auto' micro-batch): settled as simulate does.
+    const RuntimeChoices choices = resolve_runtime_choices(v.run, c);
+    for (const auto& a : choices.assumptions) v.run.warnings.push_back(a);
+    if (!choices.no_fit.empty()) v.run.warnings.push_back(choices.no_fit + "; modeled with the whole device batch");
     v.cluster_name = c.name;
     v.gpu_memory_bytes = c.gpu.hbm_bytes;
     v.result = simulate_step(v.run.model, v.run.plan, v.run.job, c).result;

@@ -64,6 +64,11 @@ std::string lower(std::string s) {
 // ---- config-specific key names, so errors point at what the user wrote.
 struct Keys {
   std::string pp, vpp, dp_replicate, dp_shard, cp, tp, ep, global, micro, accum, seq, gpus;
+  // The pipeline split rule (Plan::pipeline_split); only the plan TOML carries it today.
+  std::string split_embedding = "layout.account_for_embedding_in_pipeline_split";
+  std::string split_loss = "layout.account_for_loss_in_pipeline_split";
+  std::string split_first = "layout.decoder_first_pipeline_num_layers";
+  std::string split_last = "layout.decoder_last_pipeline_num_layers";
 };
 Keys keys_for(const RunConfig& rc) {
   switch (rc.format) {
@@ -201,12 +206,18 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
         fail(keys.tp, fmt::format("the MLP width {} of {} is not divisible by tp {}", ffn, m.name, mesh.tp));
     }
   }
-  const std::int64_t stages = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
-  if (!split_layers(m.n_layers, static_cast<int>(stages)))
-    fail(mesh.pp > 1 ? keys.pp : keys.vpp,
-         fmt::format("{} layers of {} are not divisible by pp x vpp = {} x {} (nor are {} counting the embedding "
-                     "and head as one layer each, torchtitan's uneven split)",
-                     m.n_layers, m.name, mesh.pp, mesh.vpp, m.n_layers + 2));
+  if (static_cast<std::int64_t>(mesh.pp) * mesh.vpp > limits::kMaxLayers)
+    fail(keys.vpp, fmt::format("pp x vpp = {} x {} chunks is above the maximum {} (docs/limits.md)", mesh.pp, mesh.vpp,
+                               limits::kMaxLayers));
+  if (SplitError why; !split_pipeline(m.n_layers, mesh.pp, mesh.vpp, plan.pipeline_split, &why)) {
+    const std::string key = why.field == "pp"                   ? keys.pp
+                            : why.field == "vpp"                ? keys.vpp
+                            : why.field == "embedding_as_layer" ? keys.split_embedding
+                            : why.field == "loss_as_layer"      ? keys.split_loss
+                            : why.field == "first_stage_layers" ? keys.split_first
+                                                                : keys.split_last;
+    fail(key, fmt::format("{} ({}, {} layers)", why.reason, m.name, m.n_layers));
+  }
   if (mesh.ep > 1) {
     const std::int64_t ep_pool = static_cast<std::int64_t>(mesh.dp()) * mesh.cp;
     if (ep_pool % mesh.ep != 0)

@@ -503,8 +503,9 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       // first try (no accumulation) is what meshplan models, so a plan that does not fit tells
       // the user to pick a number.
       rc.job.micro_batch = 0;
-      rc.warnings.push_back("device_train_microbatch_size: 'auto' (Composer halves on OOM); modeled "
-                            "as the whole device batch, no gradient accumulation");
+      rc.left_to_runtime.micro_batch = true;
+      rc.warnings.push_back("device_train_microbatch_size: 'auto' (Composer halves on OOM from the whole device "
+                            "batch); modeled as the largest halving that fits once the cluster is known");
     } else {
       const auto mb = top.get_int(mk);
       if (*mb <= 0) top.fail(mk, fmt::format("must be positive or 'auto', got {}", *mb));

@@ -1,5 +1,10 @@
 #include "spec/pipeline_split.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
 namespace meshplan {
 
 std::optional<std::vector<int>> split_layers(int n_layers, int n_chunks) {
@@ -12,6 +17,120 @@ std::optional<std::vector<int>> split_layers(int n_layers, int n_chunks) {
   layers.front() -= 1;
   layers.back() -= 1;
   return layers;
+}
+
+namespace {
+
+std::optional<std::vector<int>> fail(SplitError* error, std::string field, std::string reason) {
+  if (error != nullptr) *error = SplitError{std::move(field), std::move(reason)};
+  return std::nullopt;
+}
+
+// Megatron's --decoder-first/last-pipeline-num-layers: per-rank counts, then each rank's chunks.
+std::optional<std::vector<int>> split_first_last(int n_layers, int pp, int vpp, const PipelineSplit& r,
+                                                 SplitError* error) {
+  const bool first = r.first_stage_layers >= 0, last = r.last_stage_layers >= 0;
+  if (pp < 2) {
+    return fail(error, first ? "first_stage_layers" : "last_stage_layers",
+                "fixing the first or last pipeline stage's layers needs pipeline parallelism (pp > 1)");
+  }
+  for (auto [given, field, n, which] : {std::tuple{first, "first_stage_layers", r.first_stage_layers, "first"},
+                                        std::tuple{last, "last_stage_layers", r.last_stage_layers, "last"}}) {
+    if (!given) continue;
+    // Megatron: num_layers_in_{first,last}_pipeline_stage must be larger than 0.
+    if (n == 0) return fail(error, field, fmt::format("0 layers leaves the {} pipeline stage empty", which));
+    if (n > n_layers)
+      return fail(error, field, fmt::format("{} layers on the {} stage, but the model has {}", n, which, n_layers));
+    if (n % vpp != 0)
+      return fail(error, field, fmt::format("{} layers on the {} stage do not divide into vpp {} chunks", n, which, vpp));
+  }
+  int rest = n_layers - (first ? r.first_stage_layers : 0) - (last ? r.last_stage_layers : 0);
+  const int middle_ranks = pp - (first ? 1 : 0) - (last ? 1 : 0);
+  if (rest < 0)
+    return fail(error, first ? "first_stage_layers" : "last_stage_layers",
+                fmt::format("the first and last stages take {} layers, more than the model's {}",
+                            n_layers - rest, n_layers));
+  if (middle_ranks == 0 && rest != 0)
+    return fail(error, first ? "first_stage_layers" : "last_stage_layers",
+                fmt::format("pp {}: the first and last stages are all the stages but take {} of {} layers", pp,
+                            n_layers - rest, n_layers));
+  int per_rank = 0;
+  if (middle_ranks > 0) {
+    if (rest % middle_ranks != 0)
+      return fail(error, first ? "first_stage_layers" : "last_stage_layers",
+                  fmt::format("the other {} layers do not divide evenly over the other {} stages", rest, middle_ranks));
+    per_rank = rest / middle_ranks;
+    if (per_rank == 0)
+      return fail(error, first ? "first_stage_layers" : "last_stage_layers",
+                  fmt::format("no layer is left for the other {} stages (a pipeline stage would be empty)", middle_ranks));
+    if (per_rank % vpp != 0)
+      return fail(error, "vpp", fmt::format("{} layers per middle stage do not divide into vpp {} chunks", per_rank, vpp));
+  }
+  std::vector<int> chunks(static_cast<std::size_t>(pp * vpp));
+  for (int k = 0; k < vpp; ++k)
+    for (int rank = 0; rank < pp; ++rank) {
+      int n = per_rank;
+      if (rank == 0 && first) n = r.first_stage_layers;
+      if (rank == pp - 1 && last) n = r.last_stage_layers;
+      chunks[static_cast<std::size_t>(k * pp + rank)] = n / vpp;
+    }
+  return chunks;
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, const PipelineSplit& rule,
+                                               SplitError* error) {
+  if (pp <= 0 || vpp <= 0 || n_layers <= 0) return fail(error, "pp", "degrees and layers must be positive");
+  const int n_chunks = pp * vpp;
+  if (!rule.given()) {
+    if (auto s = split_layers(n_layers, n_chunks)) return s;
+    return fail(error, pp > 1 ? "pp" : "vpp",
+                fmt::format("{} layers are not divisible by pp x vpp = {} x {} (nor are {} counting the embedding "
+                            "and head as one layer each, torchtitan's uneven split)",
+                            n_layers, pp, vpp, n_layers + 2));
+  }
+  const bool first_last = rule.first_stage_layers >= 0 || rule.last_stage_layers >= 0;
+  if (first_last && (rule.embedding_as_layer || rule.loss_as_layer))
+    return fail(error, rule.embedding_as_layer ? "embedding_as_layer" : "loss_as_layer",
+                "cannot be combined with a fixed first/last stage layer count (Megatron raises)");
+  std::vector<int> chunks;
+  if (first_last) {
+    auto s = split_first_last(n_layers, pp, vpp, rule, error);
+    if (!s) return s;
+    chunks = std::move(*s);
+  } else {
+    const int counted = n_layers + (rule.embedding_as_layer ? 1 : 0) + (rule.loss_as_layer ? 1 : 0);
+    const std::string what = rule.embedding_as_layer && rule.loss_as_layer ? "embedding and loss"
+                             : rule.embedding_as_layer                      ? "embedding"
+                                                                            : "loss";
+    if (counted % n_chunks != 0)
+      return fail(error, rule.embedding_as_layer ? "embedding_as_layer" : "loss_as_layer",
+                  fmt::format("{} layers with the {} counted as layers ({}) are not divisible by pp x vpp = {} x {}",
+                              n_layers, what, counted, pp, vpp));
+    chunks.assign(static_cast<std::size_t>(n_chunks), counted / n_chunks);
+    if (rule.embedding_as_layer) chunks.front() -= 1;
+    if (rule.loss_as_layer) chunks.back() -= 1;
+  }
+  // A chunk may hold only the embedding or only the loss; one with nothing is a stage with no work.
+  for (int c = 0; c < n_chunks; ++c) {
+    const bool holds_embedding = c == 0, holds_loss = c == n_chunks - 1;
+    if (chunks[static_cast<std::size_t>(c)] > 0 || holds_embedding || holds_loss) continue;
+    return fail(error, first_last ? (rule.first_stage_layers >= 0 ? "first_stage_layers" : "last_stage_layers")
+                                  : (rule.embedding_as_layer ? "embedding_as_layer" : "loss_as_layer"),
+                fmt::format("the split leaves pipeline stage {} (chunk {}) without a layer", c % pp, c / pp));
+  }
+  return chunks;
+}
+
+std::vector<std::vector<LayerRange>> chunks_of_ranks(const std::vector<int>& chunk_layers, int pp) {
+  std::vector<std::vector<LayerRange>> out(static_cast<std::size_t>(std::max(1, pp)));
+  int first = 0;
+  for (std::size_t c = 0; c < chunk_layers.size(); ++c) {
+    out[c % out.size()].push_back({first, chunk_layers[c]});
+    first += chunk_layers[c];
+  }
+  return out;
 }
 
 }  // namespace meshplan

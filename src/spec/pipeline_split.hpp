@@ -1,7 +1,10 @@
 #pragma once
 // How a model's layers are divided among pipeline chunks (virtual stages).
 #include <optional>
+#include <string>
 #include <vector>
+
+#include "spec/plan.hpp"
 
 namespace meshplan {
 
@@ -11,5 +14,35 @@ namespace meshplan {
 // layer fewer — Llama-3.1-405B's 126 layers over 16 stages as 7, 8 x 14, 7. nullopt when neither
 // split is exact.
 std::optional<std::vector<int>> split_layers(int n_layers, int n_chunks);
+
+// Why a split rule cannot place the layers: the rule's field (PipelineSplit member name, or
+// "pp" / "vpp" for the degrees) and a one-line reason.
+struct SplitError {
+  std::string field;
+  std::string reason;
+};
+
+// Layers of each of the pp x vpp model chunks, in model order (chunk k * pp + r is rank r's k-th
+// chunk, as Megatron interleaves), under the plan's rule. Megatron's rules (TransformerConfig
+// __post_init__ and get_num_layers_to_build, Megatron-LM core_v0.15):
+//   * --decoder-first/last-pipeline-num-layers fix the first/last rank's layers; the others share
+//     the rest evenly; every rank's count divides by vpp and each chunk takes count / vpp;
+//   * --account-for-embedding/loss-in-pipeline-split count the embedding / the loss as one layer:
+//     (layers + 1 + 1) divide by pp x vpp, and the first / last chunk builds one decoder layer
+//     fewer (it may hold the embedding or the loss alone);
+//   * the two families exclude each other.
+// No rule given: split_layers. nullopt with `error` filled when the rule does not place the layers,
+// or leaves a chunk with neither a layer nor the embedding or the loss.
+std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, const PipelineSplit& rule,
+                                               SplitError* error = nullptr);
+
+// One model chunk's layers: [first_layer, first_layer + n_layers).
+struct LayerRange {
+  int first_layer = 0;
+  int n_layers = 0;
+};
+
+// Each pipeline rank's chunks in the order it holds them (chunk k of rank r is model chunk k * pp + r).
+std::vector<std::vector<LayerRange>> chunks_of_ranks(const std::vector<int>& chunk_layers, int pp);
 
 }  // namespace meshplan

@@ -69,6 +69,17 @@ enum class Fp8Recipe { none, te_delayed, te_current, mxfp8, nvfp4, torchao_tenso
 
 enum class Optimizer { adamw, adamw8bit, sgd };
 
+// How the decoder layers are divided among pipeline ranks when the runtime is told (Megatron's
+// TransformerConfig; docs/layouts.md "Pipeline splits"). Nothing given: an even split, else
+// torchtitan's default (spec/pipeline_split.hpp).
+struct PipelineSplit {
+  bool embedding_as_layer = false;  // --account-for-embedding-in-pipeline-split
+  bool loss_as_layer = false;       // --account-for-loss-in-pipeline-split
+  int first_stage_layers = -1;      // --decoder-first-pipeline-num-layers (-1: not given)
+  int last_stage_layers = -1;       // --decoder-last-pipeline-num-layers (-1: not given)
+  bool given() const { return embedding_as_layer || loss_as_layer || first_stage_layers >= 0 || last_stage_layers >= 0; }
+};
+
 struct Plan {
   Runtime runtime = Runtime::generic;
   Mesh mesh;
@@ -106,6 +117,7 @@ struct Plan {
   bool sequence_parallel = false;
   bool async_tp = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  PipelineSplit pipeline_split;
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept
   int flash_attention_version = 2;       // fused kernel generation (2: flash-attn 2.x/SDPA, 1: flash-attn 1.x, Triton)
   bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)

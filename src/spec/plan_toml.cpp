@@ -27,7 +27,10 @@ const std::vector<std::string> kShapeKeys = {
     "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source"};
 const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
 const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep",
-                                              "tp_style", "sequence_parallel", "async_tp", "schedule"};
+                                              "tp_style", "sequence_parallel", "async_tp", "schedule",
+                                              "account_for_embedding_in_pipeline_split",
+                                              "account_for_loss_in_pipeline_split",
+                                              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"};
 const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forward", "root_unsharded",
                                                 "backward_prefetch", "forward_prefetch", "forward_prefetch_limit",
                                                 "backward_prefetch_limit", "limit_all_gathers",
@@ -238,6 +241,17 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
                            parse_schedule, "gpipe, 1f1b, interleaved-1f1b");
   if (mesh.vpp > 1 && plan.schedule != PipelineSchedule::interleaved_1f1b)
     layout.fail("vpp", "virtual stages need schedule = \"interleaved-1f1b\"");
+  // Megatron's pipeline split rules (spec/pipeline_split.hpp); resolve_layout checks them against the model.
+  PipelineSplit& split = plan.pipeline_split;
+  split.embedding_as_layer = layout.get_bool("account_for_embedding_in_pipeline_split").value_or(false);
+  split.loss_as_layer = layout.get_bool("account_for_loss_in_pipeline_split").value_or(false);
+  for (auto [key, field] : {std::pair{"decoder_first_pipeline_num_layers", &split.first_stage_layers},
+                            std::pair{"decoder_last_pipeline_num_layers", &split.last_stage_layers}}) {
+    if (auto n = layout.get_int(key)) {
+      if (*n < 0) layout.fail(key, fmt::format("must be a layer count (0 or more), got {}", *n));
+      *field = static_cast<int>(limits::check_count(path, layout.key(key), *n, 0, limits::kMaxLayers, "layers"));
+    }
+  }
 
   // [sharding]
   const TomlView sh = section("sharding", kShardingKeys);
@@ -285,6 +299,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   if (const toml::node* mb = bt.table().get("micro_batch"); mb != nullptr && mb->is_string()) {
     if (mb->value_or(std::string()) != "auto") bt.fail("micro_batch", "expected a positive integer or \"auto\"");
     rc.job.micro_batch = 0;
+    rc.left_to_runtime.micro_batch = true;  // the largest that fits (workload/runtime_choices)
   } else {
     rc.job.micro_batch = positive(bt, "micro_batch", 1, limits::kMaxBatch, "sequences per step");
   }
@@ -311,6 +326,13 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
   if (plan.deepspeed_engine && plan.runtime != Runtime::megatron)
     rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
+  if (plan.runtime == Runtime::megatron && plan.sharding == Sharding::zero2)
+    sh.fail("strategy", "zero2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2: whole bf16 params, "
+                        "sharded gradients) is not modeled; zero1 or zero3");
+  if (plan.deepspeed_engine && plan.mesh.pp > 1 &&
+      (plan.sharding == Sharding::zero2 || plan.sharding == Sharding::zero3))
+    rt.fail("deepspeed", fmt::format("DeepSpeed's pipeline engine runs ZeRO stages 0 and 1 only, not {} with pp {}",
+                                     to_string(plan.sharding), plan.mesh.pp));
   return rc;
 }
 
@@ -361,6 +383,12 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
   line(fmt::format("async_tp = {}", b(p.async_tp)));
   line(fmt::format("schedule = {}", quote(std::string(to_string(p.schedule)))));
+  if (p.pipeline_split.embedding_as_layer) line("account_for_embedding_in_pipeline_split = true");
+  if (p.pipeline_split.loss_as_layer) line("account_for_loss_in_pipeline_split = true");
+  if (p.pipeline_split.first_stage_layers >= 0)
+    line(fmt::format("decoder_first_pipeline_num_layers = {}", p.pipeline_split.first_stage_layers));
+  if (p.pipeline_split.last_stage_layers >= 0)
+    line(fmt::format("decoder_last_pipeline_num_layers = {}", p.pipeline_split.last_stage_layers));
   line("");
   line("[sharding]");
   line(fmt::format("strategy = {}", quote(std::string(to_string(p.sharding)))));

@@ -10,6 +10,15 @@ namespace meshplan {
 
 enum class ConfigFormat { meshplan_plan, llm_foundry_yaml, torchtitan_toml };
 
+// Knobs the config leaves to the runtime or that a published run does not state: they are
+// resolved the way a tuned run settles them (workload/runtime_choices.hpp), not by a fixed default.
+struct LeftToRuntime {
+  bool micro_batch = false;  // e.g. Composer 'auto', a validation row without micro_batch/grad_accum
+  bool recompute = false;    // activation recompute not stated
+  bool sharding = false;     // ZeRO stage not stated
+  bool any() const { return micro_batch || recompute || sharding; }
+};
+
 struct RunConfig {
   std::string source_file;
   ConfigFormat format = ConfigFormat::meshplan_plan;
@@ -22,6 +31,7 @@ struct RunConfig {
   // Steps between checkpoints the emitted config asks for (meshplan plan: Young/Daly's interval,
   // docs/goodput.md); 0 = the runtime's own default.
   std::int64_t checkpoint_interval_steps = 0;
+  LeftToRuntime left_to_runtime;
 };
 
 }  // namespace meshplan

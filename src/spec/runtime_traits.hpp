@@ -73,7 +73,7 @@ struct RuntimeTraits {
   bool host_syncs_every_pass = false;
 };
 
-inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
+inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sharding = Sharding::zero1) {
   RuntimeTraits t;
   switch (runtime) {
     case Runtime::torchtitan_fsdp2:
@@ -100,8 +100,27 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
       t.host_syncs_before_optimizer = true;
       break;
   }
+  // ZeRO-2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) keeps whole bf16 params on
+  // every rank and shards only gradients and optimizer state: not FSDP units, and not modeled
+  // (plan_toml and the validation mapping refuse it).
+  const bool sharded_params_or_grads = sharding == Sharding::zero3;
+  if (runtime == Runtime::megatron && sharded_params_or_grads) {
+    // Megatron-Core's own FSDP (--use-megatron-fsdp, --data-parallel-sharding-strategy
+    // optim_grads_params) and DeepSpeed ZeRO-3: each transformer layer is one
+    // bucket, all-gathered into a persistent buffer that the layer uses in place (no copy-out),
+    // the next bucket prefetched in backward, and its gradients reduce-scattered from the
+    // (sharded) main-grad buffer on their own stream. The grad buffer lives through the step.
+    t.fsdp_version = 1;
+    t.fsdp_always_prefetches_backward = true;
+  }
   // DeepSpeed's engine drives the Megatron model (plan_toml accepts it only with megatron).
-  if (deepspeed_engine) {
+  if (deepspeed_engine && sharded_params_or_grads) {
+    // ZeRO-3 runs under DeepSpeed's plain engine (its pipeline engine takes ZeRO-0/1 only;
+    // plan_toml and the validation mapping refuse pp > 1): no BF16_Optimizer fp32 accumulation,
+    // gradients are reduce-scattered per bucket as backward produces them.
+    t.frees_sent_pipeline_outputs = false;
+    t.host_syncs_every_pass = true;
+  } else if (deepspeed_engine) {
     t.frees_sent_pipeline_outputs = false;
     t.blocking_pp_sends = true;
     t.fp32_grad_accumulation = true;
@@ -116,7 +135,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine) {
   return t;
 }
 
-inline RuntimeTraits runtime_traits(const Plan& p) { return runtime_traits(p.runtime, p.deepspeed_engine); }
+inline RuntimeTraits runtime_traits(const Plan& p) { return runtime_traits(p.runtime, p.deepspeed_engine, p.sharding); }
 
 // ZeRO-2/3 lowered as FSDP units (all-gathers before use, reduce-scatters after backward).
 inline bool fsdp_units(const Plan& p, const RuntimeTraits& t) {

@@ -488,22 +488,26 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     const std::string sh = r.vocab("sharding", {"none", "zero1", "zero2", "zero3", "unknown"});
     if (sh.empty() || sh == "unknown") {
       // The framework's default: Megatron-LM without --use-distributed-optimizer is plain DDP;
-      // NeMo turns the distributed optimizer on; FSDP trainers shard fully.
+      // NeMo turns the distributed optimizer on; FSDP trainers shard fully. A higher ZeRO stage
+      // only if nothing fits with it (workload/runtime_choices, once the device is known).
       if (fw == "megatron" || fw == "megatron-deepspeed") p.sharding = Sharding::none;
       else if (fw == "nemo") p.sharding = Sharding::zero1;
       else p.sharding = mesh.dp_shard > 1 ? Sharding::zero3 : Sharding::none;
-      notes.push_back(fmt::format("sharding {}: {} assumed (framework default)", sh.empty() ? "empty" : "unknown",
-                                  to_string(p.sharding)));
+      rc.left_to_runtime.sharding = true;
     } else {
       p.sharding = *parse_sharding(sh);
     }
     if (mesh.dp_shard > 1 && p.sharding != Sharding::zero3)
       throw Skip{fmt::format("dp_shard {} > 1 with sharding {}: the README writes parameter sharding only as zero3",
                              mesh.dp_shard, to_string(p.sharding))};
-    if (is_megatron_family(fw) && p.sharding == Sharding::zero3)
-      throw Skip{"zero3 under Megatron-family frameworks (Megatron FSDP / DeepSpeed ZeRO-3) is not modeled"};
+    // Megatron-family ZeRO-3 is Megatron-FSDP (optim_grads_params) or DeepSpeed ZeRO-3, whose
+    // pipeline engine runs ZeRO-0/1 only. Their ZeRO-2 keeps whole bf16 params on every rank and
+    // shards the gradients: not modeled.
     if (p.sharding == Sharding::zero2 && is_megatron_family(fw))
-      throw Skip{"zero2 under Megatron-family frameworks (DeepSpeed ZeRO-2) is not modeled"};
+      throw Skip{"zero2 under Megatron-family frameworks (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) is not modeled"};
+    if (fw == "megatron-deepspeed" && mesh.pp > 1 && p.sharding == Sharding::zero3)
+      throw Skip{fmt::format("{} with pp {} under Megatron-DeepSpeed: DeepSpeed's pipeline engine runs ZeRO-0/1 only",
+                             to_string(p.sharding), mesh.pp)};
     p.reshard_after_forward = p.sharding == Sharding::zero3;
 
     // ---- activation checkpointing
@@ -525,10 +529,9 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       }
     } else {
       p.ac = AcMode::none;
-      // Megatron-LM and NeMo recompute nothing unless --recompute-granularity is given; the FSDP
-      // trainers checkpoint only when configured to.
-      if (ac.empty() || ac == "unknown")
-        notes.push_back(fmt::format("activation_ckpt {}: none assumed (framework default)", ac.empty() ? "empty" : "unknown"));
+      // Not published: the least recompute that fits (workload/runtime_choices, once the device
+      // is known), as the run's own tuning would have settled it.
+      if (ac.empty() || ac == "unknown") rc.left_to_runtime.recompute = true;
     }
     if (!aco.empty() && ac != "selective") notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
     p.ac_reentrant = false;
@@ -660,13 +663,13 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
         throw Skip{fmt::format("global_batch {} is not divisible by grad_accum {} x dp {}", *gb, *ga, dp)};
       mb = *gb / (*ga * dp);
     } else if (gb && !mb && !ga) {
-      if (p.runtime != Runtime::megatron)
-        throw Skip{"micro_batch and grad_accum are both empty: the batch split is unknown"};
-      // Megatron's --micro-batch-size has no default; 1 is what its large-GPT examples use.
+      // The batch split is not published: the largest micro-batch that fits (Megatron-family with
+      // pipelines: its default 1), chosen by workload/runtime_choices once the device is known.
+      // 1 until then.
       mb = 1;
       if (*gb % dp != 0) throw Skip{fmt::format("global_batch {} is not divisible by dp {}", *gb, dp)};
       ga = *gb / dp;
-      notes.push_back(fmt::format("micro_batch and grad_accum empty: micro_batch 1 assumed, grad_accum {}", *ga));
+      rc.left_to_runtime.micro_batch = true;
     } else if (!gb) {
       throw Skip{"global_batch is empty and micro_batch x grad_accum does not give it"};
     }

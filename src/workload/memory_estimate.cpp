@@ -75,24 +75,18 @@ MemoryContext memory_context(const ModelSpec& m, const Plan& p, const Job& j, co
   return x;
 }
 
-// Layers (global indices) of each stage; a stage owns chunks stage, stage + pp, ... (interleaving).
-// `first_layer` gets each stage's first chunk's first layer.
-std::vector<std::vector<int>> layers_of_stages(const MemoryContext& x, std::vector<int>& first_layer) {
+// Layers (global indices) of each stage; a stage owns chunks stage, stage + pp, ... (interleaving),
+// split by the plan's rule (spec/pipeline_split.hpp). `chunks` gets each stage's chunk ranges.
+std::vector<std::vector<int>> layers_of_stages(const MemoryContext& x, std::vector<std::vector<LayerRange>>& chunks) {
   const int n_chunks = x.pp * x.v;
   std::vector<int> chunk_sizes(static_cast<std::size_t>(n_chunks), x.m.n_layers / n_chunks);
-  if (auto split = split_layers(x.m.n_layers, n_chunks)) chunk_sizes = *split;
+  if (auto split = split_pipeline(x.m.n_layers, x.pp, x.v, x.p.pipeline_split)) chunk_sizes = *split;
   else for (int i = 0; i < x.m.n_layers % n_chunks; ++i) ++chunk_sizes[static_cast<std::size_t>(i)];
-  std::vector<int> chunk_first(chunk_sizes.size(), 0);
-  for (std::size_t i = 1; i < chunk_sizes.size(); ++i) chunk_first[i] = chunk_first[i - 1] + chunk_sizes[i - 1];
+  chunks = chunks_of_ranks(chunk_sizes, x.pp);
   std::vector<std::vector<int>> layers(static_cast<std::size_t>(x.pp));
-  first_layer.assign(static_cast<std::size_t>(x.pp), 0);
-  for (int stage = 0; stage < x.pp; ++stage) {
-    first_layer[static_cast<std::size_t>(stage)] = chunk_first[static_cast<std::size_t>(stage)];
-    for (int c = 0; c < x.v; ++c) {
-      const auto chunk = static_cast<std::size_t>(c * x.pp + stage);
-      for (int l = 0; l < chunk_sizes[chunk]; ++l) layers[static_cast<std::size_t>(stage)].push_back(chunk_first[chunk] + l);
-    }
-  }
+  for (int stage = 0; stage < x.pp; ++stage)
+    for (const LayerRange& r : chunks[static_cast<std::size_t>(stage)])
+      for (int l = 0; l < r.n_layers; ++l) layers[static_cast<std::size_t>(stage)].push_back(r.first_layer + l);
   return layers;
 }
 
@@ -143,7 +137,9 @@ void add_sharding_buffers(const MemoryContext& x, const StageParams& sp, int n_l
     } else {
       // FSDP1: BACKWARD_PRE holds the current and the next unit; POST and none only one
       // (limit_all_gathers caps it at two in either case).
-      const double units = p.backward_prefetch == BackwardPrefetch::backward_pre ? 2 : 1;
+      // (Megatron-FSDP prefetches the next bucket whatever the setting: fsdp_always_prefetches_backward.)
+      const double units =
+          p.backward_prefetch == BackwardPrefetch::backward_pre || x.traits.fsdp_always_prefetches_backward ? 2 : 1;
       fb.unsharded_params = units * unit_gathered;
       if (p.root_unsharded) fb.unsharded_params += x.gather_b * sp.root;
     }
@@ -212,13 +208,17 @@ void settle_peak(const MemoryContext& x, MemoryBreakdown fb, MemoryBreakdown fwd
                                     std::min(sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction), device_room));
 }
 
-StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<int>& layers, int first_layer) {
+StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<int>& layers,
+                           const std::vector<LayerRange>& chunks) {
   const ModelSpec& m = x.m;
   const Plan& p = x.p;
   StageMemory sm;
   sm.stage = stage;
-  sm.first_layer = first_layer;
+  sm.first_layer = layers.empty() ? (chunks.empty() ? 0 : chunks.front().first_layer) : layers.front();
   sm.n_layers = static_cast<int>(layers.size());
+  sm.chunks = chunks;
+  sm.holds_embedding = stage == 0;
+  sm.holds_loss = stage == x.pp - 1;
   const StageParams sp = stage_params(m, p, stage, sm.n_layers);
   sm.params_per_rank = sp.total();
   const double P = sp.total();
@@ -284,11 +284,11 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   MemoryEstimate est;
   est.gpu_memory_bytes = c.gpu.hbm_bytes;
   const MemoryContext x = memory_context(m, p, j, c);
-  std::vector<int> first_layer;
-  const std::vector<std::vector<int>> layers = layers_of_stages(x, first_layer);
+  std::vector<std::vector<LayerRange>> chunks;
+  const std::vector<std::vector<int>> layers = layers_of_stages(x, chunks);
   for (int stage = 0; stage < x.pp; ++stage)
     est.stages.push_back(estimate_stage(x, stage, layers[static_cast<std::size_t>(stage)],
-                                        first_layer[static_cast<std::size_t>(stage)]));
+                                        chunks[static_cast<std::size_t>(stage)]));
 
   double worst = 0;
   for (const auto& s : est.stages) worst = std::max(worst, s.peak_bytes);

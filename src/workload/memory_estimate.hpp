@@ -8,6 +8,7 @@
 
 #include "spec/cluster_spec.hpp"
 #include "spec/model_spec.hpp"
+#include "spec/pipeline_split.hpp"
 #include "spec/plan.hpp"
 
 namespace meshplan {
@@ -31,8 +32,10 @@ struct MemoryBreakdown {
 
 struct StageMemory {
   int stage = 0;
-  int first_layer = 0;
-  int n_layers = 0;
+  int first_layer = 0;               // the lowest layer this rank holds
+  int n_layers = 0;                  // decoder layers on this rank, all its chunks together
+  std::vector<LayerRange> chunks;    // each virtual chunk's layers, in the rank's order
+  bool holds_embedding = false, holds_loss = false;
   double params_per_rank = 0;        // parameters this rank owns before data-parallel sharding
   double microbatches_in_flight = 1; // activations kept for this many micro-batches (PP schedules)
   std::string peak_phase;            // "forward->backward" or "optimizer step"

@@ -27,7 +27,10 @@ void Builder::optimizer_step(const StageState& st) {
                                                                   : 7 * state_b;
   // Parameters whose optimizer update this rank performs.
   opt.memory_bound_bytes = per_param * (stage_params_total(stage) / state_shard_group(p_));
-  if (traits_.optimizer_copies_params_back) opt.memory_bound_bytes += kParamCopyBackBytesPerParam * stage_params_total(stage);
+  // Under FSDP units (Megatron-FSDP) the model params are sharded too: the copy-back writes the shard.
+  if (traits_.optimizer_copies_params_back)
+    opt.memory_bound_bytes +=
+        kParamCopyBackBytesPerParam * stage_params_total(stage) / (s_.fsdp && p_.sharding == Sharding::zero3 ? state_shard_group(p_) : 1.0);
   opt.kernels = kOptimizerKernels;
   // Only the last op of each of those streams: stream order implies the rest. This stage's ops
   // are the ones added since st.begin.

@@ -64,7 +64,9 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
   head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
   head.hardware_flops = gemm_flops(head.gemms);
   head.model_flops = head.hardware_flops;
-  head.deps = {last};
+  // A chunk that holds only the loss (Megatron's --account-for-loss-in-pipeline-split) starts here.
+  if (last >= 0) head.deps = {last};
+  else after_blocking_send(st, head.deps);
   head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
   // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
   head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
@@ -123,7 +125,10 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       last = add(std::move(d2h));
     }
   }
+  // A chunk that holds only the embedding ends with it.
+  if (last < 0 && !entry_deps.empty()) last = entry_deps.back();
   if (st.last && step.chunk == s_.v - 1) last = forward_head(st, mb, last, autocast_cached);
+  if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = last;
   // autocast's weight cache is cleared when the forward's autocast region exits.
   if (autocast_cached > 0) op_at(last).at_end.push_back({MemoryTerm::unsharded_params, -autocast_cached});
   links_.fwd_last[{vstage, mb}] = last;
@@ -233,7 +238,13 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
   for (int li = n_chunk_layers - 1; li >= 0; --li) backward_layer(st, step, vstage, l0 + li, li == n_chunk_layers - 1, last);
   if (st.first && step.chunk == 0) {
     const int id = embedding(stage, mb, Pass::backward);
-    op_at(id).deps = {last};
+    if (last >= 0) {
+      op_at(id).deps = {last};
+    } else {
+      // A chunk that holds only the embedding: its backward starts with the embedding's.
+      after_blocking_send(st, op_at(id).deps);
+      links_.bwd_first[{vstage, mb}] = id;
+    }
     last = id;
   }
   if (traits_.fp32_grad_accumulation) last = hp_grad_accumulate(stage, vstage, mb, n_chunk_layers, last);

@@ -58,9 +58,11 @@ void Builder::set_up_step() {
   s.pp = std::max(1, p_.mesh.pp);
   s.v = chunks_per_stage(p_);
   n_vstages_ = s.pp * s.v;
-  const auto split = split_layers(m_.n_layers, n_vstages_);
+  SplitError why;
+  const auto split = split_pipeline(m_.n_layers, s.pp, s.v, p_.pipeline_split, &why);
   if (!split)
-    throw std::invalid_argument(fmt::format("{} layers do not split into {} pipeline chunks", m_.n_layers, n_vstages_));
+    throw std::invalid_argument(
+        fmt::format("{} layers do not split into {} pipeline chunks: {}", m_.n_layers, n_vstages_, why.reason));
   s.chunk_layers = *split;
   s.chunk_first.assign(static_cast<std::size_t>(n_vstages_), 0);
   for (int c = 1; c < n_vstages_; ++c)

@@ -145,6 +145,51 @@ TEST_CASE("memory --json follows the documented contract and adds up") {
   }
 }
 
+TEST_CASE("memory prints every stage's chunks: 126 layers on pp 16 x vpp 8, embedding and loss counted") {
+  const std::string cfg = example("plan-llama3.1-405b-megatron-pp16-vpp8.toml");
+  const Run r = run("memory --json --config " + cfg);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& st = j.at("stages");
+  REQUIRE(st.size() == 16);
+  // Stage 0: the embedding's chunk, then layers 15, 31, ..., 111; stage r (1..14): r - 1 + 16 k;
+  // stage 15: layers 14, 30, ..., 110, then the loss's chunk.
+  CHECK(st[0].at("first_layer") == 15);
+  CHECK(st[0].at("n_layers") == 7);
+  REQUIRE(st[0].at("chunks").size() == 8);
+  CHECK(st[0].at("chunks")[0].at("n_layers") == 0);
+  CHECK(st[0].at("chunks")[1].at("first_layer") == 15);
+  for (int r = 1; r < 15; ++r) {
+    CAPTURE(r);
+    CHECK(st[r].at("first_layer") == r - 1);
+    CHECK(st[r].at("n_layers") == 8);
+    for (int k = 0; k < 8; ++k) {
+      CHECK(st[r].at("chunks")[k].at("first_layer") == r - 1 + 16 * k);
+      CHECK(st[r].at("chunks")[k].at("n_layers") == 1);
+    }
+  }
+  CHECK(st[15].at("first_layer") == 14);
+  CHECK(st[15].at("n_layers") == 7);
+  CHECK(st[15].at("chunks")[6].at("first_layer") == 110);
+  CHECK(st[15].at("chunks")[7].at("n_layers") == 0);
+  const Run text = run("memory --config " + cfg);
+  CHECK(text.out.find("stage 0 (layers 15, 31, 47, 63, 79, 95, 111 + embedding (a chunk of its own); 7 layers") !=
+        std::string::npos);
+  CHECK(text.out.find("stage 1 (layers 0, 16, 32, 48, 64, 80, 96, 112; 8 layers") != std::string::npos);
+  CHECK(text.out.find("stage 15 (layers 14, 30, 46, 62, 78, 94, 110 + head and loss (a chunk of their own)") !=
+        std::string::npos);
+  const Run sim = run("simulate --config " + cfg);
+  CHECK(sim.exit_code == 0);
+
+  // A split the runtime rejects is bad input: one line naming the key, exit 2.
+  std::string bad = kPlan;
+  bad.replace(bad.find("dp_shard = 8"), 12, "dp_shard = 2\npp = 4\ndecoder_first_pipeline_num_layers = 33");
+  const Run b = run("memory --config " + write_temp("split_too_large.toml", bad).string());
+  CHECK(b.exit_code == 2);
+  CHECK(b.err.find("layout.decoder_first_pipeline_num_layers") != std::string::npos);
+  CHECK(b.err.find("the model has 32") != std::string::npos);
+}
+
 TEST_CASE("memory answers for every shipped example and is deterministic") {
   for (const auto& e : fs::directory_iterator(data_root() / "plans" / "examples")) {
     CAPTURE(e.path());

@@ -573,13 +573,57 @@ TEST_CASE("megatron refuses what it cannot express") {
     CHECK(what.rfind("megatron: ", 0) == 0);
     CHECK(what.find(key) != std::string::npos);
   };
-  refuse_with([](RunConfig& r) { r.plan.sharding = Sharding::zero3; }, "sharding");
+  refuse_with([](RunConfig& r) { r.plan.deepspeed_engine = true; }, "deepspeed");
   refuse_with([](RunConfig& r) { r.plan.ac = AcMode::selective_op; }, "ac");
   refuse_with([](RunConfig& r) { r.plan.fp8 = Fp8Recipe::torchao_tensorwise; }, "fp8");
   refuse_with([](RunConfig& r) { r.plan.mesh.dp_shard = 4; r.plan.mesh.pp = 2; r.plan.schedule = PipelineSchedule::gpipe; }, "schedule");
   refuse_with([](RunConfig& r) { r.plan.mesh.dp_shard = 4; r.plan.mesh.tp = 2; r.plan.tp_style = TpStyle::mlp_only; }, "tp_style");
   refuse_with([](RunConfig& r) { r.plan.act_offload = true; }, "act_offload");
   refuse_with([](RunConfig& r) { r.model = load_model("mpt-7b"); r.model.pos_emb = PosEmb::alibi; }, "model");
+}
+
+TEST_CASE("megatron: Megatron-FSDP for ZeRO-2/3 and the pipeline split rules") {
+  Mesh m;
+  m.dp_shard = 8;
+  const RunConfig rc = make({"llama3.1-8b", Runtime::megatron, m, 8, 4096, 16, 1, 0},
+                            [](Plan& p) { p.sharding = Sharding::zero3; });
+  auto has = [](const std::vector<std::string>& a, const std::string& flag, const std::string& value = "") {
+    const auto it = std::find(a.begin(), a.end(), flag);
+    if (it == a.end()) return false;
+    return value.empty() || (it + 1 != a.end() && *(it + 1) == value);
+  };
+  const auto fsdp = emit_megatron_args(rc);
+  CHECK(has(fsdp, "--use-megatron-fsdp"));
+  CHECK(has(fsdp, "--data-parallel-sharding-strategy", "optim_grads_params"));
+  CHECK(has(fsdp, "--use-distributed-optimizer"));
+  RunConfig z2 = rc;
+  z2.plan.sharding = Sharding::zero2;
+  CHECK(refusal([&] { emit_megatron_args(z2); }).find("sharding") != std::string::npos);
+
+  // 32 layers on pp 2 with the embedding and the loss counted: (32 + 2) / 2 = 17, 16 decoder
+  // layers each; 32 on pp 3 only with fixed first / last counts (10 + 11 + 11).
+  RunConfig pp = rc;
+  pp.plan.sharding = Sharding::zero1;
+  pp.plan.mesh.pp = 2;
+  pp.plan.mesh.dp_shard = 4;
+  pp.job.grad_accum = 4;
+  pp.plan.pipeline_split.embedding_as_layer = pp.plan.pipeline_split.loss_as_layer = true;
+  const auto split = emit_megatron_args(pp);
+  CHECK(has(split, "--account-for-embedding-in-pipeline-split"));
+  CHECK(has(split, "--account-for-loss-in-pipeline-split"));
+  RunConfig three = rc;
+  three.plan.sharding = Sharding::zero1;
+  three.plan.mesh.pp = 4;
+  three.plan.mesh.dp_shard = 2;
+  three.job.grad_accum = 8;
+  three.plan.pipeline_split.first_stage_layers = 5;
+  three.plan.pipeline_split.last_stage_layers = 9;
+  const auto fl = emit_megatron_args(three);
+  CHECK(has(fl, "--decoder-first-pipeline-num-layers", "5"));
+  CHECK(has(fl, "--decoder-last-pipeline-num-layers", "9"));
+  three.plan.pipeline_split.first_stage_layers = 40;  // more than the model's 32
+  const std::string what = refusal([&] { emit_megatron_args(three); });
+  CHECK(what.find("pipeline_split") != std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------

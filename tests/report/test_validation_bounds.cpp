@@ -8,6 +8,10 @@
 // TP x FSDP2 run). Runs the memory model says could not have run: 6 of 184 dev rows (NeMo rows
 // whose recompute setting is unknown), 0 of 47 memory rows; before llm-foundry's loss was priced
 // as the fused kernel it runs, 68 of its 139 runs were "out of memory" though they ran.
+// Issue 15 (2026-12-02): unpublished recompute / micro-batch / sharding resolved as a tuned run
+// does: dev.csv 6.46 % over 183 rows, 0 out of memory (6 before), nemo-24.07 10.8 % (the rows that
+// now recompute part of their layers are under-predicted), megatron-lm-h100 10.8 % (micro-batch 4
+// where it fits); memory.csv unchanged, 0 out of memory.
 // dev-vtrain.csv (2026-12-02, host thread in the simulation): tokens/s MAPE 9.8 % over 720 rows,
 // bias -0.65 %, p90 19.6 % (before the host model: 25.7 %, +22 %, p90 67 %).
 #include <doctest/doctest.h>
@@ -26,22 +30,42 @@ using namespace meshplan;
 
 namespace {
 
-constexpr double kDevTokensMapeBoundPct = 6.8;
-constexpr int kDevRowsCompared = 184;
+// Issue 15's acceptance: the overall dev.csv MAPE stays within 6.5 % once unpublished settings are
+// resolved (6.46 % measured, 2026-12-02, on this branch's 74.5 GiB H100 profile).
+constexpr double kDevTokensMapeBoundPct = 6.5;
+// One row (nemo2407-sft-llama2-70b-16g) is not compared: its published layout (distributed
+// optimizer over one data-parallel rank, 18 bytes per parameter for 4.35 B parameters) leaves no
+// room on a 74.5 GiB device whatever it recomputes; the device's usable 79.65 GiB (issue 16's
+// profile change) holds it.
+constexpr int kDevRowsCompared = 183;
+constexpr int kDevUnresolvedSkipsBound = 1;
 // Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
 // outside the 15 % target; its bound records where it stands.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
-    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 11.5}, {"nemo-24.07", 12.0},     {"bloom-176b", 51.0},
 };
 constexpr double kMemoryMapeBoundPct = 13.5;
 // Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
 constexpr double kVtrainTokensMapeBoundPct = 10.0;
 constexpr double kVtrainBiasBoundPct = 3.0;
 constexpr int kVtrainRowsCompared = 720;
-// Published runs ran, so they fit. The dev rows the model says could not have: NeMo rows whose
-// activation recompute is not published (none is assumed).
-constexpr int kDevPredictedOutOfMemoryBound = 6;
+// Published runs ran, so they fit. Since unpublished recompute, micro-batch and sharding are
+// resolved as a tuned run settles them (issue 15), no dev row is "out of memory" (6 before: NeMo
+// rows whose recompute was assumed to be none).
+constexpr int kDevPredictedOutOfMemoryBound = 0;
+
+// No row is skipped because a setting it does not publish could not be resolved (beyond `bound`
+// rows whose published settings alone do not fit).
+void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
+  int unresolved = 0;
+  for (const ValidationRowResult& r : rep.rows) {
+    CAPTURE(r.id);
+    if (r.skipped.find("no resolution of the unstated") != std::string::npos) ++unresolved;
+    CHECK(r.skipped.find("batch split is unknown") == std::string::npos);
+  }
+  CHECK(unresolved <= bound);
+}
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
@@ -62,6 +86,7 @@ TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
   CHECK(rep.summary.n >= kDevRowsCompared);
   CHECK(*rep.summary.mape_pct <= kDevTokensMapeBoundPct);
   CHECK(rep.summary.predicted_out_of_memory <= kDevPredictedOutOfMemoryBound);
+  check_no_unresolved_skips(rep, kDevUnresolvedSkipsBound);
   for (const ValidationSummary& g : rep.groups) {
     // Every llm-foundry configuration is fully published and ran: each must fit.
     if (g.group == "llm-foundry") CHECK(g.predicted_out_of_memory == 0);
@@ -83,6 +108,7 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
   CHECK(rep.summary.memory_rows > 0);
   CHECK(*rep.summary.memory_mape_pct <= kMemoryMapeBoundPct);
   CHECK(rep.summary.predicted_out_of_memory == 0);
+  check_no_unresolved_skips(rep);
 }
 
 TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {

@@ -62,7 +62,18 @@ TEST_CASE("runtime traits: FSDP2 runtimes copy out, Megatron has no FSDP, DeepSp
   Plan p;
   p.runtime = Runtime::megatron;
   p.sharding = Sharding::zero3;
-  CHECK_FALSE(fsdp_units(p, runtime_traits(p)));  // Megatron's ZeRO is its distributed optimizer
+  // Megatron's ZeRO-1 is its distributed optimizer; ZeRO-2/3 are Megatron-FSDP's units (or
+  // DeepSpeed's ZeRO-3), gathered in place with the next one prefetched in backward.
+  CHECK(fsdp_units(p, runtime_traits(p)));
+  CHECK(runtime_traits(p).fsdp_always_prefetches_backward);
+  CHECK_FALSE(runtime_traits(p).fsdp_copy_out);
+  p.sharding = Sharding::zero1;
+  CHECK_FALSE(fsdp_units(p, runtime_traits(p)));
+  p.sharding = Sharding::zero3;
+  p.deepspeed_engine = true;
+  CHECK(fsdp_units(p, runtime_traits(p)));
+  CHECK_FALSE(runtime_traits(p).fp32_grad_accumulation);  // ZeRO-3 runs without BF16_Optimizer
+  p.deepspeed_engine = false;
   p.runtime = Runtime::generic;
   CHECK(fsdp_units(p, runtime_traits(p)));
 }

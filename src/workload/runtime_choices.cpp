@@ -1,0 +1,191 @@
+#include "workload/runtime_choices.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "spec/limits.hpp"
+
+namespace meshplan {
+
+double device_bytes_needed(const MemoryEstimate& e, const ClusterSpec& c) {
+  double needed = 0;
+  for (const StageMemory& st : e.stages)
+    needed = std::max(needed, st.allocated_peak_bytes + st.breakdown.comm_buffers + c.framework.cuda_context_bytes);
+  return needed;
+}
+
+bool fits_device(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const MemoryEstimate e = estimate_memory(m, p, j, c);
+  return e.gpu_memory_bytes > 0 && device_bytes_needed(e, c) <= e.gpu_memory_bytes;
+}
+
+namespace {
+
+struct Recompute {
+  AcMode ac;
+  bool offload;
+  std::string name;
+  int every_n = 1;
+};
+
+// Full recompute of every n-th block, fewest first: Megatron's --recompute-granularity full
+// --recompute-method block --recompute-num-layers k (k of each stage's layers; the memory and the
+// recompute FLOPs depend on how many, not which) and torchtitan's selective "n".
+void add_partial_layers(std::vector<Recompute>& out, const char* how) {
+  for (int n : {8, 6, 4, 3, 2})
+    out.push_back({AcMode::selective_layer, false, fmt::format("full recompute of 1 layer in {} ({})", n, how), n});
+}
+
+// The framework's recompute options, least first. Megatron: selective (core attention), full
+// recompute of a fraction of the layers, full, then activation offload (--cpu-offloading);
+// torchtitan: selective op, every n-th layer, full (no activation offload); Composer:
+// activation_checkpointing, then activation_cpu_offload.
+std::vector<Recompute> recompute_ladder(const Plan& p) {
+  std::vector<Recompute> out = {{AcMode::none, false, "none"}};
+  switch (p.runtime) {
+    case Runtime::megatron:
+      out.push_back({AcMode::selective_attn, false, "selective (core attention)"});
+      add_partial_layers(out, "Megatron --recompute-method block");
+      out.push_back({AcMode::full, false, "full"});
+      out.push_back({AcMode::none, true, "activation offload"});
+      return out;
+    case Runtime::torchtitan_fsdp2:
+      out.push_back({AcMode::selective_op, false, "selective (op)"});
+      add_partial_layers(out, "torchtitan selective_ac_option");
+      out.push_back({AcMode::full, false, "full"});
+      return out;
+    case Runtime::composer_fsdp1:
+    case Runtime::composer_fsdp2:
+      out.push_back({AcMode::full, false, "full"});
+      out.push_back({AcMode::none, true, "activation offload"});
+      return out;
+    case Runtime::generic:
+      break;
+  }
+  out.push_back({AcMode::selective_op, false, "selective (op)"});
+  add_partial_layers(out, "every n-th block checkpointed");
+  out.push_back({AcMode::full, false, "full"});
+  out.push_back({AcMode::none, true, "activation offload"});
+  return out;
+}
+
+// Sharding from the framework's default up. Only Megatron-family runtimes choose it independently
+// of the mesh (DDP, distributed optimizer, Megatron-FSDP optim_grads_params over the same
+// data-parallel ranks; ZeRO-2 is not modeled for them); the FSDP trainers' sharding follows their
+// mesh, so their default is their only option.
+std::vector<Sharding> sharding_ladder(const Plan& p) {
+  if (p.runtime != Runtime::megatron) return {p.sharding};
+  std::vector<Sharding> out;
+  for (Sharding s : {Sharding::none, Sharding::zero1, Sharding::zero3})
+    if (s >= p.sharding) out.push_back(s);
+  // DeepSpeed's pipeline engine takes ZeRO-0/1 only.
+  if (p.deepspeed_engine && p.mesh.pp > 1) std::erase_if(out, [](Sharding s) { return s > Sharding::zero1; });
+  return out;
+}
+
+// Megatron-FSDP and ZeRO-3 shard over the whole data-parallel group: written as dp_shard.
+Plan with_sharding(Plan p, Sharding s) {
+  if (s == p.sharding) return p;
+  p.sharding = s;
+  if (s == Sharding::zero3 && p.mesh.dp_shard == 1) std::swap(p.mesh.dp_shard, p.mesh.dp_replicate);
+  p.reshard_after_forward = s == Sharding::zero3;
+  return p;
+}
+
+// Micro-batch sizes to try, largest first: the divisors of the per-rank batch (Composer: its own
+// halving search from the device batch); Megatron-family with pipelines: its default 1.
+bool is_composer(const Plan& p) { return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2; }
+
+// Sequences one rank processes per step: global / dp (Composer: global / world, its device batch).
+std::int64_t per_rank_batch(const Plan& p, const Job& j) {
+  const std::int64_t ranks = is_composer(p) ? std::max<std::int64_t>(1, p.mesh.world()) : std::max(1, p.mesh.dp());
+  return j.global_batch / ranks;
+}
+
+std::vector<std::int64_t> micro_batch_ladder(const Plan& p, const Job& j) {
+  const std::int64_t per_rank = std::max<std::int64_t>(1, per_rank_batch(p, j));
+  if (p.runtime == Runtime::megatron && p.mesh.pp > 1) return {1};
+  std::vector<std::int64_t> out;
+  if (is_composer(p)) {
+    for (std::int64_t mb = per_rank; mb >= 1; mb /= 2) out.push_back(mb);
+    return out;
+  }
+  for (std::int64_t mb = per_rank; mb >= 1; --mb)
+    if (per_rank % mb == 0) out.push_back(mb);
+  return out;
+}
+
+// The job with micro-batch `mb`, or false when the runtime cannot run it (the interleaved
+// schedule needs a multiple of pp micro-batches; the simulator's bound on layers x micro-batches).
+bool with_micro_batch(const ModelSpec& m, const Plan& p, Job& j, std::int64_t mb, bool composer) {
+  const std::int64_t per_rank = per_rank_batch(p, j);
+  const std::int64_t accum = composer ? (per_rank + mb - 1) / mb : per_rank / mb;
+  if (accum < 1) return false;
+  if (p.schedule == PipelineSchedule::interleaved_1f1b && p.mesh.pp > 1 && accum % p.mesh.pp != 0) return false;
+  if (static_cast<std::int64_t>(m.n_layers) * accum > limits::kMaxLayerMicrobatches) return false;
+  j.micro_batch = mb;
+  j.grad_accum = accum;
+  return true;
+}
+
+}  // namespace
+
+RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
+  RuntimeChoices out;
+  const LeftToRuntime left = rc.left_to_runtime;
+  rc.left_to_runtime = {};
+  if (!left.any()) return out;
+  const Plan given = rc.plan;
+  const Job given_job = rc.job;
+  const bool composer = is_composer(given);
+  const std::vector<Sharding> shardings = left.sharding ? sharding_ladder(given) : std::vector<Sharding>{given.sharding};
+  const std::vector<Recompute> recomputes =
+      left.recompute ? recompute_ladder(given)
+                     : std::vector<Recompute>{{given.ac, given.act_offload, "", given.ac_every_n}};
+  const std::vector<std::int64_t> mbs =
+      left.micro_batch ? micro_batch_ladder(given, given_job) : std::vector<std::int64_t>{given_job.micro_batch};
+  for (Sharding s : shardings) {
+    for (const Recompute& r : recomputes) {
+      Plan p = with_sharding(given, s);
+      p.ac = r.ac;
+      p.ac_every_n = r.every_n;
+      p.act_offload = r.offload;
+      for (std::int64_t mb : mbs) {
+        Job j = given_job;
+        if (left.micro_batch && !with_micro_batch(rc.model, p, j, mb, composer)) continue;
+        if (!fits_device(rc.model, p, j, c)) continue;
+        if (left.sharding)
+          out.assumptions.push_back(
+              s == given.sharding
+                  ? fmt::format("sharding not stated: {} (the framework default, fits on {})", to_string(s), c.name)
+                  : fmt::format("sharding not stated: {} (the framework default {} does not fit on {})", to_string(s),
+                                to_string(given.sharding), c.name));
+        if (left.recompute)
+          out.assumptions.push_back(fmt::format("activation recompute not stated: {} (the least that fits on {})",
+                                                r.name, c.name));
+        if (left.micro_batch)
+          out.assumptions.push_back(
+              given.runtime == Runtime::megatron && given.mesh.pp > 1
+                  ? fmt::format("micro_batch not stated: 1 (Megatron's default with pipelines, fits), grad_accum {}",
+                                j.grad_accum)
+                  : fmt::format("micro_batch not stated: {} (the largest that fits{}), grad_accum {}", j.micro_batch,
+                                composer ? ", Composer's halving search" : " and divides the per-rank batch",
+                                j.grad_accum));
+        rc.plan = p;
+        rc.job = j;
+        return out;
+      }
+    }
+  }
+  std::vector<std::string> what;
+  if (left.sharding) what.push_back("sharding");
+  if (left.recompute) what.push_back("activation recompute");
+  if (left.micro_batch) what.push_back("micro-batch");
+  std::string list;
+  for (const auto& w : what) list += (list.empty() ? "" : ", ") + w;
+  out.no_fit = fmt::format("no resolution of the unstated {} fits on {}", list, c.name);
+  return out;
+}
+
+}  // namespace meshplan
