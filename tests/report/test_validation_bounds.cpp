@@ -43,6 +43,10 @@ constexpr int kVtrainRowsCompared = 720;
 // activation recompute is not published (none is assumed).
 constexpr int kDevPredictedOutOfMemoryBound = 6;
 
+// dev-moe.csv (issue 15): 17 Qwen3-235B-A22B Megatron-Core runs; every row compared.
+constexpr int kMoeRowsCompared = 17;
+constexpr double kMoeMapeBoundPct = 15.0;
+
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
   const ValidationReport rep = run_validation_file(path.string(), ValidationOptions{});
@@ -96,4 +100,17 @@ TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
   CHECK(rep.summary.n == kVtrainRowsCompared);
   CHECK(*rep.summary.mape_pct <= kVtrainTokensMapeBoundPct);
   CHECK(std::abs(*rep.summary.mean_error_pct) <= kVtrainBiasBoundPct);
+}
+
+TEST_CASE("dev-moe.csv: every MoE row compared, MAPE within the issue's 15 %") {
+  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-moe.csv")) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  const ValidationReport rep = run("dev-moe.csv");
+  REQUIRE(rep.summary.mape_pct.has_value());
+  CHECK(rep.summary.skipped == 0);
+  CHECK(rep.summary.throughput_skipped == 0);
+  CHECK(rep.summary.n == kMoeRowsCompared);
+  CHECK(*rep.summary.mape_pct <= kMoeMapeBoundPct);
 }
