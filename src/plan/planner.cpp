@@ -696,7 +696,9 @@ std::string ep_choice_note(const PlanRequest& rq, const std::vector<PlanCandidat
   const PlanCandidate& w = ranked.front();
   const int ep = w.plan.mesh.ep;
   const double a2a = w.result.exposed_comm_s.count("ep") ? w.result.exposed_comm_s.at("ep") : 0.0;
-  const double a2a_bytes = w.result.comm_bytes.count("ep") ? w.result.comm_bytes.at("ep") : 0.0;
+  // comm_bytes sums the simulated ranks, one per pipeline stage.
+  const double a2a_bytes =
+      (w.result.comm_bytes.count("ep") ? w.result.comm_bytes.at("ep") : 0.0) / std::max(1, w.plan.mesh.pp);
   std::string s = fmt::format("ep {} chosen: {} of {} experts per rank", ep, rq.model.moe.n_experts / ep,
                               rq.model.moe.n_experts);
   if (ep > 1)
