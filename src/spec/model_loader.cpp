@@ -790,6 +790,12 @@ std::optional<std::string> shipped_model_for_hf_id(std::string_view hf_id) {
       {"meta-llama/llama-2-70b-chat-hf", "llama2-70b"},
       {"mistralai/mixtral-8x7b-v0.1", "mixtral-8x7b"},
       {"mistralai/mixtral-8x7b-instruct-v0.1", "mixtral-8x7b"},
+      {"qwen/qwen3-30b-a3b", "qwen3-30b-a3b"},
+      {"qwen/qwen3-30b-a3b-base", "qwen3-30b-a3b"},
+      {"qwen/qwen3-235b-a22b", "qwen3-235b-a22b"},
+      {"deepseek-ai/deepseek-v3", "deepseek-v3"},
+      {"deepseek-ai/deepseek-v3-base", "deepseek-v3"},
+      {"openai/gpt-oss-120b", "gpt-oss-120b"},
       // The hub MPT-7B is ALiBi, bias-free and 50432-vocab, the shipped mpt-7b is llm-foundry's
       // preset (learned positions, biases, 50368): same layers and widths, 0.14 % apart in count,
       // so it maps. Not mapped: the 8k/storywriter variants (their context exceeds the preset's

@@ -587,6 +587,10 @@ TEST_CASE("Hugging Face ids map to shipped models") {
   CHECK(shipped_model_for_hf_id("meta-llama/Llama-2-13b-chat-hf") == "llama2-13b");
   CHECK(shipped_model_for_hf_id("meta-llama/Llama-2-70b-hf") == "llama2-70b");
   CHECK(shipped_model_for_hf_id("mistralai/Mixtral-8x7B-v0.1") == "mixtral-8x7b");
+  CHECK(shipped_model_for_hf_id("Qwen/Qwen3-30B-A3B") == "qwen3-30b-a3b");
+  CHECK(shipped_model_for_hf_id("Qwen/Qwen3-235B-A22B") == "qwen3-235b-a22b");
+  CHECK(shipped_model_for_hf_id("deepseek-ai/DeepSeek-V3") == "deepseek-v3");
+  CHECK(shipped_model_for_hf_id("openai/gpt-oss-120b") == "gpt-oss-120b");
   CHECK(shipped_model_for_hf_id("mistralai/Mixtral-8x7B-Instruct-v0.1") == "mixtral-8x7b");
   CHECK(shipped_model_for_hf_id("mosaicml/mpt-7b") == "mpt-7b");
   CHECK(shipped_model_for_hf_id("https://huggingface.co/meta-llama/Llama-3.1-8B/") == "llama3.1-8b");
