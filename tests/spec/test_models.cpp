@@ -801,6 +801,18 @@ TEST_CASE("meshplan model --json keeps its contract") {
   CHECK(mix.at("moe").at("n_experts") == 8);
   CHECK(mix.at("n_active_params") == 12'879'925'248);
 
+  // DeepSeek-V3: the breakdown adds up with 3 dense layers and MLA; the added fields are there.
+  const json ds = run("model deepseek-v3 --json");
+  const json& db = ds.at("params_breakdown");
+  CHECK(db.at("attention").get<std::int64_t>() + db.at("mlp").get<std::int64_t>() +
+            db.at("norms").get<std::int64_t>() + db.at("embedding").get<std::int64_t>() +
+            db.at("position").get<std::int64_t>() + db.at("lm_head").get<std::int64_t>() +
+            db.at("mtp").get<std::int64_t>() ==
+        ds.at("n_params").get<std::int64_t>());
+  CHECK(ds.at("attention") == "mla");
+  CHECK(ds.at("mla").at("kv_lora_rank") == 512);
+  CHECK(ds.at("moe").at("n_dense_layers") == 3);
+
   const json list = run("model --list --json");
   CHECK(list.at("models").size() == meshplan::list_models().size());
 }
