@@ -54,8 +54,11 @@ ModelSpec resolve(const std::string& target) {
 json params_breakdown_json(const ModelSpec& m) {
   const ParamCounts c = param_counts(m);
   const std::int64_t layers = m.n_layers;
+  // Leading dense layers count their dense MLP (ParamCounts::total).
+  const std::int64_t mlp = c.mlp_per_layer * (layers - c.n_dense_layers) + c.dense_mlp_per_layer * c.n_dense_layers;
   return json{{"attention", c.attention_per_layer * layers},
-              {"mlp", c.mlp_per_layer * layers},
+              {"mlp", mlp},
+              {"mtp", c.mtp},
               {"norms", c.norm_per_layer * layers + c.final_norm},
               {"embedding", c.embedding},
               {"position", c.position},
@@ -89,17 +92,31 @@ json model_json(const ModelSpec& m) {
                   {"n_experts", m.moe.n_experts},
                   {"top_k", m.moe.top_k},
                   {"expert_ffn", m.moe.expert_ffn},
-                  {"n_shared_experts", m.moe.n_shared_experts}};
+                  {"n_shared_experts", m.moe.n_shared_experts},
+                  {"n_dense_layers", m.moe.n_dense_layers},
+                  {"capacity_factor", m.moe.capacity_factor}};
+  j["attention"] = std::string(to_string(m.attention));
+  j["qk_norm"] = m.qk_norm;
+  j["n_mtp_layers"] = m.n_mtp_layers;
+  if (m.attention == AttentionKind::mla)
+    j["mla"] = json{{"q_lora_rank", m.mla.q_lora_rank},
+                    {"kv_lora_rank", m.mla.kv_lora_rank},
+                    {"rope_head_dim", m.mla.rope_head_dim},
+                    {"v_head_dim", m.mla.v_head_dim}};
   j["params_breakdown"] = params_breakdown_json(m);
   return j;
 }
 
 std::string attention_text(const ModelSpec& m) {
+  if (m.attention == AttentionKind::mla)
+    return fmt::format("{} heads, multi-head latent: q rank {}, kv rank {}, head_dim {} + rope {}, v {}", m.n_heads,
+                       m.mla.q_lora_rank, m.mla.kv_lora_rank, m.head_dim, m.mla.rope_head_dim, m.mla.v_head_dim);
   std::string kind;
   if (m.n_kv_heads == m.n_heads) kind = "multi-head";
   else if (m.n_kv_heads == 1) kind = "multi-query";
   else kind = fmt::format("grouped-query, {} query heads per kv head", m.n_heads / m.n_kv_heads);
-  return fmt::format("{} heads, {} kv heads ({}), head_dim {}", m.n_heads, m.n_kv_heads, kind, m.head_dim);
+  return fmt::format("{} heads, {} kv heads ({}), head_dim {}{}", m.n_heads, m.n_kv_heads, kind, m.head_dim,
+                     m.qk_norm ? ", QK-norm" : "");
 }
 
 std::string mlp_text(const ModelSpec& m) {
@@ -111,6 +128,8 @@ std::string moe_text(const ModelSpec& m) {
   if (!m.moe.enabled()) return "none (dense)";
   std::string s = fmt::format("{} experts, top-{}, expert_ffn {}", m.moe.n_experts, m.moe.top_k, m.moe.expert_ffn);
   if (m.moe.n_shared_experts > 0) s += fmt::format(", {} shared", m.moe.n_shared_experts);
+  if (m.moe.capacity_factor > 0) s += fmt::format(", capacity factor {}", m.moe.capacity_factor);
+  if (m.moe.n_dense_layers > 0) return s + fmt::format(", after {} dense layers", m.moe.n_dense_layers);
   return s + ", in every layer";
 }
 
@@ -140,7 +159,9 @@ void print_model_text(const ModelSpec& m) {
                grouped(v), 100.0 * static_cast<double>(v) / static_cast<double>(total));
   };
   prow("attention", c.attention_per_layer, c.attention_per_layer * layers);
-  prow(m.moe.enabled() ? "mlp (experts)" : "mlp", c.mlp_per_layer, c.mlp_per_layer * layers);
+  prow(m.moe.enabled() ? "mlp (experts)" : "mlp", c.mlp_per_layer, c.mlp_per_layer * (layers - c.n_dense_layers));
+  if (c.n_dense_layers > 0) prow("mlp (dense)", c.dense_mlp_per_layer, c.dense_mlp_per_layer * c.n_dense_layers);
+  if (c.mtp > 0) prow("mtp modules", std::nullopt, c.mtp);
   prow("norms (+final)", c.norm_per_layer, c.norm_per_layer * layers + c.final_norm);
   prow("embedding", std::nullopt, c.embedding);
   prow("position", std::nullopt, c.position);

@@ -28,6 +28,11 @@ constexpr double kTileOverheadK = 128;
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
 // FA2 rate the profiles' curves measure.
 constexpr double kFlash1RateOverFlash2 = 0.5;
+// FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608 abstract: "speedup on H100 GPUs by 1.5-2.0x
+// with FP16") and the Hopper/Blackwell fused kernels of its class (cuDNN's, which Transformer
+// Engine selects): the lower end, as the backward pass (most of a training step's attention
+// FLOPs) gains 1.5-1.75x in the paper's benchmarks against the forward's up to 2x.
+constexpr double kFlash3RateOverFlash2 = 1.5;
 
 // FlashAttention writes the row log-sum-exp in fp32 (forward) and reads it plus the fp32
 // rowsum(dO*O) backward.
@@ -236,8 +241,8 @@ AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape) 
 void check_attention(const AttentionShape& a) {
   if (a.batch <= 0 || a.heads <= 0 || a.kv_heads <= 0 || a.seq_q <= 0 || a.seq_kv <= 0 || a.head_dim <= 0)
     throw InputError("", "attention", "batch, heads, kv_heads, seq_q, seq_kv and head_dim must be positive");
-  if (a.flash_version != 1 && a.flash_version != 2)
-    throw InputError("", "attention", "flash_version must be 1 or 2, got " + std::to_string(a.flash_version));
+  if (a.flash_version < 1 || a.flash_version > 3)
+    throw InputError("", "attention", "flash_version must be 1, 2 or 3, got " + std::to_string(a.flash_version));
   if (a.heads % a.kv_heads != 0)
     throw InputError("", "attention", "heads (" + std::to_string(a.heads) + ") must be a multiple of kv_heads (" +
                                           std::to_string(a.kv_heads) + ")");
@@ -298,7 +303,9 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   const AttentionRate rate = attention_rate(c, a);
   // The curves were measured in fp16/bf16; other dtypes keep the measured fraction of peak.
   const double measured_peak = dense_peak(c, Dtype::bf16);
-  const double generation = a.flash_version == 1 ? kFlash1RateOverFlash2 : 1.0;
+  const double generation = a.flash_version == 1   ? kFlash1RateOverFlash2
+                            : a.flash_version == 3 ? kFlash3RateOverFlash2
+                                                   : 1.0;
   const double kernel_efficiency = std::min(generation * rate.flops_per_s / measured_peak, 1.0);
   e.curve_fallback = rate.fallback || !is_16bit_float(dtype);
   e.curve_dtype = is_16bit_float(dtype) ? dtype : Dtype::bf16;

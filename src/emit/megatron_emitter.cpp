@@ -72,8 +72,12 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   }
   if (m.ep > 1) {
     if (!model.moe.enabled()) refuse(kRt, "ep", "the model has no experts");
+    if (model.moe.n_experts % m.ep != 0)
+      refuse(kRt, "ep", fmt::format("{} experts are not divisible by ep {}", model.moe.n_experts, m.ep));
     arg("--expert-model-parallel-size", m.ep);
   }
+  // Megatron defaults --expert-tensor-parallel-size to tp; emit it only where it differs.
+  if (model.moe.enabled() && m.expert_tp() != m.tp) arg("--expert-tensor-parallel-size", m.expert_tp());
 
   // ---- data-parallel sharding: DDP, the distributed optimizer (ZeRO-1) or Megatron-FSDP (ZeRO-2/3).
   if (p.deepspeed_engine) refuse(kRt, "deepspeed", "Megatron-DeepSpeed launches are not emitted (Megatron-LM only)");
@@ -106,16 +110,39 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   arg("--num-layers", model.n_layers);
   arg("--hidden-size", model.d_model);
   arg("--num-attention-heads", model.n_heads);
-  if (model.head_dim * model.n_heads != model.d_model) arg("--kv-channels", model.head_dim);
-  if (model.n_kv_heads != model.n_heads) {
-    flag("--group-query-attention");
-    arg("--num-query-groups", model.n_kv_heads);
+  if (model.attention == AttentionKind::mla) {
+    // MLA (Megatron-Core MLASelfAttention): no GQA flags; --kv-channels is the non-rotary width.
+    flag("--multi-latent-attention");
+    if (model.mla.q_lora_rank > 0) arg("--q-lora-rank", model.mla.q_lora_rank);
+    arg("--kv-lora-rank", model.mla.kv_lora_rank);
+    arg("--qk-head-dim", model.head_dim);
+    arg("--qk-pos-emb-head-dim", model.mla.rope_head_dim);
+    arg("--v-head-dim", model.mla.v_head_dim);
+  } else {
+    if (model.head_dim * model.n_heads != model.d_model) arg("--kv-channels", model.head_dim);
+    if (model.n_kv_heads != model.n_heads) {
+      flag("--group-query-attention");
+      arg("--num-query-groups", model.n_kv_heads);
+    }
   }
+  if (model.qk_norm) flag("--qk-layernorm");
+  if (model.n_mtp_layers > 0) arg("--mtp-num-layers", model.n_mtp_layers);
   if (model.moe.enabled()) {
-    if (model.moe.n_shared_experts > 0) refuse(kRt, "model", "shared experts are not emitted");
-    arg("--ffn-hidden-size", model.moe.expert_ffn);
+    // Dense leading layers keep --ffn-hidden-size; the experts have their own width.
+    arg("--ffn-hidden-size", model.moe.n_dense_layers > 0 ? model.ffn_hidden : model.moe.expert_ffn);
     arg("--num-experts", model.moe.n_experts);
     arg("--moe-router-topk", model.moe.top_k);
+    arg("--moe-ffn-hidden-size", model.moe.expert_ffn);
+    if (model.moe.n_shared_experts > 0)
+      arg("--moe-shared-expert-intermediate-size", model.moe.expert_ffn * model.moe.n_shared_experts);
+    if (model.moe.n_dense_layers > 0)
+      arg("--moe-layer-freq", fmt::format("([0]*{}+[1]*{})", model.moe.n_dense_layers,
+                                          model.n_layers - model.moe.n_dense_layers));
+    if (model.moe.capacity_factor > 0) {
+      arg("--moe-expert-capacity-factor", model.moe.capacity_factor);
+      flag("--moe-pad-expert-input-to-capacity");
+    }
+    flag("--moe-grouped-gemm");  // grouped GEMMs for the experts, as the lowering prices them
   } else {
     arg("--ffn-hidden-size", model.ffn_hidden);
   }
@@ -187,7 +214,9 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
       arg("--recompute-method", "uniform");
       arg("--recompute-num-layers", 1);
       break;
-    case AcMode::selective_attn: flag("--recompute-activations"); break;  // selective, core_attn
+    case AcMode::selective_attn:
+      if (!p.recompute_modules.any()) flag("--recompute-activations");  // selective, core_attn
+      break;
     case AcMode::selective_layer:
       if (p.ac_every_n == 1) {
         arg("--recompute-granularity", "full");
@@ -197,6 +226,16 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
       }
       refuse(kRt, "ac", "checkpointing every N-th block is torchtitan's; Megatron has full (uniform/block) and selective");
     case AcMode::selective_op: refuse(kRt, "ac", "per-op SAC is torchtitan's; Megatron's selective mode recomputes attention");
+  }
+  if (p.recompute_modules.any() && p.ac != AcMode::full) {
+    if (p.ac != AcMode::none && p.ac != AcMode::selective_attn)
+      refuse(kRt, "recompute_modules", "Megatron's --recompute-modules go with selective granularity only");
+    arg("--recompute-granularity", "selective");
+    flag("--recompute-modules");
+    if (p.ac == AcMode::selective_attn) flag("core_attn");
+    if (p.recompute_modules.norms) flag("layernorm");
+    if (p.recompute_modules.moe_act) flag("moe_act");
+    if (p.recompute_modules.moe) flag("moe");
   }
   if (p.act_offload || p.param_offload)
     refuse(kRt, p.act_offload ? "act_offload" : "param_offload", "offload is not emitted for Megatron");

@@ -31,7 +31,7 @@ bool runtime_supports(Runtime r, const Plan& p) {
     case Runtime::composer_fsdp1:
     case Runtime::composer_fsdp2:
       // llm-foundry: FSDP (+HSDP), MLP-only TP, no pipeline or context parallelism, AC whole blocks.
-      return m.pp == 1 && m.cp == 1 && (m.tp == 1 || p.tp_style == TpStyle::mlp_only) &&
+      return m.pp == 1 && m.cp == 1 && m.ep == 1 && (m.tp == 1 || p.tp_style == TpStyle::mlp_only) &&
              (p.sharding == Sharding::zero3 || p.sharding == Sharding::zero2 || p.sharding == Sharding::none) &&
              (p.ac == AcMode::none || p.ac == AcMode::full);
     case Runtime::torchtitan_fsdp2:
@@ -57,6 +57,7 @@ std::string describe_layout(const Plan& p) {
   add("FSDP", m.dp_shard);
   add("CP", m.cp);
   add("TP", m.tp);
+  add("EP", m.ep);
   return s.empty() ? "1 GPU" : s;
 }
 
@@ -171,6 +172,21 @@ double tp_seconds(const ModelSpec& m, const Plan& p, const Job& j, const Cluster
   return per_layer * layers_per_stage * static_cast<double>(j.grad_accum);
 }
 
+// Expert-parallel all-to-alls of one step on a stage: dispatch and combine in forward and again
+// in backward (and in a full recompute), each moving the rank's top_k token copies.
+double ep_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  if (p.mesh.ep <= 1 || !m.moe.enabled()) return 0;
+  const int gpn = std::max(1, c.node.gpus_per_node);
+  const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+  const double bytes = bytes_per_element(p.compute_dtype) * static_cast<double>(j.seq_len / p.mesh.cp) *
+                       static_cast<double>(j.micro_batch) * m.moe.top_k * capacity * static_cast<double>(m.d_model);
+  const double per = estimate_collective(c, CollectiveOp::all_to_all, bytes,
+                                         group_placement(p.mesh, GroupKind::ep, gpn)).seconds;
+  const double per_layer = (p.ac == AcMode::full ? 6.0 : 4.0) * per;
+  const double moe_layers = static_cast<double>(m.n_layers - m.moe.n_dense_layers) / p.mesh.pp;
+  return per_layer * moe_layers * static_cast<double>(j.grad_accum);
+}
+
 // FSDP gathers and reduce-scatters of one step that the stage's compute cannot hide.
 double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c, double compute) {
   const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
@@ -203,12 +219,13 @@ double closed_form_step_seconds(const ModelSpec& m, const Plan& p, const Job& j,
     const double v = std::max(1, p.mesh.vpp);
     bubble = (p.mesh.pp - 1) / (v * static_cast<double>(j.grad_accum) + p.mesh.pp - 1);
   }
-  return (compute + tp_seconds(m, p, j, c)) / (1 - bubble) + fsdp_exposed_seconds(m, p, j, c, compute);
+  return (compute + tp_seconds(m, p, j, c) + ep_seconds(m, p, j, c)) / (1 - bubble) +
+         fsdp_exposed_seconds(m, p, j, c, compute);
 }
 
 // One point of the layout grid: mesh degrees and the split of a rank's batch into micro-batches.
 struct Layout {
-  int tp = 1, pp = 1, cp = 1, vpp = 1;
+  int tp = 1, pp = 1, cp = 1, vpp = 1, ep = 1;
   std::int64_t dp = 1, replicate = 1, shard = 1;
   std::int64_t per_rank = 0;  // sequences per data-parallel rank and step
   std::int64_t micro_batch = 1, accum = 1;
@@ -312,6 +329,23 @@ void dp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
   if (l.dp > node_shard && l.dp % node_shard == 0 && node_shard > 1) add(l.dp / node_shard, node_shard);
 }
 
+// Expert parallelism for MoE models: every ep that divides the experts and the data x context
+// ranks it borrows (experts keep etp = tp, so EP groups never span TP ranks), from 1 up.
+void ep_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
+  const MoeSpec& moe = g.rq.model.moe;
+  if (!moe.enabled() || g.foundry) {
+    out.push_back(l);
+    return;
+  }
+  const std::int64_t pool = l.dp * l.cp;
+  for (int ep : divisors_upto(moe.n_experts, moe.n_experts)) {
+    if (pool % ep != 0) continue;
+    Layout c = l;
+    c.ep = ep;
+    out.push_back(c);
+  }
+}
+
 void vpp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
   out.push_back(l);
   if (l.pp == 1 || g.foundry) return;
@@ -343,6 +377,7 @@ std::vector<Layout> layout_grid(const Grid& g) {
   grid = expand(grid, std::bind(pp_children, std::cref(g), _1, _2));
   grid = expand(grid, std::bind(cp_children, std::cref(g), _1, _2));
   grid = expand(grid, std::bind(dp_children, std::cref(g), _1, _2));
+  grid = expand(grid, std::bind(ep_children, std::cref(g), _1, _2));
   grid = expand(grid, std::bind(vpp_children, std::cref(g), _1, _2));
   return expand(grid, micro_batch_children);
 }
@@ -356,6 +391,7 @@ std::optional<Plan> make_plan(const Grid& g, const Layout& l, const Setting& s) 
   p.mesh.cp = l.cp;
   p.mesh.dp_replicate = static_cast<int>(l.replicate);
   p.mesh.dp_shard = static_cast<int>(l.shard);
+  p.mesh.ep = l.ep;
   p.sequence_parallel = l.tp > 1 && p.tp_style == TpStyle::full;
   p.schedule = l.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
   const std::int64_t shard_group = l.shard * l.cp;
@@ -727,6 +763,36 @@ std::vector<std::size_t> pareto_front(const std::vector<PlanCandidate>& ranked) 
   return front;
 }
 
+// Why the winner's expert-parallel degree: the best simulated plan of every other ep, and what the
+// winner's ep does to the experts' memory and the all-to-all.
+std::string ep_choice_note(const PlanRequest& rq, const std::vector<PlanCandidate>& ranked) {
+  const PlanCandidate& w = ranked.front();
+  const int ep = w.plan.mesh.ep;
+  const double a2a = w.result.exposed_comm_s.count("ep") ? w.result.exposed_comm_s.at("ep") : 0.0;
+  // comm_bytes sums the simulated ranks, one per pipeline stage.
+  const double a2a_bytes =
+      (w.result.comm_bytes.count("ep") ? w.result.comm_bytes.at("ep") : 0.0) / std::max(1, w.plan.mesh.pp);
+  std::string s = fmt::format("ep {} chosen: {} of {} experts per rank", ep, rq.model.moe.n_experts / ep,
+                              rq.model.moe.n_experts);
+  if (ep > 1)
+    s += fmt::format(", {:.1f} GB of all-to-all per rank and step ({:.3f} s exposed)", a2a_bytes / 1e9, a2a);
+  std::map<int, const PlanCandidate*> best_other;
+  for (const PlanCandidate& c : ranked)
+    if (c.plan.mesh.ep != ep && best_other.find(c.plan.mesh.ep) == best_other.end()) best_other[c.plan.mesh.ep] = &c;
+  std::vector<std::string> parts;
+  for (const auto& [other_ep, c] : best_other)
+    parts.push_back(fmt::format("ep {}: {:.0f} tokens/s/GPU at best ({})", other_ep, c->result.tokens_per_s_per_gpu,
+                                describe_layout(c->plan)));
+  if (!parts.empty()) {
+    s += fmt::format("; vs {:.0f} tokens/s/GPU, the best simulated with other ep: ", w.result.tokens_per_s_per_gpu);
+    for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
+  } else {
+    s += "; no plan with another ep reached the simulated set (the closed-form prune ranked them lower, or they "
+         "do not fit)";
+  }
+  return s;
+}
+
 }  // namespace
 
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
@@ -765,6 +831,7 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
     out.why_winner = out.ranked[0].result.tokens_per_s_per_gpu < out.ranked[1].result.tokens_per_s_per_gpu
                          ? tie_sentence(out.ranked[0], out.ranked[1])
                          : winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
+  if (rq.model.moe.enabled() && !out.ranked.empty()) out.notes.push_back(ep_choice_note(rq, out.ranked));
   if (e.feasible.size() > looked_at)
     out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
                                     e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));

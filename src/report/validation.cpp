@@ -64,6 +64,41 @@ double megatron_core_flops(const ModelSpec& m, double s) {
          ((1.0 + kv_ratio + s / h) * q_ratio + static_cast<double>(m.ffn_hidden) / h * gated + v / (2.0 * l * h));
 }
 
+// Megatron-LM num_floating_point_operations (megatron/training/training.py, 2025-26) per token,
+// no recompute: every GEMM 3 times (forward, wgrad, dgrad) at 2 FLOPs per multiply-add. MLPs:
+// ffn_hidden on the dense layers, top_k routed experts and the shared experts on the MoE layers
+// (x 3/2 gated); attention: GQA projections and causal-halved core attention, or MLA's down and up
+// projections and core attention over d_nope + d_rope (QK) and d_v (PV); the logits; the MTP
+// modules' projections and extra blocks. The router GEMM is not counted.
+double megatron_moe_flops(const ModelSpec& m, double s) {
+  const double h = static_cast<double>(m.d_model), v = static_cast<double>(m.vocab);
+  const double n = m.n_heads;
+  const double mtp = m.n_mtp_layers;
+  const double layers = m.n_layers + mtp;
+  const double moe_layers = m.moe.enabled() ? (m.n_layers - m.moe.n_dense_layers) + mtp : 0.0;
+  const double dense_layers = layers - moe_layers;
+  const double gated = m.mlp == MlpKind::swiglu ? 1.5 : 1.0;
+  const double expert = static_cast<double>(m.moe.expert_ffn);
+  const double mlp = 12.0 * h * gated *
+                     (static_cast<double>(m.ffn_hidden) * dense_layers +
+                      (expert * m.moe.top_k + expert * m.moe.n_shared_experts) * moe_layers);
+  double attention = 0;
+  if (m.attention == AttentionKind::mla) {
+    const double qk = static_cast<double>(m.head_dim), rope = static_cast<double>(m.mla.rope_head_dim);
+    const double vh = static_cast<double>(m.mla.v_head_dim);
+    const double ql = static_cast<double>(m.mla.q_lora_rank), kvl = static_cast<double>(m.mla.kv_lora_rank);
+    const double q_term = ql > 0 ? ql * (h + n * (qk + rope) + 1) : h * n * (qk + rope);
+    attention = 6.0 * layers *
+                (q_term + kvl * (h + n * (qk + vh) + 1) + h * rope + n * vh * h + s * n * (qk + rope) / 2 + s * n * vh / 2);
+  } else {
+    const double q_ratio = static_cast<double>(m.head_dim) * n / h;
+    attention = 12.0 * layers * h * h * (1.0 + static_cast<double>(m.n_kv_heads) / n + s / h / 2) * q_ratio;
+  }
+  const double mtp_extra = 6.0 * mtp * (3 * h + 2 * h * h);
+  const double logits = 6.0 * h * v * (mtp + 1);
+  return mlp + attention + mtp_extra + logits;
+}
+
 std::string fmt_opt(const std::optional<double>& v, const char* spec = "{:.1f}") {
   return v ? fmt::format(fmt::runtime(spec), *v) : std::string("-");
 }
@@ -331,6 +366,16 @@ std::optional<FlopConvention> source_flop_convention(const ValidationCase& vc, b
     c.metric = prefer_mfu ? "mfu_pct" : "tflops_per_gpu";
     c.definition = "Megatron-Core r0.8 num_floating_point_operations (no recompute; = 72*l*h^2*(1 + s/(6h) + "
                    "V/(12*l*h)) for GELU MHA); MFU over 989 TFLOP/s";
+    return c;
+  }
+  if (m.moe.enabled() && (vc.framework == "megatron" || vc.framework == "nemo")) {
+    // Megatron-Core MoE runs print the training loop's own count (README, section dev-moe.csv).
+    if (prefer_mfu) return std::nullopt;
+    c.flops_per_token = megatron_moe_flops(m, s);
+    c.peak_flops_per_s = kH100PeakFlops;
+    c.metric = "tflops_per_gpu";
+    c.definition = "Megatron-LM num_floating_point_operations per token (no recompute): routed top-k and shared "
+                   "experts, dense layers, GQA or MLA attention (causal half), logits, MTP";
     return c;
   }
   if (src == "korthikanti2022") {

@@ -218,10 +218,18 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
                                                                 : keys.split_last;
     fail(key, fmt::format("{} ({}, {} layers)", why.reason, m.name, m.n_layers));
   }
+  if (mesh.etp < 0 || mesh.etp > mesh.tp || (mesh.etp > 0 && mesh.tp % mesh.etp != 0))
+    fail(keys.ep, fmt::format("expert tensor parallel {} must divide tp {}", mesh.etp, mesh.tp));
   if (mesh.ep > 1) {
-    const std::int64_t ep_pool = static_cast<std::int64_t>(mesh.dp()) * mesh.cp;
+    // Megatron's expert mesh: ep x etp divides tp x dp x cp; with etp = tp EP borrows data x
+    // context ranks only.
+    const std::int64_t etp = mesh.expert_tp();
+    const std::int64_t ep_pool = static_cast<std::int64_t>(mesh.dp()) * mesh.cp * (mesh.tp / etp);
     if (ep_pool % mesh.ep != 0)
-      fail(keys.ep, fmt::format("expert parallel {} does not divide the data x context parallel ranks {}", mesh.ep, ep_pool));
+      fail(keys.ep, etp == mesh.tp
+                        ? fmt::format("expert parallel {} does not divide the data x context parallel ranks {}", mesh.ep, ep_pool)
+                        : fmt::format("expert parallel {} does not divide the data x context x tp/etp ranks {}", mesh.ep,
+                                      ep_pool));
     if (m.moe.enabled() && m.moe.n_experts % mesh.ep != 0)
       fail(keys.ep, fmt::format("{} experts are not divisible by ep {}", m.moe.n_experts, mesh.ep));
   }

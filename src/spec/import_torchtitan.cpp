@@ -292,6 +292,8 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   mesh.pp = degree("pipeline_parallel_degree", 1, false);
   mesh.cp = degree("context_parallel_degree", 1, false);
   mesh.ep = degree("expert_parallel_degree", 1, false);
+  // torchtitan's expert_tensor_parallel_degree defaults to 1 (the experts are not TP-split).
+  if (mesh.ep > 1 && rc.model.moe.enabled()) mesh.etp = degree("expert_tensor_parallel_degree", 1, false);
   if (mesh.ep > 1 && !rc.model.moe.enabled())
     rc.warnings.push_back("parallelism.expert_parallel_degree: the model has no experts; EP has no effect");
   if (auto m = par.get_string("context_parallel_rotate_method"); m && *m != "allgather" && *m != "alltoall")

@@ -48,13 +48,14 @@ std::string read_file(const fs::path& path) {
 // ---------------------------------------------------------------------------------------------
 // Model TOML (schema in docs/models.md). Strict: every key is known, every value has its type.
 
-constexpr std::array<std::string_view, 18> kTopKeys = {
+constexpr std::array<std::string_view, 22> kTopKeys = {
     "name",        "n_layers",  "d_model",         "n_heads",         "n_kv_heads",
     "head_dim",    "mlp",       "ffn_hidden",      "vocab",           "tied_embeddings",
     "pos_emb",     "max_seq_len", "norm",          "norm_bias",       "linear_bias",
-    "n_params_published", "n_params_source", "moe"};
-constexpr std::array<std::string_view, 4> kMoeKeys = {"n_experts", "top_k", "expert_ffn",
-                                                      "n_shared_experts"};
+    "n_params_published", "n_params_source", "moe", "attention", "qk_norm", "n_mtp_layers", "mla"};
+constexpr std::array<std::string_view, 6> kMoeKeys = {"n_experts", "top_k", "expert_ffn",
+                                                      "n_shared_experts", "n_dense_layers", "capacity_factor"};
+constexpr std::array<std::string_view, 4> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim"};
 
 std::string toml_type_name(const toml::node& n) {
   switch (n.type()) {
@@ -94,6 +95,12 @@ public:
     auto v = opt_int(k, min_value, max_value);
     if (!v) throw error(k, "required key is missing");
     return *v;
+  }
+  std::optional<double> opt_float(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_number()) throw error(k, fmt::format("expected a number, got {}{}", toml_type_name(*n), where(*n)));
+    return n->is_integer() ? static_cast<double>(n->as_integer()->get()) : n->as_floating_point()->get();
   }
   std::optional<bool> opt_bool(std::string_view k) const {
     const toml::node* n = t_.get(k);
@@ -188,10 +195,32 @@ ModelSpec model_from_toml(const toml::table& root, const std::string& file, cons
     m.moe.top_k = static_cast<int>(mr.req_int("top_k", 1, kIntMax));
     m.moe.expert_ffn = mr.req_int("expert_ffn", 1, kSizeMax);
     m.moe.n_shared_experts = static_cast<int>(mr.opt_int("n_shared_experts", 0, kIntMax).value_or(0));
+    m.moe.n_dense_layers = static_cast<int>(mr.opt_int("n_dense_layers", 0, kIntMax).value_or(0));
+    m.moe.capacity_factor = mr.opt_float("capacity_factor").value_or(0.0);
+    if (m.moe.n_dense_layers > 0 && !root.get("ffn_hidden"))
+      throw r.error("ffn_hidden", "required with moe.n_dense_layers (the dense layers' MLP width)");
     // The dense width of an all-MoE model is one expert's width (what one token's MLP sees).
     m.ffn_hidden = r.opt_int("ffn_hidden", 1, kSizeMax).value_or(m.moe.expert_ffn);
   } else {
     m.ffn_hidden = r.req_int("ffn_hidden", 1, kSizeMax);
+  }
+
+  if (root.get("attention"))
+    m.attention = r.req_enum<AttentionKind>("attention", parse_attention_kind, "\"gqa\", \"mla\"");
+  m.qk_norm = r.opt_bool("qk_norm").value_or(false);
+  m.n_mtp_layers = static_cast<int>(r.opt_int("n_mtp_layers", 0, kIntMax).value_or(0));
+  if (const toml::node* mla_node = root.get("mla")) {
+    const toml::table* mla = mla_node->as_table();
+    if (mla == nullptr) throw r.error("mla", fmt::format("expected a table, got {}", toml_type_name(*mla_node)));
+    if (m.attention != AttentionKind::mla) throw r.error("mla", "given, but attention is not \"mla\"");
+    const TomlReader ar(*mla, file, "mla.");
+    ar.reject_unknown(kMlaKeys);
+    m.mla.q_lora_rank = ar.opt_int("q_lora_rank", 0, kSizeMax).value_or(0);
+    m.mla.kv_lora_rank = ar.req_int("kv_lora_rank", 1, kSizeMax);
+    m.mla.rope_head_dim = ar.req_int("rope_head_dim", 1, kSizeMax);
+    m.mla.v_head_dim = ar.req_int("v_head_dim", 1, kSizeMax);
+  } else if (m.attention == AttentionKind::mla) {
+    throw r.error("mla", "required with attention = \"mla\" (kv_lora_rank, rope_head_dim, v_head_dim)");
   }
 
   m.n_params_published = r.opt_int("n_params_published", 1, std::numeric_limits<std::int64_t>::max());
@@ -331,7 +360,7 @@ private:
   std::string prefix_;
 };
 
-enum class HfFamily { llama, mixtral, mpt, gpt_neox, gpt2 };
+enum class HfFamily { llama, mixtral, mpt, gpt_neox, gpt2, qwen3, deepseek, gpt_oss };
 
 std::optional<HfFamily> family_from_model_type(std::string_view t) {
   if (t == "llama" || t == "mistral") return HfFamily::llama;
@@ -339,6 +368,9 @@ std::optional<HfFamily> family_from_model_type(std::string_view t) {
   if (t == "mpt") return HfFamily::mpt;
   if (t == "gpt_neox") return HfFamily::gpt_neox;
   if (t == "gpt2") return HfFamily::gpt2;
+  if (t == "qwen3" || t == "qwen3_moe") return HfFamily::qwen3;
+  if (t == "deepseek_v3" || t == "deepseek_v2") return HfFamily::deepseek;
+  if (t == "gpt_oss") return HfFamily::gpt_oss;
   return std::nullopt;
 }
 
@@ -348,10 +380,14 @@ std::optional<HfFamily> family_from_architecture(std::string_view a) {
   if (a == "MPTForCausalLM") return HfFamily::mpt;
   if (a == "GPTNeoXForCausalLM") return HfFamily::gpt_neox;
   if (a == "GPT2LMHeadModel" || a == "GPT2Model") return HfFamily::gpt2;
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") return HfFamily::qwen3;
+  if (a == "DeepseekV3ForCausalLM" || a == "DeepseekV2ForCausalLM") return HfFamily::deepseek;
+  if (a == "GptOssForCausalLM") return HfFamily::gpt_oss;
   return std::nullopt;
 }
 
-constexpr std::string_view kSupportedTypes = "llama, mistral, mixtral, mpt, gpt_neox, gpt2";
+constexpr std::string_view kSupportedTypes =
+    "llama, mistral, mixtral, mpt, gpt_neox, gpt2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss";
 
 HfFamily detect_family(const JsonReader& r) {
   std::optional<std::string> model_type = r.opt_string("model_type");
@@ -439,6 +475,96 @@ ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view mo
     m.moe.expert_ffn = ffn;
   }
   m.ffn_hidden = ffn;
+  return m;
+}
+
+// Qwen3 and Qwen3-MoE (transformers Qwen3MoeConfig): Llama-shaped blocks with an RMSNorm over
+// every query and key head (q_norm, k_norm), head_dim apart from hidden_size / heads; MoE layers
+// of num_experts experts of moe_intermediate_size every decoder_sparse_step-th layer.
+ModelSpec import_qwen3(const JsonReader& r, std::string_view model_type) {
+  ModelSpec m = import_llama(r, false, "qwen3");
+  m.qk_norm = true;
+  m.max_seq_len = r.opt_size("max_position_embeddings").value_or(32768);
+  // Qwen3MoeConfig's defaults: 128 experts, top-8, moe_intermediate_size 768, every layer sparse.
+  const bool moe = model_type == "qwen3_moe" || r.has("moe_intermediate_size");
+  if (!moe) return m;
+  const int experts = r.opt_count("num_experts").value_or(128);
+  const int top_k = r.opt_count("num_experts_per_tok").value_or(8);
+  if (top_k > experts)
+    throw r.error("num_experts_per_tok", fmt::format("{} exceeds num_experts {}", top_k, experts));
+  if (r.opt_count("decoder_sparse_step").value_or(1) != 1)
+    throw r.error("decoder_sparse_step", "MoE layers interleaved with dense ones are not modelled (only leading dense layers)");
+  if (const json* only = r.get("mlp_only_layers"); only && !(only->is_array() && only->empty()))
+    throw r.error("mlp_only_layers", "dense layers between MoE layers are not modelled (only leading dense layers)");
+  m.moe.n_experts = experts;
+  m.moe.top_k = top_k;
+  m.moe.expert_ffn = r.opt_size("moe_intermediate_size").value_or(768);
+  return m;
+}
+
+// DeepSeek-V2/V3 (modeling_deepseek.py): multi-head latent attention, first_k_dense_replace
+// leading dense layers, then MoE layers of n_routed_experts + n_shared_experts experts;
+// num_nextn_predict_layers MTP modules (V3).
+ModelSpec import_deepseek(const JsonReader& r) {
+  ModelSpec m;
+  m.d_model = r.req_size("hidden_size");
+  m.n_layers = r.req_count("num_hidden_layers");
+  m.n_heads = r.req_count("num_attention_heads");
+  m.n_kv_heads = m.n_heads;  // MLA: every head has its own key and value (from the shared latent)
+  m.attention = AttentionKind::mla;
+  m.mla.q_lora_rank = r.opt_size("q_lora_rank").value_or(0);  // null: a full-rank query (V2-Lite)
+  m.mla.kv_lora_rank = r.req_size("kv_lora_rank");
+  m.mla.rope_head_dim = r.req_size("qk_rope_head_dim");
+  m.mla.v_head_dim = r.req_size("v_head_dim");
+  m.head_dim = r.req_size("qk_nope_head_dim");
+  m.vocab = r.req_size("vocab_size");
+  m.max_seq_len = r.opt_size("max_position_embeddings").value_or(4096);
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  m.mlp = MlpKind::swiglu;
+  m.norm = NormKind::rmsnorm;
+  m.pos_emb = PosEmb::rope;
+  if (r.opt_bool("attention_bias").value_or(false)) throw r.error("attention_bias", "MLA with biases is not modelled");
+  m.ffn_hidden = r.req_size("intermediate_size");
+  if (r.has("n_routed_experts")) {
+    m.moe.n_experts = r.req_count("n_routed_experts");
+    m.moe.top_k = r.req_count("num_experts_per_tok");
+    if (m.moe.top_k > m.moe.n_experts)
+      throw r.error("num_experts_per_tok", fmt::format("{} exceeds n_routed_experts {}", m.moe.top_k, m.moe.n_experts));
+    m.moe.expert_ffn = r.req_size("moe_intermediate_size");
+    m.moe.n_shared_experts = r.opt_count("n_shared_experts").value_or(0);
+    m.moe.n_dense_layers = r.opt_count("first_k_dense_replace").value_or(0);
+    if (m.moe.n_dense_layers > m.n_layers)
+      throw r.error("first_k_dense_replace", fmt::format("{} exceeds num_hidden_layers {}", m.moe.n_dense_layers, m.n_layers));
+    if (r.opt_count("moe_layer_freq").value_or(1) != 1)
+      throw r.error("moe_layer_freq", "MoE layers interleaved with dense ones are not modelled (only leading dense layers)");
+  }
+  m.n_mtp_layers = r.opt_count("num_nextn_predict_layers").value_or(0);
+  return m;
+}
+
+// gpt-oss (transformers GptOssConfig): GQA with biases on q, k, v and o, num_local_experts
+// SwiGLU-style experts of intermediate_size with biases, a router with a bias, untied head.
+ModelSpec import_gpt_oss(const JsonReader& r) {
+  ModelSpec m;
+  m.d_model = r.req_size("hidden_size");
+  m.n_layers = r.req_count("num_hidden_layers");
+  m.n_heads = r.req_count("num_attention_heads");
+  m.n_kv_heads = r.opt_count("num_key_value_heads").value_or(8);
+  check_kv_heads(r, m.n_heads, m.n_kv_heads, "num_key_value_heads");
+  m.head_dim = r.opt_size("head_dim").value_or(64);
+  m.vocab = r.req_size("vocab_size");
+  m.max_seq_len = r.opt_size("max_position_embeddings").value_or(131072);
+  m.tied_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  m.mlp = MlpKind::swiglu;
+  m.norm = NormKind::rmsnorm;
+  m.pos_emb = PosEmb::rope;
+  m.linear_bias = r.opt_bool("attention_bias").value_or(true);
+  m.moe.n_experts = r.opt_count("num_local_experts").value_or(128);
+  m.moe.top_k = r.opt_count("num_experts_per_tok").value_or(4);
+  if (m.moe.top_k > m.moe.n_experts)
+    throw r.error("num_experts_per_tok", fmt::format("{} exceeds num_local_experts {}", m.moe.top_k, m.moe.n_experts));
+  m.moe.expert_ffn = r.req_size("intermediate_size");
+  m.ffn_hidden = m.moe.expert_ffn;
   return m;
 }
 
@@ -591,6 +717,9 @@ ModelSpec import_hf_config(const json& config, const std::string& file) {
     case HfFamily::mpt: m = import_mpt(r); break;
     case HfFamily::gpt_neox: m = import_gpt_neox(r); break;
     case HfFamily::gpt2: m = import_gpt2(r); break;
+    case HfFamily::qwen3: m = import_qwen3(r, model_type); break;
+    case HfFamily::deepseek: m = import_deepseek(r); break;
+    case HfFamily::gpt_oss: m = import_gpt_oss(r); break;
   }
   const std::string hf_name = r.opt_string("_name_or_path").value_or("");
   m.name = hf_name.empty() ? name_from_file(file) : hf_name;
@@ -661,6 +790,12 @@ std::optional<std::string> shipped_model_for_hf_id(std::string_view hf_id) {
       {"meta-llama/llama-2-70b-chat-hf", "llama2-70b"},
       {"mistralai/mixtral-8x7b-v0.1", "mixtral-8x7b"},
       {"mistralai/mixtral-8x7b-instruct-v0.1", "mixtral-8x7b"},
+      {"qwen/qwen3-30b-a3b", "qwen3-30b-a3b"},
+      {"qwen/qwen3-30b-a3b-base", "qwen3-30b-a3b"},
+      {"qwen/qwen3-235b-a22b", "qwen3-235b-a22b"},
+      {"deepseek-ai/deepseek-v3", "deepseek-v3"},
+      {"deepseek-ai/deepseek-v3-base", "deepseek-v3"},
+      {"openai/gpt-oss-120b", "gpt-oss-120b"},
       // The hub MPT-7B is ALiBi, bias-free and 50432-vocab, the shipped mpt-7b is llm-foundry's
       // preset (learned positions, biases, 50368): same layers and widths, 0.14 % apart in count,
       // so it maps. Not mapped: the 8k/storywriter variants (their context exceeds the preset's

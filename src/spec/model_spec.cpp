@@ -5,6 +5,8 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 
+#include <utility>
+
 namespace meshplan {
 
 std::string_view to_string(MlpKind k) {
@@ -25,6 +27,13 @@ std::string_view to_string(PosEmb p) {
   return "none";
 }
 std::string_view to_string(NormKind n) { return n == NormKind::rmsnorm ? "rmsnorm" : "layernorm"; }
+
+std::string_view to_string(AttentionKind a) { return a == AttentionKind::mla ? "mla" : "gqa"; }
+std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
+  if (s == "gqa" || s == "mha" || s == "mqa") return AttentionKind::gqa;
+  if (s == "mla") return AttentionKind::mla;
+  return std::nullopt;
+}
 
 std::optional<MlpKind> parse_mlp_kind(std::string_view s) {
   if (s == "gelu" || s == "relu" || s == "gelu_new" || s == "gelu_pytorch_tanh") return MlpKind::gelu;
@@ -59,17 +68,42 @@ std::int64_t norm_params(const ModelSpec& m) {
 }
 }  // namespace
 
+namespace {
+// Multi-head latent attention (DeepSeek-V3 modeling_deepseek.py): q_a (d x q_lora) + its RMSNorm +
+// q_b (q_lora x H(d_nope + d_rope)), or one full-rank d x H(d_nope + d_rope) query projection;
+// kv_a (d x (kv_lora + d_rope), the latent and the shared rotary key) + its RMSNorm + kv_b
+// (kv_lora x H(d_nope + d_v)); the output projection H d_v x d.
+std::int64_t mla_params(const ModelSpec& m) {
+  const std::int64_t d = m.d_model, h = m.n_heads;
+  const MlaSpec& a = m.mla;
+  const std::int64_t qk = m.head_dim + a.rope_head_dim;
+  const std::int64_t q = a.q_lora_rank > 0 ? d * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * h * qk : d * h * qk;
+  const std::int64_t kv = d * (a.kv_lora_rank + a.rope_head_dim) + a.kv_lora_rank +
+                          a.kv_lora_rank * h * (m.head_dim + a.v_head_dim);
+  return q + kv + h * a.v_head_dim * d;
+}
+}  // namespace
+
 ParamCounts param_counts(const ModelSpec& m) {
   const std::int64_t d = m.d_model;
   const std::int64_t q = static_cast<std::int64_t>(m.n_heads) * m.head_dim;
   const std::int64_t kv = static_cast<std::int64_t>(m.n_kv_heads) * m.head_dim;
   ParamCounts c;
-  c.attention_per_layer = d * q + 2 * d * kv + q * d;
-  if (m.linear_bias) c.attention_per_layer += q + 2 * kv + d;
+  if (m.attention == AttentionKind::mla) {
+    c.attention_per_layer = mla_params(m);
+  } else {
+    c.attention_per_layer = d * q + 2 * d * kv + q * d;
+    if (m.linear_bias) c.attention_per_layer += q + 2 * kv + d;
+  }
+  if (m.qk_norm) c.attention_per_layer += 2 * m.head_dim;  // one weight vector per head width, q and k
   if (m.moe.enabled()) {
     c.mlp_per_layer = static_cast<std::int64_t>(m.moe.n_experts + m.moe.n_shared_experts) *
                           mlp_params(m, m.moe.expert_ffn) +
-                      d * m.moe.n_experts;  // router
+                      d * m.moe.n_experts + (m.linear_bias ? m.moe.n_experts : 0);  // router
+    c.shared_experts_per_layer = static_cast<std::int64_t>(m.moe.n_shared_experts) * mlp_params(m, m.moe.expert_ffn);
+    c.router_per_layer = d * m.moe.n_experts + (m.linear_bias ? m.moe.n_experts : 0);
+    c.n_dense_layers = m.moe.n_dense_layers;
+    c.dense_mlp_per_layer = m.moe.n_dense_layers > 0 ? mlp_params(m, m.ffn_hidden) : 0;
   } else {
     c.mlp_per_layer = mlp_params(m, m.ffn_hidden);
   }
@@ -78,6 +112,8 @@ ParamCounts param_counts(const ModelSpec& m) {
   c.position = m.pos_emb == PosEmb::learned ? m.max_seq_len * d : 0;
   c.lm_head = m.tied_embeddings ? 0 : m.vocab * d;
   c.final_norm = norm_params(m);
+  // Each MTP module: two input norms, the 2d -> d projection, one (MoE) block, its output norm.
+  c.mtp = static_cast<std::int64_t>(m.n_mtp_layers) * (3 * norm_params(m) + 2 * d * d + c.per_layer());
   return c;
 }
 
@@ -86,9 +122,11 @@ std::int64_t n_params(const ModelSpec& m) { return param_counts(m).total(m.n_lay
 std::int64_t n_active_params(const ModelSpec& m) {
   if (!m.moe.enabled()) return n_params(m);
   ParamCounts c = param_counts(m);
+  const std::int64_t routed_all = c.mlp_per_layer;
   c.mlp_per_layer = static_cast<std::int64_t>(m.moe.top_k + m.moe.n_shared_experts) *
                         mlp_params(m, m.moe.expert_ffn) +
-                    m.d_model * m.moe.n_experts;
+                    m.d_model * m.moe.n_experts + (m.linear_bias ? m.moe.n_experts : 0);
+  c.mtp -= static_cast<std::int64_t>(m.n_mtp_layers) * (routed_all - c.mlp_per_layer);
   return c.total(m.n_layers);
 }
 
@@ -110,6 +148,24 @@ void validate(const ModelSpec& m, const std::string& file) {
   } else {
     positive(m.ffn_hidden, "ffn_hidden");
   }
+  if (m.attention == AttentionKind::mla) {
+    positive(m.mla.kv_lora_rank, "mla.kv_lora_rank");
+    positive(m.mla.rope_head_dim, "mla.rope_head_dim");
+    positive(m.mla.v_head_dim, "mla.v_head_dim");
+    if (m.mla.q_lora_rank < 0) throw InputError(file, "mla.q_lora_rank", fmt::format("must not be negative, got {}", m.mla.q_lora_rank));
+    for (auto [v, key] : {std::pair{m.mla.q_lora_rank, "mla.q_lora_rank"}, std::pair{m.mla.kv_lora_rank, "mla.kv_lora_rank"},
+                          std::pair{m.mla.rope_head_dim, "mla.rope_head_dim"}, std::pair{m.mla.v_head_dim, "mla.v_head_dim"}})
+      limits::check_count(file, key, v, 0, limits::kMaxWidth, "the model width");
+  }
+  if (m.moe.n_dense_layers < 0 || m.moe.n_dense_layers > m.n_layers)
+    throw InputError(file, "moe.n_dense_layers",
+                     fmt::format("must be between 0 and n_layers {}, got {}", m.n_layers, m.moe.n_dense_layers));
+  if (m.moe.n_dense_layers > 0) positive(m.ffn_hidden, "ffn_hidden");
+  if (!(m.moe.capacity_factor >= 0) || m.moe.capacity_factor > 1e3)
+    throw InputError(file, "moe.capacity_factor",
+                     fmt::format("must be 0 (dropless) or a positive factor up to 1000, got {}", m.moe.capacity_factor));
+  if (m.n_mtp_layers < 0 || m.n_mtp_layers > limits::kMaxLayers)
+    throw InputError(file, "n_mtp_layers", fmt::format("must be between 0 and {}, got {}", limits::kMaxLayers, m.n_mtp_layers));
   if (m.n_heads % m.n_kv_heads != 0)
     throw InputError(file, "n_kv_heads",
                      fmt::format("n_heads {} is not divisible by n_kv_heads {}", m.n_heads, m.n_kv_heads));

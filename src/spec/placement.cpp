@@ -75,7 +75,9 @@ GroupShape group_shape(const Mesh& m, MeshGroup k) {
     case MeshGroup::pp: return {m.pp, m.world() / m.pp};
     // Experts borrow data-parallel ranks, innermost first (Megatron's expert mesh with
     // expert-tensor-parallel = tp; torchtitan with etp = tp): EP over dp_shard x cp before dp_replicate.
-    case MeshGroup::ep: return {m.ep, tp};
+    // With expert-tensor-parallel etp < tp (Megatron) the EP group strides over etp ranks and
+    // spans TP ranks.
+    case MeshGroup::ep: return {m.ep, m.expert_tp()};
   }
   return {};
 }
@@ -99,10 +101,12 @@ void check_mesh(const Topology& t, const Mesh& m) {
   if (m.world() != t.n_gpus)
     throw InputError("", "mesh", "pp*dp_replicate*dp_shard*cp*tp = " + std::to_string(m.world()) + " but the cluster has " +
                                      std::to_string(t.n_gpus) + " GPUs");
-  const std::int64_t data_ranks = static_cast<std::int64_t>(m.dp_replicate) * m.dp_shard * m.cp;
+  const std::int64_t data_ranks =
+      static_cast<std::int64_t>(m.dp_replicate) * m.dp_shard * m.cp * (m.tp / std::max(1, m.expert_tp()));
   if (data_ranks % m.ep != 0)
     throw InputError("", "mesh.ep",
-                     "ep = " + std::to_string(m.ep) + " must divide dp_replicate*dp_shard*cp = " + std::to_string(data_ranks));
+                     "ep = " + std::to_string(m.ep) + " must divide dp_replicate*dp_shard*cp*(tp/etp) = " +
+                         std::to_string(data_ranks));
 }
 
 GroupRoute route_group(const Topology& t, const Mesh& m, MeshGroup k) {

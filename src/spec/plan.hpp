@@ -21,6 +21,11 @@ struct Mesh {
   int cp = 1;            // context parallel: sequence split across ranks
   int tp = 1;            // tensor parallel
   int ep = 1;            // expert parallel (MoE)
+  // Expert tensor parallel: the TP degree of the expert MLPs (Megatron --expert-tensor-parallel-size,
+  // torchtitan expert_tensor_parallel_degree); 0 means tp. With etp < tp the EP group borrows
+  // tensor-parallel ranks too: ep * etp divides tp * dp * cp.
+  int etp = 0;
+  int expert_tp() const { return etp > 0 ? etp : tp; }
   // Saturates at INT64_MAX instead of wrapping: callers compare it against the GPU count, and
   // degrees straight from a file can be anything up to INT_MAX each.
   std::int64_t world() const {
@@ -109,6 +114,14 @@ struct Plan {
   AcMode ac = AcMode::none;
   int ac_every_n = 1;                    // selective_layer: checkpoint blocks with index % n == 0
   bool ac_reentrant = false;
+  // Megatron --recompute-modules beyond core attention (with any ac mode but full): submodules
+  // whose outputs are dropped after forward and recomputed in backward.
+  struct RecomputeModules {
+    bool norms = false;    // layernorm: the two block norms' outputs
+    bool moe_act = false;  // moe_act: the experts' activation function
+    bool moe = false;      // moe: the whole MoE block (router, dispatch, experts, combine)
+    bool any() const { return norms || moe_act || moe; }
+  } recompute_modules;
   bool act_offload = false;              // activations saved for backward live in pinned host memory
   bool param_offload = false;            // FSDP CPU offload: params, grads, optimizer step on host
 

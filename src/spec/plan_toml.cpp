@@ -1,6 +1,8 @@
 // meshplan plan TOML reader and writer (format: docs/plan_format.md).
 #include "spec/plan_toml.hpp"
 
+#include "spec/recompute_modules.hpp"
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -20,13 +22,16 @@ const std::vector<std::string> kModelKeys = {
     "name", "preset", "hf_config", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias",
     "max_seq_len", "moe_experts", "moe_top_k", "moe_expert_ffn", "moe_shared_experts",
-    "n_params_published", "n_params_source"};
+    "n_params_published", "n_params_source", "moe_dense_layers", "moe_capacity_factor", "qk_norm", "attention",
+    "mla_q_lora_rank", "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
 const std::vector<std::string> kShapeKeys = {
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "mlp", "vocab",
     "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias", "max_seq_len", "moe_experts",
-    "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source"};
+    "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source",
+    "moe_dense_layers", "moe_capacity_factor", "qk_norm", "attention", "mla_q_lora_rank", "mla_kv_lora_rank",
+    "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
 const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
-const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep",
+const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp",
                                               "tp_style", "sequence_parallel", "async_tp", "schedule",
                                               "account_for_embedding_in_pipeline_split",
                                               "account_for_loss_in_pipeline_split",
@@ -37,7 +42,7 @@ const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forwa
                                                 "grad_sync_every_microbatch"};
 const std::vector<std::string> kPrecisionKeys = {"param", "compute", "reduce", "state", "name",
                                                  "keep_low_precision_grads", "fp8", "fp8_all_gather"};
-const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant"};
+const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant", "recompute_modules"};
 const std::vector<std::string> kOffloadKeys = {"activations", "params"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
                                              "pp_microbatches"};
@@ -131,6 +136,18 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
   i32("moe_top_k", spec.moe.top_k, limits::kMaxExperts, "experts");
   i64("moe_expert_ffn", spec.moe.expert_ffn, limits::kMaxWidth, "the MLP width");
   i32("moe_shared_experts", spec.moe.n_shared_experts, limits::kMaxExperts, "experts");
+  i32("moe_dense_layers", spec.moe.n_dense_layers, limits::kMaxLayers, "layers");
+  if (auto v = m.get_number("moe_capacity_factor")) {
+    if (!(*v >= 0) || *v > 1e3) m.fail("moe_capacity_factor", fmt::format("must be 0 (dropless) or up to 1000, got {}", *v));
+    spec.moe.capacity_factor = *v;
+  }
+  flag("qk_norm", spec.qk_norm);
+  spec.attention = get_enum(m, "attention", spec.attention, parse_attention_kind, "gqa, mla");
+  i64("mla_q_lora_rank", spec.mla.q_lora_rank, limits::kMaxWidth, "the model width");
+  i64("mla_kv_lora_rank", spec.mla.kv_lora_rank, limits::kMaxWidth, "the model width");
+  i64("mla_rope_head_dim", spec.mla.rope_head_dim, limits::kMaxHeadDim, "the head dimension");
+  i64("mla_v_head_dim", spec.mla.v_head_dim, limits::kMaxHeadDim, "the head dimension");
+  i32("n_mtp_layers", spec.n_mtp_layers, limits::kMaxLayers, "layers");
   spec.mlp = get_enum(m, "mlp", spec.mlp, parse_mlp_kind, "gelu, swiglu, relu2");
   spec.pos_emb = get_enum(m, "pos_emb", spec.pos_emb, parse_pos_emb, "rope, learned, alibi, none");
   spec.norm = get_enum(m, "norm", spec.norm, parse_norm_kind, "rmsnorm, layernorm");
@@ -227,6 +244,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   mesh.tp = degree("tp", 1);
   mesh.vpp = static_cast<int>(positive(layout, "vpp", 1, limits::kMaxLayers, "virtual stages (the layer maximum)"));
   mesh.ep = static_cast<int>(positive(layout, "ep", 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)"));
+  if (layout.has("etp"))
+    mesh.etp = static_cast<int>(positive(layout, "etp", 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)"));
   plan.tp_style = get_enum(layout, "tp_style", TpStyle::full,
                            [](std::string_view s) -> std::optional<TpStyle> {
                              if (s == "full") return TpStyle::full;
@@ -286,6 +305,17 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
                      "none, full, selective-layer, selective-op, selective-attn");
   plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1, limits::kMaxLayers, "layers"));
   plan.ac_reentrant = ac.get_bool("reentrant").value_or(false);
+  if (auto mods = ac.get_string_array("recompute_modules")) {
+    for (const std::string& name : *mods) {
+      const RecomputeModuleName k = apply_recompute_module(name, plan.recompute_modules);
+      if (k == RecomputeModuleName::core_attn)
+        ac.fail("recompute_modules", "core_attn is mode = \"selective-attn\"");
+      if (k == RecomputeModuleName::known_unmodeled || k == RecomputeModuleName::unknown)
+        ac.fail("recompute_modules", fmt::format("'{}' is not modelled (layernorm, moe_act, moe)", name));
+    }
+    if (plan.ac == AcMode::full && plan.recompute_modules.any())
+      ac.fail("recompute_modules", "full recompute already recomputes every module");
+  }
 
   // [offload]
   const TomlView off = section("offload", kOffloadKeys);
@@ -318,7 +348,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
   if (const auto v = rt.get_int("flash_attention_version")) {
-    if (*v != 1 && *v != 2) rt.fail("flash_attention_version", fmt::format("must be 1 or 2, got {}", *v));
+    if (*v < 1 || *v > 3) rt.fail("flash_attention_version", fmt::format("must be 1, 2 or 3, got {}", *v));
     plan.flash_attention_version = static_cast<int>(*v);
   }
   plan.dropout = rt.get_bool("dropout").value_or(false);
@@ -364,6 +394,17 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("moe_top_k = {}", m.moe.top_k));
   line(fmt::format("moe_expert_ffn = {}", m.moe.expert_ffn));
   line(fmt::format("moe_shared_experts = {}", m.moe.n_shared_experts));
+  if (m.moe.n_dense_layers > 0) line(fmt::format("moe_dense_layers = {}", m.moe.n_dense_layers));
+  if (m.moe.capacity_factor > 0) line(fmt::format("moe_capacity_factor = {}", m.moe.capacity_factor));
+  if (m.qk_norm) line("qk_norm = true");
+  if (m.attention == AttentionKind::mla) {
+    line("attention = \"mla\"");
+    line(fmt::format("mla_q_lora_rank = {}", m.mla.q_lora_rank));
+    line(fmt::format("mla_kv_lora_rank = {}", m.mla.kv_lora_rank));
+    line(fmt::format("mla_rope_head_dim = {}", m.mla.rope_head_dim));
+    line(fmt::format("mla_v_head_dim = {}", m.mla.v_head_dim));
+  }
+  if (m.n_mtp_layers > 0) line(fmt::format("n_mtp_layers = {}", m.n_mtp_layers));
   if (m.n_params_published) line(fmt::format("n_params_published = {}", *m.n_params_published));
   if (!m.n_params_source.empty()) line("n_params_source = " + quote(m.n_params_source));
   line("");
@@ -379,6 +420,7 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("cp = {}", p.mesh.cp));
   line(fmt::format("tp = {}", p.mesh.tp));
   line(fmt::format("ep = {}", p.mesh.ep));
+  if (p.mesh.etp > 0) line(fmt::format("etp = {}", p.mesh.etp));
   line(fmt::format("tp_style = {}", quote(std::string(to_string(p.tp_style)))));
   line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
   line(fmt::format("async_tp = {}", b(p.async_tp)));
@@ -415,6 +457,13 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("mode = {}", quote(std::string(to_string(p.ac)))));
   line(fmt::format("every_n = {}", p.ac_every_n));
   line(fmt::format("reentrant = {}", b(p.ac_reentrant)));
+  if (p.recompute_modules.any()) {
+    std::string mods;
+    for (auto [on, name] : {std::pair{p.recompute_modules.norms, "layernorm"}, std::pair{p.recompute_modules.moe_act, "moe_act"},
+                            std::pair{p.recompute_modules.moe, "moe"}})
+      if (on) mods += (mods.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+    line("recompute_modules = [" + mods + "]");
+  }
   line("");
   line("[offload]");
   line(fmt::format("activations = {}", b(p.act_offload)));

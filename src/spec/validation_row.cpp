@@ -18,6 +18,7 @@
 #include "spec/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
+#include "spec/recompute_modules.hpp"
 
 namespace meshplan {
 
@@ -280,6 +281,48 @@ bool is_megatron_family(const std::string& fw) {
   return fw == "megatron" || fw == "nemo" || fw == "megatron-deepspeed";
 }
 
+// The optional MoE / attention columns (README, section dev-moe.csv). Absent or empty: a dense
+// model with d_model / n_heads heads (map_model's default).
+void map_moe_columns(const Reader& r, ModelSpec& m, std::vector<std::string>& notes) {
+  const std::string attn = r.vocab("attention", {"mha", "gqa", "mla"});
+  if (attn == "mla") {
+    m.attention = AttentionKind::mla;
+    m.mla.q_lora_rank = r.opt_int("mla_q_lora_rank").value_or(0);
+    if (m.mla.q_lora_rank < 0) throw Skip{fmt::format("mla_q_lora_rank: must not be negative, got {}", m.mla.q_lora_rank)};
+    m.mla.kv_lora_rank = r.count("mla_kv_lora_rank", limits::kMaxWidth);
+    m.mla.rope_head_dim = r.count("mla_rope_head_dim", limits::kMaxHeadDim);
+    m.mla.v_head_dim = r.count("mla_v_head_dim", limits::kMaxHeadDim);
+    m.n_kv_heads = m.n_heads;  // every head has its own key and value, from the shared latent
+    if (r.empty("mla_q_lora_rank")) notes.push_back("mla_q_lora_rank empty: a full-rank query projection assumed");
+  } else if (attn == "mha" && m.n_kv_heads != m.n_heads) {
+    throw Skip{fmt::format("attention mha with n_kv_heads {} != n_heads {}", m.n_kv_heads, m.n_heads)};
+  }
+  const auto experts = r.opt_count("moe_experts", limits::kMaxExperts);
+  if (!experts) {
+    for (const char* col : {"moe_top_k", "moe_expert_ffn", "moe_shared_experts", "moe_dense_layers"})
+      if (auto v = r.opt_int(col); v && *v != 0) throw Skip{fmt::format("{} is set but moe_experts is empty", col)};
+    return;
+  }
+  m.moe.n_experts = static_cast<int>(*experts);
+  m.moe.top_k = static_cast<int>(r.count("moe_top_k", limits::kMaxExperts));
+  if (auto f = r.opt_count("moe_expert_ffn", limits::kMaxWidth)) {
+    m.moe.expert_ffn = *f;
+  } else {
+    m.moe.expert_ffn = m.ffn_hidden;
+    notes.push_back("moe_expert_ffn empty: ffn_hidden assumed as one expert's width");
+  }
+  auto non_negative = [&](const char* col, int& field, std::int64_t max) {
+    const auto v = r.opt_int(col);
+    if (!v) return;
+    if (*v < 0 || *v > max) throw Skip{fmt::format("{}: {} is outside [0, {}]", col, *v, max)};
+    field = static_cast<int>(*v);
+  };
+  non_negative("moe_shared_experts", m.moe.n_shared_experts, limits::kMaxExperts);
+  non_negative("moe_dense_layers", m.moe.n_dense_layers, m.n_layers);
+  // Dropless routing: the README's sources set no capacity factor.
+  notes.push_back("MoE routing dropless (no capacity factor), balanced over the experts");
+}
+
 ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::vector<std::string>& notes) {
   ModelSpec m;
   m.name = r.str("model").empty() ? r.str("id") : r.str("model");
@@ -292,9 +335,14 @@ ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::
     m.n_kv_heads = m.n_heads;
     notes.push_back("n_kv_heads empty: multi-head attention assumed (n_kv_heads = n_heads)");
   }
-  if (m.d_model % m.n_heads != 0)
-    throw Skip{fmt::format("d_model {} is not divisible by n_heads {} (head_dim is not stated)", m.d_model, m.n_heads)};
-  m.head_dim = m.d_model / m.n_heads;
+  if (auto hd = r.opt_count("head_dim", limits::kMaxHeadDim)) {
+    m.head_dim = *hd;
+  } else {
+    if (m.d_model % m.n_heads != 0)
+      throw Skip{fmt::format("d_model {} is not divisible by n_heads {} (head_dim is not stated)", m.d_model, m.n_heads)};
+    m.head_dim = m.d_model / m.n_heads;
+  }
+  map_moe_columns(r, m, notes);
 
   const std::string mlp = r.vocab("mlp", {"gelu", "swiglu", "relu2"});
   if (mlp.empty()) throw Skip{"mlp is empty and the simulator needs it"};
@@ -453,8 +501,14 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     rc.n_gpus = n_gpus;
 
     rc.model = map_model(r, fw, mesh.tp, notes);
-    if (rc.model.moe.enabled() || mesh.ep > 1)
-      throw Skip{"ep > 1 needs a mixture-of-experts model, and the columns describe dense models only"};
+    if (mesh.ep > 1 && !rc.model.moe.enabled())
+      throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};
+    if (mesh.ep > 1 && is_megatron_family(fw)) {
+      // The README: expert tensor parallelism is 1 where printed or assumed (the EP group then
+      // borrows tensor-parallel ranks, Megatron's expert mesh).
+      mesh.etp = 1;
+      if (mesh.tp > 1) notes.push_back("expert tensor parallel 1 assumed (no column; the source's default)");
+    }
 
     // ---- precision (needed before the runtime defaults: some depend on it)
     const std::string pd = r.vocab("param_dtype", {"fp32", "bf16", "fp16"});
@@ -512,7 +566,32 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
 
     // ---- activation checkpointing
     const std::string ac = r.vocab("activation_ckpt", {"none", "full", "selective", "unknown"});
-    const std::string aco = r.vocab("ac_option", {"attn", "op", "layer"});
+    std::string aco = Reader::trim(row.get("ac_option"));
+    bool modules_core_attn = false;
+    if (aco.rfind("modules:", 0) == 0) {
+      // Megatron --recompute-modules: the listed submodules only.
+      std::string list = aco.substr(8);
+      std::vector<std::string> unmodeled;
+      std::size_t start = 0;
+      while (start <= list.size()) {
+        const std::size_t comma = list.find(',', start);
+        const std::string name = Reader::trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (!name.empty()) {
+          const RecomputeModuleName k = apply_recompute_module(name, p.recompute_modules);
+          if (k == RecomputeModuleName::core_attn) modules_core_attn = true;
+          if (k == RecomputeModuleName::known_unmodeled) unmodeled.push_back(name);
+          if (k == RecomputeModuleName::unknown)
+            throw Skip{fmt::format("ac_option: '{}' is not a Megatron --recompute-modules name", name)};
+        }
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      for (const std::string& u : unmodeled)
+        notes.push_back(fmt::format("recompute module '{}' not modeled: its activations are assumed kept", u));
+      aco = "modules";
+    } else {
+      aco = r.vocab("ac_option", {"attn", "op", "layer"});
+    }
     if (ac == "full") {
       p.ac = AcMode::full;
     } else if (ac == "selective") {
@@ -521,7 +600,8 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
         opt = is_megatron_family(fw) ? "attn" : "op";
         notes.push_back(fmt::format("ac_option empty with selective: '{}' assumed (framework default)", opt));
       }
-      if (opt == "attn") p.ac = AcMode::selective_attn;
+      if (opt == "modules") p.ac = modules_core_attn ? AcMode::selective_attn : AcMode::none;
+      else if (opt == "attn") p.ac = AcMode::selective_attn;
       else if (opt == "op") p.ac = AcMode::selective_op;
       else {
         p.ac = AcMode::selective_layer;
@@ -533,7 +613,10 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       // is known), as the run's own tuning would have settled it.
       if (ac.empty() || ac == "unknown") rc.left_to_runtime.recompute = true;
     }
-    if (!aco.empty() && ac != "selective") notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
+    if (!aco.empty() && ac != "selective") {
+      notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
+      p.recompute_modules = {};
+    }
     p.ac_reentrant = false;
 
     // ---- offload
@@ -581,8 +664,10 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       p.limit_all_gathers = false;
       // Megatron-LM's GPT defaults train with 0.1 hidden/attention dropout; NeMo's LLM recipes
       // and BLOOM's Megatron-DeepSpeed run set it to 0.
-      p.dropout = fw == "megatron";
+      p.dropout = fw == "megatron" && !rc.model.moe.enabled();
       if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
+      else if (rc.model.moe.enabled())
+        notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
       // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
       p.deepspeed_engine = fw == "megatron-deepspeed";
     } else {
@@ -598,6 +683,14 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     if (kUnfusedAttentionSources.count(vc.source) != 0) {
       p.flash_attention = false;
       notes.push_back("unfused attention (software predates FlashAttention)");
+    } else if (is_megatron_family(fw) && fw != "megatron-deepspeed" && row.has_column("moe_experts") &&
+               (gpu.rfind("h100", 0) == 0 || gpu == "h200-141gb" || gpu == "b200" || gpu == "gb200" ||
+                gpu == "gb300")) {
+      // Rows of the MoE schema (dev-moe.csv and its held-out siblings) are 2025-26 Megatron-Core
+      // runs with Transformer Engine 2.x, whose fused attention on Hopper and Blackwell is cuDNN's
+      // FlashAttention-3 class kernel.
+      p.flash_attention_version = 3;
+      notes.push_back("attention kernel: Transformer Engine's cuDNN fused attention (FlashAttention-3 class) assumed");
     } else if (fw == "composer-fsdp1") {
       // llm-foundry's default images of the PyTorch 2.1 era installed flash-attn 1.x (FA2 came in
       // separate `_flash2` images), so MPT's `attn_impl: flash` ran a FlashAttention-1 class kernel.

@@ -77,8 +77,10 @@ Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   d.residual_e = autocast_fp32_weights(p) ? 4.0 : d.e;
   d.norm_e = norm_saved_bytes_per_element(m, p, d.residual_e);
   if (m.moe.enabled()) {
-    // Each token visits top_k experts (plus shared ones): that many inner-width tensors.
-    d.ffn = static_cast<double>(m.moe.expert_ffn) * (m.moe.top_k + m.moe.n_shared_experts);
+    // Each token visits top_k experts (plus shared ones): that many inner-width tensors; a
+    // capacity factor pads every expert's buffer to capacity.
+    const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+    d.ffn = static_cast<double>(m.moe.expert_ffn) * (m.moe.top_k * capacity + m.moe.n_shared_experts);
   } else {
     d.ffn = static_cast<double>(m.ffn_hidden);
   }
@@ -106,9 +108,67 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   }
   a.mlp_bytes = d.e * sb * d.h * t.mlp_input_batch / t.linear_input +
                 mlp_inner_tensors(m.mlp) * d.e * sb * d.ffn / t.mlp_inner;
+  if (m.attention == AttentionKind::mla) {
+    // MLA keeps its two latents (the compressed query and the compressed KV with the rotary key,
+    // replicated over TP) and the expanded Q, K (d_nope + d_rope per head), V and O (d_v per head)
+    // that the attention kernel reads; the q_a and kv_a inputs are the block's norm output.
+    const double heads = m.n_heads;
+    const double qk = static_cast<double>(m.head_dim + m.mla.rope_head_dim);
+    a.attention_bytes = d.e * sb * d.h / t.linear_input +
+                        d.e * sb * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.rope_head_dim) +
+                        d.e * sb * heads * (2 * qk + 2 * static_cast<double>(m.mla.v_head_dim)) / t.heads;
+  }
+  if (m.qk_norm) a.attention_bytes += d.e * sb * (d.q_width + d.kv_width) / t.heads;  // pre-norm Q and K
+  a.mlp_bytes += moe_routing_saved_bytes(m, p, mb);
   if (p.dropout) a.dropout_masks_bytes = 2 * sb * d.h / t.seq_sharded;
   a.block_input_bytes = d.residual_e * sb * d.h / t.seq_sharded;
   return a;
+}
+
+double moe_routing_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  if (!m.moe.enabled()) return 0;
+  const Dims d = dims(m, p, mb);
+  const double sb = d.s * d.b;
+  const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+  // Experts on the sequence-parallel shard (etp < tp, Megatron) see sb * etp / tp tokens.
+  const int tp = p.mesh.tp;
+  const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
+  const double split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel)
+                           ? static_cast<double>(tp) / etp : 1.0;
+  const double copies = sb * m.moe.top_k * capacity / split;
+  // The permuted expert inputs (read by the first grouped GEMM's weight gradient), the expert
+  // outputs (read by the weighted combine's backward for the routing probabilities' gradient),
+  // and the router's fp32 logits and probabilities.
+  return 2 * d.e * copies * d.h + 2 * 4 * sb / split * m.moe.n_experts;
+}
+
+double moe_block_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  if (!m.moe.enabled()) return 0;
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  return moe_routing_saved_bytes(m, p, mb) + mlp_inner_tensors(m.mlp) * d.e * d.s * d.b * d.ffn / t.mlp_inner;
+}
+
+double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Plan::RecomputeModules& r = p.recompute_modules;
+  if (!r.any() || p.ac == AcMode::full) return 0;
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  double freed = 0;
+  // layernorm: the norms' outputs (the QKV and MLP inputs) are dropped and recomputed from the
+  // norms' inputs, which the residual stream keeps anyway.
+  if (r.norms) freed += 2 * d.e * sb * d.h / t.linear_input;
+  if (r.moe && m.moe.enabled()) {
+    freed += moe_block_saved_bytes(m, p, mb);
+  } else if (r.moe_act && m.moe.enabled()) {
+    // moe_act: only the activation's own outputs (SwiGLU: silu(gate) and the product; GELU,
+    // ReLU^2: the activation output) of the routed experts.
+    const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+    const double routed_ffn = static_cast<double>(m.moe.expert_ffn) * m.moe.top_k * capacity;
+    freed += (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * sb * routed_ffn / t.mlp_inner;
+  }
+  return freed;
 }
 
 namespace {
@@ -162,14 +222,15 @@ bool block_is_checkpointed(const Plan& p, int block_index) {
 
 double saved_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index) {
   const BlockActivations a = block_activations(m, p, mb);
+  const double freed = recompute_modules_freed_bytes(m, p, mb);
   switch (p.ac) {
-    case AcMode::none: return a.total();
+    case AcMode::none: return a.total() - freed;
     case AcMode::full:
     case AcMode::selective_layer:
       return block_is_checkpointed(p, block_index) ? a.block_input_bytes : a.total();
     case AcMode::selective_attn:
       // Megatron recomputes only core attention: the s^2 terms are not kept.
-      return p.flash_attention ? a.total() : a.total() - a.attention_scores_bytes;
+      return (p.flash_attention ? a.total() : a.total() - a.attention_scores_bytes) - freed;
     case AcMode::selective_op: return a.block_input_bytes + op_sac_saved_bytes(m, p, mb);
   }
   return a.total();

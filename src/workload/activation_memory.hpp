@@ -37,6 +37,14 @@ struct MicroBatchShape {
 // Everything a block saves with no checkpointing, under the plan's TP/SP/CP split.
 BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
 
+// MoE blocks beyond the dense MLP's tensors: the permuted expert inputs and the expert outputs
+// (top_k copies of each token, capacity-padded), the router's fp32 logits and probabilities.
+double moe_routing_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+// Everything an MoE block saves beyond its input (Megatron --recompute-modules moe drops it all).
+double moe_block_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+// What Plan::recompute_modules drops from a block's saved tensors (0 under full recompute).
+double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+
 // What one block holds between its forward and its backward under the plan's AC mode.
 // `block_index` matters for selective_layer (every n-th block is checkpointed).
 double saved_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index);

@@ -1,6 +1,7 @@
 #include "workload/layer_kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "workload/eager_ops.hpp"
 
@@ -24,7 +25,7 @@ constexpr int kScoreKernelsForward = 3, kScoreKernelsBackward = 5;
 constexpr double kBackwardOverForward = 2;
 
 // Eager PyTorch runs the norms, RoPE and the SwiGLU gate op by op (workload/eager_ops.hpp).
-void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& k) {
+void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_layer) {
   auto add = [](const ElementwiseCost& c, double elements, double& fwd, double& bwd, int& fwd_k, int& bwd_k) {
     fwd += c.forward_bytes_per_element * elements;
     bwd += c.backward_bytes_per_element * elements;
@@ -43,9 +44,10 @@ void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& 
     add(eager_rope_extra(d.e), t * static_cast<double>(d.q_width + d.kv_width) / static_cast<double>(d.attn_split),
         k.pre_attention_bytes, k.pre_attention_bytes_bwd, k.pre_kernels, k.pre_kernels_bwd);
   if (m.mlp == MlpKind::swiglu) {
-    const double inner = m.moe.enabled() ? t * m.moe.top_k : static_cast<double>(d.mlp_tokens);
-    add(eager_swiglu_extra(d.e), inner * static_cast<double>(d.f_local), k.mlp_bytes, k.mlp_bytes_bwd, k.mlp_kernels,
-        k.mlp_kernels_bwd);
+    const bool moe = moe_layer && m.moe.enabled();
+    const double inner = moe ? static_cast<double>(d.per_expert_tokens) * d.local_experts * static_cast<double>(d.f_expert_local)
+                             : static_cast<double>(d.mlp_tokens) * static_cast<double>(d.f_dense_local);
+    add(eager_swiglu_extra(d.e), inner, k.mlp_bytes, k.mlp_bytes_bwd, k.mlp_kernels, k.mlp_kernels_bwd);
   }
 }
 
@@ -66,31 +68,63 @@ void add_unfused_attention(const Plan& p, const LayerDims& d, LayerKernels& k) {
 }
 
 // The MLP's GEMMs and element-wise bytes: dense, or MoE's router, routed and shared experts.
-void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels& k) {
+// The routed experts of a rank run as grouped GEMMs (one launch over its local experts, as
+// Megatron's TEGroupedMLP / GroupedMLP and torchtitan's grouped_mm do): with balanced routing every
+// local expert gets the same rows, so the group is a batched GEMM of `local_experts` members.
+void add_mlp(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_layer) {
   const double t = static_cast<double>(d.tokens);
   const int n_up = m.mlp == MlpKind::swiglu ? 2 : 1;
   const double act_io = m.mlp == MlpKind::swiglu ? 3 : 2;  // silu*mul reads 2, writes 1
-  if (m.moe.enabled()) {
-    const int local_experts = std::max(1, m.moe.n_experts / std::max(1, p.mesh.ep));
-    // Balanced routing: the ep group's top_k * tokens spread evenly over all experts.
-    const std::int64_t per_expert = std::max<std::int64_t>(
-        1, d.tokens * m.moe.top_k * p.mesh.ep / std::max(1, m.moe.n_experts));
-    k.mlp.push_back({d.tokens, m.moe.n_experts, d.h, 1});  // router
-    for (int i = 0; i < n_up; ++i) k.mlp.push_back({per_expert, d.f_local, d.h, local_experts});
-    k.mlp.push_back({per_expert, d.h, d.f_local, local_experts});
+  if (moe_layer && m.moe.enabled()) {
+    const double mt = static_cast<double>(d.moe_tokens);
+    const std::int64_t pe = d.per_expert_tokens;
+    k.mlp.push_back({d.moe_tokens, m.moe.n_experts, d.h, 1});  // router
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts});
+    k.mlp.push_back({pe, d.h, d.f_expert_local, d.local_experts});
+    // Shared experts see every token of the block, split over TP like a dense MLP.
     for (int sh = 0; sh < m.moe.n_shared_experts; ++sh) {
       for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.tokens, d.f_local, d.h, 1});
       k.mlp.push_back({d.tokens, d.h, d.f_local, 1});
     }
-    k.mlp_bytes = act_io * d.e * static_cast<double>(d.tokens) * m.moe.top_k * static_cast<double>(d.f_local) +
-                  3 * d.e * t * static_cast<double>(d.h);
-  } else {
-    for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_local, d.h, 1});
-    k.mlp.push_back({d.mlp_tokens, d.h, d.f_local, 1});
-    k.mlp_bytes = act_io * d.e * static_cast<double>(d.mlp_tokens) * static_cast<double>(d.f_local) +
-                  3 * d.e * t * static_cast<double>(d.h) / d.sp_split;  // activation + residual add
+    // Activation over each received copy; permute + unpermute (read + write each copy, twice),
+    // the weighted combine (read top_k copies, write one) and the residual add.
+    const double received = static_cast<double>(pe) * d.local_experts;
+    k.mlp_bytes = act_io * d.e * received * static_cast<double>(d.f_expert_local) +
+                  act_io * d.e * t * m.moe.n_shared_experts * static_cast<double>(d.f_local) +
+                  4 * d.e * d.routed_tokens * static_cast<double>(d.h) +
+                  d.e * (d.routed_tokens + mt) * static_cast<double>(d.h) + 3 * d.e * mt * static_cast<double>(d.h);
+    // router + softmax/top-k + permute + the grouped up, activation, grouped down + unpermute +
+    // combine + residual add; each shared expert as a dense MLP.
+    k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + m.moe.n_shared_experts * (n_up + 2);
+    return;
   }
+  for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_dense_local, d.h, 1});
+  k.mlp.push_back({d.mlp_tokens, d.h, d.f_dense_local, 1});
+  k.mlp_bytes = act_io * d.e * static_cast<double>(d.mlp_tokens) * static_cast<double>(d.f_dense_local) +
+                3 * d.e * t * static_cast<double>(d.h) / d.sp_split;  // activation + residual add
   k.mlp_kernels = n_up + kMlpKernelsBesideUp;
+}
+
+// Multi-head latent attention (DeepSeek-V2 §2.1): the down projections (q_a, kv_a: the latent and
+// the shared rotary key) are replicated over TP, as Megatron's MLASelfAttention leaves them; the up
+// projections (q_b, kv_b) are column-parallel over heads; each latent has its RMSNorm.
+void add_mla_projections(const ModelSpec& m, const LayerDims& d, LayerKernels& k) {
+  const MlaSpec& a = m.mla;
+  const std::int64_t heads = m.n_heads / d.attn_split;
+  const std::int64_t qk = m.head_dim + a.rope_head_dim;
+  if (a.q_lora_rank > 0) {
+    k.pre_attention.push_back({d.tokens, a.q_lora_rank, d.h, 1});
+    k.pre_attention.push_back({d.tokens, heads * qk, a.q_lora_rank, 1});
+  } else {
+    k.pre_attention.push_back({d.tokens, heads * qk, d.h, 1});
+  }
+  k.pre_attention.push_back({d.tokens, a.kv_lora_rank + a.rope_head_dim, d.h, 1});
+  k.pre_attention.push_back({d.tokens, heads * (m.head_dim + a.v_head_dim), a.kv_lora_rank, 1});
+  // The latents' norms (read + write each) and the rotary key broadcast to every head.
+  const double t = static_cast<double>(d.tokens);
+  k.pre_attention_bytes += 2 * d.e * t * static_cast<double>(a.q_lora_rank + a.kv_lora_rank) +
+                           d.e * t * static_cast<double>(heads * a.rope_head_dim);
+  k.pre_kernels += (a.q_lora_rank > 0 ? 3 : 1) + 2;
 }
 
 }  // namespace
@@ -111,36 +145,70 @@ LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j) {
   d.attn_split = full_tp ? tp : 1;
   d.mlp_tokens = d.tokens * (full_tp ? 1 : tp);  // llm-foundry's ffn TP gathers the batch
   d.f_local = std::max<std::int64_t>(1, d.f / tp);
+  d.f_dense_local = std::max<std::int64_t>(1, m.ffn_hidden / tp);
   d.vocab_local = full_tp ? m.vocab / tp : m.vocab;
   d.sp_split = (full_tp && tp > 1 && p.sequence_parallel) ? tp : 1;
+  if (m.attention == AttentionKind::mla) {
+    // Q and K carry the rotary part; V is v_head_dim wide. kv_width stands for (K + V) / 2.
+    const std::int64_t qk = m.head_dim + m.mla.rope_head_dim;
+    d.q_width = static_cast<std::int64_t>(m.n_heads) * qk;
+    d.kv_width = static_cast<std::int64_t>(m.n_heads) * (qk + m.mla.v_head_dim) / 2;
+  }
+  if (m.moe.enabled()) {
+    const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
+    // Megatron requires sequence parallelism for MoE with TP; without it the experts stay TP-split.
+    d.moe_skips_tp_gather = full_tp && tp > 1 && etp < tp && p.sequence_parallel;
+    d.moe_tokens = d.moe_skips_tp_gather ? std::max<std::int64_t>(1, d.tokens * etp / tp) : d.tokens;
+    const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+    d.routed_tokens = static_cast<double>(d.moe_tokens) * m.moe.top_k * capacity;
+    const int ep = std::max(1, p.mesh.ep);
+    d.local_experts = std::max(1, m.moe.n_experts / ep);
+    // The EP group's routed copies spread evenly over all experts (capacity-padded buffers are
+    // full by construction; dropless routing is balanced by the auxiliary loss on average).
+    d.per_expert_tokens = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::llround(d.routed_tokens * ep / std::max(1, m.moe.n_experts))));
+    d.f_expert_local = std::max<std::int64_t>(1, m.moe.expert_ffn / etp);
+  }
   return d;
 }
 
-LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d) {
+LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d, bool moe_layer) {
   LayerKernels k;
   const double t = static_cast<double>(d.tokens);
-  k.pre_attention.push_back({d.tokens, (d.q_width + 2 * d.kv_width) / d.attn_split, d.h, 1});
+  const bool mla = m.attention == AttentionKind::mla;
+  if (!mla) k.pre_attention.push_back({d.tokens, (d.q_width + 2 * d.kv_width) / d.attn_split, d.h, 1});
   // norm (read + write); RoPE models rotate q and k (read + write)
   const bool rope = m.pos_emb == PosEmb::rope;
   k.pre_attention_bytes = 2 * d.e * t * static_cast<double>(d.h) / d.sp_split +
                           (rope ? 2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split : 0.0);
   k.pre_kernels = kQkvKernels + (rope ? kRopeKernels : 0);
+  if (mla) add_mla_projections(m, d, k);
+  // QK-norm: an RMSNorm over every query and key head (read + write each), one kernel each.
+  if (m.qk_norm) {
+    k.pre_attention_bytes += 2 * d.e * t * static_cast<double>(d.q_width + d.kv_width) / d.attn_split;
+    k.pre_kernels += 2;
+  }
+  // MLA's attention: QK^T over head_dim + rope_head_dim and PV over v_head_dim; one kernel shape
+  // whose head width is their mean has exactly those FLOPs (4 b h s_q s_kv (d_qk + d_v) / 2).
+  const std::int64_t attn_head_dim =
+      mla ? (m.head_dim + m.mla.rope_head_dim + m.mla.v_head_dim) / 2 : m.head_dim;
   k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
-                 d.s_local, d.s_full, m.head_dim, true, p.flash_attention_version};
+                 d.s_local, d.s_full, attn_head_dim, true, p.flash_attention_version};
   if (!p.flash_attention) add_unfused_attention(p, d, k);
-  k.post_attention.push_back({d.tokens, d.h, d.q_width / d.attn_split, 1});
+  const std::int64_t o_in = mla ? static_cast<std::int64_t>(m.n_heads) * m.mla.v_head_dim : d.q_width;
+  k.post_attention.push_back({d.tokens, d.h, o_in / d.attn_split, 1});
   // residual add (2 reads + 1 write), second norm
   k.post_attention_bytes = 3 * d.e * t * static_cast<double>(d.h) / d.sp_split +
                            2 * d.e * t * static_cast<double>(d.h) / d.sp_split;
   k.attn_kernels = kAttentionOutKernels;
-  add_mlp(m, p, d, k);
+  add_mlp(m, d, k, moe_layer);
   k.pre_attention_bytes_bwd = kBackwardOverForward * k.pre_attention_bytes;
   k.post_attention_bytes_bwd = kBackwardOverForward * k.post_attention_bytes;
   k.mlp_bytes_bwd = kBackwardOverForward * k.mlp_bytes;
   k.pre_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.pre_kernels;
   k.attn_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.attn_kernels;
   k.mlp_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.mlp_kernels;
-  if (eager_composites(p)) add_eager_composites(m, d, k);
+  if (eager_composites(p)) add_eager_composites(m, d, k, moe_layer);
   return k;
 }
 

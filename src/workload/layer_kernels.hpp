@@ -18,7 +18,21 @@ struct LayerDims {
   std::int64_t s_local = 0, s_full = 0, b = 1;
   std::int64_t h = 0, q_width = 0, kv_width = 0, f = 0;
   std::int64_t attn_split = 1, mlp_tokens = 0, f_local = 0, vocab_local = 0;
+  std::int64_t f_dense_local = 0;  // a dense MLP's width on this rank (ffn_hidden / tp); f_local is
+                                   // the expert width (shared experts) in an MoE model
   double sp_split = 1;     // sequence-parallel split of norm / residual tensors
+  // MoE layers. moe_tokens enter the block on this rank: all `tokens` when the experts are
+  // tensor-parallel like the rest (etp = tp), the sequence-parallel shard tokens * etp / tp when
+  // the EP group borrows TP ranks (Megatron with --expert-tensor-parallel-size < tp).
+  std::int64_t moe_tokens = 0;
+  double routed_tokens = 0;       // token copies sent to experts: moe_tokens * top_k (* capacity)
+  std::int64_t per_expert_tokens = 0;  // rows of each local expert's GEMMs (balanced routing)
+  int local_experts = 1;          // n_experts / ep
+  std::int64_t f_expert_local = 0; // expert_ffn / etp
+  bool moe_skips_tp_gather = false;  // etp < tp: the MoE block runs on the SP shard, no TP gather
+  // Bytes of one direction of the EP all-to-all (dispatch, or combine) per rank: every routed
+  // token copy crosses; the collective moves the (ep - 1) / ep that leave the rank.
+  double a2a_bytes() const { return e * routed_tokens * static_cast<double>(h); }
   // Bytes of one activation tensor of the block's input shape (the TP collectives' payload).
   double activation_bytes() const { return e * static_cast<double>(tokens) * static_cast<double>(h); }
   // K and V of the whole CP group, as torchtitan's all-gather rotation collects them.
@@ -48,7 +62,9 @@ struct LayerKernels {
   int pre_kernels_bwd = 0, attn_kernels_bwd = 0, mlp_kernels_bwd = 0;
 };
 
-LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d);
+// `moe_layer`: an MoE block's MLP (router, grouped expert GEMMs, shared experts); false: a dense
+// MLP of ffn_hidden (dense models, and the leading dense layers of an MoE model).
+LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d, bool moe_layer = true);
 
 inline GemmShape dgrad(const GemmShape& g) { return {g.m, g.k, g.n, g.batch}; }
 inline GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }

@@ -163,6 +163,53 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
   }
 }
 
+Op Builder::ep_all_to_all_op(int stage, std::string name) const {
+  return collective_op(stage, std::move(name), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all, GroupKind::ep,
+                       d_.a2a_bytes());
+}
+
+// The MLP of a block's forward: an MoE block's token dispatch to the experts' ranks, the router
+// and grouped expert GEMMs, and the combine back (all-to-alls over the EP group when ep > 1).
+void Builder::moe_mlp_forward(LayerChain& chain_of, int stage, int layer, const std::string& tag, Op&& mlp) {
+  const bool a2a = ep_all_to_all(layer);
+  if (a2a) chain_of.comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch")));
+  chain_of.compute(std::move(mlp));
+  if (a2a) chain_of.comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_combine")));
+}
+
+std::pair<int, int> Builder::recompute_modules(int stage, int layer, std::int64_t mb, const std::vector<int>& deps) {
+  const Plan::RecomputeModules& r = p_.recompute_modules;
+  if (!r.any() || p_.ac == AcMode::full) return {-1, -1};
+  const bool moe_layer = m_.moe.is_moe_layer(layer);
+  const std::string tag = op_name("recompute.L{}.mb{}", layer, mb);
+  LayerChain chain_of{*this, false};
+  chain_of.pending = deps;
+  Op small = compute_op(stage, sub_name(tag, ".modules"), OpCategory::recompute);
+  const double t = static_cast<double>(d_.tokens);
+  if (r.norms) {
+    small.memory_bound_bytes += 2 * 2 * d_.e * t * static_cast<double>(d_.h) / d_.sp_split;  // two norms, read + write
+    small.kernels += 2;
+  }
+  if (r.moe_act && !r.moe && moe_layer) {
+    const double io = m_.mlp == MlpKind::swiglu ? 3 : 2;
+    small.memory_bound_bytes += io * d_.e * static_cast<double>(d_.per_expert_tokens) * d_.local_experts *
+                                static_cast<double>(d_.f_expert_local);
+    small.kernels += 1;
+  }
+  if (small.kernels > 0) chain_of.compute(std::move(small));
+  if (r.moe && moe_layer) {
+    Op mlp = compute_op(stage, sub_name(tag, ".moe"), OpCategory::recompute);
+    mlp.gemms = k_.mlp;
+    mlp.memory_bound_bytes = k_.mlp_bytes;
+    mlp.kernels = k_.mlp_kernels;
+    mlp.hardware_flops = gemm_flops(mlp.gemms);
+    quantize_forward(mlp, k_.mlp, mb);
+    moe_mlp_forward(chain_of, stage, layer, tag, std::move(mlp));
+  }
+  if (chain_of.first < 0) return {-1, -1};
+  return chain_of.finish(stage, sub_name(tag, ".join"), OpCategory::recompute);
+}
+
 std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
                                            std::vector<int> first_deps) {
   const OpCategory cat = recompute ? OpCategory::recompute : OpCategory::compute;
@@ -192,24 +239,19 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   };
   Op pre = linears_op(".qkv", k_.pre_attention, k_.pre_attention_bytes, k_.pre_kernels);
   forward_attention(chain_of, std::move(pre), stage, tag, cat, mb, overlap, flops_scale);
+  const bool sp_shard_moe = moe_on_sp_shard(layer);
   if (tp && full_tp) {
     comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"),
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, act));
-    if (p_.sequence_parallel) comm(tp_collective(stage, sub_name(tag, ".tp_ag_mlp"), CollectiveOp::all_gather, act));
+    if (p_.sequence_parallel && !sp_shard_moe)
+      comm(tp_collective(stage, sub_name(tag, ".tp_ag_mlp"), CollectiveOp::all_gather, act));
   } else if (tp) {
     // llm-foundry ffn TP: the MLP input is gathered along the batch from every TP rank.
     comm(tp_collective(stage, sub_name(tag, ".tp_ag_batch"), CollectiveOp::all_gather, act * p_.mesh.tp));
   }
-  const bool moe_a2a = m_.moe.enabled() && p_.mesh.ep > 1;
-  const double routed = d_.e * static_cast<double>(d_.tokens) * m_.moe.top_k * static_cast<double>(d_.h);
-  if (moe_a2a)
-    comm(collective_op(stage, sub_name(tag, ".ep_dispatch"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
-                       GroupKind::ep, routed));
-  chain_of.compute(linears_op(".mlp", k_.mlp, k_.mlp_bytes, k_.mlp_kernels));
-  if (moe_a2a)
-    comm(collective_op(stage, sub_name(tag, ".ep_combine"), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all,
-                       GroupKind::ep, routed));
-  if (tp) {
+  moe_mlp_forward(chain_of, stage, layer, tag, linears_op(".mlp", kernels_of(layer).mlp, kernels_of(layer).mlp_bytes,
+                                                          kernels_of(layer).mlp_kernels));
+  if (tp && !sp_shard_moe) {
     const bool rs = !full_tp || p_.sequence_parallel;
     comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"), rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
                        full_tp ? act : act * p_.mesh.tp));
@@ -241,12 +283,18 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
     if (chain_of.overlap) chunk_for_overlap(op);
     return op;
   };
-  if (tp)
+  const bool sp_shard_moe = moe_on_sp_shard(layer);
+  if (tp && !sp_shard_moe)
     comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"),
                        (full_tp && !p_.sequence_parallel) ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
                        full_tp ? act : act * p_.mesh.tp));
-  comm(backward_op(".mlp", k_.mlp, k_.mlp_bytes_bwd, k_.mlp_kernels_bwd, false));
-  if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
+  const LayerKernels& kl = kernels_of(layer);
+  // The combine's backward sends each token's output gradient back to the experts that produced
+  // it; the dispatch's backward returns the experts' input gradients: the forward's bytes again.
+  if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_combine_bwd")));
+  comm(backward_op(".mlp", kl.mlp, kl.mlp_bytes_bwd, kl.mlp_kernels_bwd, false));
+  if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch_bwd")));
+  if (sp && !sp_shard_moe) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
   else if (tp && !full_tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_batch"), CollectiveOp::reduce_scatter, act * p_.mesh.tp));
   if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"), CollectiveOp::all_gather, act));

@@ -237,6 +237,8 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   if (last) fb.activations += loss_saved_bytes(m, p, x.mb) + std::max(loss_backward_working_bytes(m, p, x.mb), block_bwd);
   else fb.activations += block_bwd;
   fb.recompute = recompute_working_bytes(m, p, x.mb);
+  // Megatron --recompute-modules: one block's dropped tensors exist again during its backward.
+  if (p.ac != AcMode::full) fb.recompute += recompute_modules_freed_bytes(m, p, x.mb);
 
   // --- transient: end of forward, under autocast with fp32 weights ----------------------
   // autocast keeps the low-precision cast of every weight it multiplied until its region

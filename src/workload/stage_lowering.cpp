@@ -210,13 +210,24 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
     mark_first(id);
     deps = {id};
   }
+  if (!checkpointed) {
+    const auto [mf, me] = recompute_modules(stage, layer, mb, deps);
+    if (mf >= 0) {
+      mark_first(mf);
+      deps = {me};
+    }
+  }
+  // Recomputed submodules hold their outputs again until the block's backward consumes them.
+  const double modules_bytes = checkpointed ? 0.0 : recompute_modules_freed_bytes(m_, p_, s_.mbs);
   auto [bf, be] = layer_backward(stage, layer, mb, deps);
   mark_first(bf);
+  if (modules_bytes > 0) op_at(bf).at_start.push_back({MemoryTerm::recompute, modules_bytes});
   // The block's own gradient tensors live while its backward runs.
   op_at(bf).at_start.push_back({MemoryTerm::activations, s_.block_grads});
   Op& end = op_at(be);
   end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, s_.mbs, layer) - s_.block_grads});
   if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, s_.mbs)});
+  if (modules_bytes > 0) end.at_end.push_back({MemoryTerm::recompute, -modules_bytes});
   if (s_.fsdp && (!defers_fsdp_sync() || run_last))
     end.at_end.push_back({MemoryTerm::unsharded_params, -s_.gather_b * s_.unit});  // resharded after backward
   st.bwd_end_of_layer[{layer, mb}] = be;

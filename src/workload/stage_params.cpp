@@ -1,13 +1,23 @@
 #include "workload/stage_params.hpp"
 
+#include <algorithm>
+
 namespace meshplan {
 
 double block_params_per_rank(const ModelSpec& m, const Plan& p) {
   const ParamCounts c = param_counts(m);
   const double tp = p.mesh.tp;
   const double attn_split = p.tp_style == TpStyle::full ? tp : 1.0;
-  const double mlp_split = tp * (m.moe.enabled() ? p.mesh.ep : 1);
-  return static_cast<double>(c.attention_per_layer) / attn_split + static_cast<double>(c.mlp_per_layer) / mlp_split +
+  if (m.moe.enabled()) {
+    // Routed experts split over EP x expert-TP; shared experts over TP like a dense MLP; the
+    // router is replicated. An MoE block (the largest) stands for the leading dense ones too.
+    const double etp = std::max(1, std::min(p.mesh.tp, p.mesh.expert_tp()));
+    const double routed = static_cast<double>(c.mlp_per_layer - c.shared_experts_per_layer - c.router_per_layer);
+    return static_cast<double>(c.attention_per_layer) / attn_split + routed / (etp * std::max(1, p.mesh.ep)) +
+           static_cast<double>(c.shared_experts_per_layer) / tp + static_cast<double>(c.router_per_layer) +
+           static_cast<double>(c.norm_per_layer);
+  }
+  return static_cast<double>(c.attention_per_layer) / attn_split + static_cast<double>(c.mlp_per_layer) / tp +
          static_cast<double>(c.norm_per_layer);
 }
 

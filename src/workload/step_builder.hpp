@@ -80,7 +80,7 @@ class Builder {
 public:
   Builder(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options)
       : m_(m), p_(p), j_(j), options_(options), traits_(runtime_traits(p)), d_(layer_dims(m, p, j)),
-        k_(layer_kernels(m, p, d_)) {}
+        k_(layer_kernels(m, p, d_)), k_dense_(layer_kernels(m, p, d_, false)) {}
 
   StepProgram build();
 
@@ -113,6 +113,17 @@ private:
   // Returns {first, last} op indices; `first_deps` gate the first op.
   std::pair<int, int> layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
   std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+  // Megatron --recompute-modules other than core attention, before the layer's backward: the
+  // norms' and the experts' activation (memory-bound), or the whole MoE block with its all-to-alls.
+  // Returns {first, last} ops, or {-1, -1} when nothing is recomputed.
+  std::pair<int, int> recompute_modules(int stage, int layer, std::int64_t mb, const std::vector<int>& deps);
+  // The MLP kernels of `layer`: an MoE block's, or the dense MLP of a leading dense layer.
+  const LayerKernels& kernels_of(int layer) const { return m_.moe.is_moe_layer(layer) || !m_.moe.enabled() ? k_ : k_dense_; }
+  bool ep_all_to_all(int layer) const { return m_.moe.is_moe_layer(layer) && p_.mesh.ep > 1; }
+  // The MoE block runs on the sequence-parallel shard without the TP gather around the MLP.
+  bool moe_on_sp_shard(int layer) const {
+    return m_.moe.is_moe_layer(layer) && d_.moe_skips_tp_gather && m_.moe.n_shared_experts == 0;
+  }
   void forward_attention(LayerChain& chain, Op&& pre, int stage, const std::string& tag, OpCategory cat,
                          std::int64_t mb, bool overlap, double flops_scale);
   // Adds the core attention (the fused kernel, or the unfused batched GEMMs and softmax) to `op`;
@@ -126,6 +137,9 @@ private:
   double quantized_bytes() const { return bytes_per_element(low_precision_gemm_dtype(p_.fp8)); }
   void chunk_for_overlap(Op& op) const;
   Op tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const;
+  // One direction of the EP all-to-all (dispatch, combine, or either's backward).
+  Op ep_all_to_all_op(int stage, std::string name) const;
+  void moe_mlp_forward(LayerChain& chain, int stage, int layer, const std::string& tag, Op&& mlp);
 
   // --- stage_lowering.cpp: a stage's compute order ----------------------------------------
   void lower_stage(int stage);
@@ -183,6 +197,7 @@ private:
   RuntimeTraits traits_;
   LayerDims d_;
   LayerKernels k_;
+  LayerKernels k_dense_;  // MoE models' leading dense layers (== k_ for a dense model)
   StepShape s_;
   PipelineLinks links_;
   StepProgram prog_;

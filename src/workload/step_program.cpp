@@ -49,7 +49,11 @@ bool is_communication(OpCategory c) {
 double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len) {
   const ParamCounts c = param_counts(m);
   const double non_embedding = static_cast<double>(n_active_params(m) - c.embedding - c.position);
-  const double attention = 12.0 * m.n_layers * static_cast<double>(m.n_heads) * m.head_dim * seq_len;
+  // MLA: QK^T over the rotary-extended head, PV over the value head (their mean per matmul).
+  const double head = m.attention == AttentionKind::mla
+                          ? static_cast<double>(m.head_dim + m.mla.rope_head_dim + m.mla.v_head_dim) / 2
+                          : static_cast<double>(m.head_dim);
+  const double attention = 12.0 * m.n_layers * static_cast<double>(m.n_heads) * head * seq_len;
   return 6.0 * non_embedding + attention;
 }
 

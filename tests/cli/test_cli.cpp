@@ -402,3 +402,38 @@ TEST_CASE("simulate --full --straggler: 1 % of 512 FSDP GPUs at 0.9x slow the st
   CHECK(fj.at("pace_rank").get<int>() == 100);
   CHECK(fj.at("step_time_s").get<double>() == doctest::Approx(hand).epsilon(0.02));
 }
+
+TEST_CASE("MoE: the Mixtral example simulates with EP all-to-alls forward and backward; bad ep exits 2") {
+  const Run r = run("simulate --config " + example("plan-mixtral-8x7b-ep8-64gpu.toml") + " --cluster h100-sxm-80gb --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  // Per rank and step: 32 layers x 8 micro-batches x 4 all-to-alls (dispatch, combine, and their
+  // backward). The experts are TP-split like the rest (etp = tp), so each rank routes all 4096
+  // tokens: x top-2 x d_model 4096 x 2 bytes = 67,108,864 bytes per all-to-all.
+  REQUIRE(j.at("comm_bytes").contains("ep"));
+  CHECK(j.at("comm_bytes").at("ep").get<double>() == doctest::Approx(32.0 * 8 * 4 * 4096 * 2 * 4096 * 2));
+  CHECK(j.at("exposed_comm_s").contains("ep"));
+  // ep that does not divide the 8 experts: one line naming the key, exit 2 (bad input).
+  std::ifstream in(example("plan-mixtral-8x7b-ep8-64gpu.toml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto pos = text.find("ep = 8");
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, 6, "ep = 16");
+  const std::string bad = write_temp("ep16.toml", text).string();
+  check_one_line_error("simulate --cluster h100-sxm-80gb --config " + bad, "ep");
+  CHECK(run("simulate --cluster h100-sxm-80gb --config " + bad).exit_code == 2);
+}
+
+TEST_CASE("plan --model mixtral-8x7b --gpus 64 considers ep > 1 and says why it chose its ep") {
+  const Run r = run("plan --model mixtral-8x7b --cluster h100-sxm-80gb --gpus 64 --global-batch-tokens 4Mi "
+                    "--seq 4096 --runtime megatron --top 20 --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  bool ep_gt_1 = false, why = false;
+  for (const auto& row : j.at("plans"))
+    if (row.at("ep").get<int>() > 1) ep_gt_1 = true;
+  for (const auto& n : j.at("notes"))
+    if (n.get<std::string>().rfind("ep ", 0) == 0 && n.get<std::string>().find("chosen") != std::string::npos) why = true;
+  CHECK(ep_gt_1);
+  CHECK(why);
+}

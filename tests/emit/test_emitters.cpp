@@ -626,6 +626,66 @@ TEST_CASE("megatron: Megatron-FSDP for ZeRO-2/3 and the pipeline split rules") {
   CHECK(what.find("pipeline_split") != std::string::npos);
 }
 
+TEST_CASE("megatron MoE: EP, expert TP, shared experts, dense layers, MLA, recompute modules") {
+  auto after = [](const std::vector<std::string>& a, const std::string& flag) -> std::string {
+    const auto it = std::find(a.begin(), a.end(), flag);
+    if (it == a.end()) return "<absent>";
+    return it + 1 == a.end() ? "" : *(it + 1);
+  };
+  auto has_flag = [](const std::vector<std::string>& a, const std::string& flag) {
+    return std::find(a.begin(), a.end(), flag) != a.end();
+  };
+  Mesh m;
+  m.tp = 2;
+  m.dp_shard = 8;
+  m.ep = 8;
+  m.etp = 1;
+  const RunConfig ds = make({"deepseek-v3", Runtime::megatron, m, 16, 4096, 64, 1, 0}, [](Plan& p) {
+    p.sharding = Sharding::zero1;
+    p.sequence_parallel = true;
+    p.recompute_modules.norms = true;
+    p.recompute_modules.moe_act = true;
+  });
+  const std::vector<std::string> a = emit_megatron_args(ds);
+  CHECK(after(a, "--expert-model-parallel-size") == "8");
+  CHECK(after(a, "--expert-tensor-parallel-size") == "1");
+  CHECK(after(a, "--num-experts") == "256");
+  CHECK(after(a, "--moe-router-topk") == "8");
+  CHECK(after(a, "--moe-ffn-hidden-size") == "2048");
+  CHECK(after(a, "--ffn-hidden-size") == "18432");  // the dense layers' width
+  CHECK(after(a, "--moe-shared-expert-intermediate-size") == "2048");
+  CHECK(after(a, "--moe-layer-freq") == "([0]*3+[1]*58)");
+  CHECK(has_flag(a, "--moe-grouped-gemm"));
+  CHECK(has_flag(a, "--multi-latent-attention"));
+  CHECK(after(a, "--q-lora-rank") == "1536");
+  CHECK(after(a, "--kv-lora-rank") == "512");
+  CHECK(after(a, "--qk-head-dim") == "128");
+  CHECK(after(a, "--qk-pos-emb-head-dim") == "64");
+  CHECK(after(a, "--v-head-dim") == "128");
+  CHECK_FALSE(has_flag(a, "--group-query-attention"));
+  CHECK(after(a, "--recompute-granularity") == "selective");
+  CHECK(after(a, "--recompute-modules") == "layernorm");
+  CHECK(has_flag(a, "moe_act"));
+
+  Mesh q;
+  q.tp = 2;
+  q.dp_shard = 4;
+  q.ep = 4;
+  const RunConfig qwen = make({"qwen3-30b-a3b", Runtime::megatron, q, 8, 4096, 32, 1, 0}, [](Plan& p) {
+    p.sharding = Sharding::zero1;
+    p.sequence_parallel = true;
+  });
+  const std::vector<std::string> b = emit_megatron_args(qwen);
+  CHECK(after(b, "--kv-channels") == "128");  // head width 128 != 2048 / 32
+  CHECK(has_flag(b, "--qk-layernorm"));
+  CHECK(after(b, "--expert-tensor-parallel-size") == "<absent>");  // Megatron's default: etp = tp
+  CHECK(after(b, "--moe-layer-freq") == "<absent>");
+
+  RunConfig bad = qwen;
+  bad.plan.mesh.ep = 3;
+  CHECK(refusal([&] { emit_megatron_args(bad); }).find("ep") != std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bundles
 

@@ -10,6 +10,7 @@
 #include "spec/cluster_loader.hpp"
 #include "spec/cluster_search.hpp"
 #include "spec/error.hpp"
+#include "spec/model_loader.hpp"
 #include "spec/validation_row.hpp"
 #include "test_paths.hpp"
 
@@ -404,4 +405,31 @@ TEST_CASE("collectives: nccl-tests-style CSV against the cost model") {
   CHECK(v.summary.skipped == 3);
   CHECK(collective_validation_json(v)["summary"].contains("mape_pct"));
   CHECK_THROWS_AS(run_collective_validation(parse_csv_table("op,gpus\nall_reduce,8\n"), c), InputError);
+}
+
+TEST_CASE("Megatron's FLOP count for MoE rows: routed top-k, shared experts, dense layers, GQA or MLA, logits") {
+  ValidationCase vc;
+  vc.source = "megatron-moe-modelzoo";
+  vc.framework = "megatron";
+  vc.run.job.seq_len = 4096;
+  vc.run.model = load_model("qwen3-235b-a22b");
+  // MLP 12 x 94 x 4096 x 1536 x 8 x 3/2 = 85,161,148,416; GQA 12 x 94 x 4096^2 x (1 + 4/64 + 1/2) x 2
+  // = 59,139,686,400; logits 6 x 4096 x 151936 = 3,733,979,136.
+  auto conv = source_flop_convention(vc, false);
+  REQUIRE(conv.has_value());
+  CHECK(conv->metric == "tflops_per_gpu");
+  CHECK(conv->flops_per_token == doctest::Approx(148'034'813'952.0).epsilon(1e-12));
+  // The first dev-moe row: 1663.4 tokens/s/GPU printed as 245 TFLOP/s.
+  CHECK(conv->flops_per_token * 1663.4 / 1e12 == doctest::Approx(245).epsilon(0.01));
+  CHECK_FALSE(source_flop_convention(vc, true).has_value());  // no MFU convention
+
+  // DeepSeek-V3 at 4096: MLP 12 x 7168 x 3/2 x 18432 x 61 (3 dense of 18432; 58 MoE of 8 + 1
+  // experts of 2048, also 18432); MLA per layer q 1536 (7168 + 128 x 192 + 1) + kv 512 (7168 +
+  // 128 x 256 + 1) + 7168 x 64 + 128 x 128 x 7168 + core 4096 x 128 x 192 / 2 + 4096 x 128 x 128 / 2
+  // = 270,993,408, x 6 x 61; logits 6 x 7168 x 129280.
+  vc.run.model = load_model("deepseek-v3");
+  conv = source_flop_convention(vc, false);
+  REQUIRE(conv.has_value());
+  CHECK(conv->flops_per_token ==
+        doctest::Approx(145'068'392'448.0 + 270'993'408.0 * 6 * 61 + 5'560'074'240.0).epsilon(1e-12));
 }

@@ -67,6 +67,16 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
   CHECK(unresolved <= bound);
 }
 
+// dev-moe.csv (issue 15: every row compared, MAPE <= 15 %; not met yet). Measured 2026-12-02 on
+// the moe branch: 16 of 17 rows compared, tokens/s-or-TFLOP/s MAPE 25.8 %. The row left is
+// pp 32 x vpp 3 with 94 layers, Megatron's split counting the embedding and the loss (another
+// part of issue 15); the large errors are the GB200/GB300 rows (attention borrowed from H100
+// curves, MXFP8 through the FP8 curve, activation offload) and the cross-node EP rows (DeepEP's
+// node deduplication is not modeled): docs/validation.md.
+constexpr int kMoeRowsCompared = 16;
+constexpr int kMoeRowsSkippedBound = 1;
+constexpr double kMoeMapeBoundPct = 28.5;
+
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
   const ValidationReport rep = run_validation_file(path.string(), ValidationOptions{});
@@ -122,4 +132,17 @@ TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
   CHECK(rep.summary.n == kVtrainRowsCompared);
   CHECK(*rep.summary.mape_pct <= kVtrainTokensMapeBoundPct);
   CHECK(std::abs(*rep.summary.mean_error_pct) <= kVtrainBiasBoundPct);
+}
+
+TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound") {
+  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-moe.csv")) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  const ValidationReport rep = run("dev-moe.csv");
+  REQUIRE(rep.summary.mape_pct.has_value());
+  CHECK(rep.summary.skipped <= kMoeRowsSkippedBound);
+  CHECK(rep.summary.throughput_skipped == 0);
+  CHECK(rep.summary.n >= kMoeRowsCompared);
+  CHECK(*rep.summary.mape_pct <= kMoeMapeBoundPct);
 }

@@ -573,10 +573,14 @@ TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the ke
   CHECK(to_plan_toml(rc).find("flash_attention_version") == std::string::npos);
 
   std::string bad = text;
-  bad.replace(bad.find("flash_attention_version = 1"), 27, "flash_attention_version = 3");
-  const std::string what = load_error(write_temp("fa3.toml", bad));
+  bad.replace(bad.find("flash_attention_version = 1"), 27, "flash_attention_version = 4");
+  const std::string what = load_error(write_temp("fa4.toml", bad));
   CHECK(what.find("flash_attention_version") != std::string::npos);
-  CHECK(what.find("must be 1 or 2") != std::string::npos);
+  CHECK(what.find("must be 1, 2 or 3") != std::string::npos);
+  // 3: FlashAttention-3 class (Hopper / Blackwell fused kernels) round-trips.
+  std::string fa3 = text;
+  fa3.replace(fa3.find("flash_attention_version = 1"), 27, "flash_attention_version = 3");
+  CHECK(load_run_config(write_temp("fa3.toml", fa3)).plan.flash_attention_version == 3);
 }
 
 TEST_CASE("MPT's loss_fn: fused_crossentropy by default, torch_crossentropy on request, anything else an error") {

@@ -251,9 +251,10 @@ std::vector<std::string> split_csv_head(const std::string& line, std::size_t n_f
 
 TEST_CASE("every shipped model is within 0.5 % of its published count") {
   const std::vector<std::string> names = meshplan::list_models();
-  const std::vector<std::string> expected = {"gpt3-175b",   "llama2-13b",   "llama2-70b",   "llama2-7b",
-                                             "llama3.1-405b", "llama3.1-70b", "llama3.1-8b", "mixtral-8x7b",
-                                             "mpt-30b",     "mpt-70b",      "mpt-7b"};
+  const std::vector<std::string> expected = {"deepseek-v3", "gpt-oss-120b", "gpt3-175b",   "llama2-13b",
+                                             "llama2-70b",  "llama2-7b",    "llama3.1-405b", "llama3.1-70b",
+                                             "llama3.1-8b", "mixtral-8x7b", "mpt-30b",     "mpt-70b",
+                                             "mpt-7b",      "qwen3-235b-a22b", "qwen3-30b-a3b"};
   CHECK(names == expected);
   for (const auto& name : names) {
     CAPTURE(name);
@@ -305,6 +306,106 @@ TEST_CASE("shipped counts match the published numbers exactly where those are ex
   CHECK(meshplan::n_active_params(mix) == 12'879'925'248);
   // GPT-3: 50257-token vocabulary, tied, learned 2048 positions, biases everywhere.
   CHECK(meshplan::n_params(meshplan::load_model("gpt3-175b")) == 174'604'259'328);
+}
+
+TEST_CASE("MoE models: total and active counts by hand, and the published figures") {
+  // Published totals and active counts are rounded (30.5B / 3.3B, 235B / 22B, 671B / 37B,
+  // 116.83B / 5.13B): two or three significant figures, so within 2 % of the exact count.
+  auto near = [](std::int64_t got, double published) {
+    return std::abs(static_cast<double>(got) - published) / published < 0.02;
+  };
+  // Qwen3-30B-A3B, per layer: attention 2048x4096 x2 + 2x2048x512 + QK-norm 2x128 = 18,874,624;
+  // experts 128 x 3 x 2048 x 768 = 603,979,776, router 262,144; norms 4,096 -> 623,120,640 x 48
+  // = 29,909,790,720; embedding + head 2 x 151936 x 2048 = 622,329,856; final norm 2,048.
+  const ModelSpec q30 = meshplan::load_model("qwen3-30b-a3b");
+  CHECK(q30.qk_norm);
+  CHECK(q30.head_dim * q30.n_heads == 2 * q30.d_model);
+  CHECK(meshplan::param_counts(q30).attention_per_layer == 18'874'624);
+  CHECK(meshplan::n_params(q30) == 30'532'122'624);
+  // Active: 8 of 128 experts: (18,874,624 + 37,748,736 + 262,144 + 4,096) x 48 + 622,331,904.
+  CHECK(meshplan::n_active_params(q30) == 3'353'032'704);
+  CHECK(near(meshplan::n_active_params(q30), 3.3e9));
+
+  const ModelSpec q235 = meshplan::load_model("qwen3-235b-a22b");
+  CHECK(q235.head_dim == 128);
+  CHECK(q235.d_model / q235.n_heads == 64);
+  CHECK(meshplan::n_params(q235) == 235'093'634'560);
+  CHECK(meshplan::n_active_params(q235) == 22'190'763'520);
+  CHECK(near(meshplan::n_active_params(q235), 22e9));
+
+  // DeepSeek-V3: MLA per layer q_a 7168x1536 + 1536 + q_b 1536x128x192 + kv_a 7168x576 + 512 +
+  // kv_b 512x128x256 + o 16384x7168 = 187,107,328; MoE layer 257 experts x 3 x 7168 x 2048 +
+  // router 7168 x 256; 3 dense layers of 3 x 7168 x 18432.
+  const ModelSpec ds = meshplan::load_model("deepseek-v3");
+  CHECK(ds.attention == meshplan::AttentionKind::mla);
+  CHECK(ds.moe.n_dense_layers == 3);
+  CHECK(ds.moe.n_shared_experts == 1);
+  const meshplan::ParamCounts dc = meshplan::param_counts(ds);
+  CHECK(dc.attention_per_layer == 187'107'328);
+  CHECK(dc.dense_mlp_per_layer == 3LL * 7168 * 18432);
+  CHECK(meshplan::n_params(ds) == 671'026'404'352);
+  CHECK(near(meshplan::n_params(ds), 671e9));
+  CHECK(meshplan::n_active_params(ds) == 37'552'282'624);
+  CHECK(near(meshplan::n_active_params(ds), 37e9));
+  // The MTP module as an option: one more MoE block, its 2d -> d projection and three norms; the
+  // embedding and head are shared (the 685B checkpoint stores copies of them: 1.85B).
+  ModelSpec ds_mtp = ds;
+  ds_mtp.n_mtp_layers = 1;
+  CHECK(meshplan::n_params(ds_mtp) - meshplan::n_params(ds) == dc.per_layer() + 2LL * 7168 * 7168 + 3 * 7168);
+  CHECK(near(meshplan::n_params(ds_mtp) + 2 * dc.embedding, 685e9));
+
+  // gpt-oss-120b: biases on q, k, v, o, on every expert and on the router; active counts the
+  // unembedding but not the embedding (model card).
+  const ModelSpec oss = meshplan::load_model("gpt-oss-120b");
+  CHECK(meshplan::n_params(oss) == 116'829'154'368);
+  CHECK(near(meshplan::n_params(oss), 116.83e9));
+  const std::int64_t oss_active = meshplan::n_active_params(oss) - meshplan::param_counts(oss).embedding;
+  CHECK(oss_active == 5'132'847'168);
+  CHECK(near(oss_active, 5.13e9));
+}
+
+TEST_CASE("HF import: Qwen3-MoE, DeepSeek-V3 and gpt-oss config.json fields") {
+  // The shape fields of the hub config.json files (Qwen/Qwen3-30B-A3B, deepseek-ai/DeepSeek-V3,
+  // openai/gpt-oss-120b).
+  const json qwen = json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
+    "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "mlp_only_layers": [],
+    "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false, "vocab_size": 151936})");
+  const ModelSpec q = meshplan::import_hf_config(qwen, "Qwen3-30B-A3B/config.json");
+  CHECK(q.qk_norm);
+  CHECK(q.moe.n_experts == 128);
+  CHECK(q.moe.expert_ffn == 768);
+  CHECK(meshplan::n_params(q) == meshplan::n_params(meshplan::load_model("qwen3-30b-a3b")));
+  json interleaved = qwen;
+  interleaved["decoder_sparse_step"] = 2;
+  CHECK_THROWS_AS(meshplan::import_hf_config(interleaved, "x.json"), InputError);
+
+  const json dsv3 = json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3,
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "tie_word_embeddings": false, "topk_group": 4,
+    "v_head_dim": 128, "vocab_size": 129280})");
+  const ModelSpec d = meshplan::import_hf_config(dsv3, "DeepSeek-V3/config.json");
+  CHECK(d.attention == meshplan::AttentionKind::mla);
+  CHECK(d.mla.q_lora_rank == 1536);
+  CHECK(d.n_mtp_layers == 1);
+  ModelSpec d_main = d;
+  d_main.n_mtp_layers = 0;
+  CHECK(meshplan::n_params(d_main) == meshplan::n_params(meshplan::load_model("deepseek-v3")));
+
+  const json oss = json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": true, "head_dim": 64,
+    "hidden_size": 2880, "intermediate_size": 2880, "max_position_embeddings": 131072,
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "num_local_experts": 128, "sliding_window": 128, "tie_word_embeddings": false, "vocab_size": 201088})");
+  CHECK(meshplan::n_params(meshplan::import_hf_config(oss, "gpt-oss/config.json")) ==
+        meshplan::n_params(meshplan::load_model("gpt-oss-120b")));
 }
 
 TEST_CASE("HF import: Llama-3.1-8B") {
@@ -486,6 +587,10 @@ TEST_CASE("Hugging Face ids map to shipped models") {
   CHECK(shipped_model_for_hf_id("meta-llama/Llama-2-13b-chat-hf") == "llama2-13b");
   CHECK(shipped_model_for_hf_id("meta-llama/Llama-2-70b-hf") == "llama2-70b");
   CHECK(shipped_model_for_hf_id("mistralai/Mixtral-8x7B-v0.1") == "mixtral-8x7b");
+  CHECK(shipped_model_for_hf_id("Qwen/Qwen3-30B-A3B") == "qwen3-30b-a3b");
+  CHECK(shipped_model_for_hf_id("Qwen/Qwen3-235B-A22B") == "qwen3-235b-a22b");
+  CHECK(shipped_model_for_hf_id("deepseek-ai/DeepSeek-V3") == "deepseek-v3");
+  CHECK(shipped_model_for_hf_id("openai/gpt-oss-120b") == "gpt-oss-120b");
   CHECK(shipped_model_for_hf_id("mistralai/Mixtral-8x7B-Instruct-v0.1") == "mixtral-8x7b");
   CHECK(shipped_model_for_hf_id("mosaicml/mpt-7b") == "mpt-7b");
   CHECK(shipped_model_for_hf_id("https://huggingface.co/meta-llama/Llama-3.1-8B/") == "llama3.1-8b");
@@ -539,6 +644,18 @@ TEST_CASE("bad model TOML: each error names the file and the key") {
   {
     auto [path, f] = load("moekey", kGoodToml + "[moe]\nn_experts = 8\ntop_k = 2\nexpert_ffn = 128\nrouter = 1\n");
     expect_input_error(f, path, "moe.router");
+  }
+  {
+    auto [path, f] = load("dense", kGoodToml + "[moe]\nn_experts = 8\ntop_k = 2\nexpert_ffn = 128\nn_dense_layers = 99\n");
+    CHECK(expect_input_error(f, path, "moe.n_dense_layers").find("n_layers") != std::string::npos);
+  }
+  {
+    auto [path, f] = load("mla", "attention = \"mla\"\n" + kGoodToml);
+    CHECK(expect_input_error(f, path, "mla").find("kv_lora_rank") != std::string::npos);
+  }
+  {
+    auto [path, f] = load("mlakey", "attention = \"mla\"\n" + kGoodToml + "[mla]\nkv_lora_rank = 8\nrope_head_dim = 8\n");
+    expect_input_error(f, path, "mla.v_head_dim");
   }
   {
     auto [path, f] = load("topk", kGoodToml + "[moe]\nn_experts = 2\ntop_k = 4\nexpert_ffn = 128\n");
@@ -683,6 +800,18 @@ TEST_CASE("meshplan model --json keeps its contract") {
   const json mix = run("model mixtral-8x7b --json");
   CHECK(mix.at("moe").at("n_experts") == 8);
   CHECK(mix.at("n_active_params") == 12'879'925'248);
+
+  // DeepSeek-V3: the breakdown adds up with 3 dense layers and MLA; the added fields are there.
+  const json ds = run("model deepseek-v3 --json");
+  const json& db = ds.at("params_breakdown");
+  CHECK(db.at("attention").get<std::int64_t>() + db.at("mlp").get<std::int64_t>() +
+            db.at("norms").get<std::int64_t>() + db.at("embedding").get<std::int64_t>() +
+            db.at("position").get<std::int64_t>() + db.at("lm_head").get<std::int64_t>() +
+            db.at("mtp").get<std::int64_t>() ==
+        ds.at("n_params").get<std::int64_t>());
+  CHECK(ds.at("attention") == "mla");
+  CHECK(ds.at("mla").at("kv_lora_rank") == 512);
+  CHECK(ds.at("moe").at("n_dense_layers") == 3);
 
   const json list = run("model --list --json");
   CHECK(list.at("models").size() == meshplan::list_models().size());

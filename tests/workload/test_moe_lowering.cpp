@@ -1,0 +1,285 @@
+// MoE and MLA through the lowering, checked against hand-lowered steps: the expert-parallel
+// all-to-alls of a two-layer MoE (bytes per direction, forward, backward and recompute), the
+// grouped expert GEMMs, shared experts, leading dense layers, the capacity factor, expert tensor
+// parallelism, and multi-head latent attention's projections and attention FLOPs.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "spec/model_spec.hpp"
+#include "spec/plan.hpp"
+#include "workload/activation_memory.hpp"
+#include "workload/layer_kernels.hpp"
+#include "workload/stage_params.hpp"
+#include "workload/step_program.hpp"
+
+using namespace meshplan;
+
+namespace {
+
+// Two MoE layers: d 256, 8 experts of width 512, top-2, SwiGLU, 4 heads of 64.
+ModelSpec two_layer_moe() {
+  ModelSpec m;
+  m.name = "moe2";
+  m.n_layers = 2;
+  m.d_model = 256;
+  m.n_heads = m.n_kv_heads = 4;
+  m.head_dim = 64;
+  m.mlp = MlpKind::swiglu;
+  m.ffn_hidden = 512;
+  m.vocab = 1024;
+  m.pos_emb = PosEmb::rope;
+  m.norm = NormKind::rmsnorm;
+  m.max_seq_len = 1024;
+  m.moe.n_experts = 8;
+  m.moe.top_k = 2;
+  m.moe.expert_ffn = 512;
+  return m;
+}
+
+// 4 data-parallel ranks, EP 4 over them: 2 experts per rank; bf16; 1024 tokens x 1 sequence.
+Plan ep_plan(int ep) {
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.mesh.dp_replicate = 4;
+  p.mesh.ep = ep;
+  p.sharding = Sharding::zero1;
+  p.param_dtype = p.compute_dtype = Dtype::bf16;
+  p.reduce_dtype = Dtype::fp32;
+  p.dropout = false;
+  return p;
+}
+
+Job job(std::int64_t grad_accum) {
+  Job j;
+  j.seq_len = 1024;
+  j.micro_batch = 1;
+  j.grad_accum = grad_accum;
+  j.global_batch = 4 * grad_accum;
+  return j;
+}
+
+struct A2a {
+  int fwd = 0, bwd = 0, recompute = 0;
+  double fwd_bytes = 0, bwd_bytes = 0, recompute_bytes = 0;
+};
+
+A2a all_to_alls(const StepProgram& prog) {
+  A2a a;
+  for (const Op& op : prog.ops) {
+    if (op.category != OpCategory::ep) continue;
+    CHECK(op.kind == OpKind::collective);
+    CHECK(op.collective == CollectiveOp::all_to_all);
+    CHECK(op.group == GroupKind::ep);
+    if (op.name.rfind("fwd.", 0) == 0) {
+      ++a.fwd;
+      a.fwd_bytes += op.bytes;
+    } else if (op.name.rfind("bwd.", 0) == 0) {
+      ++a.bwd;
+      a.bwd_bytes += op.bytes;
+    } else if (op.name.rfind("recompute.", 0) == 0) {
+      ++a.recompute;
+      a.recompute_bytes += op.bytes;
+    }
+  }
+  return a;
+}
+
+const Op* find_op(const StepProgram& prog, const std::string& name) {
+  for (const Op& op : prog.ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("two-layer MoE, EP 4: all-to-all bytes per direction, forward and backward, by hand") {
+  const ModelSpec m = two_layer_moe();
+  const Plan p = ep_plan(4);
+  const Job j = job(3);
+  const StepProgram prog = lower_step(m, p, j);
+  // One direction = every routed copy of the rank's tokens: 1024 tokens x top-2 x 256 x 2 bytes
+  // = 1,048,576 bytes (the collective moves the 3/4 that leave the rank).
+  const double per_direction = 1024.0 * 2 * 256 * 2;
+  const Op* dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
+  const Op* combine = find_op(prog, "fwd.L1.mb2.ep_combine");
+  const Op* combine_bwd = find_op(prog, "bwd.L1.mb0.ep_combine_bwd");
+  const Op* dispatch_bwd = find_op(prog, "bwd.L0.mb1.ep_dispatch_bwd");
+  REQUIRE(dispatch != nullptr);
+  REQUIRE(combine != nullptr);
+  REQUIRE(combine_bwd != nullptr);
+  REQUIRE(dispatch_bwd != nullptr);
+  for (const Op* op : {dispatch, combine, combine_bwd, dispatch_bwd}) CHECK(op->bytes == doctest::Approx(per_direction));
+  // Per step: 2 layers x 3 micro-batches x (dispatch + combine), in forward and again in backward.
+  const A2a a = all_to_alls(prog);
+  CHECK(a.fwd == 12);
+  CHECK(a.bwd == 12);
+  CHECK(a.recompute == 0);
+  CHECK(a.fwd_bytes == doctest::Approx(12 * per_direction));
+  CHECK(a.bwd_bytes == doctest::Approx(12 * per_direction));
+  // The combine's backward runs before the experts' backward, the dispatch's after it.
+  const Op* mlp_bwd = find_op(prog, "bwd.L1.mb0.mlp");
+  REQUIRE(mlp_bwd != nullptr);
+  CHECK(combine_bwd < mlp_bwd);
+  CHECK(find_op(prog, "bwd.L1.mb0.ep_dispatch_bwd") > mlp_bwd);
+
+  // EP 1: no all-to-all at all, the same expert FLOPs spread over all 8 local experts.
+  const StepProgram local = lower_step(m, ep_plan(1), j);
+  CHECK(all_to_alls(local).fwd == 0);
+  CHECK(all_to_alls(local).bwd == 0);
+}
+
+TEST_CASE("full recompute repeats the dispatch and combine; --recompute-modules moe repeats them too") {
+  const ModelSpec m = two_layer_moe();
+  const double per_direction = 1024.0 * 2 * 256 * 2;
+  Plan full = ep_plan(4);
+  full.ac = AcMode::full;
+  const A2a f = all_to_alls(lower_step(m, full, job(2)));
+  CHECK(f.fwd == 8);
+  CHECK(f.bwd == 8);
+  CHECK(f.recompute == 8);
+  CHECK(f.recompute_bytes == doctest::Approx(8 * per_direction));
+
+  Plan moe_only = ep_plan(4);
+  moe_only.recompute_modules.moe = true;
+  const StepProgram prog = lower_step(m, moe_only, job(2));
+  const A2a r = all_to_alls(prog);
+  CHECK(r.recompute == 8);
+  const Op* rc = find_op(prog, "recompute.L0.mb1.moe");
+  REQUIRE(rc != nullptr);
+  CHECK(rc->category == OpCategory::recompute);
+  CHECK(rc->model_flops == 0);
+  // layernorm + moe_act recompute only memory-bound kernels: no GEMM, no all-to-all.
+  Plan small = ep_plan(4);
+  small.recompute_modules.norms = true;
+  small.recompute_modules.moe_act = true;
+  const StepProgram ps = lower_step(m, small, job(2));
+  CHECK(all_to_alls(ps).recompute == 0);
+  const Op* mods = find_op(ps, "recompute.L1.mb0.modules");
+  REQUIRE(mods != nullptr);
+  CHECK(mods->gemms.empty());
+  // Two RMSNorms (read + write 1024 x 256 bf16 each) and SwiGLU over 2 x 1024 routed copies x 512
+  // (read 2, write 1): 2 x 2 x 2 x 262,144 + 3 x 2 x 2048 x 512.
+  CHECK(mods->memory_bound_bytes == doctest::Approx(8.0 * 262144 + 6.0 * 2048 * 512));
+}
+
+TEST_CASE("expert GEMMs are grouped GEMMs over the local experts; shared experts see every token") {
+  ModelSpec m = two_layer_moe();
+  m.moe.n_shared_experts = 1;
+  const Plan p = ep_plan(4);
+  const LayerDims d = layer_dims(m, p, job(1));
+  CHECK(d.local_experts == 2);
+  // 1024 tokens x 2 copies x 4 EP ranks over 8 experts: 1024 rows per expert.
+  CHECK(d.per_expert_tokens == 1024);
+  const LayerKernels k = layer_kernels(m, p, d);
+  // router, gate, up, down (grouped over 2 local experts), then the shared expert's 3 GEMMs.
+  REQUIRE(k.mlp.size() == 7);
+  CHECK(k.mlp[0].m == 1024);
+  CHECK(k.mlp[0].n == 8);
+  for (int i = 1; i <= 3; ++i) {
+    CHECK(k.mlp[i].batch == 2);
+    CHECK(k.mlp[i].m == 1024);
+  }
+  for (int i = 4; i <= 6; ++i) {
+    CHECK(k.mlp[i].batch == 1);
+    CHECK(k.mlp[i].m == 1024);
+  }
+  // FLOPs: router 2 x 1024 x 8 x 256; routed 2 experts x 3 x 2 x 1024 x 512 x 256; shared the same
+  // as one expert over all 1024 tokens.
+  const double expected = 2.0 * 1024 * 8 * 256 + 2 * 3 * 2.0 * 1024 * 512 * 256 + 3 * 2.0 * 1024 * 512 * 256;
+  CHECK(gemm_flops(k.mlp) == doctest::Approx(expected));
+  // Routed FLOPs per rank equal top_k x tokens x the expert's FLOPs per token, whatever the ep.
+  const LayerKernels k1 = layer_kernels(m, ep_plan(1), layer_dims(m, ep_plan(1), job(1)));
+  CHECK(gemm_flops(k1.mlp) == doctest::Approx(expected));
+}
+
+TEST_CASE("capacity factor pads the expert buffers and the all-to-all") {
+  ModelSpec m = two_layer_moe();
+  m.moe.capacity_factor = 1.25;
+  const LayerDims d = layer_dims(m, ep_plan(4), job(1));
+  CHECK(d.routed_tokens == doctest::Approx(1024 * 2 * 1.25));
+  CHECK(d.per_expert_tokens == 1280);
+  CHECK(d.a2a_bytes() == doctest::Approx(2560.0 * 256 * 2));
+}
+
+TEST_CASE("leading dense layers: a dense MLP of ffn_hidden and no all-to-all") {
+  ModelSpec m = two_layer_moe();
+  m.moe.n_dense_layers = 1;
+  m.ffn_hidden = 1024;
+  const StepProgram prog = lower_step(m, ep_plan(4), job(1));
+  CHECK(find_op(prog, "fwd.L0.mb0.ep_dispatch") == nullptr);
+  CHECK(find_op(prog, "fwd.L1.mb0.ep_dispatch") != nullptr);
+  const Op* dense = find_op(prog, "fwd.L0.mb0.mlp");
+  REQUIRE(dense != nullptr);
+  // gate, up, down of 1024 x 1024 x 256.
+  CHECK(dense->hardware_flops == doctest::Approx(3 * 2.0 * 1024 * 1024 * 256));
+  // Parameters: one dense and one MoE layer.
+  const ParamCounts c = param_counts(m);
+  CHECK(c.dense_mlp_per_layer == 3 * 256 * 1024);
+  CHECK(n_params(m) == c.per_layer() * 2 - (c.mlp_per_layer - c.dense_mlp_per_layer) + c.embedding + c.lm_head +
+                           c.final_norm);
+}
+
+TEST_CASE("expert tensor parallel 1 under TP 2 + SP: experts on the sequence shard, no TP gather around them") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  p.mesh.dp_replicate = 2;
+  p.mesh.tp = 2;
+  p.mesh.etp = 1;
+  p.sequence_parallel = true;
+  const LayerDims d = layer_dims(m, p, job(1));
+  CHECK(d.moe_skips_tp_gather);
+  CHECK(d.moe_tokens == 512);
+  CHECK(d.f_expert_local == 512);
+  // Half the tokens per rank: half the all-to-all bytes of the TP 1 plan.
+  CHECK(d.a2a_bytes() == doctest::Approx(512.0 * 2 * 256 * 2));
+  const StepProgram prog = lower_step(m, p, job(1));
+  CHECK(find_op(prog, "fwd.L0.mb0.tp_ag_mlp") == nullptr);
+  CHECK(find_op(prog, "fwd.L0.mb0.tp_attn_out") != nullptr);
+  CHECK(find_op(prog, "fwd.L0.mb0.ep_dispatch") != nullptr);
+  // Routed experts split over ep x etp = 4; attention over tp.
+  const ParamCounts c = param_counts(m);
+  const double routed = static_cast<double>(c.mlp_per_layer - c.router_per_layer);
+  CHECK(block_params_per_rank(m, p) == doctest::Approx(static_cast<double>(c.attention_per_layer) / 2 + routed / 4 +
+                                                        static_cast<double>(c.router_per_layer + c.norm_per_layer)));
+}
+
+TEST_CASE("MLA: projection GEMMs, attention FLOPs with the rotary part, latents in memory") {
+  ModelSpec m = two_layer_moe();
+  m.attention = AttentionKind::mla;
+  m.n_heads = m.n_kv_heads = 4;
+  m.head_dim = 32;  // non-rotary q/k width
+  m.mla = {.q_lora_rank = 96, .kv_lora_rank = 64, .rope_head_dim = 16, .v_head_dim = 32};
+  Plan p = ep_plan(1);
+  const LayerDims d = layer_dims(m, p, job(1));
+  const LayerKernels k = layer_kernels(m, p, d);
+  // q_a 256->96, q_b 96->4x48, kv_a 256->(64+16), kv_b 64->4x(32+32); out 4x32 -> 256.
+  REQUIRE(k.pre_attention.size() == 4);
+  const double t = 1024;
+  const double proj = 2 * t * (256.0 * 96 + 96.0 * 192 + 256.0 * 80 + 64.0 * 256);
+  CHECK(gemm_flops(k.pre_attention) == doctest::Approx(proj));
+  CHECK(gemm_flops(k.post_attention) == doctest::Approx(2 * t * 128 * 256));
+  // Causal attention: QK^T over 48 per head and PV over 32: 0.5 x 2 x 1024^2 x 4 x (48 + 32).
+  CHECK(attention_flops(k.attention, Pass::forward) == doctest::Approx(0.5 * 2 * t * t * 4 * (48 + 32)));
+  // Parameters: q_a + norm + q_b, kv_a + norm + kv_b, o.
+  const ParamCounts c = param_counts(m);
+  CHECK(c.attention_per_layer == 256 * 96 + 96 + 96 * 192 + 256 * 80 + 64 + 64 * 256 + 128 * 256);
+  // Saved: the norm output, the two latents (96 + 64 + 16) and Q, K (48 per head), V, O (32).
+  const MicroBatchShape mb{1024, 1};
+  const BlockActivations a = block_activations(m, p, mb);
+  CHECK(a.attention_bytes == doctest::Approx(2 * t * (256 + 176 + 4 * (2 * 48 + 2 * 32))));
+}
+
+TEST_CASE("MoE saved activations: routed copies and router logits; recompute modules drop them") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  const MicroBatchShape mb{1024, 1};
+  // 2 x (2 bytes x 2048 copies x 256) + 2 x 4 bytes x 1024 x 8 experts.
+  CHECK(moe_routing_saved_bytes(m, p, mb) == doctest::Approx(2 * 2.0 * 2048 * 256 + 8.0 * 1024 * 8));
+  const double none = saved_block_bytes(m, p, mb, 0);
+  p.recompute_modules.moe = true;
+  // Everything of the MoE block beyond its input: the routing tensors and 4 SwiGLU inner tensors.
+  CHECK(none - saved_block_bytes(m, p, mb, 0) ==
+        doctest::Approx(moe_routing_saved_bytes(m, p, mb) + 4 * 2.0 * 1024 * 512 * 2));
+}
