@@ -193,7 +193,7 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     resolve_layout(v.run, gpus);
     const ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
     v.cluster_name = c.name;
-    v.gpu_memory_bytes = c.gpu.hbm_bytes;
+    v.gpu_memory_bytes = c.gpu.device_memory_bytes();
     v.result = simulate_step(v.run.model, v.run.plan, v.run.job, c).result;
     for (const auto& s : v.result.stages)
       if (s.peak_bytes > v.peak_bytes) {

@@ -400,7 +400,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
 
     // ---- hardware
     const std::string gpu = r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
-                                            "h200-141gb", "b200", "gb200", "gb300"});
+                                            "h200-141gb", "h100-pcie-80gb", "b200", "b300", "gb200", "gb300"});
     if (gpu.empty()) {
       vc.cluster = "h100-sxm-80gb";
       notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");

@@ -127,6 +127,8 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
   k.pre_kernels = kQkvKernels + (rope ? kRopeKernels : 0);
   k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
                  d.s_local, d.s_full, m.head_dim, true, p.flash_attention_version};
+  k.attention.backend = runtime_traits(p).attention_backend;
+  k.attention.kernel = p.attention_kernel;
   if (!p.flash_attention) add_unfused_attention(p, d, k);
   k.post_attention.push_back({d.tokens, d.h, d.q_width / d.attn_split, 1});
   // residual add (2 reads + 1 write), second norm

@@ -29,10 +29,13 @@ namespace {
 constexpr double kDevTokensMapeBoundPct = 6.8;
 constexpr int kDevRowsCompared = 184;
 // Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
-// outside the 15 % target; its bound records where it stands.
+// outside the 15 % target; its bound records where it stands. megatron-lm-h100 moved from 9.8 to
+// 12.6 % when Megatron's attention became Transformer Engine's cuDNN fused attention on Hopper
+// (issue 17, measured kernel curves; was FA2): its two small weak-scaling rows (1.7B, 7.1B at
+// seq 2048) were already +19 % and are now +27-29 %; NeMo went from 7.3 to 5.8 %.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
-    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 13.5}, {"nemo-24.07", 6.5},      {"bloom-176b", 51.0},
 };
 constexpr double kMemoryMapeBoundPct = 13.5;
 // Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
@@ -40,8 +43,9 @@ constexpr double kVtrainTokensMapeBoundPct = 10.0;
 constexpr double kVtrainBiasBoundPct = 3.0;
 constexpr int kVtrainRowsCompared = 720;
 // Published runs ran, so they fit. The dev rows the model says could not have: NeMo rows whose
-// activation recompute is not published (none is assumed).
-constexpr int kDevPredictedOutOfMemoryBound = 6;
+// activation recompute is not published (none is assumed). 6 before fit checks used the usable
+// device memory (nvidia-smi's 81,559 MiB on H100 80GB instead of 80e9 B).
+constexpr int kDevPredictedOutOfMemoryBound = 4;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
