@@ -414,6 +414,18 @@ TEST_CASE("meshplan kernel CLI: JSON contract and one-line errors") {
       run("--cluster h100-sxm-80gb --attention b=1,heads=32,seq=8192,head_dim=128,causal=1 --pass bwd --json", status));
   CHECK(status == 0);
   CHECK(att.at("tflops").get<double>() == doctest::Approx(0.9 * 308).epsilon(0.05));
+  CHECK(att.at("kernel").get<std::string>() == "fa2");  // generic runtime: the flash-attn package
+  CHECK(att.at("curve_source").get<std::string>() == "fa2_h100");
+  // Megatron's Transformer Engine runs cuDNN fused attention on Blackwell: B200 causal hd128 8k
+  // forward 1384 TFLOP/s measured (cudnn-frontend), at the microbenchmark clock with --burst.
+  const auto te = nlohmann::json::parse(run("--cluster b200 --runtime megatron --burst --attention "
+                                            "b=1,heads=128,kv_heads=8,seq=8192,head_dim=128,causal=1 --pass fwd --json",
+                                            status));
+  CHECK(status == 0);
+  CHECK(te.at("kernel").get<std::string>() == "cudnn");
+  CHECK(te.at("curve_pass").get<std::string>() == "fwd");
+  CHECK(te.at("tflops").get<double>() == doctest::Approx(1384).epsilon(0.01));
+  CHECK(te.contains("time_us"));
 
   const auto mem = nlohmann::json::parse(run("--cluster h100-sxm-80gb --memory-bytes 16e9 --json", status));
   CHECK(status == 0);
@@ -421,7 +433,8 @@ TEST_CASE("meshplan kernel CLI: JSON contract and one-line errors") {
 
   for (const char* bad : {"--gemm 8192x8192", "--gemm 0x1x1", "--gemm axbxc", "--gemm 8x8x8 --dtype int7",
                           "--attention heads=32", "--attention b=1,heads=32,seq=8,bogus=1",
-                          "--cluster h100-sxm-80gb --gemm 8x8x8 --dtype fp4"}) {
+                          "--cluster h100-sxm-80gb --gemm 8x8x8 --dtype fp4",
+                          "--attention heads=8,seq=1024 --attention-kernel fa9", "--attention heads=8,seq=1024 --runtime jax"}) {
     const std::string err = run(bad, status);
     CAPTURE(bad);
     CAPTURE(err);
