@@ -192,8 +192,11 @@ bool usable(const AttentionCurve& a) {
   return !a.seq_len.empty() && a.seq_len.size() == a.flops_per_s.size() && a.head_dim > 0;
 }
 
+// Calibration records the kernel under the name its harness used ("cudnn-sdpa" for torch SDPA's
+// cuDNN backend); any cudnn* name is the cuDNN family.
 AttentionKernel family_of(const AttentionCurve& a) {
-  return parse_attention_kernel(a.kernel).value_or(AttentionKernel::framework);
+  if (const auto k = parse_attention_kernel(a.kernel)) return *k;
+  return a.kernel.rfind("cudnn", 0) == 0 ? AttentionKernel::cudnn : AttentionKernel::framework;
 }
 
 int sm_version(const ClusterSpec& c) {

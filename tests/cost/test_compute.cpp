@@ -509,7 +509,10 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
       REQUIRE((pass == "fwd" || pass == "bwd"));
       e = attention_time(c, a, pass == "fwd" ? Pass::forward : Pass::backward, *dtype);
       CHECK_MESSAGE(e.attention_kernel == *k, name, " has no ", t.at(r, "kernel"), " attention curve");
-      shape = "b" + std::to_string(a.batch) + " h" + std::to_string(a.heads) + " s" + std::to_string(a.seq_q);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "b%lld h%lld s%lld", static_cast<long long>(a.batch),
+                    static_cast<long long>(a.heads), static_cast<long long>(a.seq_q));
+      shape = buf;
     }
     const double predicted = device_tflops(e);
     const double measured = std::stod(t.at(r, "measured_tflops"));
