@@ -17,6 +17,8 @@
 #include "cost/compute_cost.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/plan.hpp"
+#include "spec/runtime_traits.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -93,14 +95,17 @@ struct Described {
 };
 
 Described estimate(const ClusterSpec& c, const std::string& gemm, const std::string& attention,
-                   double memory_bytes, const std::string& pass, Dtype dtype) {
+                   double memory_bytes, const std::string& pass, Dtype dtype, AttentionBackend backend,
+                   AttentionKernel kernel) {
   if (!gemm.empty()) {
     const GemmShape g = parse_gemm(gemm);
     return {gemm_time(c, g, dtype), "gemm",
             g.batch > 1 ? fmt::format("{}x{}x{}x{}", g.batch, g.m, g.n, g.k) : fmt::format("{}x{}x{}", g.m, g.n, g.k)};
   }
   if (!attention.empty()) {
-    const AttentionShape a = parse_attention(attention);
+    AttentionShape a = parse_attention(attention);
+    a.backend = backend;
+    a.kernel = kernel;
     const std::string shape =
         fmt::format("b={},heads={},kv_heads={},seq_q={},seq_kv={},head_dim={},causal={} {}", a.batch, a.heads,
                     a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.causal ? 1 : 0, pass);
@@ -130,7 +135,8 @@ std::string fallback_note(const Described& d, Dtype dtype) {
   if (d.kind == "gemm")
     return fmt::format("no {} GEMM curve in the profile; used the {} curve as a fraction of the {} peak",
                        to_string(dtype), to_string(d.estimate.curve_dtype), to_string(dtype));
-  return "no attention curve for this dtype/mask/head_dim; used the nearest measured one (fp16/bf16 fraction of peak)";
+  return "no attention curve for this kernel/pass/dtype/mask/head_dim; used the nearest measured one (a fraction of "
+         "its dtype's peak)";
 }
 
 }  // namespace
@@ -138,9 +144,9 @@ std::string fallback_note(const Described& d, Dtype dtype) {
 Command add_kernel_command(CLI::App& root) {
   struct Options {
     std::string cluster = kDefaultCluster;
-    std::string gemm, attention, dtype = "bf16", pass = "fwd";
+    std::string gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
     double memory_bytes = 0;
-    bool json = false;
+    bool json = false, burst = false;
   };
   auto o = std::make_shared<Options>();
   Command c;
@@ -158,14 +164,32 @@ Command add_kernel_command(CLI::App& root) {
   attention->excludes(memory);
   c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp4)")->capture_default_str();
   c.app->add_option("--pass", o->pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
+  c.app->add_option("--runtime", o->runtime,
+                    "whose attention API picks the kernel: megatron (Transformer Engine -> cuDNN from sm90), "
+                    "torchtitan-fsdp2 (torch SDPA -> cuDNN from sm100, else flash), composer-*/generic (flash-attn 2)")
+      ->capture_default_str();
+  c.app->add_option("--attention-kernel", o->attention_kernel, "attention kernel family, overriding the runtime's pick")
+      ->check(CLI::IsMember({"framework", "fa2", "fa3", "fa4", "cudnn"}))
+      ->capture_default_str();
+  c.app->add_flag("--burst", o->burst,
+                  "tensor cores at the rate of the (short) microbenchmarks behind the curves: the profile's "
+                  "sustained_clock_fraction is not applied");
   c.app->add_flag("--json", o->json, R"(machine-readable: {"time_us", "tflops", "efficiency", ...})");
   c.run = [o] {
     if (o->gemm.empty() && o->attention.empty() && o->memory_bytes == 0)
       throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
     const std::optional<Dtype> dtype = parse_dtype(o->dtype);
     if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp4)", o->dtype));
-    const ClusterSpec cluster = load_cluster(o->cluster);
-    const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype);
+    const std::optional<Runtime> runtime = parse_runtime(o->runtime);
+    if (!runtime)
+      throw InputError("", "--runtime",
+                       fmt::format("unknown runtime '{}' (generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, "
+                                   "megatron)", o->runtime));
+    ClusterSpec cluster = load_cluster(o->cluster);
+    if (o->burst) cluster.gpu.sustained_clock_fraction = 1;
+    const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype,
+                                 runtime_traits(*runtime, false).attention_backend,
+                                 *parse_attention_kernel(o->attention_kernel));
     const KernelEstimate& e = d.estimate;
     const double tflops = e.seconds > 0 ? e.flops / e.seconds / 1e12 : 0.0;
     const double achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
@@ -190,6 +214,12 @@ Command add_kernel_command(CLI::App& root) {
              {"curve_fallback", e.curve_fallback},
              {"sustained_clock_fraction", cluster.gpu.sustained_clock_fraction},
              {"note", note.empty() ? json(nullptr) : json(note)}};
+      if (d.kind == "attention") {
+        j["kernel"] = std::string(to_string(e.attention_kernel));
+        j["curve_source"] = std::string(e.curve_source);
+        j["curve_pass"] = std::string(e.curve_pass);
+        j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+      }
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -202,6 +232,9 @@ Command add_kernel_command(CLI::App& root) {
     fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", achieved_bw / 1e9, e.bytes);
     fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", bound,
                e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
+    if (d.kind == "attention")
+      fmt::print("  kernel      {} ({} {} curve, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
+                 e.curve_pass, e.curve_source);
     if (d.kind != "memory" && cluster.gpu.sustained_clock_fraction < 1)
       fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
                  cluster.gpu.sustained_clock_fraction);

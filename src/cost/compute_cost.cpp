@@ -3,8 +3,10 @@
 #include "cost/compute_cost.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
+#include <string_view>
 
 #include "spec/error.hpp"
 
@@ -28,11 +30,6 @@ constexpr double kTileOverheadK = 128;
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
 // FA2 rate the profiles' curves measure.
 constexpr double kFlash1RateOverFlash2 = 0.5;
-// FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608 abstract: "speedup on H100 GPUs by 1.5-2.0x
-// with FP16") and the Hopper/Blackwell fused kernels of its class (cuDNN's, which Transformer
-// Engine selects): the lower end, as the backward pass (most of a training step's attention
-// FLOPs) gains 1.5-1.75x in the paper's benchmarks against the forward's up to 2x.
-constexpr double kFlash3RateOverFlash2 = 1.5;
 
 // FlashAttention writes the row log-sum-exp in fp32 (forward) and reads it plus the fp32
 // rowsum(dO*O) backward.
@@ -183,46 +180,100 @@ double curve_rate(const AttentionCurve& a, double seq_len) {
 }
 
 struct AttentionRate {
-  double flops_per_s = 0;  // as measured (fp16/bf16)
-  bool fallback = false;   // mask or head dim outside the curves
+  double flops_per_s = 0;  // as measured
+  Dtype curve_dtype = Dtype::bf16;
+  AttentionKernel kernel = AttentionKernel::framework;
+  std::string_view source;
+  std::string_view pass;
+  bool fallback = false;   // kernel, pass, dtype, mask or head dim outside the curves
 };
 
 bool usable(const AttentionCurve& a) {
   return !a.seq_len.empty() && a.seq_len.size() == a.flops_per_s.size() && a.head_dim > 0;
 }
 
-// The fwd+bwd curves if the profile has them (both passes of a training step at one rate, split by
-// FLOPs), else forward-only ones; the first listed kernel of that pass; the requested mask if
-// measured; then a power law in head_dim between the nearest measured head dims, clamped.
-AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape) {
-  const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
-  const AttentionCurve* first = nullptr;
-  for (const char* pass : {"fwd+bwd", "fwd"}) {
-    for (const AttentionCurve& a : curves)
-      if (usable(a) && a.pass == pass) { first = &a; break; }
-    if (first != nullptr) break;
+// Calibration records the kernel under the name its harness used ("cudnn-sdpa" for torch SDPA's
+// cuDNN backend); any cudnn* name is the cuDNN family.
+AttentionKernel family_of(const AttentionCurve& a) {
+  if (const auto k = parse_attention_kernel(a.kernel)) return *k;
+  return a.kernel.rfind("cudnn", 0) == 0 ? AttentionKernel::cudnn : AttentionKernel::framework;
+}
+
+int sm_version(const ClusterSpec& c) {
+  const std::string& arch = c.gpu.arch;
+  int v = 0;
+  for (std::size_t i = 2; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) v = 10 * v + (arch[i] - '0');
+  return v;
+}
+
+// The requested family if the profile measured it, else the nearest one it did: cuDNN and FA4
+// are the Blackwell-native kernels, cuDNN and FA3 the Hopper ones, FA2 the portable one.
+AttentionKernel measured_family(const ClusterSpec& c, AttentionKernel want, bool& fallback) {
+  auto has = [&](AttentionKernel k) {
+    return std::any_of(c.gpu.attention_curves.begin(), c.gpu.attention_curves.end(),
+                       [&](const AttentionCurve& a) { return usable(a) && family_of(a) == k; });
+  };
+  if (has(want)) return want;
+  fallback = true;
+  using K = AttentionKernel;
+  // The last entry: curves of kernels no API selects (calibration proxies).
+  std::array<K, 4> order{K::fa3, K::cudnn, K::fa4, K::framework};
+  switch (want) {
+    case K::cudnn: order = {K::fa4, K::fa3, K::fa2, K::framework}; break;
+    case K::fa4: order = {K::cudnn, K::fa3, K::fa2, K::framework}; break;
+    case K::fa3: order = {K::cudnn, K::fa4, K::fa2, K::framework}; break;
+    case K::fa2: case K::framework: break;
   }
-  if (first == nullptr)
-    throw InputError(c.source_file, "gpu.attention_curve", "profile has no attention curve");
+  for (K k : order)
+    if (has(k)) return k;
+  throw InputError(c.source_file, "gpu.attention_curve", "profile has no attention curve");
+}
+
+// Within the kernel family: the curves of the pass -- "fwd+bwd" if the family has them (both
+// passes of a training step at one rate, split by FLOPs, as FlashAttention's own benchmark times
+// them), else the pass's own ("fwd" / "bwd"), else the other one (flagged) -- of the dtype (FP8 attention curves for fp8, else the 16-bit ones), of the mask if
+// measured; then a power law in head_dim between the nearest measured head dims, clamped.
+AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape, Pass pass, Dtype dtype) {
+  AttentionRate out;
+  out.kernel = measured_family(c, attention_kernel_for(c, shape), out.fallback);
+  const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
+  auto in_family = [&](const AttentionCurve& a) { return usable(a) && family_of(a) == out.kernel; };
+
+  const std::array<std::string_view, 3> passes =
+      pass == Pass::forward ? std::array<std::string_view, 3>{"fwd+bwd", "fwd", "bwd"}
+                            : std::array<std::string_view, 3>{"fwd+bwd", "bwd", "fwd"};
+  std::string_view chosen_pass = passes[2];
+  for (std::string_view want : passes) {
+    if (std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_family(a) && a.pass == want; })) {
+      chosen_pass = want;
+      break;
+    }
+  }
+  if (chosen_pass == passes[2]) out.fallback = true;
+  auto in_pass = [&](const AttentionCurve& a) { return in_family(a) && a.pass == chosen_pass; };
+
+  // FP8 inputs take FP8 curves; every other dtype the 16-bit ones (a fraction of that peak).
+  const bool want_fp8 = dtype == Dtype::fp8;
+  const bool has_fp8 =
+      std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_pass(a) && a.dtype == Dtype::fp8; });
+  const bool use_fp8 = want_fp8 && has_fp8;
+  if (!is_16bit_float(dtype) && !use_fp8) out.fallback = true;
+  auto in_dtype = [&](const AttentionCurve& a) { return in_pass(a) && (a.dtype == Dtype::fp8) == use_fp8; };
 
   bool causal = shape.causal;
-  bool fallback = false;
-  auto same_family = [&](const AttentionCurve& a, bool want_causal) {
-    return usable(a) && a.kernel == first->kernel && a.pass == first->pass && a.causal == want_causal;
-  };
-  if (std::none_of(curves.begin(), curves.end(), [&](const auto& a) { return same_family(a, causal); })) {
+  if (std::none_of(curves.begin(), curves.end(), [&](const auto& a) { return in_dtype(a) && a.causal == causal; })) {
     causal = !causal;
-    fallback = true;
+    out.fallback = true;
   }
   const AttentionCurve* below = nullptr;  // largest head_dim <= requested
   const AttentionCurve* above = nullptr;  // smallest head_dim >= requested
   const auto hd = static_cast<double>(shape.head_dim);
   for (const AttentionCurve& a : curves) {
-    if (!same_family(a, causal)) continue;
+    if (!in_dtype(a) || a.causal != causal) continue;
     if (a.head_dim <= hd && (below == nullptr || a.head_dim > below->head_dim)) below = &a;
     if (a.head_dim >= hd && (above == nullptr || a.head_dim < above->head_dim)) above = &a;
   }
-  if (below == nullptr || above == nullptr) fallback = true;
+  if (below == nullptr || above == nullptr) out.fallback = true;
   if (below == nullptr) below = above;
   if (above == nullptr) above = below;
   // The curves' x axis is the key/value length: the inner loop each query tile walks. Their batch
@@ -235,7 +286,11 @@ AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape) 
     const double t = std::log(hd / below->head_dim) / std::log(static_cast<double>(above->head_dim) / below->head_dim);
     rate = rate_below * std::pow(rate_above / rate_below, t);
   }
-  return {rate, fallback};
+  out.flops_per_s = rate;
+  out.curve_dtype = below->dtype;
+  out.source = below->source;
+  out.pass = chosen_pass;
+  return out;
 }
 
 void check_attention(const AttentionShape& a) {
@@ -296,19 +351,35 @@ double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype) {
   return elem * (4.0 * q_elems + 4.0 * kv_elems) + 2.0 * kSoftmaxStatBytes * stat_rows;
 }
 
+AttentionKernel attention_kernel_for(const ClusterSpec& c, const AttentionShape& a) {
+  if (a.kernel != AttentionKernel::framework) return a.kernel;
+  const int sm = sm_version(c);
+  switch (a.backend) {
+    // Transformer Engine's backend selection prefers its cuDNN FusedAttention over flash-attn
+    // from Hopper on; on Ampere it runs flash-attn 2.
+    case AttentionBackend::transformer_engine: return sm >= 90 ? AttentionKernel::cudnn : AttentionKernel::fa2;
+    // torch SDPA's priority list puts the cuDNN backend first on Blackwell; elsewhere its flash
+    // backend (FlashAttention-2 code) runs.
+    case AttentionBackend::torch_sdpa: return sm >= 100 ? AttentionKernel::cudnn : AttentionKernel::fa2;
+    case AttentionBackend::flash_attn: return AttentionKernel::fa2;
+  }
+  return AttentionKernel::fa2;
+}
+
 KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype) {
   check_attention(a);
   KernelEstimate e;
   e.peak_flops_per_s = dense_peak(c, dtype);
-  const AttentionRate rate = attention_rate(c, a);
-  // The curves were measured in fp16/bf16; other dtypes keep the measured fraction of peak.
-  const double measured_peak = dense_peak(c, Dtype::bf16);
-  const double generation = a.flash_version == 1   ? kFlash1RateOverFlash2
-                            : a.flash_version == 3 ? kFlash3RateOverFlash2
-                                                   : 1.0;
+  const AttentionRate rate = attention_rate(c, a, pass, dtype);
+  // A curve's rate is a fraction of its own dtype's peak; other dtypes keep that fraction.
+  const double measured_peak = dense_peak(c, rate.curve_dtype == Dtype::fp8 ? Dtype::fp8 : Dtype::bf16);
+  const double generation = a.flash_version == 1 && rate.kernel == AttentionKernel::fa2 ? kFlash1RateOverFlash2 : 1.0;
   const double kernel_efficiency = std::min(generation * rate.flops_per_s / measured_peak, 1.0);
-  e.curve_fallback = rate.fallback || !is_16bit_float(dtype);
-  e.curve_dtype = is_16bit_float(dtype) ? dtype : Dtype::bf16;
+  e.curve_fallback = rate.fallback;
+  e.curve_dtype = rate.curve_dtype;
+  e.attention_kernel = rate.kernel;
+  e.curve_source = rate.source;
+  e.curve_pass = rate.pass;
   e.flops = attention_flops(a, pass);
   e.bytes = attention_bytes(a, pass, dtype);
   e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s * c.gpu.sustained_clock_fraction);

@@ -2,6 +2,7 @@
 // Duration of one kernel on one GPU: the larger of FLOPs / (peak x efficiency) and
 // bytes / achieved HBM bandwidth, plus the launch overhead (roofline with measured efficiency).
 #include <cstdint>
+#include <string_view>
 
 #include "spec/cluster_spec.hpp"
 #include "spec/dtype.hpp"
@@ -25,6 +26,13 @@ struct KernelEstimate {
   // bf16 curve; attention dtype/mask without a curve -> nearest one); `curve_dtype` says which.
   bool curve_fallback = false;
   Dtype curve_dtype = Dtype::bf16;
+  // Attention only: the kernel family whose curves priced it, and the source tag and measured
+  // pass ("fwd", "bwd", "fwd+bwd") of the curve (the one below the head dim when two are
+  // interpolated). Views into the ClusterSpec the estimate was made from: an estimate allocates
+  // nothing.
+  AttentionKernel attention_kernel = AttentionKernel::framework;
+  std::string_view curve_source;
+  std::string_view curve_pass;
 };
 
 // GEMM efficiency from the profile's curves (monotone interpolation in log cube-dim), with a
@@ -42,6 +50,11 @@ double gemm_bytes(const GemmShape& g, Dtype dtype);
 // Bytes the fused kernel must move through HBM: Q, K, V, O (and dO, dQ, dK, dV backward).
 double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype);
 KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype);
+// The kernel family the shape's attention API runs on this GPU (its explicit `kernel` if set):
+// Transformer Engine -> cuDNN fused attention from sm90, torch SDPA -> cuDNN from sm100 and its
+// flash (FA2) backend below, the flash-attn package -> FA2 (docs/compute.md). What the profile
+// has curves for is resolved by attention_time (nearest measured family, flagged).
+AttentionKernel attention_kernel_for(const ClusterSpec& c, const AttentionShape& a);
 
 // Element-wise / reduction kernels: bytes read + written at achieved HBM bandwidth.
 KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes);

@@ -64,7 +64,7 @@ std::string plan_md(const RunConfig& rc, const ClusterSpec& c, EmitRuntime rt, T
   md += fmt::format("| tokens/s, whole run | {:.0f} |\n", s.tokens_per_s_per_gpu * static_cast<double>(rc.n_gpus));
   md += fmt::format("| step time | {:.3f} s |\n", s.step_time_s);
   md += fmt::format("| tokens per step | {} |\n", j.tokens_per_step());
-  const double hbm = c.gpu.hbm_bytes;
+  const double hbm = c.gpu.device_memory_bytes();
   md += fmt::format("| peak memory per GPU | {}{} |\n\n", gib(static_cast<double>(s.peak_bytes)),
                     hbm > 0 ? fmt::format(" of {} ({:.0f} %)", gib(hbm), 100.0 * static_cast<double>(s.peak_bytes) / hbm) : "");
   md += "## Layout\n\n| | |\n|---|---|\n";

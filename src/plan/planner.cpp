@@ -421,7 +421,7 @@ Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
   const Runtime r = rq.runtime;
   const Grid g{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
                r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
-  const double budget = rq.cluster.gpu.hbm_bytes * (1 - rq.headroom_fraction);
+  const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
   const std::vector<Setting> settings = searched_settings(g);
   Enumerated out;
   for (const Layout& l : layout_grid(g)) {

@@ -213,10 +213,10 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
   // Memory pressure: not simulated, but it makes the caching allocator retry.
   double peak = 0;
   for (const auto& s : predicted.stages) peak = std::max(peak, s.peak_bytes);
-  if (peak > 0.9 * c.gpu.hbm_bytes)
+  if (peak > 0.9 * c.gpu.device_memory_bytes())
     d.notes.push_back(fmt::format("the simulated peak {:.1f} GiB is within 10% of the GPU's {:.1f} GiB: allocator "
                                   "retries (num_alloc_retries in torch.cuda.memory_stats) can slow every step",
-                                  peak / kGiB, c.gpu.hbm_bytes / kGiB));
+                                  peak / kGiB, c.gpu.device_memory_bytes() / kGiB));
 
   // Config changes that raise the simulated throughput, simulated as edits of the same file.
   try {

@@ -198,7 +198,7 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     for (const auto& a : choices.assumptions) v.run.warnings.push_back(a);
     if (!choices.no_fit.empty()) v.run.warnings.push_back(choices.no_fit + "; modeled with the whole device batch");
     v.cluster_name = c.name;
-    v.gpu_memory_bytes = c.gpu.hbm_bytes;
+    v.gpu_memory_bytes = c.gpu.device_memory_bytes();
     v.result = simulate_step(v.run.model, v.run.plan, v.run.job, c).result;
     for (const auto& s : v.result.stages)
       if (s.peak_bytes > v.peak_bytes) {

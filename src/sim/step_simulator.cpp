@@ -122,7 +122,7 @@ private:
     auto same_attention = [](const AttentionShape& a, const AttentionShape& b) {
       return a.batch == b.batch && a.heads == b.heads && a.kv_heads == b.kv_heads && a.seq_q == b.seq_q &&
              a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal &&
-             a.flash_version == b.flash_version;
+             a.flash_version == b.flash_version && a.backend == b.backend && a.kernel == b.kernel;
     };
     return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
            e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&

@@ -387,6 +387,10 @@ void read_gpu(Context& ctx, const toml::table& t) {
              t.get("arch"));
   g.sm_count = r.integer("sm_count", "sm_count", 1);
   g.hbm_bytes = r.quantity("hbm_{}", kByteUnits, "hbm_bytes", Range::positive);
+  g.usable_memory_bytes = r.quantity("usable_memory_{}", kByteUnits, "usable_memory_bytes", Range::positive);
+  if (g.usable_memory_bytes > g.hbm_bytes * 1.1)
+    ctx.fail("gpu.usable_memory", "is more than 10 % above the marketed hbm size; CUDA never exposes more than is fitted",
+             t.get("usable_memory_mib"));
   g.hbm_bandwidth_bytes_per_s =
       r.quantity("hbm_bandwidth_{}", kBandwidthUnits, "hbm_bandwidth_bytes_per_s", Range::positive);
   g.hbm_efficiency = r.number("hbm_efficiency", "hbm_efficiency", Range::efficiency);
@@ -459,7 +463,13 @@ void read_gpu(Context& ctx, const toml::table& t) {
       const std::string sp = "gpu.attention_curves[" + std::to_string(i) + "]";
       TableReader c(ctx, *(*a)[i].as_table(), tp, "", true);
       AttentionCurve curve;
+      // Free text: calibration records what it measured; fa2, fa3, fa4 and cudnn (or the
+      // flash-attn-N spellings) are the families the runtimes' attention APIs select.
       curve.kernel = c.text("kernel", "");
+      if (c.table().get("dtype") != nullptr) {
+        const std::string dt = c.text("dtype", "", {"bf16", "fp16", "fp8"});
+        curve.dtype = *parse_dtype(dt);
+      }
       curve.pass = c.text("pass", "", {"fwd+bwd", "fwd", "bwd"});
       const toml::node& hd = c.require("head_dim");
       if (!hd.is_integer() || hd.as_integer()->get() < 1 || hd.as_integer()->get() > 4096)

@@ -21,10 +21,12 @@ struct GemmCurve {
   std::string source;
 };
 
-// FlashAttention-style fused attention throughput vs sequence length.
+// Fused attention throughput vs sequence length, per kernel family, pass, mask, head dim and
+// input dtype (docs/hardware_profiles.md).
 struct AttentionCurve {
-  std::string kernel;      // "flash-attn-2", "flash-attn-3", ...
-  std::string pass;        // "fwd+bwd" or "fwd"
+  std::string kernel;      // family: "fa2", "fa3", "fa4", "cudnn" (spec/attention_kernel.hpp)
+  std::string pass;        // "fwd", "bwd" or "fwd+bwd"
+  Dtype dtype = Dtype::bf16;  // Q/K/V dtype: bf16/fp16, or fp8 (FP8 attention)
   int head_dim = 128;
   bool causal = true;
   std::vector<double> seq_len;
@@ -36,7 +38,10 @@ struct GpuSpec {
   std::string model;                       // "H100-SXM5-80GB"
   std::string arch;                        // "sm90"
   int sm_count = 0;
-  double hbm_bytes = 0;                    // physical capacity as torch reports it
+  double hbm_bytes = 0;                    // marketed capacity (datasheet)
+  // What CUDA exposes (nvidia-smi's total, torch.cuda.mem_get_info's total): the capacity every
+  // fit check uses. 0 in profiles built in code: the marketed size stands in.
+  double usable_memory_bytes = 0;
   double hbm_bandwidth_bytes_per_s = 0;    // spec peak
   double hbm_efficiency = 0;               // achieved copy bandwidth / peak (STREAM copy)
   // What eager element-wise and normalization kernels reach (bf16 casts, LayerNorm/RMSNorm
@@ -52,6 +57,10 @@ struct GpuSpec {
   double comm_interference_factor = 0;
   std::vector<GemmCurve> gemm_curves;
   std::vector<AttentionCurve> attention_curves;
+
+  // Device memory allocations can use: the CUDA context and NCCL buffers come off it
+  // (workload/memory_estimate.cpp).
+  double device_memory_bytes() const { return usable_memory_bytes > 0 ? usable_memory_bytes : hbm_bytes; }
 };
 
 struct NodeSpec {

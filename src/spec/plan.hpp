@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "spec/attention_kernel.hpp"
 #include "spec/dtype.hpp"
 
 namespace meshplan {
@@ -133,6 +134,9 @@ struct Plan {
   PipelineSplit pipeline_split;
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept
   int flash_attention_version = 2;       // fused kernel generation (2: flash-attn 2.x/SDPA, 1: flash-attn 1.x, Triton)
+  // The fused attention kernel family; `framework` = what the runtime's attention API picks on
+  // the GPU (spec/attention_kernel.hpp, docs/compute.md).
+  AttentionKernel attention_kernel = AttentionKernel::framework;
   bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)
   // One-kernel cross-entropy on the low-precision logits (flash-attn's xentropy, llm-foundry's MPT
   // default `loss_fn: fused_crossentropy`): saves the logits and a per-row log-sum-exp, writes one

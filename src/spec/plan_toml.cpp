@@ -48,7 +48,7 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
-                                              "deepspeed", "cuda_graphs"};
+                                              "deepspeed", "cuda_graphs", "attention_kernel"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -351,6 +351,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (*v < 1 || *v > 3) rt.fail("flash_attention_version", fmt::format("must be 1, 2 or 3, got {}", *v));
     plan.flash_attention_version = static_cast<int>(*v);
   }
+  plan.attention_kernel = get_enum(rt, "attention_kernel", AttentionKernel::framework, parse_attention_kernel,
+                                   "framework, fa2, fa3, fa4, cudnn");
   plan.dropout = rt.get_bool("dropout").value_or(false);
   plan.fused_cross_entropy = rt.get_bool("fused_cross_entropy").value_or(false);
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
@@ -485,6 +487,8 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("flash_attention = {}", b(p.flash_attention)));
   if (p.flash_attention && p.flash_attention_version != 2)
     line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
+  if (p.attention_kernel != AttentionKernel::framework)
+    line(fmt::format("attention_kernel = \"{}\"", to_string(p.attention_kernel)));
   line(fmt::format("dropout = {}", b(p.dropout)));
   if (p.fused_cross_entropy) line("fused_cross_entropy = true");
   if (p.deepspeed_engine) line("deepspeed = true");

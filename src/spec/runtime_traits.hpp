@@ -13,6 +13,10 @@ struct RuntimeTraits {
   // Norms, RoPE and the SwiGLU gate run as fused kernels (Transformer Engine / apex in Megatron)
   // rather than op by op in eager PyTorch (workload/eager_ops.hpp).
   bool fused_elementwise_kernels = false;
+  // The attention API the runtime calls; the kernel it dispatches to depends on the GPU
+  // (cost/compute_cost.hpp attention_kernel_for): Transformer Engine's DotProductAttention
+  // (Megatron, NeMo), torch SDPA (torchtitan), the flash-attn package (llm-foundry).
+  AttentionBackend attention_backend = AttentionBackend::flash_attn;
 
   // --- data-parallel sharding ------------------------------------------------------------
   // ZeRO-2/3 run as FSDP units: all-gather before use, reduce-scatter after backward. 0: the
@@ -78,6 +82,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Shar
   switch (runtime) {
     case Runtime::torchtitan_fsdp2:
       t.fsdp_version = 2;
+      t.attention_backend = AttentionBackend::torch_sdpa;
       t.pipelining_defers_fsdp_sync = true;
       t.keeps_head_group_gathered = true;
       break;
@@ -92,6 +97,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Shar
       break;
     case Runtime::megatron:
       t.fsdp_version = 0;
+      t.attention_backend = AttentionBackend::transformer_engine;
       t.fused_elementwise_kernels = true;
       t.contiguous_grad_buffer = true;
       t.optimizer_copies_params_back = true;

@@ -449,8 +449,10 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     // ---- hardware
     const std::string given_gpu = Reader::trim(row.get("gpu"));
     const bool user_gpu = std::find(extra_gpus.begin(), extra_gpus.end(), given_gpu) != extra_gpus.end();
-    const std::string gpu = user_gpu ? given_gpu : r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
-                                            "h200-141gb", "b200", "gb200", "gb300"});
+    const std::string gpu =
+        user_gpu ? given_gpu
+                 : r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
+                                   "h200-141gb", "h100-pcie-80gb", "b200", "b300", "gb200", "gb300"});
     if (gpu.empty()) {
       vc.cluster = "h100-sxm-80gb";
       notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");
@@ -683,14 +685,6 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     if (kUnfusedAttentionSources.count(vc.source) != 0) {
       p.flash_attention = false;
       notes.push_back("unfused attention (software predates FlashAttention)");
-    } else if (is_megatron_family(fw) && fw != "megatron-deepspeed" && row.has_column("moe_experts") &&
-               (gpu.rfind("h100", 0) == 0 || gpu == "h200-141gb" || gpu == "b200" || gpu == "gb200" ||
-                gpu == "gb300")) {
-      // Rows of the MoE schema (dev-moe.csv and its held-out siblings) are 2025-26 Megatron-Core
-      // runs with Transformer Engine 2.x, whose fused attention on Hopper and Blackwell is cuDNN's
-      // FlashAttention-3 class kernel.
-      p.flash_attention_version = 3;
-      notes.push_back("attention kernel: Transformer Engine's cuDNN fused attention (FlashAttention-3 class) assumed");
     } else if (fw == "composer-fsdp1") {
       // llm-foundry's default images of the PyTorch 2.1 era installed flash-attn 1.x (FA2 came in
       // separate `_flash2` images), so MPT's `attn_impl: flash` ran a FlashAttention-1 class kernel.

@@ -2,6 +2,8 @@
 // Shapes of the kernels a rank runs: what the workload emits and the compute cost model prices.
 #include <cstdint>
 
+#include "spec/attention_kernel.hpp"
+
 namespace meshplan {
 
 struct GemmShape {
@@ -21,6 +23,10 @@ struct AttentionShape {
   // Fused kernel generation: 2 = FlashAttention-2 class (what the profiles' curves measure),
   // 1 = FlashAttention-1 class (flash-attn 1.x, Triton flash), priced relative to FA2.
   int flash_version = 2;
+  // The API the runtime calls and an explicit kernel choice (`framework`: the API's pick on the
+  // GPU); the cost model maps them onto the profile's measured kernel curves.
+  AttentionBackend backend = AttentionBackend::flash_attn;
+  AttentionKernel kernel = AttentionKernel::framework;
 };
 
 enum class Pass { forward, backward };

@@ -194,6 +194,8 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
       mla ? (m.head_dim + m.mla.rope_head_dim + m.mla.v_head_dim) / 2 : m.head_dim;
   k.attention = {d.b, m.n_heads / d.attn_split, std::max<std::int64_t>(1, m.n_kv_heads / d.attn_split),
                  d.s_local, d.s_full, attn_head_dim, true, p.flash_attention_version};
+  k.attention.backend = runtime_traits(p).attention_backend;
+  k.attention.kernel = p.attention_kernel;
   if (!p.flash_attention) add_unfused_attention(p, d, k);
   const std::int64_t o_in = mla ? static_cast<std::int64_t>(m.n_heads) * m.mla.v_head_dim : d.q_width;
   k.post_attention.push_back({d.tokens, d.h, o_in / d.attn_split, 1});

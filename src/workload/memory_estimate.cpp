@@ -203,7 +203,7 @@ void settle_peak(const MemoryContext& x, MemoryBreakdown fb, MemoryBreakdown fwd
   // The caching allocator keeps freed blocks reserved, but when cudaMalloc fails it releases its
   // cache and retries, so what it reserves never exceeds the device less the CUDA context and the
   // NCCL buffers (unless the allocations themselves do: then the run is out of memory).
-  const double device_room = c.gpu.hbm_bytes - c.framework.cuda_context_bytes - comm;
+  const double device_room = c.gpu.device_memory_bytes() - c.framework.cuda_context_bytes - comm;
   sm.reserved_peak_bytes = std::max(sm.allocated_peak_bytes,
                                     std::min(sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction), device_room));
 }
@@ -284,7 +284,7 @@ double microbatches_in_flight(const Plan& p, int stage, std::int64_t n_microbatc
 
 MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
   MemoryEstimate est;
-  est.gpu_memory_bytes = c.gpu.hbm_bytes;
+  est.gpu_memory_bytes = c.gpu.device_memory_bytes();
   const MemoryContext x = memory_context(m, p, j, c);
   std::vector<std::vector<LayerRange>> chunks;
   const std::vector<std::vector<int>> layers = layers_of_stages(x, chunks);

@@ -252,7 +252,7 @@ TEST_CASE("the fitted profile loads and gemm_efficiency reproduces every measure
   }
   // The unfused proxy is recorded after the base's FlashAttention curves and does not displace them.
   REQUIRE(!c.gpu.attention_curves.empty());
-  CHECK(c.gpu.attention_curves.front().kernel == "flash-attn-2");
+  CHECK(c.gpu.attention_curves.front().kernel == "fa2");
   CHECK(c.gpu.attention_curves.back().kernel == "bgemm-softmax-proxy");
   CHECK(c.gpu.attention_curves.back().source == "calibrated");
   // Collective fits are stored under [collectives] for the collective model (not read yet).
@@ -286,8 +286,12 @@ TEST_CASE("a fused attention measurement goes first and is what attention_time u
   const ClusterSpec c = write_and_load(fit_profile(m, base, "fused.json"), h100_path(), dir.path / "fused.toml");
   REQUIRE(!c.gpu.attention_curves.empty());
   CHECK(c.gpu.attention_curves.front().kernel == "cudnn-sdpa");
-  const AttentionShape shape{8, 32, 32, 4096, 4096, 128, true};
+  AttentionShape shape{8, 32, 32, 4096, 4096, 128, true};
+  // A stack whose attention API runs cuDNN on this GPU (Transformer Engine on Hopper) is priced
+  // from the measured cuDNN curve, ahead of the base profile's per-pass cuDNN curves.
+  shape.backend = AttentionBackend::transformer_engine;
   const KernelEstimate fwd = attention_time(c, shape, Pass::forward, Dtype::bf16);
+  CHECK(fwd.attention_kernel == AttentionKernel::cudnn);
   // The measured 420 TFLOP/s, at the profile's sustained-load clock.
   CHECK(rel(fwd.flops / fwd.compute_seconds, 420e12 * c.gpu.sustained_clock_fraction) < 1e-4);
 }

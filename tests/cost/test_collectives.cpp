@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/nccl_table.hpp"
+#include "cost/csv_table.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -706,4 +708,57 @@ TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") 
   CHECK(checked + excluded == required);
   MESSAGE(checked, " of ", required, " A100/H100 points checked within tolerance, ", excluded,
           " excluded with the reason; ", h200_checked, " H200 cross-check points checked");
+}
+
+// nccl-tests bus bandwidth on B200, GB200 and GB300 from 1 MiB up, one row per published point in
+// tests/cost/measured_collectives.csv with its source: `check` rows within 10 %, `excluded` rows with
+// the reason the model cannot match them.
+TEST_CASE("measured collectives: Blackwell nccl-tests busbw from 1 MiB up") {
+  const test::CsvTable t = test::read_csv(test::data_root() / "tests" / "cost" / "measured_collectives.csv");
+  REQUIRE(t.rows.size() > 50);
+  std::map<std::string, ClusterSpec> clusters;
+  int checked = 0, excluded = 0;
+  std::string table = "\n  cluster  ranks          bytes  measured predicted    err  algo     proto  role\n";
+  for (const auto& r : t.rows) {
+    const std::string name = t.at(r, "cluster");
+    if (clusters.count(name) == 0)
+      clusters.emplace(name, load_cluster((test::data_root() / "hardware_profiles" / (name + ".toml")).string()));
+    const ClusterSpec& c = clusters.at(name);
+    REQUIRE(t.at(r, "op") == "all_reduce");
+    const int nodes = std::stoi(t.at(r, "nodes"));
+    const int per_node = std::stoi(t.at(r, "gpus_per_node"));
+    const double bytes = std::stod(t.at(r, "bytes"));
+    REQUIRE(bytes >= kMiB);
+    CollectiveOptions o;
+    if (t.at(r, "algo") == "ring") o.algorithm_mask = algorithm_bit(NcclAlgo::ring);
+    else REQUIRE(t.at(r, "algo") == "default");
+    if (t.at(r, "launch") == "g") o.launch_mode = LaunchMode::single_process_multi_gpu;
+    else REQUIRE(t.at(r, "launch") == "mp");
+    const auto e = estimate_collective(c, CollectiveOp::all_reduce, bytes, place(nodes, per_node), o);
+    const double predicted = busbw(e) / kGB;
+    const double measured = std::stod(t.at(r, "busbw_gbps"));
+    const double err = (predicted - measured) / measured;
+    const bool ok = std::abs(err) <= 0.10;
+    const bool is_excluded = t.at(r, "role") == "excluded";
+    REQUIRE((is_excluded || t.at(r, "role") == "check"));
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-7s %4dx%-2d %14.0f %8.1f %8.1f %+6.1f%%  %-8s %-6s %s%s\n", name.c_str(), nodes,
+                  per_node, bytes, measured, predicted, 100 * err, e.algorithm.c_str(), e.protocol.c_str(),
+                  is_excluded ? "excluded" : "check", ok ? "" : (is_excluded ? " (out)" : " FAIL"));
+    table += line;
+    const std::string source = t.at(r, "source");
+    CAPTURE(name);
+    CAPTURE(bytes);
+    CAPTURE(source);
+    if (is_excluded) {
+      ++excluded;
+      CHECK_FALSE(t.at(r, "reason").empty());
+      WARN_MESSAGE(!ok, "excluded point now within 10 %, re-examine its reason: ", source);
+    } else {
+      ++checked;
+      CHECK_MESSAGE(ok, "predicted ", predicted, " GB/s vs measured ", measured, " (", 100 * err, " %)");
+    }
+  }
+  MESSAGE(table);
+  MESSAGE(checked, " Blackwell points checked within 10 %, ", excluded, " excluded with a reason");
 }
