@@ -18,7 +18,7 @@ constexpr double kParamCopyBackBytesPerParam = 2.0;
 
 // Memory-bound AdamW over the local shard: reads param, grad, exp_avg, exp_avg_sq and writes
 // param and both moments (7 state-dtype accesses per parameter; SGD with momentum 5).
-void Builder::optimizer_step(const StageState& st) {
+void Builder::optimizer_step(StageState& st) {
   const int stage = st.stage;
   Op opt = compute_op(stage, "optimizer.step", OpCategory::optimizer);
   const double state_b = bytes_per_element(p_.state_dtype);
@@ -29,6 +29,12 @@ void Builder::optimizer_step(const StageState& st) {
   opt.memory_bound_bytes = per_param * (stage_params_total(stage) / state_shard_group(p_));
   if (traits_.optimizer_copies_params_back) opt.memory_bound_bytes += kParamCopyBackBytesPerParam * stage_params_total(stage);
   opt.kernels = kOptimizerKernels;
+  // foreach AdamW's temporaries (memory_estimate.hpp StateBytesPerParam::optimizer_step).
+  const double temp = s_.state.optimizer_step * stage_params_total(stage);
+  if (temp > 0) {
+    opt.at_start.push_back({MemoryTerm::optimizer, temp});
+    opt.at_end.push_back({MemoryTerm::optimizer, -temp});
+  }
   // Only the last op of each of those streams: stream order implies the rest. This stage's ops
   // are the ones added since st.begin.
   std::map<StreamKind, int> last_of;
@@ -39,6 +45,7 @@ void Builder::optimizer_step(const StageState& st) {
       last_of[o.stream] = static_cast<int>(i);
   }
   for (const auto& [k, dep] : last_of) opt.deps.push_back(dep);
+  release_pending_reduce(st);
   add(std::move(opt));
 }
 
