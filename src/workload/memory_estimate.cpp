@@ -159,13 +159,15 @@ SavedActivations saved_activations(const MemoryContext& x, int stage, const std:
   if (p.act_offload) {
     // Every saved tensor of the blocks goes to pinned host memory as it is saved and comes back
     // before its backward (the lowering's offload copies). On its own stream with one layer of
-    // look-ahead (torchtune, torchtitan, Megatron) two layers are on the device: the one in use
-    // and the one coming back (or, in forward, the one being copied out). torch's save_on_cpu
-    // (Composer) copies synchronously: none at the loss, the one in use during a block's backward.
+    // look-ahead (torchtune, torchtitan, Megatron) two layers are on the device during a block's
+    // backward (the one in use and the one coming back) and at most one at the loss (the last
+    // layer's copy-out may still run; the copies back start once the loss's backward is done).
+    // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
+    // during a block's backward.
     const bool stream = p.runtime != Runtime::composer_fsdp1 && p.runtime != Runtime::composer_fsdp2;
     sm.host_bytes += saved;
     out.at_block = std::min(saved, (stream ? 2 : 1) * largest_block);
-    out.at_loss = std::min(saved, (stream ? 2 : 0) * largest_block);
+    out.at_loss = std::min(saved, (stream ? 1 : 0) * largest_block);
   }
   // A pipeline chunk that sends to a next one keeps the output of each micro-batch in flight
   // (not Megatron). microbatches_in_flight counts in whole-stage units (chunk-micro-batches / v):
