@@ -604,6 +604,14 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index) {
       p.fused_cross_entropy = true;
       notes.push_back("loss not recorded: llm-foundry MPT's default fused_crossentropy assumed");
     }
+    // The loss kernel and the optimizer-in-backward setting, where the row states them
+    // (memory.csv's loss_kernel / optimizer_in_backward columns; empty: the framework default).
+    const std::string loss_kernel = r.vocab("loss_kernel", {"torch", "chunked", "fused"});
+    if (!loss_kernel.empty()) {
+      p.fused_cross_entropy = loss_kernel == "fused";
+      p.chunked_cross_entropy = loss_kernel == "chunked";
+    }
+    if (auto ob = r.opt_flag("optimizer_in_backward")) p.optimizer_in_backward = *ob;
     // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
     // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
     p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&

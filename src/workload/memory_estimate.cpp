@@ -277,6 +277,7 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   // --- transient: optimizer step --------------------------------------------------------
   MemoryBreakdown opt = state;
   opt.optimizer += sm.optimizer_step_bytes;
+  opt.grads += largest_param_grad_bytes(m, p, x.j, stage, sm.n_layers);
 
   settle_peak(x, fb, fwd_end, opt, sm);
   sm.peak_moment = sm.peak_phase;
@@ -331,7 +332,26 @@ StateBytesPerParam state_bytes_per_param(const Plan& p, const Job& j) {
   // (_foreach_sqrt(exp_avg_sq)); fused AdamW (torchtitan's default), Megatron's fused Adam and
   // bitsandbytes' 8-bit kernels do not.
   if (traits.foreach_adamw && p.optimizer == Optimizer::adamw && !p.param_offload) out.optimizer_step = state_b / n_state;
+  if (p.optimizer_in_backward) {
+    // Each parameter is stepped (and its gradient freed) as soon as its gradient is ready: no
+    // stored gradients; the largest parameter's gradient is the one alive at a time
+    // (largest_param_grad_bytes).
+    out.grad_of_one_param = st.grads;
+    st.grads = 0;
+    out.grads_through_forward = false;
+    out.optimizer_step = 0;
+  }
   return out;
+}
+
+double largest_param_grad_bytes(const ModelSpec& m, const Plan& p, const Job& j, int stage, int n_layers) {
+  const StateBytesPerParam per = state_bytes_per_param(p, j);
+  if (per.grad_of_one_param <= 0) return 0;
+  const StageParams sp = stage_params(m, p, stage, n_layers);
+  const double tp = std::max(1, p.mesh.tp);
+  const double ffn = m.moe.enabled() ? static_cast<double>(m.moe.expert_ffn) : static_cast<double>(m.ffn_hidden);
+  const double mlp_matrix = n_layers > 0 ? static_cast<double>(m.d_model) * ffn / tp : 0.0;
+  return per.grad_of_one_param * std::max({sp.root - sp.head_group, sp.head_group, mlp_matrix});
 }
 
 RootGathering root_gathering(const Plan& p) {

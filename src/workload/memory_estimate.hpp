@@ -73,8 +73,12 @@ struct StateBytesPerParam {
   double host = 0;
   bool grads_through_forward = false;  // accumulated across micro-batches or a contiguous buffer
   double optimizer_step = 0;           // temporaries while the optimizer runs
+  double grad_of_one_param = 0;        // optimizer in backward: bytes per element of a gradient
 };
 StateBytesPerParam state_bytes_per_param(const Plan& p, const Job& j);
+// Optimizer in backward: the gradient of the stage's largest parameter (embedding, head or an MLP
+// matrix), the one alive while the optimizer steps it. 0 otherwise.
+double largest_param_grad_bytes(const ModelSpec& m, const Plan& p, const Job& j, int stage, int n_layers);
 
 // How FSDP holds what is not in a block: FSDP1's root unit and Composer's FSDP2 root keep the
 // embeddings, final norm and head gathered from their forward until their backward is done

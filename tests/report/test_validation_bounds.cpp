@@ -8,6 +8,10 @@
 // TP x FSDP2 run). Runs the memory model says could not have run: 6 of 184 dev rows (NeMo rows
 // whose recompute setting is unknown), 0 of 47 memory rows; before llm-foundry's loss was priced
 // as the fused kernel it runs, 68 of its 139 runs were "out of memory" though they ran.
+// memory.csv (2026-12-02, issue 16: one memory model shared with the timeline, FSDP root unit,
+// activation offload, chunked cross-entropy and optimizer-in-backward from the row's columns):
+// per-run MAPE 10.0 % (torchtune-readme 8.6 %, two of its rows still +20 %: foreach AdamW's
+// temporaries where torchtune configures fused AdamW, and the 70B CPU-offload run).
 // dev-vtrain.csv (2026-12-02, host thread in the simulation): tokens/s MAPE 9.8 % over 720 rows,
 // bias -0.65 %, p90 19.6 % (before the host model: 25.7 %, +22 %, p90 67 %).
 #include <doctest/doctest.h>
@@ -34,7 +38,7 @@ const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
     {"megatron-lm-h100", 11.0}, {"nemo-24.07", 7.5},      {"bloom-176b", 51.0},
 };
-constexpr double kMemoryMapeBoundPct = 13.5;
+constexpr double kMemoryMapeBoundPct = 11.0;
 // Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
 constexpr double kVtrainTokensMapeBoundPct = 10.0;
 constexpr double kVtrainBiasBoundPct = 3.0;
