@@ -301,7 +301,7 @@ TEST_CASE("Pipeline micro-batches in flight: 1F1B, interleaved (Korthikanti eq. 
   CHECK(microbatches_in_flight(p, 3, 64) == 64);
 }
 
-TEST_CASE("Activation offload moves saved tensors to the host and keeps two blocks on the GPU") {
+TEST_CASE("Activation offload moves saved tensors to the host and keeps at most two blocks on the GPU") {
   const auto m = llama3_8b();
   const auto c = test_cluster(1e15);
   Plan p;
@@ -313,7 +313,11 @@ TEST_CASE("Activation offload moves saved tensors to the host and keeps two bloc
   const auto moved = estimate_memory(m, off, j, c).stages.at(0);
   const double block = block_activations(m, p, {8192, 1}).total();
   CHECK(moved.host_bytes == doctest::Approx(32 * block).epsilon(1e-9));
-  CHECK(base.breakdown.activations - moved.breakdown.activations == doctest::Approx(30 * block).epsilon(1e-9));
+  // The peak is the loss's backward: on its own stream the offload may still be copying the last
+  // block out (one block on the GPU); the copies back start after it, two blocks during a block's
+  // backward.
+  REQUIRE(moved.peak_moment == "loss backward");
+  CHECK(base.breakdown.activations - moved.breakdown.activations == doctest::Approx(31 * block).epsilon(1e-9));
 }
 
 TEST_CASE("Breakdown adds up to the peak, and fit compares with capacity") {
