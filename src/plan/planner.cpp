@@ -551,6 +551,11 @@ void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims, std::
     try {
       sims[i].result = simulate_steady_state(rq.model, sims[i].plan, sims[i].job, rq.cluster);
       sims[i].simulated = true;
+      // A ranked row reports the timeline's peak, the figure `simulate` prints for the plan (the
+      // closed form it was pruned with is the same terms' upper bound).
+      double timeline_peak = 0;
+      for (const auto& st : sims[i].result.stages) timeline_peak = std::max(timeline_peak, st.peak_bytes);
+      if (timeline_peak > 0) sims[i].peak_bytes = timeline_peak;
     } catch (const std::exception& e) {
       sims[i].simulated = false;
       errors[i] = std::string("the simulator rejected it: ") + e.what();

@@ -84,7 +84,8 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
       out += fmt::format("  {:<17} {:>12}  {:>5.1f}%  {}\n", t.key, format_gib(v),
                          s.peak_bytes > 0 ? 100.0 * v / s.peak_bytes : 0.0, t.meaning);
     }
-    out += fmt::format("  {:<17} {:>12}  at {}\n", "peak", format_gib(s.peak_bytes), s.peak_phase);
+    out += fmt::format("  {:<17} {:>12}  at {}{}\n", "peak", format_gib(s.peak_bytes), s.peak_phase,
+                       s.peak_moment.empty() || s.peak_moment == s.peak_phase ? "" : fmt::format(" ({})", s.peak_moment));
     out += fmt::format("  {:<17} {:>12}  (torch max_memory_allocated)\n", "allocated", format_gib(s.allocated_peak_bytes));
     out += fmt::format("  {:<17} {:>12}  (torch max_memory_reserved)\n", "reserved", format_gib(s.reserved_peak_bytes));
     if (s.host_bytes > 0) out += fmt::format("  {:<17} {:>12}  pinned host memory per rank\n", "host", format_gib(s.host_bytes));
@@ -139,6 +140,7 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
     st["peak_bytes"] = sum;
     st["breakdown"] = br;
     st["peak_phase"] = s.peak_phase;
+    st["peak_moment"] = s.peak_moment;
     st["allocated_peak_bytes"] = whole_bytes(s.allocated_peak_bytes);
     st["reserved_peak_bytes"] = whole_bytes(s.reserved_peak_bytes);
     st["host_bytes"] = whole_bytes(s.host_bytes);

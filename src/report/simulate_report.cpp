@@ -73,6 +73,7 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
     st["stage"] = s.stage;
     st["peak_bytes"] = static_cast<std::int64_t>(std::llround(s.peak_bytes));
     st["allocated_peak_bytes"] = static_cast<std::int64_t>(std::llround(s.allocated_peak_bytes));
+    st["host_bytes"] = static_cast<std::int64_t>(std::llround(s.host_bytes));
     st["peak_time_s"] = s.peak_time_seconds;
     st["compute_busy_s"] = s.compute_busy_seconds;
     const MemoryBreakdown& b = s.breakdown;

@@ -121,9 +121,9 @@ std::vector<std::string> mechanisms(const Variant& x, const Variant& y) {
   if (p.act_offload != q.act_offload) {
     const Variant& on = q.act_offload ? y : x;
     const double st = on.result.breakdown_s.count("offload_stall") ? on.result.breakdown_s.at("offload_stall") : 0.0;
-    out.push_back(fmt::format("offload moves saved activations to pinned host memory (activations on the GPU {} → {}) "
-                              "at {:.2f} s of copy stalls per step",
-                              gib(a.activations), gib(b.activations), st));
+    out.push_back(fmt::format("offload moves saved activations to pinned host memory (activations on the GPU {} → {}, "
+                              "host memory {} → {} per rank) at {:.2f} s of copy stalls per step",
+                              gib(a.activations), gib(b.activations), gib(x.host_bytes), gib(y.host_bytes), st));
   }
   if (p.sharding != q.sharding && (p.sharding == Sharding::zero2 || q.sharding == Sharding::zero2) &&
       (p.sharding == Sharding::zero3 || q.sharding == Sharding::zero3))
@@ -200,6 +200,7 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     v.cluster_name = c.name;
     v.gpu_memory_bytes = c.gpu.device_memory_bytes();
     v.result = simulate_step(v.run.model, v.run.plan, v.run.job, c).result;
+    for (const auto& s : v.result.stages) v.host_bytes = std::max(v.host_bytes, s.host_bytes);
     for (const auto& s : v.result.stages)
       if (s.peak_bytes > v.peak_bytes) {
         v.peak_bytes = s.peak_bytes;
@@ -467,6 +468,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> table_rows(const W
   row("  gathered+reduce", [](const Variant& v) {
     return format_gib(v.peak_breakdown.unsharded_params + v.peak_breakdown.reduce_buffers + v.peak_breakdown.recompute);
   });
+  row("host memory", [](const Variant& v) { return format_gib(v.host_bytes); });
   row("fits", [](const Variant& v) { return std::string(v.fits ? "yes" : "NO"); });
   for (const auto& k : kinds)
     row(fmt::format("{} / step", k), [k](const Variant& v) {
@@ -573,6 +575,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
     x["mfu"] = s.mfu;
     x["peak_bytes"] = static_cast<std::int64_t>(std::llround(v.peak_bytes));
     x["gpu_memory_bytes"] = static_cast<std::int64_t>(std::llround(v.gpu_memory_bytes));
+    x["host_bytes"] = static_cast<std::int64_t>(std::llround(v.host_bytes));
     x["fits"] = v.fits;
     x["comm_bytes_per_step"] = nlohmann::json::object();
     for (const auto& [k, b] : s.comm_bytes) x["comm_bytes_per_step"][k] = static_cast<std::int64_t>(std::llround(b));

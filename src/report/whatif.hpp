@@ -47,6 +47,7 @@ struct Variant {
   double peak_bytes = 0;       // simulated device peak, worst stage
   MemoryBreakdown peak_breakdown;  // of that stage at its peak
   double peak_time_s = 0;          // when in the step that peak happens
+  double host_bytes = 0;           // pinned host memory per rank at its peak, worst stage (offload)
   bool fits = false;
   bool ok() const { return error.empty(); }
 };

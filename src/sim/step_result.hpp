@@ -12,6 +12,7 @@ namespace meshplan {
 struct StageTimeline {
   int stage = 0;
   double peak_bytes = 0;              // device peak: allocated + NCCL buffers + context + reserve
+  double host_bytes = 0;              // pinned host memory at its peak (param and activation offload)
   double allocated_peak_bytes = 0;
   double peak_time_seconds = 0;       // when the peak happens
   MemoryBreakdown breakdown;          // at the moment of the peak

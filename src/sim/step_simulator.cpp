@@ -529,14 +529,22 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     if (brief[i].stage == r.critical_stage) r.host_busy_s += host_tasks.seconds[i];
   r.host_bound = r.step_time_s > 0 && r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
 
-  // Memory along the timeline: static state from the closed form, transients from the events.
+  // Memory along the timeline: the state every moment holds from the memory model, the
+  // transients from the events the lowering attached to the ops (the same terms).
   const MemoryEstimate est = estimate_memory(m, p, j, c);
-  // One pass over the memory events, tracking every stage's live bytes and its peak.
+  // One pass over the memory events, tracking every stage's live bytes and its peak; host memory
+  // (activation offload) is tracked beside the device's and has its own peak.
+  const auto host_term = static_cast<std::size_t>(MemoryTerm::host);
   std::vector<std::array<double, kMemoryTerms>> live(n_st), at_best(n_st);
-  std::vector<double> transient(n_st, 0), best(n_st, 0), best_t(n_st, 0);
+  std::vector<double> transient(n_st, 0), best(n_st, 0), best_t(n_st, 0), host_best(n_st, 0);
   for (const auto& ev : run.memory) {
     const auto o = static_cast<std::size_t>(ev.owner);
-    live[o][static_cast<std::size_t>(ev.tag)] += ev.delta_bytes;
+    const auto tag = static_cast<std::size_t>(ev.tag);
+    live[o][tag] += ev.delta_bytes;
+    if (tag == host_term) {
+      host_best[o] = std::max(host_best[o], live[o][tag]);
+      continue;
+    }
     transient[o] += ev.delta_bytes;
     if (transient[o] > best[o]) {
       best[o] = transient[o];
@@ -551,18 +559,19 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   for (int s = 0; s < prog.n_stages; ++s) {
     StageTimeline tl;
     tl.stage = s;
-    const MemoryBreakdown& eb = est.stages[static_cast<std::size_t>(s)].breakdown;
+    const StageMemory& sm = est.stages[static_cast<std::size_t>(s)];
+    const MemoryBreakdown& held = sm.persistent;
     const double best_time = best_t[static_cast<std::size_t>(s)];
-    MemoryBreakdown b;
-    b.params = eb.params;
-    b.optimizer = eb.optimizer;
-    b.grads = eb.grads;
     auto term = [&](MemoryTerm t) { return at_best[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)]; };
+    MemoryBreakdown b;
+    b.params = held.params;
+    b.optimizer = held.optimizer + term(MemoryTerm::optimizer);
+    b.grads = held.grads + term(MemoryTerm::grads);
     b.unsharded_params = term(MemoryTerm::unsharded_params);
-    b.reduce_buffers = term(MemoryTerm::reduce_buffers);
+    b.reduce_buffers = held.reduce_buffers + term(MemoryTerm::reduce_buffers);
     b.activations = term(MemoryTerm::activations);
     b.recompute = term(MemoryTerm::recompute);
-    b.comm_buffers = eb.comm_buffers;
+    b.comm_buffers = held.comm_buffers;
     const double allocated = b.params + b.grads + b.optimizer + b.unsharded_params + b.reduce_buffers +
                              b.activations + b.recompute;
     b.framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
@@ -570,6 +579,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     tl.allocated_peak_bytes = allocated;
     tl.peak_bytes = b.total();
     tl.peak_time_seconds = best_time;
+    // Pinned host memory: what param offload keeps there plus the activations offloaded at once.
+    tl.host_bytes = sm.host_state_bytes + host_best[static_cast<std::size_t>(s)];
     tl.compute_busy_seconds = busy[static_cast<std::size_t>(s)];
     r.stages.push_back(tl);
   }

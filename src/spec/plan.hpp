@@ -142,6 +142,13 @@ struct Plan {
   // default `loss_fn: fused_crossentropy`): saves the logits and a per-row log-sum-exp, writes one
   // gradient in their dtype. Otherwise torch's log_softmax + nll_loss over fp32 logits.
   bool fused_cross_entropy = false;
+  // torchtune's CEWithChunkedOutputLoss: the output projection, the fp32 upcast and the loss run
+  // over `loss_chunks` chunks of the sequence (plan key loss_kernel = "chunked").
+  bool chunked_cross_entropy = false;
+  int loss_chunks = 8;
+  // The optimizer steps each parameter in its post-accumulate-grad hook, inside backward
+  // (torchtune optimizer_in_bwd): the whole model's gradients never exist at once.
+  bool optimizer_in_backward = false;
   // Megatron-DeepSpeed: the Megatron model driven by DeepSpeed's pipeline engine and BF16_Optimizer
   // (blocking pipeline sends, fp32 gradient accumulation after every micro-batch, an fp32
   // all-reduce of gradients after the flush, pipe buffers kept per micro-batch). Megatron only.

@@ -48,7 +48,8 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
-                                              "deepspeed", "cuda_graphs", "attention_kernel"};
+                                              "deepspeed", "cuda_graphs", "attention_kernel", "loss_kernel", "loss_chunks",
+                                              "optimizer_in_backward"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -353,8 +354,26 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   }
   plan.attention_kernel = get_enum(rt, "attention_kernel", AttentionKernel::framework, parse_attention_kernel,
                                    "framework, fa2, fa3, fa4, cudnn");
+  // flash_attention_version = 3 names FlashAttention-3's kernel unless attention_kernel says otherwise.
+  if (plan.flash_attention_version == 3 && plan.attention_kernel == AttentionKernel::framework)
+    plan.attention_kernel = AttentionKernel::fa3;
   plan.dropout = rt.get_bool("dropout").value_or(false);
   plan.fused_cross_entropy = rt.get_bool("fused_cross_entropy").value_or(false);
+  if (const auto lk = rt.get_string("loss_kernel")) {
+    if (*lk == "torch") plan.fused_cross_entropy = false;
+    else if (*lk == "fused") plan.fused_cross_entropy = true;
+    else if (*lk == "chunked") plan.chunked_cross_entropy = true;
+    else rt.fail("loss_kernel", fmt::format("unknown value '{}' (torch, chunked, fused)", *lk));
+    if (*lk != "fused" && rt.get_bool("fused_cross_entropy").value_or(false))
+      rt.fail("fused_cross_entropy", fmt::format("contradicts loss_kernel = \"{}\"", *lk));
+  }
+  if (const auto n = rt.get_int("loss_chunks")) {
+    if (*n < 1 || *n > 1024) rt.fail("loss_chunks", fmt::format("must be 1 to 1024, got {}", *n));
+    plan.loss_chunks = static_cast<int>(*n);
+  }
+  plan.optimizer_in_backward = rt.get_bool("optimizer_in_backward").value_or(false);
+  if (plan.optimizer_in_backward && rc.job.grad_accum > 1)
+    rt.fail("optimizer_in_backward", "steps the optimizer inside every backward: needs grad_accum = 1");
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
   if (plan.deepspeed_engine && plan.runtime != Runtime::megatron)
     rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
@@ -491,6 +510,11 @@ std::string to_plan_toml(const RunConfig& rc) {
     line(fmt::format("attention_kernel = \"{}\"", to_string(p.attention_kernel)));
   line(fmt::format("dropout = {}", b(p.dropout)));
   if (p.fused_cross_entropy) line("fused_cross_entropy = true");
+  if (p.chunked_cross_entropy) {
+    line("loss_kernel = \"chunked\"");
+    if (p.loss_chunks != 8) line(fmt::format("loss_chunks = {}", p.loss_chunks));
+  }
+  if (p.optimizer_in_backward) line("optimizer_in_backward = true");
   if (p.deepspeed_engine) line("deepspeed = true");
   return o;
 }

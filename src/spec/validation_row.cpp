@@ -503,6 +503,17 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     rc.n_gpus = n_gpus;
 
     rc.model = map_model(r, fw, mesh.tp, notes);
+    // Megatron runs a layer count that pp x vpp does not divide only with the embedding and the loss
+    // counted as layers (--account-for-embedding-in-pipeline-split / -loss-: Megatron-Core's
+    // transformer_layer_count checks); a published run of that shape used them.
+    const std::int64_t chunks = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
+    if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0 &&
+        (rc.model.n_layers + 2) % chunks == 0) {
+      p.pipeline_split.embedding_as_layer = p.pipeline_split.loss_as_layer = true;
+      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: embedding and loss counted as layers (Megatron's "
+                                  "--account-for-embedding/loss-in-pipeline-split, the only split that runs it)",
+                                  rc.model.n_layers, mesh.pp, mesh.vpp));
+    }
     if (mesh.ep > 1 && !rc.model.moe.enabled())
       throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};
     if (mesh.ep > 1 && is_megatron_family(fw)) {
@@ -696,6 +707,14 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       p.fused_cross_entropy = true;
       notes.push_back("loss not recorded: llm-foundry MPT's default fused_crossentropy assumed");
     }
+    // The loss kernel and the optimizer-in-backward setting, where the row states them
+    // (memory.csv's loss_kernel / optimizer_in_backward columns; empty: the framework default).
+    const std::string loss_kernel = r.vocab("loss_kernel", {"torch", "chunked", "fused"});
+    if (!loss_kernel.empty()) {
+      p.fused_cross_entropy = loss_kernel == "fused";
+      p.chunked_cross_entropy = loss_kernel == "chunked";
+    }
+    if (auto ob = r.opt_flag("optimizer_in_backward")) p.optimizer_in_backward = *ob;
     // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
     // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
     p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&

@@ -267,6 +267,8 @@ double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const double head_input = d.e * sb * d.h;
   const double logits = sb * static_cast<double>(m.vocab) / vocab_split(p);
   // Fused: the low-precision logits and an fp32 log-sum-exp per row; torch: the fp32 log-probs.
+  // Chunked (torchtune CEWithChunkedOutputLoss): each chunk's log_softmax saves its fp32 output,
+  // so all chunks' log-probs are kept as with torch; what chunking saves is transient.
   const double kept = p.fused_cross_entropy ? d.e * logits + 4 * sb : 4 * logits;
   return final_norm_input + head_input + kept;
 }
@@ -278,6 +280,10 @@ double loss_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatch
   // materialises a dense fp32 gradient over the vocab, and log_softmax backward a second one,
   // before the cast back to the head's dtype.
   if (p.fused_cross_entropy) return bytes_per_element(p.compute_dtype) * logits;
+  // Chunked: the two fp32 gradients and the cast back exist for one chunk at a time (each chunk
+  // has its own output projection, whose backward consumes the chunk's gradient).
+  if (p.chunked_cross_entropy)
+    return (2 * 4 + bytes_per_element(p.compute_dtype)) * logits / std::max(1, p.loss_chunks);
   return 2 * 4 * logits;
 }
 
@@ -287,8 +293,12 @@ double loss_forward_peak_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
   // head's low-precision output was freed by the cast. The fused kernel reads the saved logits.
   if (p.fused_cross_entropy) return loss_saved_bytes(m, p, mb);
   const double sb = static_cast<double>(mb.seq_len) * static_cast<double>(mb.micro_batch);
-  const double upcast_logits = 4 * sb * static_cast<double>(m.vocab) / vocab_split(p);
-  return loss_saved_bytes(m, p, mb) + upcast_logits;
+  const double logits = sb * static_cast<double>(m.vocab) / vocab_split(p);
+  // Chunked: the low-precision logits of every chunk (the model returns them as a list) and one
+  // chunk's fp32 upcast.
+  if (p.chunked_cross_entropy)
+    return loss_saved_bytes(m, p, mb) + bytes_per_element(p.compute_dtype) * logits + 4 * logits / std::max(1, p.loss_chunks);
+  return loss_saved_bytes(m, p, mb) + 4 * logits;
 }
 
 double block_backward_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {

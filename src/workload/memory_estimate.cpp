@@ -45,10 +45,9 @@ struct MemoryContext {
   const ClusterSpec& c;
   RuntimeTraits traits;
   MicroBatchShape mb;
-  double n_state = 1, state_b = 4, gather_b = 2, reduce_b = 4;
+  double gather_b = 2;
   bool fsdp = false;
   bool grads_during_forward = false;
-  bool foreach_optimizer = false;
   bool autocast_cache = false;
   int pp = 1, v = 1;
 };
@@ -56,20 +55,11 @@ struct MemoryContext {
 MemoryContext memory_context(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
   MemoryContext x{m, p, j, c, runtime_traits(p), {j.seq_len / std::max(1, p.mesh.cp), j.micro_batch}};
   x.pp = std::max(1, p.mesh.pp);
-  x.n_state = state_shard_group(p);
-  x.state_b = bytes_per_element(p.state_dtype);
   // Parameters are all-gathered in param_dtype, except the block linears under float8 all-gather
   // (unit_gathered below): norms, embeddings and the head are never converted to float8.
   x.gather_b = bytes_per_element(p.param_dtype);
-  x.reduce_b = bytes_per_element(p.reduce_dtype);
   x.fsdp = fsdp_units(p, x.traits);
-  // Grads live through forward only when they accumulate across micro-batches (zero_grad sets
-  // them to None after each step) or when the runtime keeps a contiguous grad buffer.
-  x.grads_during_forward = j.grad_accum > 1 || x.traits.contiguous_grad_buffer;
-  // torch's foreach AdamW allocates one temporary per local param in the state dtype
-  // (_foreach_sqrt(exp_avg_sq)); fused AdamW (torchtitan's default), Megatron's fused Adam and
-  // bitsandbytes' 8-bit kernels do not.
-  x.foreach_optimizer = x.traits.foreach_adamw && p.optimizer == Optimizer::adamw;
+  x.grads_during_forward = state_bytes_per_param(p, j).grads_through_forward;
   x.autocast_cache = autocast_fp32_weights(p);
   x.v = p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
   return x;
@@ -92,72 +82,68 @@ std::vector<std::vector<int>> layers_of_stages(const MemoryContext& x, std::vect
 
 // Params, grads and optimizer state every rank stores for the whole step.
 MemoryBreakdown persistent_state(const MemoryContext& x, double P, StageMemory& sm) {
-  const Plan& p = x.p;
+  const StateBytesPerParam per = state_bytes_per_param(x.p, x.j);
   MemoryBreakdown state;
-  const bool replicated_params = p.sharding == Sharding::none || p.sharding == Sharding::zero1;
-  if (x.traits.contiguous_grad_buffer && replicated_params) {
-    // Megatron: bf16 model params and the fp32 main-grad buffer are full size on every
-    // rank; the distributed optimizer shards the fp32 master and the moments
-    // (docs/user-guide/features/dist_optimizer.md: 6 + 12/d bytes per param).
-    state.params = bytes_per_element(p.param_dtype) * P;
-    state.grads = x.reduce_b * P;
-    state.optimizer = (4.0 + optimizer_state_bytes_per_param(p)) * P / x.n_state;
-  } else if (!x.fsdp && replicated_params && bytes_per_element(p.param_dtype) < x.state_b) {
-    // DeepSpeed / apex-style mixed precision without FSDP: a low-precision model copy and its
-    // gradients on every rank, the fp32 master weights kept by the (ZeRO-1: sharded) optimizer.
-    state.params = bytes_per_element(p.param_dtype) * P;
-    state.grads = x.reduce_b * P;
-    state.optimizer = (x.state_b + optimizer_state_bytes_per_param(p)) * P / x.n_state;
-  } else {
-    state.params = x.state_b * P / (replicated_params ? 1 : x.n_state);
-    state.grads = x.state_b * P / (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3 ? x.n_state : 1);
-    state.optimizer = optimizer_state_bytes_per_param(p) * P / x.n_state;
-  }
-  if (p.param_offload) {
-    sm.host_bytes += state.params + state.grads + state.optimizer;
-    state.params = state.grads = state.optimizer = 0;
-  }
+  state.params = per.device.params * P;
+  state.grads = per.device.grads * P;
+  state.optimizer = per.device.optimizer * P;
+  state.reduce_buffers = per.device.reduce_buffers * P;
+  sm.host_bytes += per.host * P;
+  sm.host_state_bytes = per.host * P;
+  sm.grads_bytes = state.grads;
+  sm.optimizer_step_bytes = per.optimizer_step * P;
   return state;
 }
 
-// Gathered FSDP units and the gradient reduction's buffers at the forward -> backward boundary.
-void add_sharding_buffers(const MemoryContext& x, const StageParams& sp, int n_layers, double P, MemoryBreakdown& fb) {
+// The gathered FSDP units and the reductions' buffers at the loss's backward (`at_loss`) and at the
+// first block's backward, as the lowering allocates them (fsdp_lowering.cpp).
+struct ShardingBuffers {
+  double unsharded_at_loss = 0, reduce_at_loss = 0;
+  double unsharded_at_block = 0, reduce_at_block = 0;
+};
+
+ShardingBuffers sharding_buffers(const MemoryContext& x, const StageParams& sp, int n_layers, bool last) {
+  ShardingBuffers b;
+  if (!x.fsdp) return b;
   const Plan& p = x.p;
-  const double unit = sp.per_block;
-  const double unit_gathered =
-      p.fp8_all_gather ? 1.0 * (unit - sp.per_block_norms) + x.gather_b * sp.per_block_norms : x.gather_b * unit;
-  if (x.fsdp) {
-    if (!p.reshard_after_forward) {
-      // SHARD_GRAD_OP / reshard_after_forward=False: every unit stays gathered until backward.
-      fb.unsharded_params = unit_gathered * n_layers + x.gather_b * sp.root;
-    } else if (x.traits.fsdp_copy_out) {
-      // Current and prefetched groups, plus one flat all-gather output awaiting copy-out.
-      fb.unsharded_params = 3 * unit_gathered;
-      if (x.traits.keeps_head_group_gathered) fb.unsharded_params += x.gather_b * sp.head_group;
-    } else {
-      // FSDP1: BACKWARD_PRE holds the current and the next unit; POST and none only one
-      // (limit_all_gathers caps it at two in either case).
-      // (Megatron-FSDP prefetches the next bucket whatever the setting: fsdp_always_prefetches_backward.)
-      const double units =
-          p.backward_prefetch == BackwardPrefetch::backward_pre || x.traits.fsdp_always_prefetches_backward ? 2 : 1;
-      fb.unsharded_params = units * unit_gathered;
-      if (p.root_unsharded) fb.unsharded_params += x.gather_b * sp.root;
-    }
-    // Backward of the current unit: its unsharded grad in the compute dtype, plus the
-    // reduce-scatter input in reduce dtype (FSDP1 reduces in place when dtypes match;
-    // FSDP2 always copies into a reduce buffer), plus the reduce-scatter output shard.
-    const bool needs_copy = x.traits.fsdp_reduce_copies_grads || p.reduce_dtype != p.param_dtype;
-    fb.reduce_buffers = bytes_per_element(p.param_dtype) * unit + (needs_copy ? x.reduce_b * unit : 0) +
-                        x.reduce_b * unit / x.n_state;
-  } else if (!x.traits.contiguous_grad_buffer && p.sharding == Sharding::none && p.mesh.dp() > 1) {
-    // torch DDP copies gradients into its own buckets (gradient_as_bucket_view=False).
-    fb.reduce_buffers = x.reduce_b * P;
+  const RootGathering rg = root_gathering(p);
+  const double unit = fsdp_unit_gathered_bytes(x.m, p);
+  const double head = sp.head_group, root = sp.root;
+  if (!p.reshard_after_forward) {
+    // SHARD_GRAD_OP / reshard_after_forward=False: every unit stays gathered until its backward.
+    b.unsharded_at_loss = b.unsharded_at_block = unit * n_layers + x.gather_b * root;
+  } else {
+    // The group holding the head is gathered during the loss's backward: the root unit, or
+    // torchtitan's [norm, output] (kept from its forward, or gathered again); the last block too
+    // when it was not resharded. The block gathers of backward start once the loss's backward has
+    // produced the gradient of the last block's output.
+    b.unsharded_at_loss = x.gather_b * (rg.one_root ? root : head) + (rg.last_block_kept ? unit : 0.0);
+    // First block backward: the current unit and the prefetched one (FSDP2: plus the flat
+    // all-gather output awaiting copy-out; FSDP1 with BACKWARD_POST or none: the current only;
+    // Megatron-FSDP prefetches the next bucket whatever the setting).
+    const double units = x.traits.fsdp_copy_out ? 3
+                         : p.backward_prefetch == BackwardPrefetch::backward_pre || x.traits.fsdp_always_prefetches_backward
+                             ? 2
+                             : 1;
+    b.unsharded_at_block = units * unit + (rg.one_root ? x.gather_b * root : 0.0);
   }
+  // The head's group gets its gradient in the loss's backward; the root unit's buffer lives until
+  // the embedding's backward; torchtitan's [norm, output] buffer until its reduce-scatter is done,
+  // which may still run during the first block's backward (counted: an upper bound).
+  const double head_group_buffer = fsdp_reduce_buffer_bytes(p, rg.one_root ? root : head);
+  if (last) b.reduce_at_loss = head_group_buffer;
+  b.reduce_at_block = fsdp_reduce_buffer_bytes(p, sp.per_block) + (last ? head_group_buffer : 0.0);
+  return b;
 }
 
 // Activations kept for backward, for every micro-batch in flight on this stage, and the stage
-// outputs a pipeline keeps. Sets the stage's micro-batches in flight and its offloaded bytes.
-double saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, StageMemory& sm) {
+// outputs a pipeline keeps, at the first block's backward (`at_block`) and at the loss's backward
+// (`at_loss`). Sets the stage's micro-batches in flight and its offloaded bytes.
+struct SavedActivations {
+  double at_block = 0, at_loss = 0;
+};
+
+SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, StageMemory& sm) {
   const Plan& p = x.p;
   double per_microbatch = 0, largest_block = 0;
   for (int layer : layers) {
@@ -166,21 +152,31 @@ double saved_activations(const MemoryContext& x, int stage, const std::vector<in
     largest_block = std::max(largest_block, b);
   }
   sm.microbatches_in_flight = microbatches_in_flight(p, stage, x.j.grad_accum);
-  double saved = per_microbatch * sm.microbatches_in_flight;
+  const double saved = per_microbatch * sm.microbatches_in_flight;
+  SavedActivations out{saved, saved};
   if (p.act_offload) {
-    // save_on_cpu: every saved tensor goes to pinned host memory; the device keeps the block
-    // being copied out in forward and the one being brought back in backward.
+    // Every saved tensor of the blocks goes to pinned host memory as it is saved and comes back
+    // before its backward (the lowering's offload copies). On its own stream with one layer of
+    // look-ahead (torchtune, torchtitan, Megatron) two layers are on the device during a block's
+    // backward (the one in use and the one coming back) and at most one at the loss (the last
+    // layer's copy-out may still run; the copies back start once the loss's backward is done).
+    // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
+    // during a block's backward.
+    const bool stream = p.runtime != Runtime::composer_fsdp1 && p.runtime != Runtime::composer_fsdp2;
     sm.host_bytes += saved;
-    saved = std::min(saved, 2 * largest_block);
+    out.at_block = std::min(saved, (stream ? 2 : 1) * largest_block);
+    out.at_loss = std::min(saved, (stream ? 1 : 0) * largest_block);
   }
   // A pipeline chunk that sends to a next one keeps the output of each micro-batch in flight
   // (not Megatron). microbatches_in_flight counts in whole-stage units (chunk-micro-batches / v):
   // all v chunks of a stage send, except the model's last chunk on the last stage.
   if (x.pp > 1) {
     const double sending = stage == x.pp - 1 ? (x.v - 1.0) / x.v : 1.0;
-    saved += pipeline_boundary_bytes(x.m, p, x.mb, sm.microbatches_in_flight * x.v * sending);
+    const double boundary = pipeline_boundary_bytes(x.m, p, x.mb, sm.microbatches_in_flight * x.v * sending);
+    out.at_block += boundary;
+    out.at_loss += boundary;
   }
-  return saved;
+  return out;
 }
 
 // Adds the fixed costs to each phase and records the phase whose total is largest as the peak.
@@ -194,6 +190,10 @@ void settle_peak(const MemoryContext& x, MemoryBreakdown fb, MemoryBreakdown fwd
     b->framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
   }
   const bool fwd_end_wins = x.autocast_cache && fwd_end.total() > fb.total();
+  for (MemoryBreakdown* b : {&sm.persistent}) {
+    b->comm_buffers = comm;
+    b->framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * (b->total() - comm);
+  }
   const MemoryBreakdown& fwd_bwd = fwd_end_wins ? fwd_end : fb;
   const bool fb_wins = fwd_bwd.total() >= opt.total();
   sm.breakdown = fb_wins ? fwd_bwd : opt;
@@ -223,46 +223,170 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   sm.params_per_rank = sp.total();
   const double P = sp.total();
   const MemoryBreakdown state = persistent_state(x, P, sm);
-
-  // --- transient: forward -> backward boundary ---------------------------------------
-  MemoryBreakdown fb = state;
-  if (!x.grads_during_forward) fb.grads = 0;
-  add_sharding_buffers(x, sp, sm.n_layers, P, fb);
-  const double saved = saved_activations(x, stage, layers, sm);
+  MemoryBreakdown held = state;  // what every moment holds
+  if (!x.grads_during_forward) held.grads = 0;
+  sm.persistent = held;
   const bool last = stage == x.pp - 1;
-  fb.activations = saved;
-  // The backward working set: on the last stage the loss gradient (the vocab-wide fp32 tensors
-  // dwarf one block's gradients), elsewhere the first block's own gradients.
-  const double block_bwd = block_backward_working_bytes(m, p, x.mb);
-  if (last) fb.activations += loss_saved_bytes(m, p, x.mb) + std::max(loss_backward_working_bytes(m, p, x.mb), block_bwd);
-  else fb.activations += block_bwd;
-  fb.recompute = recompute_working_bytes(m, p, x.mb);
+  const ShardingBuffers sb = sharding_buffers(x, sp, sm.n_layers, last);
+  const SavedActivations saved = saved_activations(x, stage, layers, sm);
+
+  // --- the first block's backward: every saved activation, the block's gradients, the recompute
+  // working set, the gathered units and the current unit's reduction.
+  MemoryBreakdown block = held;
+  block.unsharded_params = sb.unsharded_at_block;
+  block.reduce_buffers += sb.reduce_at_block;
+  block.activations = saved.at_block + block_backward_working_bytes(m, p, x.mb);
+  block.recompute = recompute_working_bytes(m, p, x.mb);
   // Megatron --recompute-modules: one block's dropped tensors exist again during its backward.
-  if (p.ac != AcMode::full) fb.recompute += recompute_modules_freed_bytes(m, p, x.mb);
+  if (p.ac != AcMode::full) block.recompute += recompute_modules_freed_bytes(m, p, x.mb);
+  // --- the loss's backward (last stage): the vocab-wide fp32 tensors beside all saved activations.
+  MemoryBreakdown loss = held;
+  loss.unsharded_params = sb.unsharded_at_loss;
+  loss.reduce_buffers += sb.reduce_at_loss;
+  loss.activations = saved.at_loss + loss_saved_bytes(m, p, x.mb) + loss_backward_working_bytes(m, p, x.mb);
+  // Interleaved pipelines whose loss is a chunk of its own: the next chunk's first recompute (its
+  // TP all-gather, on its own stream) may start while the loss's backward runs (an upper bound).
+  if (p.mesh.vpp > 1 && p.pipeline_split.loss_as_layer) loss.recompute = recompute_working_bytes(m, p, x.mb);
+  // --- the last block's backward, when the gradients do not live through forward: those of every
+  // other block and of the head exist; one block's activations are left.
+  MemoryBreakdown tail = held;
+  if (!x.grads_during_forward && P > 0 && !layers.empty()) {
+    const RootGathering rg = root_gathering(p);
+    const double embedding_group = stage == 0 ? (rg.one_root ? sp.root : sp.root - sp.head_group) : 0.0;
+    // FSDP2 holds the previous unit's reduce-scatter input until this unit's post-backward: two
+    // units' buffers. Whether that reduce-scatter has written its sharded gradient yet depends on
+    // timing: counted as written (an upper bound).
+    const double in_flight = x.fsdp && x.traits.fsdp_one_reduce_scatter_in_flight && layers.size() > 1 ? 2.0 : 1.0;
+    tail.grads = sm.grads_bytes * std::max(0.0, P - sp.per_block - embedding_group) / P;
+    const double first_block = saved_block_bytes(m, p, x.mb, layers.front());
+    tail.activations = std::min(saved.at_block, first_block) + block_backward_working_bytes(m, p, x.mb);
+    tail.recompute = block.recompute;
+    tail.unsharded_params = block.unsharded_params;
+    if (x.fsdp)
+      tail.reduce_buffers += in_flight * fsdp_reduce_buffer_bytes(p, sp.per_block) +
+                             (rg.one_root && last ? fsdp_reduce_buffer_bytes(p, sp.root) : 0.0);
+  }
+  const MemoryBreakdown* fb_ptr = last && loss.total() > block.total() ? &loss : &block;
+  if (tail.total() > fb_ptr->total()) fb_ptr = &tail;
+  const MemoryBreakdown& fb = *fb_ptr;
 
   // --- transient: end of forward, under autocast with fp32 weights ----------------------
   // autocast keeps the low-precision cast of every weight it multiplied until its region
   // exits at the end of forward; backward (recompute, reduce buffers, loss gradient) has not
   // started yet. The cached copies are counted with the unsharded params.
-  MemoryBreakdown fwd_end = fb;
+  MemoryBreakdown fwd_end = held;
   if (x.autocast_cache) {
-    fwd_end.unsharded_params += bytes_per_element(p.compute_dtype) * (sp.blocks + sp.head_group);
-    fwd_end.recompute = 0;
-    fwd_end.reduce_buffers = 0;
+    fwd_end.unsharded_params = sb.unsharded_at_loss + bytes_per_element(p.compute_dtype) * (sp.blocks + sp.head_group);
     // On the last stage the peak of the forward is inside the loss: log_softmax reading the fp32
     // logits while writing the fp32 log-probs.
-    fwd_end.activations = saved + (last ? loss_forward_peak_bytes(m, p, x.mb) : 0.0);
+    fwd_end.activations = saved.at_loss + (last ? loss_forward_peak_bytes(m, p, x.mb) : 0.0);
   }
   // --- transient: optimizer step --------------------------------------------------------
   MemoryBreakdown opt = state;
-  if (x.foreach_optimizer && !p.param_offload) opt.optimizer += x.state_b * P / x.n_state;
-  if (x.fsdp && p.root_unsharded && !x.traits.fsdp_copy_out) opt.unsharded_params = 0;
+  opt.optimizer += sm.optimizer_step_bytes;
+  opt.grads += largest_param_grad_bytes(m, p, x.j, stage, sm.n_layers);
 
   settle_peak(x, fb, fwd_end, opt, sm);
+  sm.peak_moment = sm.peak_phase;
+  if (sm.peak_phase == "forward->backward") {
+    sm.peak_moment = &fb == &loss ? "loss backward" : &fb == &tail ? "last block backward" : "first block backward";
+    if (&fb == &tail) sm.peak_phase = "end of backward";
+  }
   return sm;
 }
 
 }  // namespace
+
+StateBytesPerParam state_bytes_per_param(const Plan& p, const Job& j) {
+  const RuntimeTraits traits = runtime_traits(p);
+  const double n_state = state_shard_group(p);
+  const double state_b = bytes_per_element(p.state_dtype);
+  const double reduce_b = bytes_per_element(p.reduce_dtype);
+  const bool fsdp = fsdp_units(p, traits);
+  StateBytesPerParam out;
+  MemoryBreakdown& st = out.device;
+  const bool replicated_params = p.sharding == Sharding::none || p.sharding == Sharding::zero1;
+  if (traits.contiguous_grad_buffer && replicated_params) {
+    // Megatron: bf16 model params and the fp32 main-grad buffer are full size on every
+    // rank; the distributed optimizer shards the fp32 master and the moments
+    // (docs/user-guide/features/dist_optimizer.md: 6 + 12/d bytes per param).
+    st.params = bytes_per_element(p.param_dtype);
+    st.grads = reduce_b;
+    st.optimizer = (4.0 + optimizer_state_bytes_per_param(p)) / n_state;
+  } else if (!fsdp && replicated_params && bytes_per_element(p.param_dtype) < state_b) {
+    // DeepSpeed / apex-style mixed precision without FSDP: a low-precision model copy and its
+    // gradients on every rank, the fp32 master weights kept by the (ZeRO-1: sharded) optimizer.
+    st.params = bytes_per_element(p.param_dtype);
+    st.grads = reduce_b;
+    st.optimizer = (state_b + optimizer_state_bytes_per_param(p)) / n_state;
+  } else {
+    st.params = state_b / (replicated_params ? 1 : n_state);
+    st.grads = state_b / (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3 ? n_state : 1);
+    st.optimizer = optimizer_state_bytes_per_param(p) / n_state;
+  }
+  // torch DDP copies gradients into its own buckets (gradient_as_bucket_view=False), allocated
+  // with the reducer and kept for the whole run.
+  if (!fsdp && !traits.contiguous_grad_buffer && p.sharding == Sharding::none && p.mesh.dp() > 1)
+    st.reduce_buffers = reduce_b;
+  if (p.param_offload) {
+    out.host = st.params + st.grads + st.optimizer;
+    st.params = st.grads = st.optimizer = 0;
+  }
+  // Grads live through forward only when they accumulate across micro-batches (zero_grad sets
+  // them to None after each step) or when the runtime keeps a contiguous grad buffer.
+  out.grads_through_forward = j.grad_accum > 1 || traits.contiguous_grad_buffer;
+  // torch's foreach AdamW allocates one temporary per local param in the state dtype
+  // (_foreach_sqrt(exp_avg_sq)); fused AdamW (torchtitan's default), Megatron's fused Adam and
+  // bitsandbytes' 8-bit kernels do not.
+  if (traits.foreach_adamw && p.optimizer == Optimizer::adamw && !p.param_offload) out.optimizer_step = state_b / n_state;
+  if (p.optimizer_in_backward) {
+    // Each parameter is stepped (and its gradient freed) as soon as its gradient is ready: no
+    // stored gradients; the largest parameter's gradient is the one alive at a time
+    // (largest_param_grad_bytes).
+    out.grad_of_one_param = st.grads;
+    st.grads = 0;
+    out.grads_through_forward = false;
+    out.optimizer_step = 0;
+  }
+  return out;
+}
+
+double largest_param_grad_bytes(const ModelSpec& m, const Plan& p, const Job& j, int stage, int n_layers) {
+  const StateBytesPerParam per = state_bytes_per_param(p, j);
+  if (per.grad_of_one_param <= 0) return 0;
+  const StageParams sp = stage_params(m, p, stage, n_layers);
+  const double tp = std::max(1, p.mesh.tp);
+  const double ffn = m.moe.enabled() ? static_cast<double>(m.moe.expert_ffn) : static_cast<double>(m.ffn_hidden);
+  const double mlp_matrix = n_layers > 0 ? static_cast<double>(m.d_model) * ffn / tp : 0.0;
+  return per.grad_of_one_param * std::max({sp.root - sp.head_group, sp.head_group, mlp_matrix});
+}
+
+RootGathering root_gathering(const Plan& p) {
+  const RuntimeTraits t = runtime_traits(p);
+  RootGathering g;
+  if (!fsdp_units(p, t)) return g;
+  g.one_root = p.root_unsharded && !t.keeps_head_group_gathered;
+  g.head_kept = t.keeps_head_group_gathered;
+  // torchtitan's "default" policy: the last block is not resharded after forward (FSDP would
+  // prefetch it again at once); with PP nothing is resharded.
+  g.last_block_kept = t.keeps_head_group_gathered && p.reshard_after_forward && p.mesh.pp <= 1;
+  return g;
+}
+
+double fsdp_unit_gathered_bytes(const ModelSpec& m, const Plan& p) {
+  const StageParams sp = stage_params(m, p, 0, 1);
+  const double gather_b = bytes_per_element(p.param_dtype);
+  return p.fp8_all_gather ? 1.0 * (sp.per_block - sp.per_block_norms) + gather_b * sp.per_block_norms
+                          : gather_b * sp.per_block;
+}
+
+double fsdp_reduce_buffer_bytes(const Plan& p, double params) {
+  const RuntimeTraits t = runtime_traits(p);
+  const double reduce_b = bytes_per_element(p.reduce_dtype);
+  const bool needs_copy = t.fsdp_reduce_copies_grads || p.reduce_dtype != p.param_dtype;
+  return bytes_per_element(p.param_dtype) * params + (needs_copy ? reduce_b * params : 0) +
+         reduce_b * params / state_shard_group(p);
+}
 
 double microbatches_in_flight(const Plan& p, int stage, std::int64_t n_microbatches) {
   const double m = static_cast<double>(std::max<std::int64_t>(1, n_microbatches));
@@ -302,6 +426,8 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
     est.notes.push_back("fp32 weights under autocast: fp32 residual stream, and the cached low-precision weight "
                         "copies (counted in unsharded_params) until the forward ends");
   if (!p.flash_attention) est.notes.push_back("unfused attention keeps the s^2 softmax per head");
+  est.notes.push_back("the same terms as simulate's timeline, at the op where they add up most; where only "
+                      "timing decides whether two transients overlap they are added (an upper bound)");
   return est;
 }
 

@@ -18,7 +18,7 @@ constexpr double kParamCopyBackBytesPerParam = 2.0;
 
 // Memory-bound AdamW over the local shard: reads param, grad, exp_avg, exp_avg_sq and writes
 // param and both moments (7 state-dtype accesses per parameter; SGD with momentum 5).
-void Builder::optimizer_step(const StageState& st) {
+void Builder::optimizer_step(StageState& st) {
   const int stage = st.stage;
   Op opt = compute_op(stage, "optimizer.step", OpCategory::optimizer);
   const double state_b = bytes_per_element(p_.state_dtype);
@@ -32,6 +32,12 @@ void Builder::optimizer_step(const StageState& st) {
     opt.memory_bound_bytes +=
         kParamCopyBackBytesPerParam * stage_params_total(stage) / (s_.fsdp && p_.sharding == Sharding::zero3 ? state_shard_group(p_) : 1.0);
   opt.kernels = kOptimizerKernels;
+  // foreach AdamW's temporaries (memory_estimate.hpp StateBytesPerParam::optimizer_step).
+  const double temp = s_.state.optimizer_step * stage_params_total(stage);
+  if (temp > 0) {
+    opt.at_start.push_back({MemoryTerm::optimizer, temp});
+    opt.at_end.push_back({MemoryTerm::optimizer, -temp});
+  }
   // Only the last op of each of those streams: stream order implies the rest. This stage's ops
   // are the ones added since st.begin.
   std::map<StreamKind, int> last_of;
@@ -42,6 +48,14 @@ void Builder::optimizer_step(const StageState& st) {
       last_of[o.stream] = static_cast<int>(i);
   }
   for (const auto& [k, dep] : last_of) opt.deps.push_back(dep);
+  release_pending_reduce(st);
+  // Optimizer in backward: the step of the largest parameter, its gradient alive meanwhile.
+  int layers = 0;
+  for (int c = 0; c < s_.v; ++c) layers += chunk_layers(c * s_.pp + stage);
+  if (const double g = largest_param_grad_bytes(m_, p_, j_, stage, layers); g > 0) {
+    opt.at_start.push_back({MemoryTerm::grads, g});
+    opt.at_end.push_back({MemoryTerm::grads, -g});
+  }
   add(std::move(opt));
 }
 

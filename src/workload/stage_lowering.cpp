@@ -3,6 +3,7 @@
 // memory each op allocates and frees. What each concern adds lives in its own file (step_builder.hpp).
 #include <algorithm>
 
+#include "workload/stage_params.hpp"
 #include "workload/step_builder.hpp"
 
 namespace meshplan::lowering {
@@ -47,6 +48,15 @@ void Builder::lower_stage(int stage) {
   st.first = stage == 0;
   st.last = stage == s_.pp - 1;
   const std::vector<Step> order = stage_steps(p_, stage, s_.microbatches, s_.per_run);
+  int stage_layers = 0;
+  for (int c = 0; c < s_.v; ++c) stage_layers += chunk_layers(c * s_.pp + stage);
+  const StageParams sp = stage_params(m_, p_, stage, stage_layers);
+  if (s_.root.one_root) {
+    st.root_params = sp.root;
+  } else {
+    st.embed_params = sp.root - sp.head_group;
+    st.head_params = sp.head_group;
+  }
   gather_updated_params(st);
   for (const Step& step : order) {
     if (step.forward) forward_chunk(st, step);
@@ -67,6 +77,9 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
   // A chunk that holds only the loss (Megatron's --account-for-loss-in-pipeline-split) starts here.
   if (last >= 0) head.deps = {last};
   else after_blocking_send(st, head.deps);
+  std::vector<int> gathered;
+  fsdp_gather_group(st, s_.root.one_root ? kRoot : kHead, mb, false, gathered);
+  head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
   head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
   // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
   head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
@@ -76,7 +89,9 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
     head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
     autocast_cached += head_cast;
   }
-  return add(std::move(head));
+  const int id = add(std::move(head));
+  if (!s_.root.one_root && !s_.root.head_kept && s_.reshard) fsdp_release_group(st, kHead, id);
+  return id;
 }
 
 void Builder::forward_chunk(StageState& st, const Step& step) {
@@ -89,8 +104,12 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
   double autocast_cached = 0;
   std::vector<int> entry_deps;
   if (st.first && step.chunk == 0) {
+    std::vector<int> gathered;
+    fsdp_gather_group(st, s_.root.one_root ? kRoot : kEmbed, mb, false, gathered);
     const int id = embedding(stage, mb, Pass::forward);
     after_blocking_send(st, op_at(id).deps);
+    op_at(id).deps.insert(op_at(id).deps.end(), gathered.begin(), gathered.end());
+    if (!s_.root.one_root && s_.reshard) fsdp_release_group(st, kEmbed, id);
     entry_deps.push_back(id);
     links_.fwd_first[{vstage, mb}] = id;
   }
@@ -101,6 +120,8 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     entry_deps.clear();
     if (last >= 0) deps.push_back(last);
     if (li == 0) after_blocking_send(st, deps);
+    if (auto it = st.offload_d2h_of_layer.find({layer - 2, mb}); it != st.offload_d2h_of_layer.end() && s_.offload_stream)
+      deps.push_back(it->second);
     // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
     // gathered unit after each backward.
     const int ag = s_.fsdp && (!defers_fsdp_sync() || run_first) ? fsdp_gather_forward(st, layer, mb, deps) : -1;
@@ -114,15 +135,23 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     }
     // Saved activations are allocated as the layer's forward completes.
     Op& end = op_at(e);
-    end.at_end.push_back({MemoryTerm::activations, saved_block_bytes(m_, p_, s_.mbs, layer)});
-    if (s_.fsdp && s_.reshard && ag >= 0) end.at_end.push_back({MemoryTerm::unsharded_params, -s_.gather_b * s_.unit});
+    const double saved = saved_block_bytes(m_, p_, s_.mbs, layer);
+    end.at_end.push_back({MemoryTerm::activations, saved});
+    if (s_.fsdp && s_.reshard && ag >= 0 && !kept_gathered(layer))
+      end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});
     st.fwd_end_of_layer[{layer, mb}] = e;
     last = e;
     if (p_.act_offload) {
-      Op d2h = host_copy(stage, op_name("offload.d2h.L{}.mb{}", layer, mb), false, saved_block_bytes(m_, p_, s_.mbs, layer));
+      // The saved tensors move to pinned host memory: freed on the GPU once copied.
+      Op d2h = host_copy(stage, op_name("offload.d2h.L{}.mb{}", layer, mb), false, saved);
       d2h.deps = {e};
-      // save_on_cpu's pack is a blocking copy: the next layer waits for it.
-      last = add(std::move(d2h));
+      d2h.at_end.push_back({MemoryTerm::activations, -saved});
+      d2h.at_end.push_back({MemoryTerm::host, saved});
+      const int id = add(std::move(d2h));
+      st.offload_d2h_of_layer[{layer, mb}] = id;
+      // save_on_cpu's pack is a blocking copy: the next layer waits for it. On its own stream the
+      // copy overlaps the next layer, and the one after waits for it (two layers in flight).
+      if (!s_.offload_stream) last = id;
     }
   }
   // A chunk that holds only the embedding ends with it.
@@ -150,12 +179,23 @@ int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
   head.model_flops = head.hardware_flops;
   head.deps = {links_.fwd_last.at({vstage, mb})};
   after_blocking_send(st, head.deps);
+  const int group = s_.root.one_root ? kRoot : kHead;
+  std::vector<int> gathered;
+  fsdp_gather_group(st, group, mb, true, gathered);
+  head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
   // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
   const double working = loss_backward_working_bytes(m_, p_, s_.mbs);
   head.at_start.push_back({MemoryTerm::activations, working});
   head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, s_.mbs) - working});
   const int id = add(std::move(head));
   links_.bwd_first[{vstage, mb}] = id;
+  st.root_bwd_first = id;
+  // The root unit's backward ends with the embedding's (on a stage that has it).
+  const bool group_done = group == kHead || !st.first;
+  if (group_done) {
+    if (!defers_fsdp_sync() || fsdp_run_last(mb)) fsdp_release_group(st, group, id);
+    if (fsdp_syncs(mb)) fsdp_reduce_group(st, group, mb, id, id);
+  }
   return id;
 }
 
@@ -190,10 +230,19 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   std::vector<int> deps;
   if (last >= 0) deps.push_back(last);
   if (chunk_last_layer) after_blocking_send(st, deps);
-  if (s_.fsdp && s_.reshard) fsdp_gather_backward(st, layer, mb, last, deps);
+  if (s_.fsdp && s_.reshard && !kept_gathered(layer)) fsdp_gather_backward(st, layer, mb, last, deps);
   if (p_.act_offload) {
-    Op h2d = host_copy(stage, op_name("offload.h2d.L{}.mb{}", layer, mb), true, saved_block_bytes(m_, p_, s_.mbs, layer));
-    if (last >= 0) h2d.deps = {last};
+    const double saved = saved_block_bytes(m_, p_, s_.mbs, layer);
+    Op h2d = host_copy(stage, op_name("offload.h2d.L{}.mb{}", layer, mb), true, saved);
+    if (s_.offload_stream) {
+      // One layer of look-ahead: the copy back waits until the layer two later is done.
+      if (auto it = st.bwd_end_of_layer.find({layer + 2, mb}); it != st.bwd_end_of_layer.end()) h2d.deps = {it->second};
+      else if (st.bwd_gate >= 0) h2d.deps = {st.bwd_gate};
+    } else if (last >= 0) {
+      h2d.deps = {last};
+    }
+    h2d.at_start.push_back({MemoryTerm::activations, saved});
+    h2d.at_start.push_back({MemoryTerm::host, -saved});
     deps.push_back(add(std::move(h2d)));
   }
   if (s_.fsdp) fsdp_wait_previous_reduce(st, layer, mb, deps);
@@ -233,9 +282,10 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   st.bwd_end_of_layer[{layer, mb}] = be;
   last = be;
   // Gradient reduction of this unit.
-  const bool sync = defers_fsdp_sync() ? run_last : p_.grad_sync_every_microbatch ? true : last_mb;
+  const bool sync = fsdp_syncs(mb);
   if (s_.fsdp && sync && s_.dp_all > 1) fsdp_reduce(st, layer, mb, bf, be);
-  else if (!s_.fsdp && last_mb && s_.dp_all > 1 && !traits_.fp32_grad_accumulation) dp_reduce(stage, layer, be);
+  else add_grads(be, s_.unit);
+  if (!s_.fsdp && last_mb && s_.dp_all > 1 && !traits_.fp32_grad_accumulation) dp_reduce(stage, layer, be);
 }
 
 void Builder::backward_chunk(StageState& st, const Step& step) {
@@ -245,9 +295,14 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
   const int l0 = chunk_first(vstage);
   const int n_chunk_layers = chunk_layers(vstage);
   int last = -1;
+  st.root_bwd_first = -1;
   if (st.last && step.chunk == s_.v - 1) last = backward_head(st, vstage, mb);
+  st.bwd_gate = last;
   for (int li = n_chunk_layers - 1; li >= 0; --li) backward_layer(st, step, vstage, l0 + li, li == n_chunk_layers - 1, last);
   if (st.first && step.chunk == 0) {
+    const int group = s_.root.one_root ? kRoot : kEmbed;
+    std::vector<int> gathered;
+    fsdp_gather_group(st, group, mb, true, gathered);
     const int id = embedding(stage, mb, Pass::backward);
     if (last >= 0) {
       op_at(id).deps = {last};
@@ -256,10 +311,14 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
       after_blocking_send(st, op_at(id).deps);
       links_.bwd_first[{vstage, mb}] = id;
     }
+    op_at(id).deps.insert(op_at(id).deps.end(), gathered.begin(), gathered.end());
+    if (!defers_fsdp_sync() || fsdp_run_last(mb)) fsdp_release_group(st, group, id);
+    if (fsdp_syncs(mb)) fsdp_reduce_group(st, group, mb, group == kRoot && st.root_bwd_first >= 0 ? st.root_bwd_first : id, id);
     last = id;
   }
   if (traits_.fp32_grad_accumulation) last = hp_grad_accumulate(stage, vstage, mb, n_chunk_layers, last);
   links_.bwd_last[{vstage, mb}] = last;
+  release_pending_reduce(st);
   if (vstage < n_vstages_ - 1) op_at(last).at_end.push_back({MemoryTerm::activations, -s_.stage_output});
   if (vstage > 0)
     links_.bwd_send[{vstage, mb}] = send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), s_.act_p2p, last));

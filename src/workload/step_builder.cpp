@@ -87,6 +87,10 @@ void Builder::set_up_step() {
   s.logits_upcast = loss_forward_peak_bytes(m_, p_, s.mbs) - loss_saved_bytes(m_, p_, s.mbs);
   s.autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * s.unit : 0.0;
   s.act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
+  s.state = state_bytes_per_param(p_, j_);
+  s.root = root_gathering(p_);
+  s.unit_gathered = fsdp_unit_gathered_bytes(m_, p_);
+  s.offload_stream = p_.runtime != Runtime::composer_fsdp1 && p_.runtime != Runtime::composer_fsdp2;
 }
 
 StepProgram Builder::build() {

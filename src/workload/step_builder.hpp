@@ -23,6 +23,7 @@
 #include "spec/runtime_traits.hpp"
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
+#include "workload/memory_estimate.hpp"
 #include "workload/pipeline_schedule.hpp"
 #include "workload/step_program.hpp"
 
@@ -54,6 +55,13 @@ struct StepShape {
   // in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
   double autocast_cache_per_layer = 0;
   double act_p2p = 0;             // activation bytes a stage sends per micro-batch
+  // The memory model's terms (memory_estimate.hpp), attached to the ops that allocate and free them.
+  StateBytesPerParam state;
+  RootGathering root;
+  double unit_gathered = 0;       // one unit as all-gathered
+  // Activation offload on its own stream with one layer of look-ahead (torchtune, torchtitan,
+  // Megatron); false: torch's save_on_cpu (Composer), a blocking copy on the compute stream.
+  bool offload_stream = false;
 };
 
 // The first and last ops of each chunk's forward and backward and its sends, per micro-batch:
@@ -71,6 +79,17 @@ struct StageState {
   int prev_ag = -1;       // the stage's last FSDP all-gather (all-gathers run in order)
   std::map<int, int> param_gather_of_layer;
   int blocking_send = -1; // DeepSpeed: the send the next compute op waits for
+  // FSDP's groups outside the blocks (memory_estimate.hpp RootGathering): parameters on this
+  // stage, whether each is gathered now, the op that starts the stage's backward (the block
+  // gathers of backward are issued once it is done).
+  double root_params = 0, embed_params = 0, head_params = 0;
+  std::map<int, bool> group_gathered;
+  int bwd_gate = -1;
+  int root_bwd_first = -1;
+  LayerOps offload_d2h_of_layer;
+  // FSDP2 keeps a reduce-scatter's input until the next group's post-backward waits on it.
+  double pending_reduce_free = 0;
+  int pending_reduce_scatter = -1;
 };
 
 // An op with no work yet: the caller fills in what it computes or moves.
@@ -158,9 +177,31 @@ private:
   // of a schedule run (the pipelining stage sets reshard_after_backward / requires_gradient_sync
   // only for the last micro-batch), so a unit is gathered once per run, not per micro-batch.
   bool defers_fsdp_sync() const { return traits_.pipelining_defers_fsdp_sync && s_.pp > 1 && !s_.reshard; }
+  bool fsdp_run_last(std::int64_t mb) const {
+    return mb % s_.per_run == s_.per_run - 1 || mb == s_.microbatches - 1;
+  }
+  // Whether this micro-batch's backward reduces the gradients (else they accumulate unsharded).
+  bool fsdp_syncs(std::int64_t mb) const {
+    return defers_fsdp_sync() ? fsdp_run_last(mb) : p_.grad_sync_every_microbatch || mb == s_.microbatches - 1;
+  }
   int fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std::vector<int>& deps);
   void fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, int last, std::vector<int>& deps);
-  int copy_out(int stage, int all_gather, std::string name);
+  int copy_out(int stage, int all_gather, std::string name, double bytes);
+  // The groups outside the blocks: 0 the root unit, 1 the embedding, 2 [norm, output].
+  enum RootGroup { kRoot = 0, kEmbed = 1, kHead = 2 };
+  double group_params(const StageState& st, int group) const;
+  void fsdp_gather_group(StageState& st, int group, std::int64_t mb, bool backward, std::vector<int>& deps);
+  void fsdp_release_group(StageState& st, int group, int op);
+  void fsdp_reduce_group(StageState& st, int group, std::int64_t mb, int backward_first, int backward_end);
+  // Gradients that do not live through forward appear as backward (or the reduce-scatter) produces them.
+  void add_grads(int op, double params);
+  // The reduce buffer of the previous group's reduce-scatter is freed at `op`'s end (FSDP2), then
+  // `buffer` becomes the pending one; FSDP1 frees each at the end of its own reduce-scatter.
+  void hold_reduce_buffer(StageState& st, int op, int rs, double buffer);
+  // FSDP2's final callback at the end of each backward waits for the last reduce-scatter.
+  void release_pending_reduce(StageState& st);
+  // torchtitan does not reshard the model's last block after forward (RootGathering).
+  bool kept_gathered(int layer) const { return s_.root.last_block_kept && layer == m_.n_layers - 1; }
   void fsdp_wait_previous_reduce(const StageState& st, int layer, std::int64_t mb, std::vector<int>& deps) const;
   void fsdp_reduce(StageState& st, int layer, std::int64_t mb, int backward_first, int backward_end);
 
@@ -182,7 +223,7 @@ private:
   void wire_pipeline();
 
   // --- optimizer_lowering.cpp --------------------------------------------------------------
-  void optimizer_step(const StageState& st);
+  void optimizer_step(StageState& st);
 
   // --- figures ------------------------------------------------------------------------------
   double stage_params_total(int stage) const;

@@ -42,9 +42,12 @@ std::string_view to_string(GroupKind g);
 
 enum class OpKind { compute, collective, p2p, host_copy };
 
-// The transient memory terms the timeline tracks (the rest of the breakdown is static state).
-enum class MemoryTerm { activations, unsharded_params, reduce_buffers, recompute };
-constexpr int kMemoryTerms = 4;
+// The transient memory terms the timeline tracks (the rest of the breakdown is static state):
+// `grads` as backward produces them (when they do not live through forward), `optimizer` the
+// optimizer step's temporaries, `host` the pinned host memory activation offload fills (not device
+// memory).
+enum class MemoryTerm { activations, unsharded_params, reduce_buffers, recompute, grads, optimizer, host };
+constexpr int kMemoryTerms = 7;
 
 // An op's lists are short (a few kernels, dependencies and memory changes) and kept inline: a
 // 16k-GPU step lowers ~40k ops, and a heap block per list was most of the lowering's cost.

@@ -215,23 +215,6 @@ TEST_CASE("a FlashAttention-1 class kernel runs at half the FA2 rate (FA2 paper:
   CHECK_THROWS_AS(attention_time(c, v1, Pass::forward, Dtype::bf16), InputError);
 }
 
-TEST_CASE("a FlashAttention-3 class kernel runs at 1.5x the FA2 rate (FA3 paper: 1.5-2.0x, backward low end)") {
-  const ClusterSpec c = profile("h100-sxm-80gb");
-  AttentionShape a;
-  a.batch = 4;
-  a.heads = a.kv_heads = 16;
-  a.seq_q = a.seq_kv = 4096;
-  a.head_dim = 128;
-  AttentionShape v3 = a;
-  v3.flash_version = 3;
-  for (Pass pass : {Pass::forward, Pass::backward}) {
-    const KernelEstimate k2 = attention_time(c, a, pass, Dtype::bf16);
-    const KernelEstimate k3 = attention_time(c, v3, pass, Dtype::bf16);
-    CHECK(k3.flops == k2.flops);
-    CHECK(k2.compute_seconds == doctest::Approx(1.5 * k3.compute_seconds).epsilon(1e-12));
-  }
-}
-
 TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA changes bytes only") {
   AttentionShape a;
   a.batch = 2;

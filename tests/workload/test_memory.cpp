@@ -196,8 +196,15 @@ TEST_CASE("PURE vs DEFAULT changes only the reduce buffer, by the fp32 upcast of
   CHECK(ed.breakdown.activations == ep.breakdown.activations);
   const double unit = static_cast<double>(param_counts(m).per_layer());
   // DEFAULT: 4U upcast copy + 4U/N fp32 shard; PURE reduces in place + 2U/N bf16 shard.
-  CHECK(ed.breakdown.reduce_buffers - ep.breakdown.reduce_buffers ==
+  CHECK(fsdp_reduce_buffer_bytes(def, unit) - fsdp_reduce_buffer_bytes(pure, unit) ==
         doctest::Approx(4 * unit + (4 - 2) * unit / 8).epsilon(1e-9));
+  // The peak is the loss's backward, where the group holding the head ([norm, output]: G) is
+  // being reduced: the same difference over G.
+  REQUIRE(ed.peak_moment == "loss backward");
+  const ParamCounts pc = param_counts(m);
+  const double g = static_cast<double>(pc.lm_head + pc.final_norm);
+  CHECK(ed.breakdown.reduce_buffers - ep.breakdown.reduce_buffers ==
+        doctest::Approx(4 * g + (4 - 2) * g / 8).epsilon(1e-9));
 }
 
 TEST_CASE("Reentrant checkpointing never uses less memory than non-reentrant") {
@@ -211,7 +218,9 @@ TEST_CASE("Reentrant checkpointing never uses less memory than non-reentrant") {
     p.ac_every_n = 2;
     Plan r = p;
     r.ac_reentrant = true;
-    CHECK(estimate_memory(m, r, j, c).stages[0].peak_bytes > estimate_memory(m, p, j, c).stages[0].peak_bytes);
+    // At the loss's backward (this peak) nothing is recomputed yet: equal there, more after.
+    CHECK(estimate_memory(m, r, j, c).stages[0].peak_bytes >= estimate_memory(m, p, j, c).stages[0].peak_bytes);
+    CHECK(recompute_working_bytes(m, r, {8192, 8}) > recompute_working_bytes(m, p, {8192, 8}));
   }
 }
 
@@ -292,7 +301,7 @@ TEST_CASE("Pipeline micro-batches in flight: 1F1B, interleaved (Korthikanti eq. 
   CHECK(microbatches_in_flight(p, 3, 64) == 64);
 }
 
-TEST_CASE("Activation offload moves saved tensors to the host and keeps two blocks on the GPU") {
+TEST_CASE("Activation offload moves saved tensors to the host and keeps at most two blocks on the GPU") {
   const auto m = llama3_8b();
   const auto c = test_cluster(1e15);
   Plan p;
@@ -304,7 +313,11 @@ TEST_CASE("Activation offload moves saved tensors to the host and keeps two bloc
   const auto moved = estimate_memory(m, off, j, c).stages.at(0);
   const double block = block_activations(m, p, {8192, 1}).total();
   CHECK(moved.host_bytes == doctest::Approx(32 * block).epsilon(1e-9));
-  CHECK(base.breakdown.activations - moved.breakdown.activations == doctest::Approx(30 * block).epsilon(1e-9));
+  // The peak is the loss's backward: on its own stream the offload may still be copying the last
+  // block out (one block on the GPU); the copies back start after it, two blocks during a block's
+  // backward.
+  REQUIRE(moved.peak_moment == "loss backward");
+  CHECK(base.breakdown.activations - moved.breakdown.activations == doctest::Approx(31 * block).epsilon(1e-9));
 }
 
 TEST_CASE("Breakdown adds up to the peak, and fit compares with capacity") {
