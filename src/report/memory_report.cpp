@@ -52,6 +52,13 @@ std::string layer_ranges(const StageMemory& s) {
   return held;
 }
 
+// The ranks one parameter is sharded over: ZeRO-3 / FSDP full sharding over the shard and
+// context-parallel ranks; the other stages keep whole parameters on every rank.
+std::int64_t parameter_shards(const Plan& p) {
+  return p.sharding == Sharding::zero3 ? std::max<std::int64_t>(1, static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp)
+                                       : 1;
+}
+
 std::string layout_line(const Plan& p) {
   const Mesh& m = p.mesh;
   return fmt::format("pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}", m.pp, m.dp_replicate,
@@ -75,10 +82,14 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
                      rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum, rc.job.global_batch);
   out += fmt::format("  AC         {}{}{}{}\n", to_string(p.ac), p.ac_reentrant ? " (reentrant)" : "",
                      p.act_offload ? ", activation offload" : "", p.param_offload ? ", CPU offload" : "");
+  const std::int64_t shards = parameter_shards(p);
   for (const auto& s : e.stages) {
-    out += fmt::format("\nstage {} ({}; {} layer{}, {:.3g} B params per rank, {:.3g} micro-batches in flight)\n",
-                       s.stage, layer_ranges(s), s.n_layers, s.n_layers == 1 ? "" : "s", s.params_per_rank / 1e9,
-                       s.microbatches_in_flight);
+    const std::string params =
+        shards > 1 ? fmt::format("{:.3g} B params before sharding, {:.3g} B stored per rank (1/{})",
+                                 s.params_per_rank / 1e9, s.params_per_rank / 1e9 / static_cast<double>(shards), shards)
+                   : fmt::format("{:.3g} B params per rank", s.params_per_rank / 1e9);
+    out += fmt::format("\nstage {} ({}; {} layer{}, {}, {:.3g} micro-batches in flight)\n", s.stage, layer_ranges(s),
+                       s.n_layers, s.n_layers == 1 ? "" : "s", params, s.microbatches_in_flight);
     for (const auto& t : kTerms) {
       const double v = s.breakdown.*(t.field);
       out += fmt::format("  {:<17} {:>12}  {:>5.1f}%  {}\n", t.key, format_gib(v),
@@ -145,6 +156,7 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
     st["reserved_peak_bytes"] = whole_bytes(s.reserved_peak_bytes);
     st["host_bytes"] = whole_bytes(s.host_bytes);
     st["params_per_rank"] = whole_bytes(s.params_per_rank);
+    st["params_stored_per_rank"] = whole_bytes(s.params_per_rank / static_cast<double>(parameter_shards(rc.plan)));
     st["microbatches_in_flight"] = s.microbatches_in_flight;
     j["stages"].push_back(st);
   }

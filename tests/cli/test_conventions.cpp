@@ -112,3 +112,13 @@ TEST_CASE("plan: bf16 gradient reduction over many ranks wins only by more than 
           std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("memory: a stage's parameters are labelled before sharding, with the count each rank stores") {
+  // Llama-3.1-8B under FSDP on 8 GPUs: 8,030,261,248 parameters in the stage, 1/8 stored per rank.
+  const std::string plan = (meshplan::test::data_root() / "plans" / "examples" / "llama3.1-8b-fsdp-h100.toml").string();
+  const auto t = run_meshplan("memory -c " + plan);
+  CHECK(t.out.find("8.03 B params before sharding, 1 B stored per rank (1/8)") != std::string::npos);
+  const auto j = nlohmann::json::parse(run_meshplan("memory --json -c " + plan).out);
+  CHECK(j["stages"][0]["params_per_rank"] == 8030261248LL);
+  CHECK(j["stages"][0]["params_stored_per_rank"] == 8030261248LL / 8);
+}
