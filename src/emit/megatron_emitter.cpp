@@ -157,9 +157,25 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     if (!model.norm_bias) refuse(kRt, "model", "Megatron's LayerNorm always has a bias");
     arg("--normalization", "LayerNorm");
   }
+  arg("--norm-epsilon", fmt::format("{:g}", model.norm_eps));
   if (!model.linear_bias) flag("--disable-bias-linear");
   switch (model.pos_emb) {
-    case PosEmb::rope: arg("--position-embedding-type", "rope"); break;
+    case PosEmb::rope:
+      arg("--position-embedding-type", "rope");
+      arg("--rotary-base", fmt::format("{:g}", model.rope.theta));
+      if (model.rope.scaling == "llama3") {
+        // Megatron-Core's apply_rope_scaling (Llama 3.1) takes the factor and fixes the rest:
+        // low 1, high 4, original context 8192.
+        if (model.rope.low_freq_factor != 1 || model.rope.high_freq_factor != 4 ||
+            model.rope.original_max_position != 8192)
+          refuse(kRt, "model.rope_scaling",
+                 "Megatron's Llama 3 RoPE scaling fixes low_freq_factor 1, high_freq_factor 4, original context 8192");
+        flag("--use-rope-scaling");
+        arg("--rope-scaling-factor", fmt::format("{:g}", model.rope.factor));
+      } else if (!model.rope.scaling.empty()) {
+        refuse(kRt, "model.rope_scaling", fmt::format("'{}' RoPE scaling is not emitted", model.rope.scaling));
+      }
+      break;
     case PosEmb::learned:
       if (j.seq_len > model.max_seq_len)
         refuse(kRt, "seq_len", fmt::format("{} exceeds the learned position table of {} rows", j.seq_len, model.max_seq_len));

@@ -232,12 +232,17 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
   const bool early = v == TorchtitanVersion::early_2026;
+  if (p.state_dtype == Dtype::bf16 && !early)
+    refuse(kRt, "state_dtype", "pure-bf16 state needs training.dtype, which the mid-2025 layout does not have");
 
   TomlDoc d(v);
   d.comment(fmt::format("torchtitan job config for torchtitan commit {} ({} TOML layout), written by meshplan.",
                         to_string(v), early ? "early-2026" : "mid-2025"));
-  d.comment(fmt::format("{} GPUs: pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}. Unknown keys are fatal in "
-                        "torchtitan: edit only the keys present.", rc.n_gpus, m.pp, m.dp_replicate, m.dp_shard, m.cp, m.tp));
+  d.comment(fmt::format("{} GPUs: pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}. {}", rc.n_gpus, m.pp,
+                        m.dp_replicate, m.dp_shard, m.cp, m.tp,
+                        early ? "Unknown keys are fatal in this torchtitan (ValueError): edit only the keys present."
+                              : "This torchtitan ignores keys it does not know, so a misspelled key is silently "
+                                "dropped: edit only the keys present."));
   d.section("job");
   d.key("dump_folder", quoted("./outputs"));
   d.key("description", quoted(fmt::format("Llama 3 {} training (meshplan plan)", s.info.flavor)));
@@ -271,7 +276,7 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   d.key("max_norm", "1.0");
   d.key("steps", std::to_string(s.info.steps));
   d.key("dataset", quoted("c4"));
-  d.key("dtype", quoted(torch_dtype(p.state_dtype)));
+  if (early) d.key("dtype", quoted(torch_dtype(p.state_dtype)));
   d.key("mixed_precision_param", quoted(torch_dtype(p.param_dtype)));
   d.key("mixed_precision_reduce", quoted("float32"));
   d.key("enable_cpu_offload", boolean(p.param_offload));

@@ -21,7 +21,7 @@ const Sections kBoth = {
                    "early_step_in_backward"}},
     {"lr_scheduler", {"warmup_steps", "decay_ratio", "decay_type"}},
     {"training", {"dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm",
-                  "steps", "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce",
+                  "steps", "enable_cpu_offload", "mixed_precision_param", "mixed_precision_reduce",
                   "gc_freq", "gc_debug"}},
     {"parallelism", {"data_parallel_replicate_degree", "data_parallel_shard_degree",
                      "fsdp_reshard_after_forward", "tensor_parallel_degree", "disable_loss_parallel",
@@ -38,6 +38,7 @@ const Sections kBoth = {
 };
 
 const Sections kEarly = {
+    {"training", {"dtype"}},  // pure-bf16 training came after the mid-2025 layout
     {"job", {"print_config", "save_config_file", "custom_config_module"}},
     {"profiling", {"profiler_active", "profiler_warmup"}},
     {"model", {"hf_assets_path"}},

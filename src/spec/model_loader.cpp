@@ -48,11 +48,14 @@ std::string read_file(const fs::path& path) {
 // ---------------------------------------------------------------------------------------------
 // Model TOML (schema in docs/models.md). Strict: every key is known, every value has its type.
 
-constexpr std::array<std::string_view, 22> kTopKeys = {
+constexpr std::array<std::string_view, 25> kTopKeys = {
     "name",        "n_layers",  "d_model",         "n_heads",         "n_kv_heads",
     "head_dim",    "mlp",       "ffn_hidden",      "vocab",           "tied_embeddings",
     "pos_emb",     "max_seq_len", "norm",          "norm_bias",       "linear_bias",
-    "n_params_published", "n_params_source", "moe", "attention", "qk_norm", "n_mtp_layers", "mla"};
+    "n_params_published", "n_params_source", "moe", "attention", "qk_norm", "n_mtp_layers", "mla",
+    "rope_theta", "rope_scaling", "norm_eps"};
+constexpr std::array<std::string_view, 5> kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
+                                                              "original_max_position"};
 constexpr std::array<std::string_view, 6> kMoeKeys = {"n_experts", "top_k", "expert_ffn",
                                                       "n_shared_experts", "n_dense_layers", "capacity_factor"};
 constexpr std::array<std::string_view, 4> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim"};
@@ -185,6 +188,28 @@ ModelSpec model_from_toml(const toml::table& root, const std::string& file, cons
   if (m.norm_bias && m.norm == NormKind::rmsnorm)
     throw r.error("norm_bias", "RMSNorm has no bias; set norm = \"layernorm\" or norm_bias = false");
   m.linear_bias = r.opt_bool("linear_bias").value_or(false);
+  if (auto theta = r.opt_float("rope_theta")) {
+    if (!(*theta > 0)) throw r.error("rope_theta", fmt::format("must be positive, got {}", *theta));
+    m.rope.theta = *theta;
+  }
+  if (auto eps = r.opt_float("norm_eps")) {
+    if (!(*eps > 0 && *eps < 1)) throw r.error("norm_eps", fmt::format("must be in (0, 1), got {}", *eps));
+    m.norm_eps = *eps;
+  }
+  if (const toml::node* rs_node = root.get("rope_scaling")) {
+    const toml::table* rs = rs_node->as_table();
+    if (rs == nullptr) throw r.error("rope_scaling", fmt::format("expected a table, got {}", toml_type_name(*rs_node)));
+    const TomlReader sr(*rs, file, "rope_scaling.");
+    sr.reject_unknown(kRopeScalingKeys);
+    m.rope.scaling = sr.opt_string("type").value_or("");
+    if (m.rope.scaling != "llama3")
+      throw sr.error("type", fmt::format("'{}' is not a known RoPE scaling (\"llama3\")", m.rope.scaling));
+    m.rope.factor = sr.opt_float("factor").value_or(8.0);
+    m.rope.low_freq_factor = sr.opt_float("low_freq_factor").value_or(1.0);
+    m.rope.high_freq_factor = sr.opt_float("high_freq_factor").value_or(4.0);
+    m.rope.original_max_position = sr.opt_int("original_max_position", 1, kSizeMax).value_or(8192);
+    if (!(m.rope.factor >= 1)) throw sr.error("factor", fmt::format("must be at least 1, got {}", m.rope.factor));
+  }
 
   if (const toml::node* moe_node = root.get("moe")) {
     const toml::table* moe = moe_node->as_table();
@@ -456,10 +481,22 @@ ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view mo
   m.norm = NormKind::rmsnorm;
   m.norm_bias = false;
   m.pos_emb = PosEmb::rope;
-  // RoPE base: read to reject a malformed config; it changes no shape.
-  r.opt_positive_number("rope_theta");
+  // RoPE base and scaling (transformers v5 folds both into rope_parameters): no shape depends on
+  // them, but the emitters must pass them on.
   const JsonReader rope = r.sub("rope_parameters");
-  rope.opt_positive_number("rope_theta");
+  if (auto t = rope.opt_positive_number("rope_theta")) m.rope.theta = *t;
+  else if (auto t2 = r.opt_positive_number("rope_theta")) m.rope.theta = *t2;
+  const JsonReader scaling = r.has("rope_scaling") ? r.sub("rope_scaling") : rope;
+  const std::string kind = scaling.opt_string("rope_type").value_or(scaling.opt_string("type").value_or(""));
+  if (kind == "llama3") {
+    m.rope.scaling = kind;
+    m.rope.factor = scaling.opt_positive_number("factor").value_or(8.0);
+    m.rope.low_freq_factor = scaling.opt_positive_number("low_freq_factor").value_or(1.0);
+    m.rope.high_freq_factor = scaling.opt_positive_number("high_freq_factor").value_or(4.0);
+    m.rope.original_max_position =
+        static_cast<std::int64_t>(scaling.opt_positive_number("original_max_position_embeddings").value_or(8192));
+  }
+  if (auto eps = r.opt_positive_number("rms_norm_eps")) m.norm_eps = *eps;
   m.linear_bias = one_bias_flag(r, r.opt_bool("attention_bias").value_or(false),
                                 r.opt_bool("mlp_bias").value_or(false), "mlp_bias");
 

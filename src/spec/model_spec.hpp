@@ -39,6 +39,17 @@ struct MlaSpec {
   std::int64_t v_head_dim = 0;
 };
 
+// RoPE's base and its context-extension scaling: they change no shape or FLOP, but a runtime that
+// trains the model must be told them (Megatron's --rotary-base, --use-rope-scaling), or it trains
+// a different model.
+struct RopeSpec {
+  double theta = 10000;                  // rope_theta (the transformers / Megatron default)
+  std::string scaling;                   // "" none, "llama3" (Llama 3.1's frequency-band scaling)
+  double factor = 1;                     // llama3: 8
+  double low_freq_factor = 1, high_freq_factor = 4;
+  std::int64_t original_max_position = 0;  // llama3: 8192
+};
+
 struct ModelSpec {
   std::string name;
   int n_layers = 0;
@@ -55,6 +66,8 @@ struct ModelSpec {
   bool linear_bias = false;      // biases on every linear layer (GPT-2/MPT-preset style)
   bool norm_bias = false;        // LayerNorm with a bias vector
   std::int64_t max_seq_len = 0;  // context; sizes the learned position table
+  RopeSpec rope;                 // with pos_emb == rope
+  double norm_eps = 1e-5;        // the norms' epsilon (rms_norm_eps / layer_norm_eps)
   MoeSpec moe;
   AttentionKind attention = AttentionKind::gqa;
   MlaSpec mla;                   // with attention == mla

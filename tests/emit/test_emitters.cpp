@@ -1,6 +1,7 @@
 // Emitters (src/emit): round trips through the importers, key spellings per pinned runtime
 // version, refusals for inexpressible plans, Megatron argument lists, bundles and determinism.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -512,8 +513,9 @@ TEST_CASE("megatron: Llama 3.1 8B, TP 2 + SP, distributed optimizer, selective r
       "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
       "--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
       "--group-query-attention", "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu",
-      "--normalization", "RMSNorm", "--disable-bias-linear", "--position-embedding-type", "rope",
-      "--max-position-embeddings", "131072", "--untie-embeddings-and-output-weights",
+      "--normalization", "RMSNorm", "--norm-epsilon", "1e-05", "--disable-bias-linear",
+      "--position-embedding-type", "rope", "--rotary-base", "500000", "--use-rope-scaling",
+      "--rope-scaling-factor", "8", "--max-position-embeddings", "131072", "--untie-embeddings-and-output-weights",
       "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
       "--micro-batch-size", "1", "--global-batch-size", "32", "--seq-length", "8192", "--bf16",
       "--recompute-activations",
@@ -549,7 +551,8 @@ TEST_CASE("megatron: 70B interleaved PP, CP, full recompute, FP8 delayed with pa
       "--tp-comm-overlap", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
       "--num-layers", "80", "--hidden-size", "8192", "--num-attention-heads", "64", "--group-query-attention",
       "--num-query-groups", "8", "--ffn-hidden-size", "28672", "--swiglu", "--normalization", "RMSNorm",
-      "--disable-bias-linear", "--position-embedding-type", "rope", "--max-position-embeddings", "131072",
+      "--norm-epsilon", "1e-05", "--disable-bias-linear", "--position-embedding-type", "rope", "--rotary-base",
+      "500000", "--use-rope-scaling", "--rope-scaling-factor", "8", "--max-position-embeddings", "131072",
       "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
       "--micro-batch-size", "1", "--global-batch-size", "64", "--seq-length", "8192", "--bf16",
       "--grad-reduce-in-bf16", "--recompute-granularity", "full", "--recompute-method", "uniform",
@@ -873,4 +876,51 @@ TEST_CASE("a planned checkpoint interval reaches every runtime's config; 0 keeps
   CHECK(std::find(before.begin(), before.end(), "--save-interval") == before.end());
   mg.checkpoint_interval_steps = 40;
   CHECK(has(emit_megatron_args(mg), "--save-interval", "40"));
+}
+
+TEST_CASE("megatron: every model field Megatron needs to train the same model is emitted (RoPE base, scaling, eps)") {
+  auto after = [](const std::vector<std::string>& a, const std::string& flag) -> std::string {
+    const auto it = std::find(a.begin(), a.end(), flag);
+    if (it == a.end()) return "<absent>";
+    return it + 1 == a.end() ? "" : *(it + 1);
+  };
+  Mesh m;
+  m.dp_shard = 8;
+  // Llama 3.1: rope_theta 500000 and the llama3 scaling with factor 8 (meta-llama config.json).
+  for (const char* name : {"llama3.1-8b", "llama3.1-70b", "llama3.1-405b"}) {
+    CAPTURE(name);
+    const RunConfig rc = make({name, Runtime::megatron, m, 8, 4096, 16, 1, 0}, [](Plan& p) { p.sharding = Sharding::zero1; });
+    REQUIRE(rc.model.rope.theta == 500000.0);
+    const auto a = emit_megatron_args(rc);
+    CHECK(after(a, "--rotary-base") == "500000");
+    CHECK(std::find(a.begin(), a.end(), "--use-rope-scaling") != a.end());
+    CHECK(after(a, "--rope-scaling-factor") == "8");
+    CHECK(after(a, "--norm-epsilon") == "1e-05");
+  }
+  // Every shipped RoPE model: the base and epsilon Megatron gets are the model spec's.
+  for (const char* name : {"llama2-7b", "mixtral-8x7b", "qwen3-30b-a3b"}) {
+    CAPTURE(name);
+    const RunConfig rc = make({name, Runtime::megatron, m, 8, 4096, 16, 1, 0}, [](Plan& p) { p.sharding = Sharding::zero1; });
+    const auto a = emit_megatron_args(rc);
+    CHECK(after(a, "--rotary-base") == fmt::format("{:g}", rc.model.rope.theta));
+    CHECK(after(a, "--norm-epsilon") == fmt::format("{:g}", rc.model.norm_eps));
+    CHECK(std::find(a.begin(), a.end(), "--use-rope-scaling") == a.end());
+  }
+}
+
+TEST_CASE("torchtitan mid-2025: no training.dtype (that layout has none), and the header says unknown keys are ignored") {
+  Mesh m;
+  m.dp_shard = 8;
+  const RunConfig rc = make({"llama3.1-8b", Runtime::torchtitan_fsdp2, m, 8, 8192, 8, 1, 0});
+  const std::string mid = emit_torchtitan_toml(rc, TorchtitanVersion::mid_2025);
+  CHECK(mid.find("\ndtype = ") == std::string::npos);
+  CHECK(mid.find("ignores keys it does not know") != std::string::npos);
+  const std::string early = emit_torchtitan_toml(rc, TorchtitanVersion::early_2026);
+  CHECK(early.find("\ndtype = \"float32\"") != std::string::npos);
+  CHECK(early.find("Unknown keys are fatal") != std::string::npos);
+  RunConfig pure = rc;
+  pure.plan.state_dtype = Dtype::bf16;
+  pure.plan.param_dtype = pure.plan.compute_dtype = Dtype::bf16;
+  CHECK(refusal([&] { emit_torchtitan_toml(pure, TorchtitanVersion::mid_2025); }).find("training.dtype") !=
+        std::string::npos);
 }
