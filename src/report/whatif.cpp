@@ -1,5 +1,6 @@
 // meshplan whatif (whatif.hpp).
 #include "report/whatif.hpp"
+#include "spec/units.hpp"
 
 #include <fmt/format.h>
 
@@ -205,6 +206,7 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
       if (s.peak_bytes > v.peak_bytes) {
         v.peak_bytes = s.peak_bytes;
         v.peak_breakdown = s.breakdown;
+        v.term_peaks = s.term_peaks;
         v.peak_time_s = s.peak_time_seconds;
       }
     v.fits = v.peak_bytes <= v.gpu_memory_bytes;
@@ -383,20 +385,39 @@ std::string explain_difference(const Variant& x, const Variant& y, const std::st
                                                               : fmt::format("grows ×{:.2f}", ratio);
     parts.push_back(fmt::format("{} bytes {}, {} → {} per step", k, verb, format_gb(va), format_gb(vb)));
   }
-  // Memory: the peak and the terms that moved it.
+  // Memory: the peak and the terms that moved it. A term is credited with the change of its own
+  // size (its largest value over the step), not with its value at the moment of the peak: when a
+  // setting moves the peak to another moment (PURE shrinks the backward's reduce buffers, so the
+  // peak moves to the end of forward where more activations are live), the activations did not
+  // change, only when the peak is. The framework reserve follows the allocated peak.
   {
     const MemoryBreakdown& ma = x.peak_breakdown;
     const MemoryBreakdown& mb = y.peak_breakdown;
+    const MemoryBreakdown& sa = x.term_peaks;
+    const MemoryBreakdown& sb = y.term_peaks;
     const std::vector<std::pair<const char*, std::pair<double, double>>> terms = {
-        {"params", {ma.params, mb.params}},
-        {"grads", {ma.grads, mb.grads}},
-        {"optimizer", {ma.optimizer, mb.optimizer}},
-        {"gathered params", {ma.unsharded_params, mb.unsharded_params}},
-        {"reduce buffers", {ma.reduce_buffers, mb.reduce_buffers}},
-        {"activations", {ma.activations, mb.activations}},
-        {"recompute", {ma.recompute, mb.recompute}},
-        {"comm buffers", {ma.comm_buffers, mb.comm_buffers}},
+        {"params", {sa.params, sb.params}},
+        {"grads", {sa.grads, sb.grads}},
+        {"optimizer", {sa.optimizer, sb.optimizer}},
+        {"gathered params", {sa.unsharded_params, sb.unsharded_params}},
+        {"reduce buffers", {sa.reduce_buffers, sb.reduce_buffers}},
+        {"activations", {sa.activations, sb.activations}},
+        {"recompute", {sa.recompute, sb.recompute}},
+        {"comm buffers", {sa.comm_buffers, sb.comm_buffers}},
         {"framework", {ma.framework, mb.framework}}};
+    const double when_a = x.result.step_time_s > 0 ? x.peak_time_s / x.result.step_time_s : 0;
+    const double when_b = y.result.step_time_s > 0 ? y.peak_time_s / y.result.step_time_s : 0;
+    const std::string moved = std::abs(when_b - when_a) > 0.05
+                                  ? fmt::format("; the peak moves from {:.0f}% to {:.0f}% of the step", 100 * when_a,
+                                                100 * when_b)
+                                  : std::string();
+    double sized = 0;  // the part of the change the terms' sizes account for
+    for (const auto& [name, v] : terms) sized += v.second - v.first;
+    const double timing = (y.peak_bytes - x.peak_bytes) - sized;
+    const std::string rest =
+        std::abs(timing) > 0.1 * kGiB
+            ? fmt::format("; {:+.2f} GiB from what else is live at the peak's moment", timing / kGiB)
+            : std::string();
     std::vector<std::pair<double, std::string>> mm;
     for (const auto& [name, v] : terms)
       if (std::abs(v.second - v.first) > 0.01 * 1024.0 * 1024.0 * 1024.0)
@@ -414,9 +435,9 @@ std::string explain_difference(const Variant& x, const Variant& y, const std::st
                             y.peak_time_s, y.result.step_time_s)
               : std::string()));
     else
-      parts.push_back(fmt::format("peak memory {} → {} ({:+.2f} GiB{})", gib(x.peak_bytes), gib(y.peak_bytes),
+      parts.push_back(fmt::format("peak memory {} → {} ({:+.2f} GiB{}{})", gib(x.peak_bytes), gib(y.peak_bytes),
                                   (y.peak_bytes - x.peak_bytes) / (1024.0 * 1024.0 * 1024.0),
-                                  terms_s.empty() ? "" : ": " + terms_s));
+                                  terms_s.empty() ? "" : ": " + terms_s, rest + moved));
     if (x.fits != y.fits)
       parts.push_back(y.fits ? fmt::format("now fits in {}", gib(y.gpu_memory_bytes))
                              : fmt::format("no longer fits in {}", gib(y.gpu_memory_bytes)));

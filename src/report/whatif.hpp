@@ -46,6 +46,7 @@ struct Variant {
   StepResult result;
   double peak_bytes = 0;       // simulated device peak, worst stage
   MemoryBreakdown peak_breakdown;  // of that stage at its peak
+  MemoryBreakdown term_peaks;      // of that stage: each term's largest value over the step
   double peak_time_s = 0;          // when in the step that peak happens
   double host_bytes = 0;           // pinned host memory per rank at its peak, worst stage (offload)
   bool fits = false;

@@ -16,6 +16,9 @@ struct StageTimeline {
   double allocated_peak_bytes = 0;
   double peak_time_seconds = 0;       // when the peak happens
   MemoryBreakdown breakdown;          // at the moment of the peak
+  // Each term's own largest value over the step (its size, whenever it happens): what a setting
+  // changes, as opposed to what is live at the one moment of the peak.
+  MemoryBreakdown term_peaks;
   double compute_busy_seconds = 0;
 };
 

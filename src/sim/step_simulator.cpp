@@ -535,12 +535,13 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   // One pass over the memory events, tracking every stage's live bytes and its peak; host memory
   // (activation offload) is tracked beside the device's and has its own peak.
   const auto host_term = static_cast<std::size_t>(MemoryTerm::host);
-  std::vector<std::array<double, kMemoryTerms>> live(n_st), at_best(n_st);
+  std::vector<std::array<double, kMemoryTerms>> live(n_st), at_best(n_st), term_max(n_st);
   std::vector<double> transient(n_st, 0), best(n_st, 0), best_t(n_st, 0), host_best(n_st, 0);
   for (const auto& ev : run.memory) {
     const auto o = static_cast<std::size_t>(ev.owner);
     const auto tag = static_cast<std::size_t>(ev.tag);
     live[o][tag] += ev.delta_bytes;
+    term_max[o][tag] = std::max(term_max[o][tag], live[o][tag]);
     if (tag == host_term) {
       host_best[o] = std::max(host_best[o], live[o][tag]);
       continue;
@@ -576,6 +577,15 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
                              b.activations + b.recompute;
     b.framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
     tl.breakdown = b;
+    auto largest = [&](MemoryTerm t) { return term_max[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)]; };
+    MemoryBreakdown sizes = b;
+    sizes.optimizer = held.optimizer + largest(MemoryTerm::optimizer);
+    sizes.grads = held.grads + largest(MemoryTerm::grads);
+    sizes.unsharded_params = largest(MemoryTerm::unsharded_params);
+    sizes.reduce_buffers = held.reduce_buffers + largest(MemoryTerm::reduce_buffers);
+    sizes.activations = largest(MemoryTerm::activations);
+    sizes.recompute = largest(MemoryTerm::recompute);
+    tl.term_peaks = sizes;
     tl.allocated_peak_bytes = allocated;
     tl.peak_bytes = b.total();
     tl.peak_time_seconds = best_time;

@@ -165,3 +165,23 @@ TEST_CASE("whatif: varying torchtitan's TP keeps the global batch, so step times
   // The variant is what the user asked for: their settings, not the batch fix.
   CHECK(r.variants[1].settings == Settings{{"parallelism.tensor_parallel_degree", "1"}});
 }
+
+TEST_CASE("whatif: a peak change is credited to the terms whose size changed, not to one that moved in time") {
+  // DEFAULT -> PURE halves the reduce-scatter buffers; the saved activations are the same bytes
+  // in both (the recompute policy and micro-batch do not change), so they must not be listed.
+  const std::string yaml = (test::data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml").string();
+  const WhatIfReport r =
+      run_whatif(source(yaml, 64, "h100-sxm-80gb"), {parse_variation("fsdp_config.mixed_precision=DEFAULT,PURE")});
+  REQUIRE(r.variants.size() == 2);
+  REQUIRE(r.variants[0].ok());
+  REQUIRE(r.variants[1].ok());
+  CHECK(r.variants[1].term_peaks.activations == doctest::Approx(r.variants[0].term_peaks.activations).epsilon(1e-9));
+  CHECK(r.variants[1].term_peaks.reduce_buffers < r.variants[0].term_peaks.reduce_buffers);
+  REQUIRE(r.explanations.size() == 1);
+  const std::string& e = r.explanations.front();
+  const auto peak = e.find("peak memory");
+  REQUIRE(peak != std::string::npos);
+  const std::string memory_part = e.substr(peak);
+  CHECK(memory_part.find("reduce buffers -") != std::string::npos);
+  CHECK(memory_part.find("activations") == std::string::npos);
+}
