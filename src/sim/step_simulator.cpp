@@ -563,29 +563,27 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     const StageMemory& sm = est.stages[static_cast<std::size_t>(s)];
     const MemoryBreakdown& held = sm.persistent;
     const double best_time = best_t[static_cast<std::size_t>(s)];
-    auto term = [&](MemoryTerm t) { return at_best[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)]; };
-    MemoryBreakdown b;
-    b.params = held.params;
-    b.optimizer = held.optimizer + term(MemoryTerm::optimizer);
-    b.grads = held.grads + term(MemoryTerm::grads);
-    b.unsharded_params = term(MemoryTerm::unsharded_params);
-    b.reduce_buffers = held.reduce_buffers + term(MemoryTerm::reduce_buffers);
-    b.activations = term(MemoryTerm::activations);
-    b.recompute = term(MemoryTerm::recompute);
-    b.comm_buffers = held.comm_buffers;
+    // The persistent state plus the timeline's terms, from one set of live bytes per term.
+    auto with_terms = [&](const std::array<double, kMemoryTerms>& live_terms) {
+      auto term = [&](MemoryTerm t) { return live_terms[static_cast<std::size_t>(t)]; };
+      MemoryBreakdown out_b;
+      out_b.params = held.params;
+      out_b.optimizer = held.optimizer + term(MemoryTerm::optimizer);
+      out_b.grads = held.grads + term(MemoryTerm::grads);
+      out_b.unsharded_params = term(MemoryTerm::unsharded_params);
+      out_b.reduce_buffers = held.reduce_buffers + term(MemoryTerm::reduce_buffers);
+      out_b.activations = term(MemoryTerm::activations);
+      out_b.recompute = term(MemoryTerm::recompute);
+      out_b.comm_buffers = held.comm_buffers;
+      return out_b;
+    };
+    MemoryBreakdown b = with_terms(at_best[static_cast<std::size_t>(s)]);
     const double allocated = b.params + b.grads + b.optimizer + b.unsharded_params + b.reduce_buffers +
                              b.activations + b.recompute;
     b.framework = c.framework.cuda_context_bytes + c.framework.allocator_reserve_fraction * allocated;
     tl.breakdown = b;
-    auto largest = [&](MemoryTerm t) { return term_max[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)]; };
-    MemoryBreakdown sizes = b;
-    sizes.optimizer = held.optimizer + largest(MemoryTerm::optimizer);
-    sizes.grads = held.grads + largest(MemoryTerm::grads);
-    sizes.unsharded_params = largest(MemoryTerm::unsharded_params);
-    sizes.reduce_buffers = held.reduce_buffers + largest(MemoryTerm::reduce_buffers);
-    sizes.activations = largest(MemoryTerm::activations);
-    sizes.recompute = largest(MemoryTerm::recompute);
-    tl.term_peaks = sizes;
+    tl.term_peaks = with_terms(term_max[static_cast<std::size_t>(s)]);
+    tl.term_peaks.framework = b.framework;
     tl.allocated_peak_bytes = allocated;
     tl.peak_bytes = b.total();
     tl.peak_time_seconds = best_time;
