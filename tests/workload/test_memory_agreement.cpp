@@ -7,35 +7,19 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
+#include "../cli/run_binary.hpp"
 #include "../test_paths.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;
-};
-
-Run run(const std::string& args) {
-  const std::string cmd = meshplan::test::meshplan_bin().string() + " " + args + " 2>/dev/null";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) r.out += buf.data();
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Run = meshplan::test::BinaryRun;
+const auto run = meshplan::test::run_meshplan;
 
 std::vector<double> stage_peaks(const Run& r) {
   std::vector<double> out;
