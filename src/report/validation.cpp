@@ -287,7 +287,7 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
       out.memory_metric = metric == MemoryMetric::allocated    ? "allocated"
                           : metric == MemoryMetric::nvidia_smi ? "device (nvidia-smi: + context, NCCL)"
                           : metric == MemoryMetric::reserved   ? "reserved"
-                                                               : "reserved (metric unknown)";
+                                                               : "allocated..reserved (metric unknown)";
       if (!est.stages.empty()) {
         std::size_t pick = 0;
         if (!rank0)
@@ -296,6 +296,11 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
         const StageMemory& st = est.stages[pick];
         out.memory_stage = rank0 ? "0 (rank 0)" : fmt::format("{} (max)", st.stage);
         out.predicted_peak_gib = value(st) / kGiB;
+        // A source that does not say which allocator statistic it printed measured one of them:
+        // every value between the predicted peak allocated and peak reserved agrees with it, so
+        // the prediction is the point of that interval nearest the measurement.
+        if (metric == MemoryMetric::unknown && *ms.peak_mem_gib > 0)
+          out.predicted_peak_gib = std::clamp(*ms.peak_mem_gib, st.allocated_peak_bytes / kGiB, st.reserved_peak_bytes / kGiB);
         out.dominant_memory_term = dominant_memory_term(st.breakdown);
         for (const auto& tl : sr.stages)
           if (tl.stage == st.stage)

@@ -508,6 +508,14 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   const std::string oname = optim.get_string("name").value_or("AdamW");
   if (oname == "AdamW" || oname == "Adam") plan.optimizer = Optimizer::adamw;
   else rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW", oname));
+  // torchtitan's default is "fused" (JobConfig Optimizer.implementation); foreach adds the
+  // whole-model temporaries of torch's _multi_tensor_adam.
+  if (const auto impl = optim.get_string("implementation")) {
+    const auto parsed = parse_optimizer_impl(*impl);
+    if (!parsed || *parsed == OptimizerImpl::framework)
+      optim.fail("implementation", fmt::format("'{}' is not accepted (for-loop, foreach, fused)", *impl));
+    plan.optimizer_impl = *parsed;
+  }
   return rc;
 }
 

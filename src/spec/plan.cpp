@@ -30,6 +30,11 @@ constexpr NameTable<Fp8Recipe, 7> kFp8{{{Fp8Recipe::none, "none"}, {Fp8Recipe::t
                                         {Fp8Recipe::torchao_rowwise, "torchao-rowwise"}}};
 constexpr NameTable<Optimizer, 3> kOpt{{{Optimizer::adamw, "adamw"}, {Optimizer::adamw8bit, "adamw8bit"},
                                         {Optimizer::sgd, "sgd"}}};
+// torchtitan's spelling (optimizer.implementation).
+constexpr NameTable<OptimizerImpl, 4> kOptImpl{{{OptimizerImpl::framework, "framework"},
+                                                {OptimizerImpl::foreach, "foreach"},
+                                                {OptimizerImpl::fused, "fused"},
+                                                {OptimizerImpl::for_loop, "for-loop"}}};
 }  // namespace
 
 std::string_view to_string(Sharding s) { return name_of(kSharding, s); }
@@ -40,6 +45,7 @@ std::string_view to_string(TpStyle t) { return name_of(kTp, t); }
 std::string_view to_string(PipelineSchedule p) { return name_of(kSched, p); }
 std::string_view to_string(Fp8Recipe f) { return name_of(kFp8, f); }
 std::string_view to_string(Optimizer o) { return name_of(kOpt, o); }
+std::string_view to_string(OptimizerImpl o) { return name_of(kOptImpl, o); }
 
 std::optional<Sharding> parse_sharding(std::string_view s) { return parse_name(kSharding, s); }
 std::optional<Runtime> parse_runtime(std::string_view s) { return parse_name(kRuntime, s); }
@@ -50,5 +56,6 @@ std::optional<AcMode> parse_ac_mode(std::string_view s) { return parse_name(kAc,
 std::optional<PipelineSchedule> parse_schedule(std::string_view s) { return parse_name(kSched, s); }
 std::optional<Fp8Recipe> parse_fp8(std::string_view s) { return parse_name(kFp8, s); }
 std::optional<Optimizer> parse_optimizer(std::string_view s) { return parse_name(kOpt, s); }
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view s) { return parse_name(kOptImpl, s); }
 
 }  // namespace meshplan

@@ -75,6 +75,12 @@ enum class Fp8Recipe { none, te_delayed, te_current, mxfp8, nvfp4, torchao_tenso
 
 enum class Optimizer { adamw, adamw8bit, sgd };
 
+// How the optimizer's update is computed (torchtitan's optimizer.implementation; torch.optim's
+// foreach / fused flags). `framework` = the runtime's default (RuntimeTraits::foreach_adamw).
+// foreach allocates whole-model temporaries; fused and for-loop do not (for-loop's are one
+// tensor at a time, below the rest of the step's working set).
+enum class OptimizerImpl { framework, foreach, fused, for_loop };
+
 // How the decoder layers are divided among pipeline ranks when the runtime is told (Megatron's
 // TransformerConfig; docs/layouts.md "Pipeline splits"). Nothing given: an even split, else
 // torchtitan's default (spec/pipeline_split.hpp).
@@ -155,6 +161,7 @@ struct Plan {
   bool deepspeed_engine = false;
 
   Optimizer optimizer = Optimizer::adamw;
+  OptimizerImpl optimizer_impl = OptimizerImpl::framework;
   bool compile = false;
   // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
   // mode="reduce-overhead"): each captured region is replayed with one launch from the host.
@@ -216,6 +223,7 @@ std::string_view to_string(TpStyle t);
 std::string_view to_string(PipelineSchedule p);
 std::string_view to_string(Fp8Recipe f);
 std::string_view to_string(Optimizer o);
+std::string_view to_string(OptimizerImpl o);
 std::optional<Sharding> parse_sharding(std::string_view s);
 std::optional<Runtime> parse_runtime(std::string_view s);
 std::optional<BackwardPrefetch> parse_backward_prefetch(std::string_view s);
@@ -223,5 +231,6 @@ std::optional<AcMode> parse_ac_mode(std::string_view s);
 std::optional<PipelineSchedule> parse_schedule(std::string_view s);
 std::optional<Fp8Recipe> parse_fp8(std::string_view s);
 std::optional<Optimizer> parse_optimizer(std::string_view s);
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view s);
 
 }  // namespace meshplan

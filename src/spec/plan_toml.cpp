@@ -49,7 +49,7 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
                                               "deepspeed", "cuda_graphs", "attention_kernel", "loss_kernel", "loss_chunks",
-                                              "optimizer_in_backward"};
+                                              "optimizer_in_backward", "optimizer_implementation"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -345,6 +345,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
                           "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
+  plan.optimizer_impl = get_enum(rt, "optimizer_implementation", OptimizerImpl::framework, parse_optimizer_impl,
+                                 "framework, foreach, fused, for-loop");
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -501,6 +503,8 @@ std::string to_plan_toml(const RunConfig& rc) {
   line("[runtime]");
   line(fmt::format("name = {}", quote(std::string(to_string(p.runtime)))));
   line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
+  if (p.optimizer_impl != OptimizerImpl::framework)
+    line(fmt::format("optimizer_implementation = {}", quote(std::string(to_string(p.optimizer_impl)))));
   line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) line("cuda_graphs = true");
   line(fmt::format("flash_attention = {}", b(p.flash_attention)));

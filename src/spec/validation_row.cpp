@@ -715,6 +715,13 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       p.chunked_cross_entropy = loss_kernel == "chunked";
     }
     if (auto ob = r.opt_flag("optimizer_in_backward")) p.optimizer_in_backward = *ob;
+    // No column says how the optimizer's update runs. Under an unnamed trainer it resolves as a
+    // tuned run sets it (docs/validation.md "Unknown settings"): fused AdamW, as torchtune's and
+    // lightning-thunder's configs and torchtitan's default do; the named frameworks keep theirs.
+    if (p.runtime == Runtime::generic && p.optimizer == Optimizer::adamw) {
+      p.optimizer_impl = OptimizerImpl::fused;
+      notes.push_back("optimizer implementation not in any column: fused AdamW assumed (no whole-model step temporaries)");
+    }
     // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
     // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
     p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&

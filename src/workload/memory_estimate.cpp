@@ -338,7 +338,9 @@ StateBytesPerParam state_bytes_per_param(const Plan& p, const Job& j) {
   // torch's foreach AdamW allocates one temporary per local param in the state dtype
   // (_foreach_sqrt(exp_avg_sq)); fused AdamW (torchtitan's default), Megatron's fused Adam and
   // bitsandbytes' 8-bit kernels do not.
-  if (traits.foreach_adamw && p.optimizer == Optimizer::adamw && !p.param_offload) out.optimizer_step = state_b / n_state;
+  const bool foreach = p.optimizer_impl == OptimizerImpl::foreach ||
+                       (p.optimizer_impl == OptimizerImpl::framework && traits.foreach_adamw);
+  if (foreach && p.optimizer == Optimizer::adamw && !p.param_offload) out.optimizer_step = state_b / n_state;
   if (p.optimizer_in_backward) {
     // Each parameter is stepped (and its gradient freed) as soon as its gradient is ready: no
     // stored gradients; the largest parameter's gradient is the one alive at a time

@@ -1,6 +1,7 @@
 // meshplan validate: CSV reading, row mapping, every published row handled, summary statistics.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +12,9 @@
 #include "spec/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/units.hpp"
 #include "spec/validation_row.hpp"
+#include "workload/memory_estimate.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -328,6 +331,13 @@ TEST_CASE("real rows mapped field by field") {
     CHECK(big.cluster == "a100-unknown");
     CHECK(big.run.plan.param_offload);
     CHECK(big.measured.memory_metric == MemoryMetric::unknown);
+    // An unnamed trainer's optimizer implementation resolves to fused AdamW, noted.
+    CHECK(vc.run.plan.optimizer_impl == OptimizerImpl::framework);  // 8-bit AdamW: no foreach question
+    const ValidationCase ac = map_validation_row(mem, row_index(mem, "tune-readme-l32-3b-1gpu-ac"));
+    CHECK(ac.run.plan.optimizer_impl == OptimizerImpl::fused);
+    bool noted = false;
+    for (const auto& a : ac.assumptions) noted = noted || a.find("fused AdamW assumed") != std::string::npos;
+    CHECK(noted);
     const ValidationCase h = map_validation_row(mem, row_index(mem, "tao-fp8readme-llama3-8b-bf16"));
     CHECK(h.cluster == "h100-sxm-80gb");  // empty gpu column
   }
@@ -367,6 +377,29 @@ TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a re
                           "predicted_device_fraction"})
       CHECK(j["rows"][0].contains(k));
   }
+}
+
+TEST_CASE("memory_metric unknown: compared with the point of [allocated, reserved] nearest the measurement") {
+  if (!have_validation()) {
+    MESSAGE("skipped: ../shared/validation is absent");
+    return;
+  }
+  const CsvTable mem = read_csv_table(memory_csv().string());
+  const ValidationRowRun rr = validation_row_run(mem, "tune-readme-l31-70b-8xa100-fsdp-cpuoffload", {});
+  const ValidationCase& vc = rr.vc;
+  const MemoryEstimate est = estimate_memory(vc.run.model, vc.run.plan, vc.run.job, rr.cluster);
+  const StageMemory& st = est.stages.front();
+  const double lo = st.allocated_peak_bytes / kGiB, hi = st.reserved_peak_bytes / kGiB;
+  REQUIRE(lo < hi);
+  ValidationOptions opt;
+  opt.only_ids = {vc.id};
+  const ValidationReport rep = run_validation_file(memory_csv().string(), opt);
+  REQUIRE(rep.rows.size() == 1);
+  const auto& r = rep.rows.front();
+  REQUIRE(r.predicted_peak_gib.has_value());
+  CHECK(*r.predicted_peak_gib == doctest::Approx(std::clamp(*vc.measured.peak_mem_gib, lo, hi)));
+  CHECK(*r.predicted_peak_gib >= lo);
+  CHECK(*r.predicted_peak_gib <= hi);
 }
 
 TEST_CASE("--cluster-dir profiles are found before the shipped ones") {

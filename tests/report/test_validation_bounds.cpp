@@ -15,7 +15,10 @@
 // memory.csv (2026-12-02, issue 16: one memory model shared with the timeline, FSDP root unit,
 // activation offload, chunked cross-entropy and optimizer-in-backward from the row's columns):
 // per-run MAPE 10.0 % (torchtune-readme 8.6 %, two of its rows still +20 %: foreach AdamW's
-// temporaries where torchtune configures fused AdamW, and the 70B CPU-offload run).
+// temporaries where torchtune configures fused AdamW, and the 70B CPU-offload run). Then (same
+// day) the unnamed trainers' optimizer implementation resolved as a tuned run sets it (fused AdamW)
+// and an unknown memory metric compared with the nearer end of [allocated, reserved]: 9.06 %,
+// every torchtune row within +-7.1 %.
 // dev-vtrain.csv (2026-12-02, host thread in the simulation): tokens/s MAPE 9.8 % over 720 rows,
 // bias -0.65 %, p90 19.6 % (before the host model: 25.7 %, +22 %, p90 67 %).
 #include <doctest/doctest.h>
@@ -53,7 +56,9 @@ const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
     {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.0},      {"bloom-176b", 51.0},
 };
-constexpr double kMemoryMapeBoundPct = 11.0;
+// Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
+constexpr double kMemoryMapeBoundPct = 10.0;
+constexpr double kTorchtuneRowMemoryBoundPct = 15.0;
 // Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
 constexpr double kVtrainTokensMapeBoundPct = 10.0;
 constexpr double kVtrainBiasBoundPct = 3.0;
@@ -129,6 +134,13 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
   CHECK(*rep.summary.memory_mape_pct <= kMemoryMapeBoundPct);
   CHECK(rep.summary.predicted_out_of_memory == 0);
   check_no_unresolved_skips(rep);
+  int torchtune_rows = 0;
+  for (const auto& r : rep.rows) {
+    if (r.source != "torchtune-readme" || !r.memory_error_pct) continue;
+    ++torchtune_rows;
+    CHECK_MESSAGE(std::abs(*r.memory_error_pct) <= kTorchtuneRowMemoryBoundPct, r.id, " ", *r.memory_error_pct);
+  }
+  CHECK(torchtune_rows == 8);
 }
 
 TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {

@@ -378,6 +378,32 @@ TEST_CASE("DeepSpeed-style fp16 model + fp32 master without FSDP: 2 + 2 + 12/d b
   CHECK(st.allocated_peak_bytes == doctest::Approx(6 * P));
 }
 
+TEST_CASE("optimizer_implementation: foreach adds one state-dtype copy of the local params at the step, fused none") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.runtime = Runtime::generic;  // foreach by default
+  p.mesh.dp_replicate = 8;
+  p.sharding = Sharding::zero1;
+  p.param_dtype = p.compute_dtype = p.reduce_dtype = Dtype::fp16;
+  const Job j{512, 8, 1, 1};
+  const StageMemory dflt = estimate_memory(m, p, j, test_cluster(1e15)).stages.front();
+  p.optimizer_impl = OptimizerImpl::foreach;
+  const StageMemory fe = estimate_memory(m, p, j, test_cluster(1e15)).stages.front();
+  p.optimizer_impl = OptimizerImpl::fused;
+  const StageMemory fu = estimate_memory(m, p, j, test_cluster(1e15)).stages.front();
+  const double P = fu.params_per_rank;
+  CHECK(dflt.breakdown.optimizer == doctest::Approx(fe.breakdown.optimizer));
+  // fp32 master + moments over 8 ranks: (4 + 8) / 8 bytes per parameter; foreach + 4 / 8.
+  CHECK(fu.breakdown.optimizer == doctest::Approx(12 * P / 8));
+  CHECK(fe.breakdown.optimizer - fu.breakdown.optimizer == doctest::Approx(4 * P / 8));
+  // torchtitan fused by default; foreach on request.
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.optimizer_impl = OptimizerImpl::framework;
+  const double tt = estimate_memory(m, p, j, test_cluster(1e15)).stages.front().breakdown.optimizer;
+  p.optimizer_impl = OptimizerImpl::foreach;
+  CHECK(estimate_memory(m, p, j, test_cluster(1e15)).stages.front().breakdown.optimizer > tt);
+}
+
 TEST_CASE("Loss forward: log_softmax holds the fp32 logits it reads and the fp32 log-probs it writes") {
   const auto m = llama3_8b();
   Plan p;
