@@ -67,6 +67,13 @@ struct NcclTable {
   double collnet_direct_sm90_efficiency = 0;
   double nvls_efficiency_sm90 = 0;
   double nvls_efficiency_sm100 = 0;
+  // Rate at which the NVSwitch fabric combines reduction operands per attached GPU (bytes/s; 0 =
+  // no bound known): an NVLS reduction over n GPUs makes the switch fold (n - 1)/n x S operand
+  // bytes per GPU, so all-reduce busbw cannot exceed 2x this and reduce-scatter busbw 1x
+  // (docs/collectives.md "NVLS switch reduction bound"). A property of the NVSwitch generation,
+  // kept here beside nvlsEff because NCCL's tables are keyed by the same GPU generation.
+  double nvls_switch_reduction_sm90_bytes_per_s = 0;
+  double nvls_switch_reduction_sm100_bytes_per_s = 0;
 
   std::array<std::array<double, kTreeCorrectionEntries>, kNcclProtoCount> tree_correction{};
 
