@@ -150,6 +150,8 @@ TEST_CASE("nccl table: strict loader names the file and the key") {
   CHECK(load_error("src = \"nvls_eff\"", "src = \"nope\"").find("'nope' is not declared") != std::string::npos);
   CHECK(load_error("\nsm90 = 0.85", "\nsm90 = 1.5").find("nvls_efficiency.sm90: must be in") != std::string::npos);
   CHECK(load_error("steps = 8\n", "").find("buffers.steps: missing") != std::string::npos);
+  CHECK(load_error("\nsm100 = 425", "\nsm100 = -1").find("nvls_switch_reduction_gb_per_s.sm100: must be in") !=
+        std::string::npos);
   CHECK(load_error("small_message_efficiency = 0.423", "small_message_efficiency = 0")
             .find("pipeline_ramp.small_message_efficiency: must be in") != std::string::npos);
   CHECK(load_error("half_ramp_bytes = 17825792", "half_ramp_bytes = -1")
@@ -230,6 +232,25 @@ TEST_CASE("closed forms: bandwidth terms on hand-worked cases") {
   SUBCASE("NVLS all-reduce: (1 + 1/n) S per GPU per direction at link x nvlsEff") {
     const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8), only(NcclAlgo::nvls));
     CHECK(e.seconds == doctest::Approx(25e-6 + S * 9.0 / 8.0 / (h100_link * 0.85)));
+  }
+  SUBCASE("NVLS reduction on NVLink5: the switch folds (n-1)/n S per GPU at 425 GB/s, so AR busbw <= 850") {
+    static const ClusterSpec gb = load_cluster("gb200");
+    const double link = 900e9 * 0.755 * 0.74;  // NVLink5 per direction x ring efficiency x nvlsEff = 502.8 GB/s
+    // 72 GPUs (one NVL72): link time S x 73/72 / 502.8 GB/s < switch time S x 71/72 / 425 GB/s.
+    const auto e72 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(18, 4), only(NcclAlgo::nvls));
+    CHECK(e72.seconds == doctest::Approx(25e-6 + S * 71.0 / 72.0 / 425e9));
+    CHECK(e72.bus_bandwidth_bytes_per_s == doctest::Approx(850e9));
+    // 8 GPUs: S x 9/8 / 502.8 GB/s > S x 7/8 / 425 GB/s, the links bound as before.
+    const auto e8 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(2, 4), only(NcclAlgo::nvls));
+    CHECK(e8.seconds == doctest::Approx(25e-6 + S * 9.0 / 8.0 / link));
+    // Reduce-scatter over 16 GPUs reduces the same (n-1)/n S per GPU: busbw <= 425; all-gather does not reduce.
+    const auto rs = estimate_collective(gb, CollectiveOp::reduce_scatter, S, place(4, 4), only(NcclAlgo::nvls));
+    CHECK(rs.seconds == doctest::Approx(25e-6 + S * 15.0 / 16.0 / 425e9));
+    const auto ag = estimate_collective(gb, CollectiveOp::all_gather, S, place(4, 4), only(NcclAlgo::nvls));
+    CHECK(ag.seconds == doctest::Approx(25e-6 + S * 15.0 / 16.0 / link));
+    // Hopper has no known bound (0): the H100 case above stays link-bound.
+    CHECK(default_nccl_table().nvls_switch_reduction_sm90_bytes_per_s == 0.0);
+    CHECK(default_nccl_table().nvls_switch_reduction_sm100_bytes_per_s == doctest::Approx(425e9));
   }
   SUBCASE("tree, one node: 2S per GPU per direction, x0.92 and NCCL's size correction (0.9 at 1 GiB)") {
     const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8),
