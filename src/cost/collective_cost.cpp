@@ -112,9 +112,10 @@ public:
   // rate x (S + S_half) / (S + S_half / eta0): eta0 of the link for S << S_half, the link for
   // S >> S_half; the extra time t_link x (1/eta0 - 1) x S_half / (S + S_half) grows with the
   // message and saturates at (1/eta0 - 1) x (the transfer time of S_half).
-  static double pipeline_ramp(const NcclTable& t, double bytes) {
+  // `loop_scale`: the algorithm's ranks per kernel loop over the fitted series' (see loop_scale()).
+  static double pipeline_ramp(const NcclTable& t, double bytes, double loop_scale = 1.0) {
     const double eta0 = t.pipeline_small_message_efficiency;
-    const double half = t.pipeline_half_ramp_bytes;
+    const double half = t.pipeline_half_ramp_bytes * loop_scale;
     if (!(eta0 < 1.0) || !(half > 0)) return 0.0;
     return (1.0 / eta0 - 1.0) * half / (bytes + half);
   }
@@ -345,6 +346,13 @@ public:
   }
 
 private:
+  // NCCL's ring and NVLS kernels move nChannels x nRanks (NVLS: nHeads, every GPU of the domain) x
+  // chunkSize per loop, so the message that fills their pipeline grows with the ranks; the ramp was
+  // fitted on an 8-GPU ring. Tree-shaped kernels loop over nChannels x chunkSize: fitted value kept.
+  double loop_scale(NcclAlgo a) const {
+    if (a != NcclAlgo::ring && a != NcclAlgo::nvls) return 1.0;
+    return static_cast<double>(geo_.n) / std::max(1, t_.pipeline_half_ramp_ranks);
+  }
   double hw(NcclLink l, NcclAlgo a, NcclProto p) const {
     return t_.hw_latency_seconds[static_cast<std::size_t>(l)][static_cast<std::size_t>(a)][static_cast<std::size_t>(p)];
   }
@@ -355,7 +363,7 @@ private:
     if (!(t_bw >= 0) || !std::isfinite(t_bw)) return;
     const double s = lat + t_bw;
     if (s < best.seconds) {
-      const double ramp = t_link * ramp_;
+      const double ramp = t_link * pipeline_ramp(t_, bytes_, loop_scale(a));
       best = Candidate{s, lat, t_bw / sh.rate_factor + ramp, ramp, a, p, sh.channels, false};
     }
   }

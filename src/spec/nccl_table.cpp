@@ -403,6 +403,7 @@ NcclTable read_table(const fs::path& path) {
     Reader r(ctx, child(ctx, root, "", "pipeline_ramp"), "pipeline_ramp");
     out.pipeline_small_message_efficiency = r.number("small_message_efficiency", 0, 1, false);
     out.pipeline_half_ramp_bytes = r.number("half_ramp_bytes", 0, 1e15, false);
+    out.pipeline_half_ramp_ranks = r.integer("half_ramp_ranks", 1, 1 << 20);
     r.finish();
   }
 

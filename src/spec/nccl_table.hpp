@@ -104,6 +104,10 @@ struct NcclTable {
   // extra transfer time = t_link x (1 / eta0 - 1) x S_half / (S + S_half).
   double pipeline_small_message_efficiency = 1;  // eta0, in (0, 1]; 1 = no ramp (NCCL's own model)
   double pipeline_half_ramp_bytes = 0;           // S_half, message size (nccl-tests bytes)
+  // Ranks one loop of the fitted series' kernel spans (8: an 8-GPU ring). NCCL's ring and NVLS
+  // kernels move nChannels x nRanks (NVLS: nHeads) x chunkSize per loop, so their S_half scales by
+  // ranks / this (docs/collectives.md "Pipeline ramp").
+  int pipeline_half_ramp_ranks = 8;
 
   std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
   std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"

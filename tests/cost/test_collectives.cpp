@@ -396,6 +396,38 @@ TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S +
     CHECK(big.ramp_seconds / limit == doctest::Approx(1.0).epsilon(1.1e-3));
     CHECK(big.ramp_seconds < limit);
   }
+  SUBCASE("ring and NVLS: S_half grows with the ranks one kernel loop spans (fitted on a ring of 8)") {
+    static const ClusterSpec gb = load_cluster("gb200");
+    CHECK(t.pipeline_half_ramp_ranks == 8);
+    // 4-GPU GB200 ring Simple at 64 MiB: S_half = 17 MiB x 4/8 = 8.5 MiB; t_link = 1.5 S / 679.5 GB/s
+    // = 148.1 us; ramp = 148.1 x 1.364 x 8.5 / 72.5 = 23.7 us (an 8-rank loop would charge 42.4 us).
+    const double S = 64 * kMiB;
+    const double t_link = 1.5 * S / (900e9 * 0.755);
+    const auto r4 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(1, 4), ring_simple);
+    CHECK(r4.ramp_seconds / kUs == doctest::Approx(t_link * k * (half / 2) / (S + half / 2) / kUs));
+    CHECK(r4.ramp_seconds / kUs == doctest::Approx(23.7).epsilon(2e-3));
+    // 72-GPU NVLS at 1 GiB: S_half = 17 MiB x 72/8 = 153 MiB; t_link is the switch-bound time
+    // S x 71/72 / 425 GB/s = 2491.4 us; ramp = 2491.4 x 1.364 x 153 / 1177 = 441.8 us.
+    CollectiveOptions nvls_ramp;
+    nvls_ramp.algorithm_mask = algorithm_bit(NcclAlgo::nvls);
+    const double G = 1 * kGiB;
+    const double t72 = G * 71.0 / 72.0 / 425e9;
+    const auto n72 = estimate_collective(gb, CollectiveOp::all_reduce, G, place(18, 4), nvls_ramp);
+    CHECK(n72.ramp_seconds / kUs == doctest::Approx(t72 * k * (9 * half) / (G + 9 * half) / kUs));
+    CHECK(n72.ramp_seconds / kUs == doctest::Approx(441.8).epsilon(2e-3));
+    // Tree kernels loop over nChannels x chunkSize: the fitted 17 MiB stays, whatever the ranks.
+    const auto tr = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8),
+                                        only(NcclAlgo::tree, NcclProto::simple));
+    CollectiveOptions tree_ramp;
+    tree_ramp.algorithm_mask = algorithm_bit(NcclAlgo::tree);
+    tree_ramp.protocol_mask = protocol_bit(NcclProto::simple);
+    const auto trr = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8), tree_ramp);
+    CHECK(trr.ramp_seconds > 0);
+    CHECK(trr.seconds / kUs == doctest::Approx((tr.seconds + trr.ramp_seconds) / kUs));
+    // t_link = S / (0.5 x 0.92 x 369.9 GB/s): the tree's Simple algbw across 4 nodes (NVLink-bound).
+    const double t_tree = S / (0.5 * 0.92 * 450e9 * 0.822);
+    CHECK(trr.ramp_seconds / kUs == doctest::Approx(t_tree * k * half / (S + half) / kUs));
+  }
   SUBCASE("NCCL's choice is not changed by the ramp (it selects on its own model)") {
     for (double S = 1 * kKiB; S <= 8 * kGiB; S *= 4) {
       for (const ClusterSpec* c : {&a100(), &h100()}) {
