@@ -112,9 +112,10 @@ public:
   // rate x (S + S_half) / (S + S_half / eta0): eta0 of the link for S << S_half, the link for
   // S >> S_half; the extra time t_link x (1/eta0 - 1) x S_half / (S + S_half) grows with the
   // message and saturates at (1/eta0 - 1) x (the transfer time of S_half).
-  static double pipeline_ramp(const NcclTable& t, double bytes) {
+  // `loop_scale`: the algorithm's ranks per kernel loop over the fitted series' (see loop_scale()).
+  static double pipeline_ramp(const NcclTable& t, double bytes, double loop_scale = 1.0) {
     const double eta0 = t.pipeline_small_message_efficiency;
-    const double half = t.pipeline_half_ramp_bytes;
+    const double half = t.pipeline_half_ramp_bytes * loop_scale;
     if (!(eta0 < 1.0) || !(half > 0)) return 0.0;
     return (1.0 / eta0 - 1.0) * half / (bytes + half);
   }
@@ -174,6 +175,15 @@ public:
     return t_.nvls_channels_sm90;
   }
   double nvls_efficiency() const { return geo_.sm >= 100 ? t_.nvls_efficiency_sm100 : t_.nvls_efficiency_sm90; }
+  // The switch folds (n - 1)/n x S operand bytes per GPU at this rate (0: no bound known).
+  double nvls_switch_reduction() const {
+    return geo_.sm >= 100 ? t_.nvls_switch_reduction_sm100_bytes_per_s : t_.nvls_switch_reduction_sm90_bytes_per_s;
+  }
+  // Time the switch needs to reduce `bytes` (nccl-tests size) over `ranks` GPUs; 0 without a bound.
+  double nvls_reduction_seconds(double bytes, double ranks) const {
+    const double r = nvls_switch_reduction();
+    return r > 0 && ranks > 1 ? bytes * (ranks - 1) / ranks / r : 0.0;
+  }
 
   // Rate of a ring edge: NVLink between local ranks, the island's NICs where the ring leaves it
   // (each ring crosses every island boundary once per direction).
@@ -239,13 +249,18 @@ public:
   // NVLink SHARP inside one NVLink domain. All-reduce: each GPU sends its buffer to the switch
   // (multimem reduce) and pushes back 1/n of it, receiving 1/n reduced plus the whole result:
   // (1 + 1/n) x buffer per direction. All-gather / reduce-scatter move what a ring moves.
+  // Reductions (AR, RS) also make the switch fold (n - 1)/n x S operand bytes per GPU: that work
+  // grows with n while the link bytes shrink, so on a 72-GPU NVL72 the switch, not the links,
+  // bounds (docs/collectives.md "NVLS switch reduction bound"). The slower of the two sets the time.
   void nvls(CollectiveOp op, Candidate& best) const {
     if (!allowed(NcclAlgo::nvls, NcclProto::simple)) return;
     const double rate = geo_.intra_bytes_per_s * nvls_efficiency();
     const double n = geo_.n;
     const double per_rank_bytes = op == CollectiveOp::all_reduce ? bytes_ * (n + 1) / n : bytes_ * (n - 1) / n;
-    consider(best, NcclAlgo::nvls, NcclProto::simple, intra_lat(NcclAlgo::nvls, NcclProto::simple),
-             per_rank_bytes / rate, Shrink{nvls_channels(), 1.0}, per_rank_bytes / rate);
+    const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+    const double t = std::max(per_rank_bytes / rate, reduces ? nvls_reduction_seconds(bytes_, n) : 0.0);
+    consider(best, NcclAlgo::nvls, NcclProto::simple, intra_lat(NcclAlgo::nvls, NcclProto::simple), t,
+             Shrink{nvls_channels(), 1.0}, t);
   }
 
   // NVLS inside each node, a tree of nodes over the NICs: each node moves its reduced buffer
@@ -254,7 +269,10 @@ public:
     if (!allowed(NcclAlgo::nvlstree, NcclProto::simple)) return;
     const double L = geo_.local;
     const double n = geo_.n;
-    const double intra_algbw = geo_.intra_bytes_per_s * nvls_efficiency() * L / (L + 1);
+    double intra_algbw = geo_.intra_bytes_per_s * nvls_efficiency() * L / (L + 1);
+    // The island's NVLS reduction is bounded by the switch like a one-domain NVLS (nvls()).
+    if (const double t_red = nvls_reduction_seconds(bytes_, L); t_red > 0)
+      intra_algbw = std::min(intra_algbw, bytes_ / t_red);
     const double inter_algbw = geo_.island_net_bytes_per_s / (geo_.islands <= 2 ? 1.0 : 2.0);
     double algbw = std::min(intra_algbw, inter_algbw);
     const double cap = arch_.nvlstree_per_channel_bytes_per_s[geo_.cap_column];
@@ -328,6 +346,13 @@ public:
   }
 
 private:
+  // NCCL's ring and NVLS kernels move nChannels x nRanks (NVLS: nHeads, every GPU of the domain) x
+  // chunkSize per loop, so the message that fills their pipeline grows with the ranks; the ramp was
+  // fitted on an 8-GPU ring. Tree-shaped kernels loop over nChannels x chunkSize: fitted value kept.
+  double loop_scale(NcclAlgo a) const {
+    if (a != NcclAlgo::ring && a != NcclAlgo::nvls) return 1.0;
+    return static_cast<double>(geo_.n) / std::max(1, t_.pipeline_half_ramp_ranks);
+  }
   double hw(NcclLink l, NcclAlgo a, NcclProto p) const {
     return t_.hw_latency_seconds[static_cast<std::size_t>(l)][static_cast<std::size_t>(a)][static_cast<std::size_t>(p)];
   }
@@ -338,7 +363,7 @@ private:
     if (!(t_bw >= 0) || !std::isfinite(t_bw)) return;
     const double s = lat + t_bw;
     if (s < best.seconds) {
-      const double ramp = t_link * ramp_;
+      const double ramp = t_link * pipeline_ramp(t_, bytes_, loop_scale(a));
       best = Candidate{s, lat, t_bw / sh.rate_factor + ramp, ramp, a, p, sh.channels, false};
     }
   }

@@ -268,9 +268,9 @@ NcclTable read_table(const fs::path& path) {
   }
   read_sources(ctx, root);
 
-  static constexpr std::array<std::string_view, 18> kTop = {
+  static constexpr std::array<std::string_view, 19> kTop = {
       "schema_version", "nccl_version", "sources", "base_latency_us", "hw_latency_us", "latency",
-      "protocol_efficiency", "nvls_efficiency", "tree_correction_factor", "caps_gb_per_s",
+      "protocol_efficiency", "nvls_efficiency", "nvls_switch_reduction_gb_per_s", "tree_correction_factor", "caps_gb_per_s",
       "ll_max_multi_node_gb_per_s", "speed_ladder_gb_per_s", "channels", "buffers",
       "thread_threshold_bytes", "max_threads", "host_launch_us", "pipeline_ramp"};
   for (const auto& [k, v] : root)
@@ -330,6 +330,12 @@ NcclTable read_table(const fs::path& path) {
     Reader r(ctx, child(ctx, root, "", "nvls_efficiency"), "nvls_efficiency");
     out.nvls_efficiency_sm90 = r.number("sm90", 0, 1, false);
     out.nvls_efficiency_sm100 = r.number("sm100", 0, 1, false);
+    r.finish();
+  }
+  {
+    Reader r(ctx, child(ctx, root, "", "nvls_switch_reduction_gb_per_s"), "nvls_switch_reduction_gb_per_s");
+    out.nvls_switch_reduction_sm90_bytes_per_s = r.number("sm90", 0, 1e5) * kGB;
+    out.nvls_switch_reduction_sm100_bytes_per_s = r.number("sm100", 0, 1e5) * kGB;
     r.finish();
   }
   {
@@ -397,6 +403,7 @@ NcclTable read_table(const fs::path& path) {
     Reader r(ctx, child(ctx, root, "", "pipeline_ramp"), "pipeline_ramp");
     out.pipeline_small_message_efficiency = r.number("small_message_efficiency", 0, 1, false);
     out.pipeline_half_ramp_bytes = r.number("half_ramp_bytes", 0, 1e15, false);
+    out.pipeline_half_ramp_ranks = r.integer("half_ramp_ranks", 1, 1 << 20);
     r.finish();
   }
 

@@ -67,6 +67,13 @@ struct NcclTable {
   double collnet_direct_sm90_efficiency = 0;
   double nvls_efficiency_sm90 = 0;
   double nvls_efficiency_sm100 = 0;
+  // Rate at which the NVSwitch fabric combines reduction operands per attached GPU (bytes/s; 0 =
+  // no bound known): an NVLS reduction over n GPUs makes the switch fold (n - 1)/n x S operand
+  // bytes per GPU, so all-reduce busbw cannot exceed 2x this and reduce-scatter busbw 1x
+  // (docs/collectives.md "NVLS switch reduction bound"). A property of the NVSwitch generation,
+  // kept here beside nvlsEff because NCCL's tables are keyed by the same GPU generation.
+  double nvls_switch_reduction_sm90_bytes_per_s = 0;
+  double nvls_switch_reduction_sm100_bytes_per_s = 0;
 
   std::array<std::array<double, kTreeCorrectionEntries>, kNcclProtoCount> tree_correction{};
 
@@ -97,6 +104,10 @@ struct NcclTable {
   // extra transfer time = t_link x (1 / eta0 - 1) x S_half / (S + S_half).
   double pipeline_small_message_efficiency = 1;  // eta0, in (0, 1]; 1 = no ramp (NCCL's own model)
   double pipeline_half_ramp_bytes = 0;           // S_half, message size (nccl-tests bytes)
+  // Ranks one loop of the fitted series' kernel spans (8: an 8-GPU ring). NCCL's ring and NVLS
+  // kernels move nChannels x nRanks (NVLS: nHeads) x chunkSize per loop, so their S_half scales by
+  // ranks / this (docs/collectives.md "Pipeline ramp").
+  int pipeline_half_ramp_ranks = 8;
 
   std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
   std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"

@@ -150,6 +150,8 @@ TEST_CASE("nccl table: strict loader names the file and the key") {
   CHECK(load_error("src = \"nvls_eff\"", "src = \"nope\"").find("'nope' is not declared") != std::string::npos);
   CHECK(load_error("\nsm90 = 0.85", "\nsm90 = 1.5").find("nvls_efficiency.sm90: must be in") != std::string::npos);
   CHECK(load_error("steps = 8\n", "").find("buffers.steps: missing") != std::string::npos);
+  CHECK(load_error("\nsm100 = 425", "\nsm100 = -1").find("nvls_switch_reduction_gb_per_s.sm100: must be in") !=
+        std::string::npos);
   CHECK(load_error("small_message_efficiency = 0.423", "small_message_efficiency = 0")
             .find("pipeline_ramp.small_message_efficiency: must be in") != std::string::npos);
   CHECK(load_error("half_ramp_bytes = 17825792", "half_ramp_bytes = -1")
@@ -230,6 +232,25 @@ TEST_CASE("closed forms: bandwidth terms on hand-worked cases") {
   SUBCASE("NVLS all-reduce: (1 + 1/n) S per GPU per direction at link x nvlsEff") {
     const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8), only(NcclAlgo::nvls));
     CHECK(e.seconds == doctest::Approx(25e-6 + S * 9.0 / 8.0 / (h100_link * 0.85)));
+  }
+  SUBCASE("NVLS reduction on NVLink5: the switch folds (n-1)/n S per GPU at 425 GB/s, so AR busbw <= 850") {
+    static const ClusterSpec gb = load_cluster("gb200");
+    const double link = 900e9 * 0.755 * 0.74;  // NVLink5 per direction x ring efficiency x nvlsEff = 502.8 GB/s
+    // 72 GPUs (one NVL72): link time S x 73/72 / 502.8 GB/s < switch time S x 71/72 / 425 GB/s.
+    const auto e72 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(18, 4), only(NcclAlgo::nvls));
+    CHECK(e72.seconds == doctest::Approx(25e-6 + S * 71.0 / 72.0 / 425e9));
+    CHECK(e72.bus_bandwidth_bytes_per_s == doctest::Approx(850e9));
+    // 8 GPUs: S x 9/8 / 502.8 GB/s > S x 7/8 / 425 GB/s, the links bound as before.
+    const auto e8 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(2, 4), only(NcclAlgo::nvls));
+    CHECK(e8.seconds == doctest::Approx(25e-6 + S * 9.0 / 8.0 / link));
+    // Reduce-scatter over 16 GPUs reduces the same (n-1)/n S per GPU: busbw <= 425; all-gather does not reduce.
+    const auto rs = estimate_collective(gb, CollectiveOp::reduce_scatter, S, place(4, 4), only(NcclAlgo::nvls));
+    CHECK(rs.seconds == doctest::Approx(25e-6 + S * 15.0 / 16.0 / 425e9));
+    const auto ag = estimate_collective(gb, CollectiveOp::all_gather, S, place(4, 4), only(NcclAlgo::nvls));
+    CHECK(ag.seconds == doctest::Approx(25e-6 + S * 15.0 / 16.0 / link));
+    // Hopper has no known bound (0): the H100 case above stays link-bound.
+    CHECK(default_nccl_table().nvls_switch_reduction_sm90_bytes_per_s == 0.0);
+    CHECK(default_nccl_table().nvls_switch_reduction_sm100_bytes_per_s == doctest::Approx(425e9));
   }
   SUBCASE("tree, one node: 2S per GPU per direction, x0.92 and NCCL's size correction (0.9 at 1 GiB)") {
     const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(1, 8),
@@ -374,6 +395,38 @@ TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S +
     CHECK(limit / kUs == doctest::Approx(87.0).epsilon(1e-3));
     CHECK(big.ramp_seconds / limit == doctest::Approx(1.0).epsilon(1.1e-3));
     CHECK(big.ramp_seconds < limit);
+  }
+  SUBCASE("ring and NVLS: S_half grows with the ranks one kernel loop spans (fitted on a ring of 8)") {
+    static const ClusterSpec gb = load_cluster("gb200");
+    CHECK(t.pipeline_half_ramp_ranks == 8);
+    // 4-GPU GB200 ring Simple at 64 MiB: S_half = 17 MiB x 4/8 = 8.5 MiB; t_link = 1.5 S / 679.5 GB/s
+    // = 148.1 us; ramp = 148.1 x 1.364 x 8.5 / 72.5 = 23.7 us (an 8-rank loop would charge 42.4 us).
+    const double S = 64 * kMiB;
+    const double t_link = 1.5 * S / (900e9 * 0.755);
+    const auto r4 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(1, 4), ring_simple);
+    CHECK(r4.ramp_seconds / kUs == doctest::Approx(t_link * k * (half / 2) / (S + half / 2) / kUs));
+    CHECK(r4.ramp_seconds / kUs == doctest::Approx(23.7).epsilon(2e-3));
+    // 72-GPU NVLS at 1 GiB: S_half = 17 MiB x 72/8 = 153 MiB; t_link is the switch-bound time
+    // S x 71/72 / 425 GB/s = 2491.4 us; ramp = 2491.4 x 1.364 x 153 / 1177 = 441.8 us.
+    CollectiveOptions nvls_ramp;
+    nvls_ramp.algorithm_mask = algorithm_bit(NcclAlgo::nvls);
+    const double G = 1 * kGiB;
+    const double t72 = G * 71.0 / 72.0 / 425e9;
+    const auto n72 = estimate_collective(gb, CollectiveOp::all_reduce, G, place(18, 4), nvls_ramp);
+    CHECK(n72.ramp_seconds / kUs == doctest::Approx(t72 * k * (9 * half) / (G + 9 * half) / kUs));
+    CHECK(n72.ramp_seconds / kUs == doctest::Approx(441.8).epsilon(2e-3));
+    // Tree kernels loop over nChannels x chunkSize: the fitted 17 MiB stays, whatever the ranks.
+    const auto tr = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8),
+                                        only(NcclAlgo::tree, NcclProto::simple));
+    CollectiveOptions tree_ramp;
+    tree_ramp.algorithm_mask = algorithm_bit(NcclAlgo::tree);
+    tree_ramp.protocol_mask = protocol_bit(NcclProto::simple);
+    const auto trr = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8), tree_ramp);
+    CHECK(trr.ramp_seconds > 0);
+    CHECK(trr.seconds / kUs == doctest::Approx((tr.seconds + trr.ramp_seconds) / kUs));
+    // t_link = S / (0.5 x 0.92 x 369.9 GB/s): the tree's Simple algbw across 4 nodes (NVLink-bound).
+    const double t_tree = S / (0.5 * 0.92 * 450e9 * 0.822);
+    CHECK(trr.ramp_seconds / kUs == doctest::Approx(t_tree * k * half / (S + half) / kUs));
   }
   SUBCASE("NCCL's choice is not changed by the ramp (it selects on its own model)") {
     for (double S = 1 * kKiB; S <= 8 * kGiB; S *= 4) {
