@@ -10,8 +10,6 @@
 #include <fmt/format.h>
 #include <map>
 #include <optional>
-#include <regex>
-#include <set>
 
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
@@ -540,23 +538,38 @@ int dense_layers_from_freq(const Args& a, int n_layers) {
     return 0;
   }
   while (s.size() >= 2 && s.front() == '(' && s.back() == ')') s = s.substr(1, s.size() - 2);
+  // Terms "[a,b,...]" or "[a,...]*N" joined by '+', each a 0 or 1; parsed by hand (no regex
+  // recursion over a long list).
+  auto bad = [&]() -> void {
+    a.fail(f, fmt::format("'{}' is not an int or a list expression like ([0]*3+[1]*58)",
+                          a.str(f)->size() > 80 ? a.str(f)->substr(0, 77) + "..." : *a.str(f)));
+  };
   std::vector<int> pattern;
-  static const std::regex term(R"(^\[([01](,[01])*)\](\*(\d+))?$)");
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    std::size_t plus = s.find('+', start);
-    if (plus == std::string::npos) plus = s.size();
-    const std::string t = s.substr(start, plus - start);
-    std::smatch m;
-    if (!std::regex_match(t, m, term))
-      a.fail(f, fmt::format("'{}' is not an int or a list expression like ([0]*3+[1]*58)", *a.str(f)));
-    const std::int64_t times = m[4].matched ? std::min<std::int64_t>(std::stoll(m[4].str().substr(0, 6)), limits::kMaxLayers + 1) : 1;
+  std::size_t i = 0;
+  while (true) {
+    if (i >= s.size() || s[i] != '[') bad();
     std::vector<int> items;
-    for (char c : m[1].str())
-      if (c == '0' || c == '1') items.push_back(c - '0');
-    for (std::int64_t r = 0; r < times && static_cast<int>(pattern.size()) <= limits::kMaxLayers; ++r)
+    for (++i;; ++i) {
+      if (i >= s.size() || (s[i] != '0' && s[i] != '1')) bad();
+      items.push_back(s[i] - '0');
+      ++i;
+      if (i < s.size() && s[i] == ']') break;
+      if (i >= s.size() || s[i] != ',') bad();
+    }
+    ++i;
+    std::int64_t times = 1;
+    if (i < s.size() && s[i] == '*') {
+      ++i;
+      if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) bad();
+      times = 0;
+      for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i)
+        times = std::min<std::int64_t>(times * 10 + (s[i] - '0'), limits::kMaxLayers + 1);
+    }
+    for (std::int64_t r = 0; r < times && static_cast<std::int64_t>(pattern.size()) <= limits::kMaxLayers; ++r)
       pattern.insert(pattern.end(), items.begin(), items.end());
-    start = plus + 1;
+    if (i == s.size()) break;
+    if (s[i] != '+') bad();
+    ++i;
   }
   if (static_cast<int>(pattern.size()) != n_layers)
     a.fail(f, fmt::format("the pattern lists {} layers, but --num-layers is {}", pattern.size(), n_layers));
@@ -679,9 +692,15 @@ std::optional<std::int64_t> vocab_of(const Args& a) {
 }  // namespace
 
 bool looks_like_megatron_args(std::string_view text) {
-  static const std::regex marker(
-      R"((^|\s)(--num-layers|--tensor-model-parallel-size|--pipeline-model-parallel-size)(=|\s|$)|pretrain_gpt\.py)");
-  return std::regex_search(text.begin(), text.end(), marker);
+  if (text.find("pretrain_gpt.py") != std::string_view::npos) return true;
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  for (std::string_view flag : {"--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size"})
+    for (std::size_t at = text.find(flag); at != std::string_view::npos; at = text.find(flag, at + 1)) {
+      const std::size_t end = at + flag.size();
+      if ((at == 0 || space(text[at - 1])) && (end == text.size() || space(text[end]) || text[end] == '='))
+        return true;
+    }
+  return false;
 }
 
 std::vector<std::string> megatron_words(const std::string& path, const std::string& text,
