@@ -65,7 +65,7 @@ std::string lower(std::string s) {
 // ---- config-specific key names, so errors point at what the user wrote.
 struct Keys {
   std::string pp, vpp, dp_replicate, dp_shard, cp, tp, ep, global, micro, accum, seq, gpus;
-  // The pipeline split rule (Plan::pipeline_split); only the plan TOML carries it today.
+  // The pipeline split rule (Plan::pipeline_split): plan TOML keys or Megatron flags.
   std::string split_embedding = "layout.account_for_embedding_in_pipeline_split";
   std::string split_loss = "layout.account_for_loss_in_pipeline_split";
   std::string split_first = "layout.decoder_first_pipeline_num_layers";
