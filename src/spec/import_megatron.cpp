@@ -255,6 +255,7 @@ bool is_script(std::string_view w) { return w.size() > 3 && w.ends_with(".py"); 
 std::vector<Word> command_words(const std::string& path, const std::string& text, std::vector<std::string>* launcher) {
   Vars vars;
   std::vector<std::vector<Word>> commands;
+  bool after_command = false;
   for (const Statement& st : lex(text)) {
     std::size_t i = 0;
     if (st[0] == "export" || st[0] == "declare" || st[0] == "local" || st[0] == "readonly") ++i;
@@ -283,11 +284,17 @@ std::vector<Word> command_words(const std::string& path, const std::string& text
       else vars.erase(name);  // depends on something unknown: unset
       ++i;
     }
-    if (i >= st.size()) continue;
-    std::vector<Word> cmd;
+    if (i >= st.size()) {
+      after_command = false;
+      continue;
+    }
+    // A line that starts with a flag continues the command before it: an arguments file with one
+    // flag per line (meshplan's megatron_args.txt) is one command. No shell command starts with --.
+    const bool continues = after_command && i == 0 && st[0].starts_with("--");
+    if (!continues) commands.emplace_back();
     for (; i < st.size(); ++i)
-      for (Word& w : expand(st[i], vars)) cmd.push_back(std::move(w));
-    commands.push_back(std::move(cmd));
+      for (Word& w : expand(st[i], vars)) commands.back().push_back(std::move(w));
+    after_command = true;
   }
   auto has = [](const std::vector<Word>& c, auto pred) {
     return std::any_of(c.begin(), c.end(), [&](const Word& w) { return pred(w.text); });

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../cli/run_binary.hpp"
+#include "emit/bundle.hpp"
 #include "emit/megatron_emitter.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
@@ -183,6 +184,17 @@ TEST_CASE("Megatron round trip: emit the 405B plan's arguments, import them, sam
   CHECK(t_back == doctest::Approx(t_plan).epsilon(1e-12));
   // Re-emitting the imported run writes the same arguments.
   CHECK(megatron_args_text(emit_megatron_args(back)) == text);
+
+  // The bundle's megatron_args.txt (one flag and its value per line, values shell-quoted) reads
+  // back the same.
+  std::string bundle_args;
+  for (const BundleFile& f : render_bundle(plan, c, EmitRuntime::megatron, TorchtitanVersion::early_2026, PlanSummary{}))
+    if (f.name == "megatron_args.txt") bundle_args = f.content;
+  REQUIRE_FALSE(bundle_args.empty());
+  CHECK(bundle_args.find(" \\\n") == std::string::npos);  // no continuations: one flag per line
+  RunConfig from_bundle = load_run_config(write_temp("megatron_args.txt", bundle_args));
+  resolve_layout(from_bundle, 1024);
+  CHECK(megatron_args_text(emit_megatron_args(from_bundle)) == text);
 }
 
 TEST_CASE("Megatron round trip: Mixtral with expert parallelism and selective recompute") {
