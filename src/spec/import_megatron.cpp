@@ -376,12 +376,12 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--moe-token-dispatcher-type", "--moe-router-dtype", "--moe-z-loss-coeff", "--moe-router-score-function",
           "--moe-router-topk-scaling-factor", "--moe-token-drop-policy", "--moe-router-num-groups",
           "--moe-router-group-topk", "--make-vocab-size-divisible-by", "--manual-gc-interval", "--timing-log-level",
-          "--data-cache-path", "--num-workers", "--dataloader-type", "--rampup-batch-size", "--zero-stage",
+          "--data-cache-path", "--num-workers", "--dataloader-type", "--zero-stage",
           "--num-distributed-optimizer-instances", "--pipeline-model-parallel-layout", "--mtp-loss-scaling-factor",
           "--cuda-graph-scope", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin",
           "--cpu-offloading-num-layers", "--use-legacy-models"})
       m[f] = Arity::one;
-    for (const char* f : {"--recompute-modules", "--data-path", "--train-data-path", "--valid-data-path",
+    for (const char* f : {"--recompute-modules", "--rampup-batch-size", "--data-path", "--train-data-path", "--valid-data-path",
                           "--test-data-path", "--cuda-graph-modules"})
       m[f] = Arity::many;
     return m;

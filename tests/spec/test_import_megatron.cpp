@@ -260,7 +260,7 @@ TEST_CASE("Megatron arguments: shell forms (arrays, defaults, --flag=value, comm
       "    --hidden-size 1024\n"
       "    --num-attention-heads 16\n"
       ")\n"
-      "TRAIN_ARGS=\"--micro-batch-size 2 --global-batch-size 64\"\n"
+      "TRAIN_ARGS=\"--micro-batch-size 2 --global-batch-size 64 --rampup-batch-size 16 16 5859375\"\n"
       "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes=2 pretrain_gpt.py \\\n"
       "    ${MODEL_ARGS[@]} $TRAIN_ARGS \\\n"
       "    --seq-length=2048 --vocab-size 32000 --tensor-model-parallel-size ${TP:-2} \\\n"
@@ -272,6 +272,8 @@ TEST_CASE("Megatron arguments: shell forms (arrays, defaults, --flag=value, comm
   CHECK(rc.job.micro_batch == 2);
   CHECK(rc.job.seq_len == 2048);
   CHECK(rc.plan.mesh.tp == 2);
+  CHECK(rc.job.global_batch == 64);
+  CHECK(warns(rc, "--rampup-batch-size: modelled at the final"));  // nargs '*': its three values are read
   REQUIRE(warns(rc, "--use-flash-atn: not a Megatron-LM argument"));
   bool suggestion = false;
   for (const auto& w : rc.warnings) suggestion = suggestion || w.find("--use-flash-attn") != std::string::npos;
