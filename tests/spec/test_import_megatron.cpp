@@ -210,6 +210,19 @@ TEST_CASE("Megatron round trip: Mixtral with expert parallelism and selective re
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
   CHECK(simulate_step(back.model, back.plan, back.job, c).result.step_time_s ==
         doctest::Approx(simulate_step(plan.model, plan.plan, plan.job, c).result.step_time_s).epsilon(1e-12));
+
+  // The same layout with DeepSeek-V3: MLA ranks, 3 leading dense layers (--moe-layer-freq
+  // ([0]*3+[1]*58)) and the shared expert come back as the shipped model.
+  RunConfig ds = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  ds.model = load_model("deepseek-v3");
+  resolve_layout(ds, std::nullopt);
+  const std::string ds_text = megatron_args_text(emit_megatron_args(ds));
+  CHECK(ds_text.find("--moe-layer-freq ([0]*3+[1]*58)") != std::string::npos);
+  RunConfig ds_back = import_megatron_args("dsv3.args", ds_text);
+  CHECK(ds_back.model.name == "deepseek-v3");
+  CHECK(ds_back.model.moe.n_dense_layers == 3);
+  resolve_layout(ds_back, 64);
+  CHECK(megatron_args_text(emit_megatron_args(ds_back)) == ds_text);
 }
 
 TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with Megatron's defaults") {
