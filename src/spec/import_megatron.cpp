@@ -389,8 +389,8 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
   return k;
 }
 
-// Flags that set what meshplan models; the others (optimizer values, data, logging, checkpoints,
-// fusions) do not change memory or time.
+// One flag as given. Of the known flags, those the importer reads below set what meshplan models;
+// the others (optimizer values, data, logging, checkpoints, fusions) change neither memory nor time.
 struct Given {
   std::vector<std::string> values;  // the last occurrence's (argparse: the last wins)
 };
