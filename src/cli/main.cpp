@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "meshplan: will this training layout fit, how fast will it run, and what is the best one?\n"
-      "Reads llm-foundry YAML, torchtitan TOML and meshplan plan TOML; see `meshplan COMMAND --help`."};
+      "Reads llm-foundry YAML, torchtitan TOML, Megatron-LM arguments (an args file or a pretrain_gpt.py launch script) and meshplan plan TOML; see `meshplan COMMAND --help`."};
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 success; 1 a finding (lint errors); 2 bad input (the one-line error names the file, key and "

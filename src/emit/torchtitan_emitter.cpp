@@ -29,6 +29,11 @@ struct FlavorInfo {
   AcMode preset_ac;
   bool preset_compile;
   bool preset_float8;
+  std::string model_name = "llama3";  // [model] name: the torchtitan model family
+  std::string title = "Llama 3";      // for the description
+  // Whether lr / warmup / steps above are the family's shipped preset; otherwise they are
+  // meshplan's (no effect on memory or time) and the registry era, which keeps presets, is refused.
+  bool preset_pinned = true;
 };
 
 FlavorInfo flavor_info(const ModelSpec& m) {
@@ -40,9 +45,18 @@ FlavorInfo flavor_info(const ModelSpec& m) {
     return {"70B", "llama3_70b", "./assets/hf/Llama-3.1-70B", "1.5e-4", 200, 1000, AcMode::full, false, false};
   if (m.name == "llama3.1-405b" && m.n_layers == 126 && m.d_model == 16384)
     return {"405B", "llama3_405b", "./assets/hf/Llama-3.1-405B", "8e-5", 600, 3000, AcMode::full, true, true};
+  // torchtitan's deepseek_v3 family (torchtitan/models/deepseek_v3, flavor "671B": 61 layers, 3
+  // dense, 256 routed + 1 shared expert, top-8, MLA ranks 1536 / 512, no MTP module), the MoE model
+  // whose flavor matches a shipped model. Its train_config values are not pinned in meshplan's
+  // references, so the optimizer values are meshplan's (as the Megatron emitter's are).
+  if (m.name == "deepseek-v3" && m.n_layers == 61 && m.d_model == 7168 && m.moe.n_experts == 256 && m.n_mtp_layers == 0)
+    return {.flavor = "671B", .registry = "", .hf_assets = "./assets/hf/DeepSeek-V3", .lr = "3e-4",
+            .warmup_steps = 100, .steps = 1000, .preset_ac = AcMode::full, .preset_compile = false,
+            .preset_float8 = false, .model_name = "deepseek_v3", .title = "DeepSeek-V3", .preset_pinned = false};
   refuse(kRt, "model",
-         fmt::format("'{}' has no torchtitan llama3 flavor (8B, 70B, 405B are llama3.1-8b, llama3.1-70b, "
-                     "llama3.1-405b); torchtitan builds models from its own flavor table", m.name));
+         fmt::format("'{}' has no torchtitan flavor (llama3 8B, 70B, 405B are llama3.1-8b, llama3.1-70b, "
+                     "llama3.1-405b; deepseek_v3 671B is deepseek-v3); torchtitan builds models from its own "
+                     "flavor tables", m.name));
 }
 
 std::string quoted(std::string_view s) { return fmt::format("\"{}\"", s); }
@@ -77,7 +91,21 @@ Settings check(const RunConfig& rc) {
   Settings s;
   s.info = flavor_info(rc.model);
 
-  if (m.ep > 1) refuse(kRt, "ep", "llama3 is dense; expert parallelism has nothing to shard");
+  if (m.ep > 1) {
+    if (!rc.model.moe.enabled())
+      refuse(kRt, "ep", fmt::format("{} is dense; expert parallelism has nothing to shard", rc.model.name));
+    // torchtitan/distributed/parallel_dims.py: experts are tensor-parallel over 1 or tp ranks; EP
+    // borrows all of cp (and of tp when etp is 1) and part of dp_shard, never dp_replicate.
+    const int etp = m.expert_tp();
+    if (etp != 1 && etp != m.tp)
+      refuse(kRt, "etp", fmt::format("expert tensor parallel {} must be 1 or tp {}", etp, m.tp));
+    const std::int64_t borrowed = static_cast<std::int64_t>(m.cp) * (etp == 1 ? m.tp : 1);
+    const std::int64_t pool = static_cast<std::int64_t>(m.dp_shard) * borrowed;
+    if (m.ep % borrowed != 0 || pool % m.ep != 0)
+      refuse(kRt, "ep", fmt::format("expert parallel {} must be a multiple of cp{} = {} and divide dp_shard x cp{} = {} "
+                                    "(torchtitan's EP borrows no dp_replicate ranks)", m.ep,
+                                    etp == 1 ? " x tp" : "", borrowed, etp == 1 ? " x tp" : "", pool));
+  }
   if (p.cuda_graphs) refuse(kRt, "cuda_graphs", "torchtitan's training loop has no CUDA-graph option");
   if (m.tp > 1) {
     if (p.tp_style != TpStyle::full)
@@ -232,6 +260,9 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
   const bool early = v == TorchtitanVersion::early_2026;
+  if (s.info.model_name != "llama3" && !early)
+    refuse(kRt, "model", fmt::format("torchtitan's {} family is emitted for the early-2026 layout (238fa9953e4a) "
+                                     "only; its mid-2025 flavors are not pinned", s.info.model_name));
   if (p.state_dtype == Dtype::bf16 && !early)
     refuse(kRt, "state_dtype", "pure-bf16 state needs training.dtype, which the mid-2025 layout does not have");
 
@@ -245,13 +276,13 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
                                 "dropped: edit only the keys present."));
   d.section("job");
   d.key("dump_folder", quoted("./outputs"));
-  d.key("description", quoted(fmt::format("Llama 3 {} training (meshplan plan)", s.info.flavor)));
+  d.key("description", quoted(fmt::format("{} {} training (meshplan plan)", s.info.title, s.info.flavor)));
 
   d.section("metrics");
   d.key("log_freq", "10");
 
   d.section("model");
-  d.key("name", quoted("llama3"));
+  d.key("name", quoted(s.info.model_name));
   d.key("flavor", quoted(s.info.flavor));
   if (early) d.key("hf_assets_path", quoted(s.info.hf_assets));
   else d.key("tokenizer_path", quoted("./assets/tokenizer/original/tokenizer.model"));
@@ -262,6 +293,9 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   }
 
   d.section("optimizer");
+  if (!s.info.preset_pinned)
+    d.comment(fmt::format("lr, warmup_steps and steps are meshplan's values (torchtitan's {} preset is not pinned); "
+                          "they change neither memory nor time", s.info.model_name));
   d.key("name", quoted("AdamW"));
   d.key("lr", s.info.lr);
   d.key("eps", "1e-8");
@@ -312,6 +346,10 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
     }
   }
   d.key("context_parallel_degree", std::to_string(m.cp));
+  if (m.ep > 1) {
+    d.key("expert_parallel_degree", std::to_string(m.ep));
+    d.key("expert_tensor_parallel_degree", std::to_string(m.expert_tp()));  // early-2026 layout only (above)
+  }
 
   d.section("checkpoint");
   d.key(early ? "enable" : "enable_checkpoint", "false");
@@ -346,6 +384,10 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
 
 std::vector<std::string> emit_torchtitan_registry_args(const RunConfig& rc) {
   const Settings s = check(rc);
+  if (!s.info.preset_pinned)
+    refuse(kRt, "model", fmt::format("the registry era keeps a preset's values, and torchtitan's {} preset is not "
+                                     "pinned (runtimes.md §3.0); emit for torchtitan 238fa9953e4a instead",
+                                     s.info.model_name));
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
   const Job& j = rc.job;

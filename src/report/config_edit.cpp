@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <regex>
 #include <sstream>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "spec/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/import_composer.hpp"
+#include "spec/import_megatron.hpp"
 #include "spec/import_torchtitan.hpp"
 #include "spec/plan_toml.hpp"
 
@@ -190,6 +193,59 @@ ConfigDocument toml_with(const ConfigDocument& doc, std::string_view dotted, std
   return d;
 }
 
+// ---- Megatron-LM arguments: KEY is a flag ("--micro-batch-size" or "micro-batch-size"); "true" /
+// "false" add or remove a flag without a value.
+
+std::string megatron_flag(const std::string& path, std::string_view key) {
+  const std::string flag = key.starts_with("--") ? std::string(key) : "--" + std::string(key);
+  const bool plain = flag.size() > 2 && std::all_of(flag.begin() + 2, flag.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+  if (!plain) throw InputError(path, std::string(key), "not a Megatron flag name (letters, digits and dashes)");
+  return flag;
+}
+
+// The flag as a word: after the start, a space or a newline; with its value when it has one.
+std::regex megatron_flag_re(const std::string& flag) {
+  return std::regex("(^|[ \\t\\n])" + flag +
+                    R"((=[^ \t\n\\]*|[ \t]+[^ \t\n\\-][^ \t\n\\]*|[ \t]+-[0-9][^ \t\n\\]*)?(?=[ \t\r\n\\]|$))");
+}
+
+ConfigDocument megatron_with(const ConfigDocument& doc, std::string_view key, std::string_view value) {
+  const std::string flag = megatron_flag(doc.path, key);
+  const std::regex re = megatron_flag_re(flag);
+  ConfigDocument d = doc;
+  std::smatch m;
+  const bool present = std::regex_search(doc.text, m, re);
+  const bool is_switch = value == "true" || value == "false";
+  const std::string replacement = is_switch ? (value == "true" ? flag : "") : flag + " " + std::string(value);
+  if (present) {
+    d.text = doc.text.substr(0, static_cast<std::size_t>(m.position(0))) + m[1].str() + replacement +
+             doc.text.substr(static_cast<std::size_t>(m.position(0) + m.length(0)));
+    return d;
+  }
+  if (value == "false") return d;
+  // Absent: inserted before the first argument every Megatron command has, so it lands in the same command.
+  for (const char* anchor : {"--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size"}) {
+    std::smatch a;
+    if (std::regex_search(doc.text, a, megatron_flag_re(anchor))) {
+      const auto at = static_cast<std::size_t>(a.position(0) + a[1].length());
+      d.text = doc.text.substr(0, at) + replacement + " " + doc.text.substr(at);
+      return d;
+    }
+  }
+  throw InputError(doc.path, flag, "no Megatron command to add the flag to (no --num-layers in the file)");
+}
+
+std::string megatron_value_of(const ConfigDocument& doc, std::string_view key) {
+  std::smatch m;
+  const std::string flag = megatron_flag(doc.path, key);
+  if (!std::regex_search(doc.text, m, megatron_flag_re(flag))) return "";
+  std::string v = m[2].str();
+  const auto start = v.find_first_not_of(" \t=");
+  return start == std::string::npos ? "true" : v.substr(start);
+}
+
 }  // namespace
 
 ConfigDocument read_config_document(const std::string& path, const ImportOptions& opts) {
@@ -203,10 +259,12 @@ ConfigDocument read_config_document(const std::string& path, const ImportOptions
 ConfigDocument with_value(const ConfigDocument& doc, std::string_view dotted_key, std::string_view value,
                           bool as_string) {
   if (doc.format == ConfigFormat::llm_foundry_yaml) return yaml_with(doc, dotted_key, value);
+  if (doc.format == kMegatronArgsFormat) return megatron_with(doc, dotted_key, value);
   return toml_with(doc, dotted_key, value, as_string);
 }
 
 std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
+  if (doc.format == kMegatronArgsFormat) return megatron_value_of(doc, dotted_key);
   if (doc.format == ConfigFormat::llm_foundry_yaml) {
     const YAML::Node root = yaml_load(doc);
     const std::string key = yaml_resolve_key(doc, root, std::string(dotted_key));
@@ -227,6 +285,7 @@ std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
 }
 
 RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) {
+  if (doc.format == kMegatronArgsFormat) return import_megatron_args(doc.path, doc.text, opts);
   switch (doc.format) {
     case ConfigFormat::llm_foundry_yaml:
       return import_llm_foundry(doc.path, doc.text, opts);

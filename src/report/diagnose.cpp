@@ -9,6 +9,7 @@
 
 #include "sim/step_simulator.hpp"
 #include "spec/error.hpp"
+#include "spec/import_megatron.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/units.hpp"
 
@@ -57,6 +58,13 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
   std::vector<Settings> out;
   const Plan& p = rc.plan;
   const std::int64_t mb = rc.job.micro_batch;
+  if (doc.format == kMegatronArgsFormat) {
+    // Larger micro-batches (fewer in the schedule), less recompute, CUDA graphs.
+    out.push_back({{"--micro-batch-size", std::to_string(mb * 2)}});
+    if (p.ac == AcMode::full) out.push_back({{"--recompute-granularity", "selective"}});
+    if (!p.cuda_graphs) out.push_back({{"--enable-cuda-graph", "true"}});
+    return out;
+  }
   switch (doc.format) {
     case ConfigFormat::llm_foundry_yaml: {
       const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "spec/error.hpp"
+#include "spec/import_megatron.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/numerics.hpp"
 #include "spec/units.hpp"
@@ -39,6 +40,9 @@ struct Keys {
   std::string reduce, micro, prefetch, limit, sharding, ac, ac_option;
 };
 Keys keys_for(ConfigFormat f) {
+  if (f == kMegatronArgsFormat)
+    return {"--grad-reduce-in-bf16", "--micro-batch-size", "", "", "--use-distributed-optimizer",
+            "--recompute-granularity", "--recompute-modules"};
   switch (f) {
     case ConfigFormat::llm_foundry_yaml:
       return {"fsdp_config.mixed_precision", "device_train_microbatch_size", "fsdp_config.backward_prefetch",

@@ -13,6 +13,7 @@
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
 #include "spec/import_composer.hpp"
+#include "spec/import_megatron.hpp"
 #include "spec/import_torchtitan.hpp"
 #include "spec/limits.hpp"
 #include "spec/plan_toml.hpp"
@@ -64,13 +65,26 @@ std::string lower(std::string s) {
 // ---- config-specific key names, so errors point at what the user wrote.
 struct Keys {
   std::string pp, vpp, dp_replicate, dp_shard, cp, tp, ep, global, micro, accum, seq, gpus;
-  // The pipeline split rule (Plan::pipeline_split); only the plan TOML carries it today.
+  // The pipeline split rule (Plan::pipeline_split): plan TOML keys or Megatron flags.
   std::string split_embedding = "layout.account_for_embedding_in_pipeline_split";
   std::string split_loss = "layout.account_for_loss_in_pipeline_split";
   std::string split_first = "layout.decoder_first_pipeline_num_layers";
   std::string split_last = "layout.decoder_last_pipeline_num_layers";
 };
 Keys keys_for(const RunConfig& rc) {
+  if (rc.format == kMegatronArgsFormat) {
+    // Data parallel is what the GPUs leave after tp x pp x cp; its "key" is that rule.
+    Keys k{"--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+           "data-parallel size (GPUs / (tp x pp x cp))", "data-parallel size (GPUs / (tp x pp x cp))",
+           "--context-parallel-size", "--tensor-model-parallel-size", "--expert-model-parallel-size",
+           "--global-batch-size", "--micro-batch-size", "--global-batch-size", "--seq-length",
+           "--nnodes x --nproc-per-node"};
+    k.split_embedding = "--account-for-embedding-in-pipeline-split";
+    k.split_loss = "--account-for-loss-in-pipeline-split";
+    k.split_first = "--decoder-first-pipeline-num-layers";
+    k.split_last = "--decoder-last-pipeline-num-layers";
+    return k;
+  }
   switch (rc.format) {
     case ConfigFormat::torchtitan_toml: {
       const bool pp = rc.plan.mesh.pp > 1;
@@ -105,6 +119,11 @@ RunConfig load_run_config(const std::string& path, const ImportOptions& opts) {
   const std::string ext = lower(std::filesystem::path(path).extension().string());
   if (ext == ".yaml" || ext == ".yml") return from_yaml(path, text, opts);
   if (ext == ".toml") return from_toml(path, importer::parse_toml(path, text), opts);
+  // Megatron-LM arguments (an args file or a launch script): --flag words, never TOML or YAML.
+  if (looks_like_megatron_args(text)) return import_megatron_args(path, text, opts);
+  if (ext == ".sh" || ext == ".args")
+    throw InputError(path, "", "not a Megatron-LM arguments file (no --num-layers, --tensor-model-parallel-size, "
+                               "--pipeline-model-parallel-size or pretrain_gpt.py)");
   // Unknown extension: whichever parser accepts it; a failure is reported in the syntax the
   // text resembles (a [section] header line means TOML).
   try {

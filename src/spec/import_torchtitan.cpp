@@ -258,16 +258,24 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   if (opts.model) {
     rc.model = *opts.model;
   } else {
-    if (mname != "llama3")
-      model.fail("name", fmt::format("'{}': meshplan maps only torchtitan's llama3 flavors to shipped "
-                                     "models; pass --model path/to/config.json", mname));
-    std::string base = flavor;
+    if (mname == "deepseek_v3") {
+      // torchtitan/models/deepseek_v3: the 671B flavor is DeepSeek-V3's shape (no MTP module).
+      if (flavor != "671B")
+        model.fail("flavor", fmt::format("'{}': meshplan maps only deepseek_v3's 671B flavor to a shipped model "
+                                         "(deepseek-v3); pass --model", flavor));
+      flavor = "671B";
+    } else if (mname != "llama3") {
+      model.fail("name", fmt::format("'{}': meshplan maps only torchtitan's llama3 flavors and deepseek_v3 671B to "
+                                     "shipped models; pass --model path/to/config.json", mname));
+    }
+    std::string base = mname == "deepseek_v3" ? "deepseek-v3" : flavor;
     for (const char* suffix : {"_flex_attn", "_varlen_attn", "_flex", "_varlen"})
       if (base.size() > std::string_view(suffix).size() && base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
     std::string shipped;
     if (base == "8B") shipped = "llama3.1-8b";
     else if (base == "70B") shipped = "llama3.1-70b";
     else if (base == "405B") shipped = "llama3.1-405b";
+    else if (base == "deepseek-v3") shipped = "deepseek-v3";
     else if (base == "debugmodel")
       model.fail("flavor", "debugmodel is torchtitan's tiny smoke-test model (a few layers, small vocab), "
                            "not a training target meshplan ships; use 8B, 70B or 405B or pass --model");

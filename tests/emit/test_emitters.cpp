@@ -325,10 +325,55 @@ TEST_CASE("torchtitan refuses plans it cannot run as simulated") {
   refuse_with([](RunConfig& r) { r.plan.act_offload = true; }, "act_offload");
   refuse_with([](RunConfig& r) { r.plan.async_tp = true; }, "async_tp");
   refuse_with([](RunConfig& r) { r.plan.optimizer = Optimizer::sgd; }, "optimizer");
-  refuse_with([](RunConfig& r) { r.model = load_model("mpt-7b"); }, "no torchtitan llama3 flavor");
-  refuse_with([](RunConfig& r) { r.model.n_layers = 40; }, "no torchtitan llama3 flavor");  // name reused, shape not
+  refuse_with([](RunConfig& r) { r.model = load_model("mpt-7b"); }, "no torchtitan flavor");
+  refuse_with([](RunConfig& r) { r.model.n_layers = 40; }, "no torchtitan flavor");  // name reused, shape not
   refuse_with([](RunConfig& r) { r.n_gpus = 0; }, "n_gpus");
   CHECK(refusal([&] { emit_torchtitan_toml(rc, TorchtitanVersion::registry); }).find("registry") != std::string::npos);
+}
+
+TEST_CASE("torchtitan expert parallelism: expert_parallel_degree for deepseek_v3, read back; Mixtral refused") {
+  // DeepSeek-V3 (torchtitan deepseek_v3 671B) on 64 GPUs: FSDP over dp_shard 64, EP 8 borrowed
+  // from the shard ranks (parallel_dims.py: ep divides dp_shard x cp, experts not tensor-parallel).
+  Mesh m;
+  m.dp_shard = 64;
+  m.ep = 8;
+  m.etp = 1;
+  const RunConfig rc = make({"deepseek-v3", Runtime::torchtitan_fsdp2, m, 64, 4096, 64, 1, 0},
+                            [](Plan& p) { p.ac = AcMode::full; });
+  const std::string toml = emit_torchtitan_toml(rc, TorchtitanVersion::early_2026);
+  keys_known(toml, TorchtitanVersion::early_2026);
+  const toml::table t = toml::parse(toml);
+  CHECK(t["model"]["name"].value<std::string>() == "deepseek_v3");
+  CHECK(t["model"]["flavor"].value<std::string>() == "671B");
+  CHECK(t["parallelism"]["expert_parallel_degree"].value<std::int64_t>() == 8);
+  CHECK(t["parallelism"]["expert_tensor_parallel_degree"].value<std::int64_t>() == 1);
+  const RunConfig back = reimport(toml, "dsv3.toml", 64);
+  CHECK(back.model.name == "deepseek-v3");
+  CHECK(back.plan.mesh.ep == 8);
+  CHECK(back.plan.mesh.expert_tp() == 1);
+  same_plan(rc, back);
+  // The mid-2025 layout's and the registry era's deepseek_v3 presets are not pinned: refused.
+  CHECK(refusal([&] { emit_torchtitan_toml(rc, TorchtitanVersion::mid_2025); }).find("early-2026") != std::string::npos);
+  CHECK(refusal([&] { emit_torchtitan_registry_args(rc); }).find("not pinned") != std::string::npos);
+  // EP that borrows replicate ranks, or expert TP other than 1 or tp, is not torchtitan's mesh.
+  Mesh hsdp = m;
+  hsdp.dp_shard = 4;
+  hsdp.dp_replicate = 16;
+  const RunConfig wide = make({"deepseek-v3", Runtime::torchtitan_fsdp2, hsdp, 64, 4096, 64, 1, 0},
+                              [](Plan& p) { p.ac = AcMode::full; });
+  CHECK(refusal([&] { emit_torchtitan_toml(wide, TorchtitanVersion::early_2026); }).find("torchtitan: ep") == 0);
+
+  // Mixtral: torchtitan ships no Mixtral model, so the plan is refused for its model, not its EP.
+  RunConfig mix = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  resolve_layout(mix, std::nullopt);
+  mix.plan.runtime = Runtime::torchtitan_fsdp2;
+  CHECK(refusal([&] { emit_torchtitan_toml(mix, TorchtitanVersion::early_2026); }).find("torchtitan: model") == 0);
+  // A dense model with ep > 1 is refused for its EP.
+  Mesh dense;
+  dense.dp_shard = 8;
+  dense.ep = 2;
+  const RunConfig d8 = make({"llama3.1-8b", Runtime::torchtitan_fsdp2, dense, 8, 8192, 8, 1, 0});
+  CHECK(refusal([&] { emit_torchtitan_toml(d8, TorchtitanVersion::early_2026); }).find("dense") != std::string::npos);
 }
 
 TEST_CASE("torchtitan registry era: --module/--config launch with parallelism overrides") {
