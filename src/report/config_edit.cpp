@@ -259,12 +259,12 @@ ConfigDocument read_config_document(const std::string& path, const ImportOptions
 ConfigDocument with_value(const ConfigDocument& doc, std::string_view dotted_key, std::string_view value,
                           bool as_string) {
   if (doc.format == ConfigFormat::llm_foundry_yaml) return yaml_with(doc, dotted_key, value);
-  if (doc.format == kMegatronArgsFormat) return megatron_with(doc, dotted_key, value);
+  if (doc.format == ConfigFormat::megatron_args) return megatron_with(doc, dotted_key, value);
   return toml_with(doc, dotted_key, value, as_string);
 }
 
 std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
-  if (doc.format == kMegatronArgsFormat) return megatron_value_of(doc, dotted_key);
+  if (doc.format == ConfigFormat::megatron_args) return megatron_value_of(doc, dotted_key);
   if (doc.format == ConfigFormat::llm_foundry_yaml) {
     const YAML::Node root = yaml_load(doc);
     const std::string key = yaml_resolve_key(doc, root, std::string(dotted_key));
@@ -285,13 +285,14 @@ std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
 }
 
 RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) {
-  if (doc.format == kMegatronArgsFormat) return import_megatron_args(doc.path, doc.text, opts);
+  if (doc.format == ConfigFormat::megatron_args) return import_megatron_args(doc.path, doc.text, opts);
   switch (doc.format) {
     case ConfigFormat::llm_foundry_yaml:
       return import_llm_foundry(doc.path, doc.text, opts);
     case ConfigFormat::torchtitan_toml:
       return import_torchtitan(doc.path, importer::parse_toml(doc.path, doc.text), opts);
     case ConfigFormat::meshplan_plan:
+    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return read_plan_toml(doc.path, importer::parse_toml(doc.path, doc.text), opts);

@@ -58,7 +58,7 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
   std::vector<Settings> out;
   const Plan& p = rc.plan;
   const std::int64_t mb = rc.job.micro_batch;
-  if (doc.format == kMegatronArgsFormat) {
+  if (doc.format == ConfigFormat::megatron_args) {
     // Larger micro-batches (fewer in the schedule), less recompute, CUDA graphs.
     out.push_back({{"--micro-batch-size", std::to_string(mb * 2)}});
     if (p.ac == AcMode::full) out.push_back({{"--recompute-granularity", "selective"}});
@@ -99,6 +99,7 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
       break;
     }
     case ConfigFormat::meshplan_plan:
+    case ConfigFormat::megatron_args:  // handled before the switch
       out.push_back({{"batch.micro_batch", std::to_string(mb * 2)}});
       if (!p.cuda_graphs && p.runtime == Runtime::megatron) out.push_back({{"runtime.cuda_graphs", "true"}});
       break;

@@ -40,7 +40,7 @@ struct Keys {
   std::string reduce, micro, prefetch, limit, sharding, ac, ac_option;
 };
 Keys keys_for(ConfigFormat f) {
-  if (f == kMegatronArgsFormat)
+  if (f == ConfigFormat::megatron_args)
     return {"--grad-reduce-in-bf16", "--micro-batch-size", "", "", "--use-distributed-optimizer",
             "--recompute-granularity", "--recompute-modules"};
   switch (f) {
@@ -52,6 +52,7 @@ Keys keys_for(ConfigFormat f) {
       return {"training.mixed_precision_reduce", "training.local_batch_size", "", "", "parallelism.fsdp_reshard_after_forward",
               "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"};
     case ConfigFormat::meshplan_plan:
+    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return {"precision.reduce_dtype", "batch.micro_batch", "sharding.backward_prefetch", "sharding.limit_all_gathers",

@@ -72,7 +72,7 @@ struct Keys {
   std::string split_last = "layout.decoder_last_pipeline_num_layers";
 };
 Keys keys_for(const RunConfig& rc) {
-  if (rc.format == kMegatronArgsFormat) {
+  if (rc.format == ConfigFormat::megatron_args) {
     // Data parallel is what the GPUs leave after tp x pp x cp; its "key" is that rule.
     Keys k{"--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
            "data-parallel size (GPUs / (tp x pp x cp))", "data-parallel size (GPUs / (tp x pp x cp))",
@@ -101,6 +101,7 @@ Keys keys_for(const RunConfig& rc) {
               "global_train_batch_size", "device_train_microbatch_size", "device_train_microbatch_size",
               "max_seq_len", "n_gpus"};
     case ConfigFormat::meshplan_plan:
+    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return {"layout.pp", "layout.vpp", "layout.dp_replicate", "layout.dp_shard", "layout.cp", "layout.tp",

@@ -720,7 +720,7 @@ std::vector<std::string> megatron_words(const std::string& path, const std::stri
 RunConfig import_megatron_args(const std::string& path, const std::string& text, const ImportOptions& opts) {
   RunConfig rc;
   rc.source_file = path;
-  rc.format = kMegatronArgsFormat;
+  rc.format = ConfigFormat::megatron_args;
   std::vector<std::string> launcher;
   const Args a(path, command_words(path, text, &launcher), rc.warnings);
 

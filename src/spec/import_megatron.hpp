@@ -13,12 +13,6 @@
 
 namespace meshplan {
 
-// The Megatron-LM arguments format (RunConfig::format). Declared beside its importer instead of in
-// ConfigFormat's enumerator list, so adding it does not recompile every user of run_config.hpp;
-// code that switches over ConfigFormat tests for it first. (A scoped enum's underlying type is
-// int, so the value is a valid ConfigFormat.)
-inline constexpr ConfigFormat kMegatronArgsFormat = static_cast<ConfigFormat>(3);
-
 // Whether `text` reads as Megatron-LM arguments: it names --num-layers,
 // --tensor-model-parallel-size or --pipeline-model-parallel-size, or runs pretrain_gpt.py.
 bool looks_like_megatron_args(std::string_view text);

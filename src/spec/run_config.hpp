@@ -8,7 +8,7 @@
 
 namespace meshplan {
 
-enum class ConfigFormat { meshplan_plan, llm_foundry_yaml, torchtitan_toml };
+enum class ConfigFormat { meshplan_plan, llm_foundry_yaml, torchtitan_toml, megatron_args };
 
 // Knobs the config leaves to the runtime or that a published run does not state: they are
 // resolved the way a tuned run settles them (workload/runtime_choices.hpp), not by a fixed default.

@@ -66,7 +66,7 @@ const std::string kSmall =
 
 TEST_CASE("the 405B Megatron launch script: detected, shipped model picked by shape, layout and split read") {
   RunConfig rc = load_run_config(fixture_path());
-  CHECK(rc.format == kMegatronArgsFormat);
+  CHECK(rc.format == ConfigFormat::megatron_args);
   CHECK(rc.plan.runtime == Runtime::megatron);
   CHECK(rc.model.name == "llama3.1-405b");  // shape and tokenizer match the shipped model
   CHECK(rc.n_gpus == 128 * 8);              // torchrun --nnodes 128 --nproc-per-node 8
@@ -168,7 +168,7 @@ TEST_CASE("Megatron round trip: emit the 405B plan's arguments, import them, sam
   const std::string text = megatron_args_text(emit_megatron_args(plan));
   CHECK(text.find("--account-for-embedding-in-pipeline-split") != std::string::npos);
   RunConfig back = load_run_config(write_temp("405b.args", text));
-  CHECK(back.format == kMegatronArgsFormat);
+  CHECK(back.format == ConfigFormat::megatron_args);
   CHECK(back.model.name == "llama3.1-405b");
   resolve_layout(back, 1024);
   CHECK(back.plan.mesh.pp == 16);
