@@ -35,7 +35,7 @@ constexpr double kKiB = 1024.0, kMiB = kKiB * 1024.0, kGiB = kMiB * 1024.0;
 constexpr std::size_t kWorkspaceBytes = 64ull << 20;  // cuBLASLt workspace; what PyTorch gives Hopper
 constexpr std::int64_t kTokens = 4096;                 // tokens per micro-batch for the layer shapes
 constexpr std::int64_t kAttentionTokens = 16384;       // FlashAttention's benchmark: batch = 16k / seqlen
-constexpr std::int64_t kAttentionHidden = 2048;        // ... at hidden 2048 (hardware.md §3.3)
+constexpr std::int64_t kAttentionHidden = 2048;        // ... at hidden 2048 (flash-attention README)
 
 void check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) throw std::runtime_error("CUDA " + what + ": " + cudaGetErrorString(e));

@@ -1,9 +1,10 @@
-// NCCL-style collective cost (reference/hardware.md §1): for every enabled (algorithm, protocol)
-// pair a latency assembled as NCCL 2.30 does (base + per-hop costs, constants from the versioned
-// NCCL table) plus the bytes each rank must move over the bottleneck link of that algorithm, at
-// the rate the cluster profile gives that link; the fastest pair wins. The winner is then timed
-// with the channels it really runs on and the pipeline ramp (a measured efficiency of NCCL's
-// chunked pipeline at mid-size messages, NCCL table [pipeline_ramp]). See docs/collectives.md.
+// NCCL-style collective cost (NVIDIA/nccl 2.30.7 src/graph/tuning.cc, enqueue.cc): for every
+// enabled (algorithm, protocol) pair a latency assembled as NCCL 2.30 does (base + per-hop costs,
+// constants from the versioned NCCL table) plus the bytes each rank must move over the bottleneck
+// link of that algorithm, at the rate the cluster profile gives that link; the fastest pair wins.
+// The winner is then timed with the channels it really runs on and the pipeline ramp (a measured
+// efficiency of NCCL's chunked pipeline at mid-size messages, NCCL table [pipeline_ramp]). See
+// docs/collectives.md.
 //
 // Hot path: no allocation (the result strings fit the small-string buffer), no table lookups by
 // name; the NCCL table is loaded once.
@@ -92,10 +93,10 @@ struct Candidate {
   bool direct = false;  // point-to-point (all-to-all, send/recv): not one of NCCL's algorithms
 };
 
-// NCCL's small-message channel/thread shrinking (hardware.md §1.1, enqueue.cc): after choosing the
-// pair, `while (nBytes < nc * nt * threadThreshold) nc--`, then nt halves (while a multiple of 128).
-// The collective then runs on nc channels of nt threads: busBw = nc x per-channel bw (§1.4), so the
-// rate scales by (nc / nc0) x (nt / nt0).
+// NCCL's small-message channel/thread shrinking (NCCL src/enqueue.cc, src/include/comm.h): after
+// choosing the pair, `while (nBytes < nc * nt * threadThreshold) nc--`, then nt halves (while a
+// multiple of 128). The collective then runs on nc channels of nt threads: busBw = nc x per-channel
+// bw (tuning.cc), so the rate scales by (nc / nc0) x (nt / nt0).
 struct Shrink {
   int channels = 1;
   double rate_factor = 1.0;
@@ -122,7 +123,7 @@ public:
 
   bool allowed(NcclAlgo a, NcclProto p) const {
     if ((o_.algorithm_mask & algorithm_bit(a)) == 0 || (o_.protocol_mask & protocol_bit(p)) == 0) return false;
-    // LL128 needs 128-byte store ordering: NVLink paths on SM70+ (hardware.md §1.1).
+    // LL128 needs 128-byte store ordering: NVLink paths on SM70+ (NCCL tuning.cc enable rule).
     if (p == NcclProto::ll128 && (geo_.intra_link != NcclLink::nvlink || geo_.sm < 70)) return false;
     return true;
   }
@@ -160,7 +161,7 @@ public:
   Shrink shrink(NcclAlgo a, NcclProto p, int nc0) const {
     const auto pi = static_cast<std::size_t>(p);
     const int nt0 = t_.max_threads[pi];
-    // Ring LL's threshold is multiplied by the rank count (hardware.md §1.1).
+    // Ring LL's threshold is multiplied by the rank count (NCCL tuning.cc).
     const double thr = t_.thread_threshold_bytes[pi] * (a == NcclAlgo::ring && p == NcclProto::ll ? geo_.n : 1);
     // Closed form of the nc-- loop: the largest nc with nc * nt * thr <= nBytes (at least 1).
     int nc = nc0, nt = nt0;
@@ -208,7 +209,7 @@ public:
       if (p == NcclProto::ll) bw = std::min(t_.ring_ll_efficiency * link, ll_max());
       if (p == NcclProto::ll128)
         bw = std::min(t_.ring_ll128_efficiency * link, nch * arch_.ring_ll128_per_channel_bytes_per_s[geo_.cap_column]);
-      // Broadcast/Reduce Simple hops are charged NCCL's Tree latency (hardware.md §1.3).
+      // Broadcast/Reduce Simple hops are charged NCCL's Tree latency (NCCL tuning.cc).
       const NcclAlgo lat_algo = chain && p == NcclProto::simple ? NcclAlgo::tree : NcclAlgo::ring;
       const double intra = I > 1 ? std::max(intra_lat(lat_algo, p), net_overhead(p)) : intra_lat(lat_algo, p);
       double lat = base(NcclAlgo::ring, p) + (nsteps - ninter) * intra + ninter * inter_lat(lat_algo, p);
@@ -317,8 +318,8 @@ public:
   }
 
   // Grouped send/recv: one flow per peer, all at once. Latency of one hop over the slowest link
-  // kind used (NCCL base + hw latency, as SimAI derives per-flow latency, hardware.md §4.4);
-  // NVLink peers and network peers proceed in parallel, the slower side bounds the time.
+  // kind used (NCCL base + hw latency, as SimAI's network_frontend/ns3/entry.h derives per-flow
+  // latency); NVLink peers and network peers proceed in parallel, the slower side bounds the time.
   void point_to_point(CollectiveOp op, Candidate& best) const {
     const double n = geo_.n;
     double intra_bytes = 0, net_bytes = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // NCCL-style collective cost: for each (algorithm, protocol) a latency plus bytes over bandwidth,
-// the minimum wins (NCCL 2.30 tuning model, reference/hardware.md §1); the winner is timed with
+// the minimum wins (NCCL 2.30 tuning model, src/graph/tuning.cc); the winner is timed with
 // NCCL's small-message shrinking and the pipeline ramp on top (docs/collectives.md). Constants
 // live in data.
 #include <cstdint>
@@ -51,7 +51,8 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
 CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, double bytes, GroupPlacement g,
                                        const CollectiveOptions& options);
 
-// nccl-tests' busbw factor for `op` over n ranks (busbw = algbw * factor; hardware.md §1.5).
+// nccl-tests' busbw factor for `op` over n ranks (busbw = algbw * factor; nccl-tests
+// doc/PERFORMANCE.md).
 double bus_bandwidth_factor(CollectiveOp op, int n_ranks);
 
 // "ring", "tree", "nvls", "nvlstree", "pat", "collnet_direct", "collnet_chain" (NCCL_ALGO names).

@@ -1,5 +1,6 @@
-// llm-foundry emitter. Keys and defaults: runtimes.md §1.2 (FSDPConfig), §1.5 (FSDP2Config),
-// §1.6 (tp_config), §1.7 (batch arithmetic), §1.8 (YAML structure of the shipped presets).
+// llm-foundry emitter. Keys and defaults: Composer composer/utils/parallelism.py (FSDPConfig,
+// FSDP2Config; HEAD 6405188805a0), llm-foundry llmfoundry/utils/config_utils.py (tp_config, batch
+// arithmetic) and scripts/train/yamls/pretrain/*.yaml (YAML structure; llm-foundry 8c8dd48f7216).
 #include "emit/foundry_emitter.hpp"
 
 #include <fmt/format.h>
@@ -99,7 +100,8 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
   if (fsdp2 && m.dp_replicate > 1) refuse(kRt, "dp_replicate", "Composer's FSDP2 path does not read the mesh degrees (no HSDP)");
   if (fsdp2 && p.keep_low_precision_grads) refuse(kRt, "keep_low_precision_grads", "an FSDP1-only key");
 
-  // Precision: trainer autocast, then FSDP's MixedPrecision relative to it (§1.3).
+  // Precision: trainer autocast, then FSDP's MixedPrecision relative to it
+  // (composer/distributed/mosaic_parallelism.py::get_mixed_precision).
   std::string precision;
   if (p.fp8 == Fp8Recipe::te_delayed) {
     if (p.compute_dtype != Dtype::bf16) refuse(kRt, "compute_dtype", "amp_fp8 runs its non-FP8 ops in bf16");
@@ -121,8 +123,8 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
     if (d != Dtype::fp32 && d != Dtype::bf16 && d != Dtype::fp16)
       refuse(kRt, "param_dtype", fmt::format("{} is not an FSDP mixed-precision dtype", to_string(d)));
 
-  // Batch (§1.7): the device batch is global / world (TP ranks included), accumulation
-  // ceil(device / micro); meshplan emits only exact splits.
+  // Batch (llm-foundry config_utils.py::calculate_batch_size_info): the device batch is global /
+  // world (TP ranks included), accumulation ceil(device / micro); meshplan emits only exact splits.
   if (j.global_batch % rc.n_gpus != 0)
     refuse(kRt, "global_batch", fmt::format("{} is not divisible by the world size {} (llm-foundry divides by world, "
                                             "not by the data-parallel degree)", j.global_batch, rc.n_gpus));
@@ -273,7 +275,8 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
 
   y.open("fsdp_config");
   if (fsdp2) {
-    // FSDP2Config (§1.5): the FSDP1-only keys would be dropped with a warning, so none are written.
+    // FSDP2Config (composer/utils/parallelism.py): the FSDP1-only keys would be dropped with a
+    // warning, so none are written.
     y.flag("reshard_after_forward", p.sharding == Sharding::zero3 && p.reshard_after_forward);
   } else {
     const bool hybrid = m.dp_replicate > 1 && p.sharding != Sharding::none;
@@ -285,7 +288,7 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
     }
     y.key("sharding_strategy", strategy);
     if (hybrid) {
-      // HSDP is decided by the 2-D mesh (§1.2): replicate across groups, shard within.
+      // HSDP is decided by the 2-D mesh (Composer dist_strategy.py): replicate across groups, shard within.
       y.key("data_parallel_replicate_degree", m.dp_replicate);
       y.key("data_parallel_shard_degree", m.dp_shard);
     } else {

@@ -1,7 +1,9 @@
 #pragma once
-// llm-foundry / Composer training YAML (runtimes.md §1.8). llm-foundry rejects unknown top-level
+// llm-foundry / Composer training YAML, shaped like llm-foundry's scripts/train/yamls/pretrain/
+// mpt-7b.yaml (@ 8c8dd48f7216). llm-foundry rejects unknown top-level
 // keys, and Composer's FSDP1 path silently ignores misspelled fsdp_config keys, so both lists are
-// fixed here and only keys from runtimes.md §1.2/§1.5 are written.
+// fixed here and only fields of Composer's FSDPConfig / FSDP2Config dataclasses
+// (composer/utils/parallelism.py) are written.
 #include <optional>
 #include <string>
 

@@ -1,7 +1,8 @@
 #pragma once
 // Launch scripts for a bundle: launch.sh (torchrun, or Composer's launcher for llm-foundry) and,
 // for multi-node plans, a Slurm sbatch script modeled on torchtitan's multinode_trainer.slurm
-// (runtimes.md §1.7, §3.3).
+// (Composer launcher flags from llm-foundry scripts/train/README.md; the torchrun line from
+// torchtitan's run_train.sh).
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Megatron-LM emitter (runtimes.md §4, megatron/training/arguments.py @ core_v0.15.0).
+// Megatron-LM emitter (megatron/training/arguments.py @ core_v0.15.0).
 #include "emit/megatron_emitter.hpp"
 
 #include <algorithm>
@@ -88,7 +88,7 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     case Sharding::zero1:
       flag("--use-distributed-optimizer");
       flag("--overlap-grad-reduce");
-      flag("--overlap-param-gather");  // requires both flags above (§4)
+      flag("--overlap-param-gather");  // requires both flags above (arguments.py)
       break;
     case Sharding::zero2:
       refuse(kRt, "sharding", "zero2 (Megatron-FSDP optim_grads) is not modeled, so not emitted; zero1 or zero3");

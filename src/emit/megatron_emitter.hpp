@@ -1,6 +1,6 @@
 #pragma once
-// Megatron-LM pretrain_gpt.py arguments, names as of tag core_v0.15.0 (runtimes.md §4; argparse
-// there rejects unknown flags).
+// Megatron-LM pretrain_gpt.py arguments, names as of tag core_v0.15.0 (megatron/training/
+// arguments.py @ 0d7e02bd; argparse there rejects unknown flags).
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// torchtitan emitter. Values follow job_config.py's accepted spellings (runtimes.md §3.1); the
+// torchtitan emitter. Values follow the spellings torchtitan/config/job_config.py accepts; the
 // layout of the file follows the shipped llama3 train_configs of each pinned commit.
 #include "emit/torchtitan_emitter.hpp"
 
@@ -16,8 +16,9 @@ namespace {
 constexpr std::string_view kRt = "torchtitan";
 using emit::refuse;
 
-// Preset hyper-parameters of torchtitan's llama3 train_configs (runtimes.md §3.2): they do not
-// change memory or time, but a launchable file needs them and these are what torchtitan ships.
+// Preset hyper-parameters of torchtitan's llama3 train_configs (torchtitan/models/llama3/
+// train_configs/llama3_{8b,70b,405b}.toml at 238fa9953e4a): they do not change memory or time,
+// but a launchable file needs them and these are what torchtitan ships.
 struct FlavorInfo {
   std::string flavor;      // [model] flavor
   std::string registry;    // registry-era --config name
@@ -287,7 +288,8 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   if (early) d.key("hf_assets_path", quoted(s.info.hf_assets));
   else d.key("tokenizer_path", quoted("./assets/tokenizer/original/tokenizer.model"));
   if (!s.converter_kind.empty()) {
-    // Registered converter names changed with the quantization refactor 8a2686c4a (§3.1).
+    // Registered converter names changed with the quantization refactor 8a2686c4a
+    // (torchtitan/components/quantization/{float8,mx}.py).
     const std::string name = early ? "quantize.linear." + s.converter_kind : s.converter_kind;
     d.key("converters", string_array({name}));
   }
@@ -386,18 +388,19 @@ std::vector<std::string> emit_torchtitan_registry_args(const RunConfig& rc) {
   const Settings s = check(rc);
   if (!s.info.preset_pinned)
     refuse(kRt, "model", fmt::format("the registry era keeps a preset's values, and torchtitan's {} preset is not "
-                                     "pinned (runtimes.md §3.0); emit for torchtitan 238fa9953e4a instead",
+                                     "pinned (torchtitan PR #2386); emit for torchtitan 238fa9953e4a instead",
                                      s.info.model_name));
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
   const Job& j = rc.job;
-  // runtimes.md §3.0 pins only the launch form, the parallelism names and the new TrainingConfig
-  // batch fields. Anything else must already be what the preset does (assumed to be the
-  // 238fa995 preset values of §3.2), or the plan cannot be launched faithfully.
+  // Of the registry era (torchtitan PR #2386, commit 9810191bb) only the launch form, the
+  // parallelism names and the new TrainingConfig batch fields are pinned. Anything else must
+  // already be what the preset does (assumed to be the llama3 train_configs values at 238fa995),
+  // or the plan cannot be launched faithfully.
   auto keep = [&](bool same, std::string_view key, const std::string& what) {
     if (!same)
       refuse(kRt, key, fmt::format("{} differs from the {} preset and its registry-era override name is not pinned "
-                                   "(runtimes.md §3.0); emit for torchtitan 238fa9953e4a instead", what, s.info.registry));
+                                   "(torchtitan PR #2386); emit for torchtitan 238fa9953e4a instead", what, s.info.registry));
   };
   keep(p.ac == s.info.preset_ac, "ac", fmt::format("activation checkpointing '{}'", to_string(p.ac)));
   keep(p.compile == s.info.preset_compile, "compile", fmt::format("compile {}", p.compile ? "on" : "off"));
@@ -416,7 +419,7 @@ std::vector<std::string> emit_torchtitan_registry_args(const RunConfig& rc) {
   // inferred split is used (1 stage per rank for 1F1B/GPipe, 2 for Interleaved1F1B).
   if (m.pp > 1 && m.vpp > 2)
     refuse(kRt, "vpp", fmt::format("vpp {} needs an explicit layer split, whose registry-era override is not "
-                                   "pinned (runtimes.md §3.0); emit for torchtitan 238fa9953e4a instead", m.vpp));
+                                   "pinned (torchtitan PR #2386); emit for torchtitan 238fa9953e4a instead", m.vpp));
 
   std::vector<std::string> a = {"--module", "llama3", "--config", s.info.registry};
   auto add = [&](std::string k, std::string v) {

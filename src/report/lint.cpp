@@ -1,4 +1,6 @@
-// meshplan lint (lint.hpp). Facts behind each check: reference/runtimes.md §1, §2 and §6.
+// meshplan lint (lint.hpp). Facts behind the checks: Composer composer/utils/parallelism.py and
+// llm-foundry llmfoundry/utils/config_utils.py (defaults, batch arithmetic), PyTorch
+// torch/distributed/fsdp/ (scheduling, gradient dtypes) and torch/utils/checkpoint.py (reentrant AC).
 #include "report/lint.hpp"
 
 #include <fmt/format.h>

@@ -87,7 +87,8 @@ std::vector<std::string> plan_changes(const RunConfig& a, const RunConfig& b) {
   return out;
 }
 
-// Why the numbers move, for the changes whose mechanism is known (reference/runtimes.md §2, §6).
+// Why the numbers move, for the changes whose mechanism is known (PyTorch FSDP
+// torch/distributed/fsdp/_runtime_utils.py, _fully_shard/, and torch/utils/checkpoint.py).
 std::vector<std::string> mechanisms(const Variant& x, const Variant& y) {
   std::vector<std::string> out;
   const Plan& p = x.run.plan;

@@ -1,5 +1,5 @@
 // Megatron-LM arguments importer (import_megatron.hpp). Flag names, arities and defaults follow
-// megatron/training/arguments.py at core_v0.15.0 (runtimes.md §4); what each maps to is in
+// Megatron-LM megatron/training/arguments.py at tag core_v0.15.0 (0d7e02bd); what each maps to is in
 // docs/importers.md "Megatron-LM arguments".
 #include "spec/import_megatron.hpp"
 

@@ -1,7 +1,8 @@
 #pragma once
 // NCCL's tuning-model constants (latencies, protocol factors, per-channel caps, ...) for one NCCL
 // release, read from hardware_profiles/nccl/nccl-VERSION.toml. NCCL refits these between releases,
-// so they are data, versioned, each with its source in reference/hardware.md §1.
+// so they are data, versioned, each tagged with the NCCL source file it comes from (NVIDIA/nccl
+// 2.30.7: src/graph/tuning.cc, topo.h, search.cc, src/include/device.h, src/init.cc).
 // All values in SI units: seconds, bytes, bytes/s.
 #include <array>
 #include <map>

@@ -53,10 +53,10 @@ bool is_switch(VertexKind k) {
          k == VertexKind::spine;
 }
 
-// Spine count by the DGX SuperPOD rule (hardware.md §4.2, RA Table 4): spines are the leaf's
-// switch model (same radix), there are enough of them for every leaf uplink, and each leaf spreads
-// its uplinks evenly over all spines, so the count is the smallest one >= ports/radix that divides
-// the leaf's uplinks (1 SU: 256/64 = 4; 3 SUs: 768/64 = 12 -> 16; 4 SUs: 16).
+// Spine count by the DGX SuperPOD rule (NVIDIA DGX SuperPOD H100 reference architecture, Table 4):
+// spines are the leaf's switch model (same radix), there are enough of them for every leaf uplink,
+// and each leaf spreads its uplinks evenly over all spines, so the count is the smallest one
+// >= ports/radix that divides the leaf's uplinks (1 SU: 256/64 = 4; 3 SUs: 768/64 = 12 -> 16; 4 SUs: 16).
 int spine_count(int n_leaves, int up_ports, int radix) {
   const int needed = ceil_div(static_cast<std::int64_t>(n_leaves) * up_ports, radix);
   for (int n = needed; n <= up_ports; ++n)
