@@ -1,10 +1,11 @@
 // Collective cost model: the NCCL constants file loads strictly, each algorithm's closed form
-// matches hand-worked cases (NCCL's own derived latencies in hardware.md §1.3), the pipeline ramp
-// on top of NCCL's model matches its closed form, and predicted busbw matches measured nccl-tests
-// figures of hardware.md §2 (A100 and H100, one node and several; H200 as a cross-check): within
-// 10 % at >= 1 MiB, 25 % below. A figure is excluded only with the reason it is not a measurement
-// of what the model predicts (an average over sizes, another fabric, ...), and excluded figures are
-// printed with the rest.
+// matches hand-worked cases (zero-byte latencies worked out from NCCL's tuning.cc), the pipeline
+// ramp on top of NCCL's model matches its closed form, and predicted busbw matches measured
+// nccl-tests figures (Azure AI-benchmarking-guide, ml-engineering, NVIDIA/nccl and nccl-tests
+// threads; A100 and H100, one node and several; H200 as a cross-check): within 10 % at >= 1 MiB,
+// 25 % below. A figure is excluded only with the reason it is not a measurement of what the model
+// predicts (an average over sizes, another fabric, ...), and excluded figures are printed with the
+// rest.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -164,9 +165,9 @@ TEST_CASE("nccl table: strict loader names the file and the key") {
   CHECK_THROWS_AS(load_nccl_table("../etc"), InputError);
 }
 
-// NCCL's zero-byte AllReduce latencies, derived in hardware.md §1.3 (Appendix A script, Intel
-// host, IB plugin latency 0) from the same constants: the model must reproduce them exactly.
-TEST_CASE("closed forms: all-reduce latency per algorithm equals NCCL's (hardware.md §1.3 table)") {
+// NCCL's zero-byte AllReduce latencies, worked out from NCCL 2.30.7's tuning.cc constants and
+// latency formulas (Intel host, IB plugin latency 0): the model must reproduce them exactly.
+TEST_CASE("closed forms: all-reduce latency per algorithm equals NCCL's (tuning.cc constants)") {
   struct Row {
     int nodes;
     NcclAlgo algo;
@@ -202,7 +203,7 @@ TEST_CASE("closed forms: all-reduce latency per algorithm equals NCCL's (hardwar
     CHECK(e.latency_seconds / kUs == doctest::Approx(r.us).epsilon(1e-9));
   }
   // Ring Simple across nodes above the threshold: NCCL's x1.4 plateau factor (SM80+).
-  // 2x8: 8.4 + 28 * max(3.4, 3 * 1.0) + 2 * 14 = 131.6 us (hardware.md §1.3 table), x1.4.
+  // 2x8: 8.4 + 28 * max(3.4, 3 * 1.0) + 2 * 14 = 131.6 us, x1.4 (tuning.cc ring plateau).
   const auto big = estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kGiB, place(2, 8),
                                        only(NcclAlgo::ring, NcclProto::simple));
   CHECK(big.latency_seconds / kUs == doctest::Approx(131.6 * 1.4));
@@ -319,7 +320,7 @@ TEST_CASE("closed forms: bandwidth terms on hand-worked cases") {
   }
 }
 
-TEST_CASE("small messages: NCCL's channel/thread shrinking (hardware.md §1.1)") {
+TEST_CASE("small messages: NCCL's channel/thread shrinking (enqueue.cc)") {
   // A100 one node: 2 x ceil(232.5 / 40) = 12 channels. Ring LL threshold 8 B x 8 ranks x 512 threads
   // = 32 KiB per channel; Simple 64 B x 512 = 32 KiB; LL128 8 B x 640 = 5 KiB.
   const double ll_rate = std::min(0.5 * 300e9 * 0.775, 87.7e9);  // NCCL's LL rate on 12 channels
@@ -471,8 +472,8 @@ TEST_CASE("launch mode: one host thread driving several GPUs sets a per-iteratio
   CHECK(two.host_floor_seconds / kUs == doctest::Approx(2 * 2.625));
 }
 
-TEST_CASE("selection: NCCL's choices where hardware.md records them") {
-  // MLE network/README.md L972 (hardware.md §1.4): 8xH200 picks RING/LL up to 1 MiB, NVLS from
+TEST_CASE("selection: NCCL's choices where a measurement records them") {
+  // MLE network/README.md L972 (stas00/ml-engineering @ 744d01e1): 8xH200 picks RING/LL up to 1 MiB, NVLS from
   // 2 MiB; H200 and H100 share NVLink4/NVLS, so the H100 profile must switch the same way.
   for (double s : {32 * kKiB, 256 * kKiB}) {
     const auto e = estimate_collective(h100(), CollectiveOp::all_reduce, s, place(1, 8));
@@ -489,7 +490,8 @@ TEST_CASE("selection: NCCL's choices where hardware.md records them") {
   const auto r = estimate_collective(h100(), CollectiveOp::all_reduce, 1 * kGiB, place(1, 8), no_nvls);
   CHECK(r.algorithm == "ring");
   CHECK(r.protocol == "Simple");
-  // At scale small messages go to a logarithmic algorithm (hardware.md §1.3 note).
+  // At scale small messages go to a logarithmic algorithm (NCCL's ring latency grows linearly in
+  // ranks, tree and NVLSTree latency with log2 of nodes; tuning.cc).
   const auto small = estimate_collective(h100(), CollectiveOp::all_reduce, 1024, place(64, 8));
   CHECK((small.algorithm == "tree" || small.algorithm == "nvlstree"));
   // A100 has no NVLS; CollNet is off unless enabled.
@@ -511,13 +513,13 @@ TEST_CASE("selection: NCCL's choices where hardware.md records them") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Accuracy against measured nccl-tests figures (hardware.md §2).
+// Accuracy against measured nccl-tests figures.
 //
-// Every A100 and H100 figure of hardware.md §2 is listed (72; the count is checked). The pipeline
-// ramp's two constants were fitted on the Azure 8xA100 series only; every other series is a check
-// of them: the MLE 8xA100 run, the Azure 8xH100 NVLS run (another NVLink generation and another
-// algorithm), and two series on the h200-141gb profile that are not part of the 72 (Azure 8xH200
-// NVLS with NCCL 2.20.5 and MLE's multi-process torch run, hardware.md §2.1).
+// Every published A100 and H100 figure gathered for meshplan is listed (72; the count is checked).
+// The pipeline ramp's two constants were fitted on the Azure 8xA100 series only; every other series
+// is a check of them: the MLE 8xA100 run, the Azure 8xH100 NVLS run (another NVLink generation and
+// another algorithm), and two series on the h200-141gb profile that are not part of the 72 (Azure
+// 8xH200 NVLS with NCCL 2.20.5 and MLE's multi-process torch run).
 
 namespace {
 
@@ -548,7 +550,7 @@ constexpr const char* kExclNvlsPlateau =
     "32x in bytes. The same sizes on the same NVLink4/NVSwitch fabric under NCCL 2.20.5 (Azure H200, "
     "checked below) take 30.8-34.6 us with no step, as NCCL's flat 25 us NVLS latency has it; meeting "
     "both runs would need a fixed NVLS cost of ~34 us, 8 us above this run's own 1 KiB time. These are "
-    "sizes NCCL's selection never runs on NVLS (Ring LL up to 1 MiB, hardware.md §1.4): a property of "
+    "sizes NCCL's selection never runs on NVLS (Ring LL up to 1 MiB, MLE network/README.md): a property of "
     "that release's forced small-message path, not of the fabric";
 constexpr const char* kExclMle1M =
     "MLE A100 1 MiB takes 101.9 us, the same as the same run's 4 MiB (101.5 us) and twice Azure's 1 MiB "
@@ -574,12 +576,12 @@ std::vector<Measured> measured_points() {
   const unsigned nvls = algorithm_bit(NcclAlgo::nvls);
   const unsigned ring = algorithm_bit(NcclAlgo::ring);
   const auto AR = CollectiveOp::all_reduce;
-  const char* azure_a = "Azure ND_A100_v4_results.md, 8xA100 80GB, NCCL 2.18.5, all_reduce_perf -g 8 (hardware.md §2.1)";
-  const char* azure_h = "Azure ND_H100_v5_results.md, 8xH100, NCCL_ALGO=NVLS, NCCL 2.18.5, -g 8 (hardware.md §2.1)";
-  const char* azure_h200 = "Azure ND_H200_v5_results.md, 8xH200, NCCL_ALGO=NVLS, NCCL 2.20.5, -g 8 (hardware.md §2.1)";
-  const char* mle_h200 = "MLE network/README.md, 8xH200 torch all_reduce_bench.py, 8 processes, NCCL 2.27.7 default (hardware.md §2.1)";
-  const char* mle_a = "MLE network/README.md, 8xA100 all_reduce_perf -g 8 (hardware.md §2.1)";
-  const char* nccl583 = "NVIDIA/nccl#583: 2xA100 (-g 2) all_reduce 32 B in 10.1 us (hardware.md §2.4)";
+  const char* azure_a = "Azure ND_A100_v4_results.md, 8xA100 80GB, NCCL 2.18.5, all_reduce_perf -g 8";
+  const char* azure_h = "Azure ND_H100_v5_results.md, 8xH100, NCCL_ALGO=NVLS, NCCL 2.18.5, -g 8";
+  const char* azure_h200 = "Azure ND_H200_v5_results.md, 8xH200, NCCL_ALGO=NVLS, NCCL 2.20.5, -g 8";
+  const char* mle_h200 = "MLE network/README.md, 8xH200 torch all_reduce_bench.py, 8 processes, NCCL 2.27.7 default";
+  const char* mle_a = "MLE network/README.md, 8xA100 all_reduce_perf -g 8";
+  const char* nccl583 = "NVIDIA/nccl#583: 2xA100 (-g 2) all_reduce 32 B in 10.1 us";
   std::vector<Measured> v = {
       // A100, one node, Azure (default algorithm). The pipeline ramp was fitted on this series.
       {azure_a, A, AR, 1, 8, 1 * kKiB, 0.04, kDefault, nullptr},
@@ -615,24 +617,24 @@ std::vector<Measured> measured_points() {
       {mle_a, A, AR, 1, 8, 1 * kGiB, 229.04, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 4 * kGiB, 233.88, kDefault, nullptr},
       {mle_a, A, AR, 1, 8, 16 * kGiB, 234.89, kDefault, nullptr},
-      {"NVIDIA/nccl-tests#175: 8xA100 single node AllReduce peak 232.54 (hardware.md §2.2)", A, AR, 1, 8, 8 * kGiB,
+      {"NVIDIA/nccl-tests#175: 8xA100 single node AllReduce peak 232.54", A, AR, 1, 8, 8 * kGiB,
        232.54, kDefault, nullptr},
       {nccl583, A, AR, 1, 2, 32,
        32.0 / 10.1e-6 / kGB, kDefault, nullptr},  // host-bound: 2 GPUs x 5.25 us launch > 7.8 us GPU time
       // A100, several nodes.
-      {"NVIDIA/nccl#812 (AddyLaddy): DGX A100 8xHDR multi-node AllReduce busbw 192 (hardware.md §2.3; node count "
+      {"NVIDIA/nccl#812 (AddyLaddy): DGX A100 8xHDR multi-node AllReduce busbw 192 (node count "
        "not stated, evaluated at 4 nodes)", A, AR, 4, 8, 8 * kGiB, 192.0, kDefault, nullptr},
-      {"NVIDIA/nccl-tests#175 / nccl#1048: 2xA100 nodes, 4xHDR each, 86 GB/s (hardware.md §2.3)", A4, AR, 2, 8,
+      {"NVIDIA/nccl-tests#175 / nccl#1048: 2xA100 nodes, 4xHDR each, 86 GB/s", A4, AR, 2, 8,
        8 * kGiB, 86.0, kDefault,
-       "reported as a shortfall: hardware.md §2.3 records it as '86 GB/s vs ~96-100 theoretical', i.e. the "
+       "reported as a shortfall: the thread gives 86 GB/s against ~96-100 theoretical, i.e. the "
        "thread is about a system not reaching HDR rate (0.86 of 4 x 25 GB/s). The same configuration reaches "
        "91 (nccl-tests#100) and 3 such nodes 96 (nccl-tests#119), both checked; meeting 86 too would need a "
-       "NIC efficiency of 0.946 or less where every HDR/NDR figure in hardware.md gives 0.96"},
-      {"NVIDIA/nccl-tests#100: 2xHGX A100, 4xCX-6 200G, 91 GB/s (hardware.md §2.3)", A4, AR, 2, 8, 8 * kGiB, 91.0,
+       "NIC efficiency of 0.946 or less where every other HDR/NDR figure (nccl#812, nccl-tests#290, #267) gives 0.96"},
+      {"NVIDIA/nccl-tests#100: 2xHGX A100, 4xCX-6 200G, 91 GB/s", A4, AR, 2, 8, 8 * kGiB, 91.0,
        kDefault, nullptr},
-      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, peak ~96 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
+      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, peak ~96 GB/s", A4, AR, 3, 8,
        8 * kGiB, 96.0, kDefault, nullptr},
-      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, average 84.8 GB/s (hardware.md §2.3)", A4, AR, 3, 8,
+      {"NVIDIA/nccl-tests#119: 3xA100 40GB nodes, 4xHDR each, average 84.8 GB/s", A4, AR, 3, 8,
        8 * kGiB, 84.8, kDefault, "an average over sizes and runs, not one size; the peak of the same run is checked"},
       // H100, one node, Azure NVLS.
       {azure_h, H, AR, 1, 8, 1 * kKiB, 0.07, nvls, nullptr},
@@ -657,27 +659,27 @@ std::vector<Measured> measured_points() {
       {azure_h, H, AR, 1, 8, 4 * kGiB, 475.54, nvls, nullptr},
       {azure_h, H, AR, 1, 8, 8 * kGiB, 478.87, nvls, nullptr},
       // H100, one node, peaks.
-      {"NVIDIA/nccl#1455: 8xH100 AllReduce NCCL_ALGO=RING plateau 365-370 (hardware.md §2.2)", H, AR, 1, 8, 8 * kGiB,
+      {"NVIDIA/nccl#1455: 8xH100 AllReduce NCCL_ALGO=RING plateau 365-370", H, AR, 1, 8, 8 * kGiB,
        367.5, ring, nullptr},
-      {"NVIDIA/nccl#2140: 8xH100 NCCL 2.30.4 default AllReduce (NVLS) busbw 480 (hardware.md §2.2)", H, AR, 1, 8,
+      {"NVIDIA/nccl#2140: 8xH100 NCCL 2.30.4 default AllReduce (NVLS) busbw 480", H, AR, 1, 8,
        8 * kGiB, 480.0, kDefault, nullptr},
-      {"NVIDIA/nccl-tests#212: 4xH100 NVLS busbw 370 (hardware.md §2.2)", H, AR, 1, 4, 8 * kGiB, 370.0, nvls, nullptr},
-      {"NVIDIA/nccl-tests#212: 5xH100 NVLS busbw 420 (hardware.md §2.2)", H, AR, 1, 5, 8 * kGiB, 420.0, nvls, nullptr},
-      {"NVIDIA/nccl-tests#212: 6xH100 NVLS busbw 440 (hardware.md §2.2)", H, AR, 1, 6, 8 * kGiB, 440.0, nvls, nullptr},
-      {"NVIDIA/nccl-tests#212: 7xH100 NVLS busbw 460 (hardware.md §2.2)", H, AR, 1, 7, 8 * kGiB, 460.0, nvls, nullptr},
-      {"NVIDIA/nccl-tests#212: 8xH100 NVLS busbw 480 (hardware.md §2.2)", H, AR, 1, 8, 8 * kGiB, 480.0, nvls, nullptr},
-      {"NVIDIA/nccl-tests#212: H100 AllGather Ring busbw ~370 (hardware.md §2.2)", H, CollectiveOp::all_gather, 1, 8,
+      {"NVIDIA/nccl-tests#212: 4xH100 NVLS busbw 370", H, AR, 1, 4, 8 * kGiB, 370.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 5xH100 NVLS busbw 420", H, AR, 1, 5, 8 * kGiB, 420.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 6xH100 NVLS busbw 440", H, AR, 1, 6, 8 * kGiB, 440.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 7xH100 NVLS busbw 460", H, AR, 1, 7, 8 * kGiB, 460.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: 8xH100 NVLS busbw 480", H, AR, 1, 8, 8 * kGiB, 480.0, nvls, nullptr},
+      {"NVIDIA/nccl-tests#212: H100 AllGather Ring busbw ~370", H, CollectiveOp::all_gather, 1, 8,
        8 * kGiB, 370.0, kDefault, nullptr},
-      {"NVIDIA/nccl-tests#212: H100 ReduceScatter Ring busbw ~370 (hardware.md §2.2)", H,
+      {"NVIDIA/nccl-tests#212: H100 ReduceScatter Ring busbw ~370", H,
        CollectiveOp::reduce_scatter, 1, 8, 8 * kGiB, 370.0, kDefault, nullptr},
       // H100, several nodes.
-      {"NVIDIA/nccl#1649: GTC 2024, multi-node AllReduce busbw ~380 without SHARP, NVLSTree ~370-380 (hardware.md "
-       "§2.3; node count not stated, evaluated at 4 nodes)", H, AR, 4, 8, 8 * kGiB, 375.0, kDefault, nullptr},
-      {"NVIDIA/nccl#1221: 4 nodes x 8 H100, 8x400G RoCE, AllReduce ~320 (hardware.md §2.3)", H, AR, 4, 8, 8 * kGiB,
+      {"NVIDIA/nccl#1649: GTC 2024, multi-node AllReduce busbw ~380 without SHARP, NVLSTree ~370-380 ("
+       "node count not stated, evaluated at 4 nodes)", H, AR, 4, 8, 8 * kGiB, 375.0, kDefault, nullptr},
+      {"NVIDIA/nccl#1221: 4 nodes x 8 H100, 8x400G RoCE, AllReduce ~320", H, AR, 4, 8, 8 * kGiB,
        320.0, kDefault,
-       "RoCE fabric; the shipped profile is NDR InfiniBand (nic_efficiency 0.96 from IB figures) and hardware.md "
-       "has no RoCE efficiency to build a profile from"},
-      {"NVIDIA/nccl#1221: 2 nodes x 8 H100, 8x400G RoCE, NVLS(Tree) ~430 (hardware.md §2.3)", H, AR, 2, 8, 8 * kGiB,
+       "RoCE fabric; the shipped profile is NDR InfiniBand (nic_efficiency 0.96 from IB figures) and no "
+       "published RoCE efficiency is at hand to build a profile from"},
+      {"NVIDIA/nccl#1221: 2 nodes x 8 H100, 8x400G RoCE, NVLS(Tree) ~430", H, AR, 2, 8, 8 * kGiB,
        430.0, kDefault,
        "RoCE fabric (see above); with IB figures NVLSTree at 2 nodes is NVLink-bound at 524 GB/s"},
   };
@@ -698,8 +700,8 @@ std::vector<Measured> measured_points() {
     v.push_back({mle_h200, H2, AR, 1, 8, bytes, gbps, kDefault, bytes < 16 * kMiB ? kExclTorchOverhead : nullptr});
   // Launch modes of the sources. Single process (-g N, one host thread driving the node's GPUs):
   // Azure's NCCLBandwidth.py (`all_reduce_perf ... -g 8`), MLE's A100 run (`-g 8`), nccl#583 (`-g 2`).
-  // Host CPUs: Azure ND A100 v4 AMD EPYC 7V12, ND H100 v5 Xeon 8480C (hardware.md §3.5); the MLE and
-  // nccl#583 A100 systems are DGX/HGX A100 class, whose hosts are AMD EPYC. hardware.md names no CPU
+  // Host CPUs: Azure ND A100 v4 AMD EPYC 7V12, ND H100 v5 Xeon 8480C (Azure results); the MLE and
+  // nccl#583 A100 systems are DGX/HGX A100 class, whose hosts are AMD EPYC. No source names the CPU
   // for ND H200 v5; its own 1 KiB time (29.9 us with 8 GPUs) caps the per-GPU host cost at 3.7 us,
   // which rules out the AMD figure (5.25 us), so the Intel one applies. Everything else: one process
   // per GPU (the MLE H200 run is 8 torch processes) or a plateau where the launch mode does not matter.
@@ -716,7 +718,7 @@ std::vector<Measured> measured_points() {
 
 }  // namespace
 
-TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") {
+TEST_CASE("accuracy: predicted busbw vs measured nccl-tests") {
   int checked = 0, excluded = 0, required = 0, h200_checked = 0;
   std::string table = "\n  measured vs predicted busbw (GB/s); role: fit = the ramp was fitted here, chk = checked, "
                       "x = excluded (reason after the source)\n";
@@ -756,7 +758,7 @@ TEST_CASE("accuracy: predicted busbw vs measured nccl-tests (hardware.md §2)") 
     }
   }
   MESSAGE(table);
-  // Every A100/H100 figure of hardware.md §2 is in the table: none can be dropped silently.
+  // Every gathered A100/H100 figure is in the table: none can be dropped silently.
   CHECK(required == 72);
   CHECK(checked + excluded == required);
   MESSAGE(checked, " of ", required, " A100/H100 points checked within tolerance, ", excluded,

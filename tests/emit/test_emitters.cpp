@@ -247,7 +247,7 @@ TEST_CASE("torchtitan round trip: 70B with interleaved PP, TP+SP, async TP, comp
     CHECK(back.plan.compile);
     for (const auto& w : back.warnings) CHECK(w.find("converter") == std::string::npos);  // the pinned name
   }
-  // Converter names and sections per version (runtimes.md §3.1).
+  // Converter names and sections per version (torchtitan job_config.py; quantization refactor 8a2686c4a).
   const std::string early = emit_torchtitan_toml(rc, TorchtitanVersion::early_2026);
   CHECK(early.find("converters = [\"quantize.linear.float8\"]") != std::string::npos);
   CHECK(early.find("[quantize.linear.float8]") != std::string::npos);
@@ -407,7 +407,8 @@ TEST_CASE("torchtitan registry era: --module/--config launch with parallelism ov
 // llm-foundry
 
 namespace {
-// FSDPConfig / FSDP2Config fields (runtimes.md §1.2, §1.5) and TrainConfig's top-level keys.
+// FSDPConfig / FSDP2Config fields (composer/utils/parallelism.py) and TrainConfig's top-level keys
+// (llmfoundry/utils/config_utils.py).
 const std::set<std::string> kFsdp1 = {
     "sharding_strategy", "mixed_precision", "keep_low_precision_grads", "activation_checkpointing",
     "activation_checkpointing_reentrant", "activation_cpu_offload", "cpu_offload", "limit_all_gathers",

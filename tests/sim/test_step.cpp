@@ -273,8 +273,9 @@ TEST_CASE("FP8 linears make a GEMM-bound H100 step faster, but by less than the 
   p.fp8 = Fp8Recipe::te_delayed;
   const double fp8 = simulate_step(m, p, j, c).result.step_time_s;
   CHECK(fp8 < bf16);
-  // The FP8 sweep reaches 0.61-0.70 of a 2x higher peak against bf16's 0.80 (hardware.md §3.2),
-  // and attention, norms and the quantize kernels do not speed up.
+  // The FP8 sweep reaches 0.61-0.70 of a 2x higher peak against bf16's 0.80 (Azure ND H100 v5
+  // cuBLASLt; zzc0721/torch-performance-test-data#79), and attention, norms and the quantize
+  // kernels do not speed up.
   CHECK(bf16 / fp8 < 1.7);
   CHECK(bf16 / fp8 > 1.1);
   // An A100 has no FP8 tensor cores: the estimate says so instead of pricing it.

@@ -1,4 +1,4 @@
-// Hardware profiles: the shipped numbers match /work/shared/reference/hardware.md, every value
+// Hardware profiles: the shipped numbers match their published sources, every value
 // carries a source, aliases warn, and bad input is rejected naming the file and the key.
 #include <doctest/doctest.h>
 
@@ -180,9 +180,10 @@ TEST_CASE("every shipped profile loads and every value has a registered source")
   }
 }
 
-TEST_CASE("H100 SXM 80GB numbers match hardware.md") {
+TEST_CASE("H100 SXM 80GB numbers match their published sources") {
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
-  // §3.1: dense peaks (989.4 = 1830 MHz x 528 TC x 1024 FLOP/clk).
+  // H100 datasheet (via glennklockwood.com) and MLE's derivation: dense peaks
+  // (989.4 = 1830 MHz x 528 TC x 1024 FLOP/clk).
   CHECK(c.peak_flops_per_s(Dtype::bf16) == doctest::Approx(989.4e12).epsilon(kExact));
   CHECK(c.peak_flops_per_s(Dtype::fp8) == doctest::Approx(1978.9e12).epsilon(kExact));
   CHECK(c.peak_flops_per_s(Dtype::tf32) == doctest::Approx(494.7e12).epsilon(kExact));
@@ -191,33 +192,36 @@ TEST_CASE("H100 SXM 80GB numbers match hardware.md") {
   CHECK(c.gpu.hbm_bandwidth_bytes_per_s == doctest::Approx(3.35e12).epsilon(kExact));
   CHECK(c.gpu.sm_count == 132);
   CHECK(c.gpu.arch == "sm90");
-  // §3.4: achieved copy 2.90 TB/s.
+  // Azure AI-benchmarking-guide, ND H100 v5 BabelStream: achieved copy 2.90 TB/s.
   CHECK(c.gpu.hbm_bandwidth_bytes_per_s * c.gpu.hbm_efficiency ==
         doctest::Approx(2.90e12).epsilon(0.001));
-  // §2.2: 450 GB/s per direction, ring busbw plateau 365-370 GB/s.
+  // NVLink4 450 GB/s per direction; ring busbw plateau 365-370 GB/s (NVIDIA/nccl#1455,
+  // nccl-tests#212).
   CHECK(c.node.nvlink_bandwidth_bytes_per_s == doctest::Approx(450e9).epsilon(kExact));
   const double ring = c.node.nvlink_bandwidth_bytes_per_s * c.node.nvlink_efficiency;
   CHECK(ring >= 365e9);
   CHECK(ring <= 371e9);
   CHECK(c.node.nvls);
-  // §4.4: ASTRA-sim's 936.25 ns per NVSwitch link.
+  // ASTRA-sim's examples/network/analytical/HGX-H100-validated.yml: 936.25 ns per NVSwitch link.
   CHECK(c.node.nvlink_latency_seconds == doctest::Approx(0.936e-6).epsilon(kExact));
-  // §4.1 / §2.1: 8 x 400 Gb/s NDR, 46-49 GB/s achieved per NIC.
+  // DGX H100: 8 x 400 Gb/s NDR (SuperPOD H100 RA); 46-49 GB/s achieved per NIC (nccl-tests#290,
+  // #267).
   CHECK(c.node.nics_per_node == 8);
   CHECK(c.node.nic_bandwidth_bytes_per_s == doctest::Approx(50e9).epsilon(kExact));
   const double nic = c.node.nic_bandwidth_bytes_per_s * c.node.nic_efficiency;
   CHECK(nic >= 46e9);
   CHECK(nic <= 49e9);
-  // §3.5: Azure nvbandwidth 51 / 52 GB/s.
+  // Azure ND H100 v5 nvbandwidth: 51 / 52 GB/s.
   CHECK(c.node.host_h2d_bytes_per_s == doctest::Approx(51e9).epsilon(kExact));
   CHECK(c.node.host_d2h_bytes_per_s == doctest::Approx(52e9).epsilon(kExact));
-  // §4.2: SuperPOD SU of 32 nodes, non-blocking.
+  // DGX SuperPOD H100 RA: SU of 32 nodes, non-blocking.
   CHECK(c.fabric.nodes_per_leaf == 32);
   CHECK(c.fabric.leaf_oversubscription == 1.0);
   CHECK(c.fabric.rail_optimized);
   CHECK(c.fabric.transport == "infiniband");
 
-  // §3.2: efficiencies are stored to 4 digits, so the measured TFLOP/s come back within
+  // zzc0721/torch-performance-test-data#79 (BF16) and Azure ND H100 v5 cuBLASLt (FP8): efficiencies
+  // are stored to 4 digits, so the measured TFLOP/s come back within
   // 0.5e-4 x 989.4 = 0.05 TFLOP/s.
   const GemmCurve* bf16 = find_gemm(c, Dtype::bf16);
   REQUIRE(bf16 != nullptr);
@@ -228,7 +232,8 @@ TEST_CASE("H100 SXM 80GB numbers match hardware.md") {
   CHECK(gemm_eff_at(*fp8, 16384) * 1978.9 == doctest::Approx(1377.3).epsilon(0.1 / 1377.3));
   CHECK(c.source_refs.at(bf16->source).rfind("measured: ", 0) == 0);
 
-  // §3.3: FA2 fwd+bwd causal hd128 and FA3 fwd non-causal hd128, stored in TFLOP/s exactly.
+  // FlashAttention README figures: FA2 fwd+bwd causal hd128 and FA3 fwd non-causal hd128,
+  // stored in TFLOP/s exactly.
   const AttentionCurve* fa2 = find_attn(c, "fa2", "fwd+bwd", 128, true);
   REQUIRE(fa2 != nullptr);
   REQUIRE(fa2->seq_len.size() == 6);
@@ -252,25 +257,26 @@ TEST_CASE("H100 SXM 80GB numbers match hardware.md") {
   CHECK(c.gpu.hbm_bytes == doctest::Approx(80e9).epsilon(kExact));
 }
 
-TEST_CASE("A100 numbers match hardware.md") {
+TEST_CASE("A100 numbers match their published sources") {
   const ClusterSpec c = load_cluster("a100-80gb");
   CHECK(c.peak_flops_per_s(Dtype::bf16) == doctest::Approx(312e12).epsilon(kExact));
   CHECK(c.peak_flops_per_s(Dtype::tf32) == doctest::Approx(156e12).epsilon(kExact));
   CHECK(c.peak_flops_per_s(Dtype::fp8) == 0.0);  // Ampere has no FP8
   CHECK(c.gpu.hbm_bandwidth_bytes_per_s == doctest::Approx(2.039e12).epsilon(kExact));
-  // §3.1: NVLink3 600 GB/s bidirectional = 300 GB/s per direction.
+  // A100 datasheet (via glennklockwood.com): NVLink3 600 GB/s bidirectional = 300 GB/s per direction.
   CHECK(c.node.nvlink_bandwidth_bytes_per_s == doctest::Approx(300e9).epsilon(kExact));
-  // §2.2: ring busbw 229-235 GB/s.
+  // Ring busbw 229-235 GB/s (MLE network/README.md; nccl-tests#175).
   const double ring = c.node.nvlink_bandwidth_bytes_per_s * c.node.nvlink_efficiency;
   CHECK(ring >= 229e9);
   CHECK(ring <= 235e9);
   CHECK_FALSE(c.node.nvls);
-  // §4.1: 8 x HDR 200 Gb/s = 25 GB/s each; §2.3: 192 GB/s multi-node busbw over 8 NICs.
+  // DGX A100: 8 x HDR 200 Gb/s = 25 GB/s each, and 192 GB/s multi-node busbw over the 8 NICs
+  // (AddyLaddy, NVIDIA/nccl#812).
   CHECK(c.node.nic_bandwidth_bytes_per_s == doctest::Approx(25e9).epsilon(kExact));
   CHECK(c.node.nics_per_node * c.node.nic_bandwidth_bytes_per_s * c.node.nic_efficiency ==
         doctest::Approx(192e9).epsilon(0.001));
   CHECK(c.node.host_link_kind == "pcie4x16");
-  // §3.2: A100 FP16 cuBLASLt 253.7 TFLOP/s at 8192^3.
+  // Azure ND A100 v4: A100 FP16 cuBLASLt 253.7 TFLOP/s at 8192^3.
   const GemmCurve* fp16 = find_gemm(c, Dtype::fp16);
   REQUIRE(fp16 != nullptr);
   CHECK(gemm_eff_at(*fp16, 8192) * 312 == doctest::Approx(253.7).epsilon(0.05 / 253.7));
@@ -290,7 +296,7 @@ TEST_CASE("H200, H100 96GB and Blackwell numbers") {
   CHECK(h200.gpu.hbm_bytes == doctest::Approx(141e9).epsilon(kExact));
   CHECK(h200.gpu.hbm_bandwidth_bytes_per_s == doctest::Approx(4.8e12).epsilon(kExact));
   CHECK(h200.peak_flops_per_s(Dtype::bf16) == doctest::Approx(989.4e12).epsilon(kExact));
-  // §3.4: copy 4.01 TB/s; §2.2: ring 367.61 GB/s.
+  // Azure ND H200 v5 BabelStream copy 4.01 TB/s; MLE ring (NVLS off) 367.61 GB/s.
   CHECK(h200.gpu.hbm_bandwidth_bytes_per_s * h200.gpu.hbm_efficiency ==
         doctest::Approx(4.01e12).epsilon(0.001));
   CHECK(h200.node.nvlink_bandwidth_bytes_per_s * h200.node.nvlink_efficiency ==
@@ -334,7 +340,7 @@ TEST_CASE("H200, H100 96GB and Blackwell numbers") {
   CHECK(gb200.node.host_h2d_bytes_per_s == doctest::Approx(201e9).epsilon(kExact));
   CHECK(gb200.node.host_d2h_bytes_per_s == doctest::Approx(193e9).epsilon(kExact));
   CHECK(gb200.peak_flops_per_s(Dtype::bf16) == doctest::Approx(2500e12).epsilon(kExact));
-  // §2.2: 4xGB200 ring 679.61 GB/s.
+  // Azure ND GB200 v6: 4xGB200 ring 679.61 GB/s.
   CHECK(gb200.node.nvlink_bandwidth_bytes_per_s * gb200.node.nvlink_efficiency ==
         doctest::Approx(679.61e9).epsilon(0.001));
   // GB200 FP4 cuBLASLt 5604 TFLOP/s at 16384^3 after 10,000 warmup iterations: the curve holds the
@@ -349,10 +355,10 @@ TEST_CASE("H200, H100 96GB and Blackwell numbers") {
   CHECK(gb300.node.nvlink_domain_gpus == 72);
   CHECK(gb300.peak_flops_per_s(Dtype::fp4) == doctest::Approx(15000e12).epsilon(kExact));
   CHECK(gb300.gpu.hbm_bytes == doctest::Approx(288e9).epsilon(kExact));
-  // §4.2: B300 SuperPOD, 2 x 400GbE per GPU.
+  // B300 DGX SuperPOD RA: 2 x 400GbE per GPU.
   CHECK(gb300.node.nic_bandwidth_bytes_per_s * gb300.node.nics_per_node ==
         doctest::Approx(4 * 100e9).epsilon(kExact));
-  // Not in hardware.md: the GPU numbers must be marked as estimates.
+  // No GB300 datasheet among the sources: the GPU numbers must be marked as estimates.
   CHECK(gb300.source_refs.at(gb300.sources.at("gpu.peak_flops_per_s.bf16")).rfind("estimate: ", 0) == 0);
 }
 

@@ -1,6 +1,6 @@
 // Topology graph and mesh placement: counts and routes worked by hand from the DGX SuperPOD H100
-// reference architecture (hardware.md §4.2) and the GB200 NVL72 rack (§4.1), and the arithmetic
-// route_group() checked against a brute-force walk over every group.
+// reference architecture (Table 4) and the GB200 NVL72 rack (DGX SuperPOD GB200 RA), and the
+// arithmetic route_group() checked against a brute-force walk over every group.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -242,7 +242,7 @@ TEST_CASE("oversubscription 7 lowers the spine bottleneck by 7x and leaves the l
 TEST_CASE("Meta-style ToR fabric: all NICs of a rack's nodes on one leaf") {
   ClusterSpec c = h100();
   c.fabric.rail_optimized = false;
-  c.fabric.nodes_per_leaf = 2;  // rack = 2 servers = 16 GPUs under one ToR (hardware.md §4.3)
+  c.fabric.nodes_per_leaf = 2;  // rack = 2 servers = 16 GPUs under one ToR (arXiv:2407.21783 §3.3)
   const Topology t = build_topology(c, 64);
   CHECK(t.n_leaves == 4);
   CHECK(t.leaf_down_ports == 16);
