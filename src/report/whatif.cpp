@@ -87,8 +87,9 @@ std::vector<std::string> plan_changes(const RunConfig& a, const RunConfig& b) {
   return out;
 }
 
-// Why the numbers move, for the changes whose mechanism is known (PyTorch FSDP
-// torch/distributed/fsdp/_runtime_utils.py, _fully_shard/, and torch/utils/checkpoint.py).
+// Why the numbers move, for the changes whose mechanism is known (PyTorch
+// torch/distributed/fsdp/api.py and _runtime_utils.py, torch/utils/checkpoint.py and
+// checkpoint_wrapper.py; Composer trainer.py for accumulation without no_sync).
 std::vector<std::string> mechanisms(const Variant& x, const Variant& y) {
   std::vector<std::string> out;
   const Plan& p = x.run.plan;
