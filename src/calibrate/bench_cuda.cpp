@@ -182,7 +182,7 @@ LtTypes lt_types(Dtype d) {
     case Dtype::fp32: return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, kernels::Elem::f32, 4, 4};
     // FP8 GEMMs read e4m3 and write bf16 (Transformer Engine's default).
     case Dtype::fp8: return {CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, kernels::Elem::fp8_e4m3, 1, 2};
-    case Dtype::fp4: break;
+    case Dtype::fp4: case Dtype::fp8_block: case Dtype::mxfp8: break;
   }
   throw std::runtime_error("no cuBLASLt GEMM for this dtype");
 }

@@ -74,7 +74,7 @@ public:
     const std::string s = text(k);
     const auto d = parse_dtype(s);
     if (!d || std::string(to_string(*d)) != s)
-      fail(key(k), "unknown dtype \"" + s + "\" (expected fp32, tf32, bf16, fp16, fp8, fp4)");
+      fail(key(k), "unknown dtype \"" + s + "\" (expected fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)");
     return *d;
   }
   CollectiveOp op(const std::string& k) {

@@ -162,7 +162,7 @@ Command add_kernel_command(CLI::App& root) {
   auto* memory = c.app->add_option("--memory-bytes", o->memory_bytes, "bytes read + written by a memory-bound kernel");
   gemm->excludes(attention)->excludes(memory);
   attention->excludes(memory);
-  c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp4)")->capture_default_str();
+  c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();
   c.app->add_option("--pass", o->pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
   c.app->add_option("--runtime", o->runtime,
                     "whose attention API picks the kernel: megatron (Transformer Engine -> cuDNN from sm90), "
@@ -179,7 +179,7 @@ Command add_kernel_command(CLI::App& root) {
     if (o->gemm.empty() && o->attention.empty() && o->memory_bytes == 0)
       throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
     const std::optional<Dtype> dtype = parse_dtype(o->dtype);
-    if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp4)", o->dtype));
+    if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)", o->dtype));
     const std::optional<Runtime> runtime = parse_runtime(o->runtime);
     if (!runtime)
       throw InputError("", "--runtime",

@@ -458,6 +458,8 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
   const Geometry geo = geometry(c, g);
   CollectiveEstimate e;
   e.crosses_nodes = geo.nodes > 1;
+  e.uses_network = !geo.nvlink_only;
+  e.ranks_per_domain = geo.local;
   // A single rank (or nothing to move) costs no communication; send/recv always has a peer.
   if ((geo.n <= 1 && op != CollectiveOp::send_recv) || !(bytes > 0)) {
     e.algorithm = "none";

@@ -22,6 +22,10 @@ struct CollectiveEstimate {
   std::string algorithm;            // "ring", "tree", "nvls", "nvlstree", "pat", "direct"
   std::string protocol;             // "LL", "LL128", "Simple"
   bool crosses_nodes = false;
+  // The group leaves its NVLink domain (a GB200 NVL72 rack spans 18 nodes): its traffic crosses
+  // the NICs, shared by the ranks of one domain. Within a domain every byte stays on NVLink.
+  bool uses_network = false;
+  int ranks_per_domain = 1;         // members in one NVLink domain (with uses_network)
   int channels = 0;                 // channels NCCL runs the chosen pair on, after small-message shrinking
   double host_floor_seconds = 0;    // single-process launch floor (0 in one-process-per-GPU mode)
   bool host_bound = false;          // `seconds` is the host floor, not the GPU time

@@ -71,19 +71,27 @@ struct CurveChoice {
   bool fallback = false;
 };
 
-// The dtype's own curve, else bf16's (same tensor-core pipeline, efficiency is a fraction of the
-// dtype's peak either way); the estimate records the fallback.
-CurveChoice gemm_curve_for(const ClusterSpec& c, Dtype d) {
-  const GemmCurve* bf16 = nullptr;
-  for (const GemmCurve& g : c.gpu.gemm_curves) {
-    if (g.points.empty()) continue;
-    if (g.dtype == d) return {&g, false};
-    if (g.dtype == Dtype::bf16) bf16 = &g;
+// Curves to try for `d`, nearest first. Blockwise FP8 on Blackwell runs as MXFP8 (Transformer
+// Engine emulates Float8BlockScaling with MXFP8 GEMMs on sm100), so it takes the MXFP8 curve where
+// it has none of its own (Hopper profiles have no MXFP8 curve: no MX tensor cores); both
+// block-scaled formats then fall back to per-tensor FP8, everything to bf16.
+std::array<Dtype, 4> curve_preference(Dtype d) {
+  switch (d) {
+    case Dtype::fp8_block: return {Dtype::fp8_block, Dtype::mxfp8, Dtype::fp8, Dtype::bf16};
+    case Dtype::mxfp8: return {Dtype::mxfp8, Dtype::fp8, Dtype::bf16, Dtype::bf16};
+    default: return {d, Dtype::bf16, Dtype::bf16, Dtype::bf16};
   }
-  if (bf16 == nullptr)
-    throw InputError(c.source_file, "gpu.gemm_curve",
-                     "no GEMM efficiency curve for " + std::string(to_string(d)) + " nor bf16");
-  return {bf16, true};
+}
+
+// The dtype's own curve, else the nearest one of curve_preference (same tensor-core pipeline,
+// efficiency is a fraction of the requested dtype's peak either way); the estimate records the
+// fallback.
+CurveChoice gemm_curve_for(const ClusterSpec& c, Dtype d) {
+  for (Dtype want : curve_preference(d))
+    for (const GemmCurve& g : c.gpu.gemm_curves)
+      if (!g.points.empty() && g.dtype == want) return {&g, want != d};
+  throw InputError(c.source_file, "gpu.gemm_curve",
+                   "no GEMM efficiency curve for " + std::string(to_string(d)) + " nor bf16");
 }
 
 // Efficiency at `cube_dim` from the running maximum of the measured points (a bigger GEMM never
@@ -307,8 +315,9 @@ void check_attention(const AttentionShape& a) {
 
 double gemm_bytes(const GemmShape& g, Dtype dtype) {
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
-  return static_cast<double>(g.batch) *
-         (bytes_per_element(dtype) * (m * k + k * n) + stored_output_bytes(dtype) * m * n);
+  // Block-scaled inputs also stream their scale factors.
+  const double in = bytes_per_element(dtype) + scale_bytes_per_element(dtype);
+  return static_cast<double>(g.batch) * (in * (m * k + k * n) + stored_output_bytes(dtype) * m * n);
 }
 
 double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {

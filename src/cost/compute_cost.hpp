@@ -23,7 +23,7 @@ struct KernelEstimate {
   double launch_seconds = 0;
   double peak_flops_per_s = 0;   // dense peak of the requested dtype (0 for memory-bound ops)
   // True when the profile had no curve for what was asked (dtype without a GEMM curve -> the
-  // bf16 curve; attention dtype/mask without a curve -> nearest one); `curve_dtype` says which.
+  // nearest curve, docs/compute.md; attention dtype/mask without a curve -> nearest one); `curve_dtype` says which.
   bool curve_fallback = false;
   Dtype curve_dtype = Dtype::bf16;
   // Attention only: the kernel family whose curves priced it, and the source tag and measured
@@ -38,7 +38,8 @@ struct KernelEstimate {
 // GEMM efficiency from the profile's curves (monotone interpolation in log cube-dim), with a
 // penalty for skinny shapes where one dimension is far below the others.
 double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
-// The profile's square-GEMM curve for `dtype` (bf16's if it has none) at `cube_dim`: running
+// The profile's square-GEMM curve for `dtype` (the nearest one if it has none: blockwise FP8 ->
+// MXFP8 -> FP8 -> bf16, docs/compute.md) at `cube_dim`: running
 // maximum of the measured points, power law between them, clamped at the ends.
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim);
 KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype);

@@ -262,6 +262,7 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     case Fp8Recipe::te_delayed: arg("--fp8-format", "hybrid"); arg("--fp8-recipe", "delayed"); break;
     case Fp8Recipe::te_current: arg("--fp8-format", "hybrid"); arg("--fp8-recipe", "tensorwise"); break;
     case Fp8Recipe::mxfp8: arg("--fp8-format", "e4m3"); arg("--fp8-recipe", "mxfp8"); break;
+    case Fp8Recipe::te_blockwise: arg("--fp8-format", "e4m3"); arg("--fp8-recipe", "blockwise"); break;
     default: refuse(kRt, "fp8", fmt::format("{} is not a Transformer Engine recipe Megatron names", to_string(p.fp8)));
   }
   if (p.fp8_all_gather) {

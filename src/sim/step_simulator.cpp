@@ -143,7 +143,8 @@ struct PricedCollective {
   double latency_seconds = 0;
   double bus_bytes = 0;
   double bus_bandwidth_bytes_per_s = 0;
-  bool crosses_nodes = false;
+  bool uses_network = false;
+  int ranks_per_domain = 1;
 };
 
 class CollectiveCosts {
@@ -155,7 +156,8 @@ public:
     auto [it, inserted] = priced_.try_emplace(key);
     if (inserted) {
       const CollectiveEstimate e = estimate_collective(c_, op, bytes, g);
-      it->second = {e.seconds, e.latency_seconds, e.bus_bytes, e.bus_bandwidth_bytes_per_s, e.crosses_nodes};
+      it->second = {e.seconds, e.latency_seconds, e.bus_bytes, e.bus_bandwidth_bytes_per_s, e.uses_network,
+                    e.ranks_per_domain};
     }
     return it->second;
   }
@@ -329,14 +331,15 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
           const PricedCollective& est = collective_costs.estimate(cop, op.bytes, gp);
           t.kind = sim::TaskKind::flow;
           t.latency_seconds = est.latency_seconds;
-          // Bus bytes are what each rank moves over all its hops. Across nodes a ring or tree
-          // with r members per node crosses the network on only 1/r of those hops (the rest are
-          // NVLink), so the rank's NIC share carries bus_bytes / r: 8 GPUs of a node in one ring
-          // reach the node's whole NIC bandwidth, one GPU per node only its own rail.
-          const double on_link = est.crosses_nodes ? std::max(1, gp.ranks_per_node) : 1;
+          // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or
+          // tree with r members per domain crosses the network on only 1/r of those hops (the
+          // rest are NVLink), so the rank's NIC share carries bus_bytes / r: 8 GPUs of a node in
+          // one ring reach the node's whole NIC bandwidth, one GPU per node only its own rail.
+          // Nodes of one NVLink domain (GB200 NVL72 trays) talk over NVLink, not their NICs.
+          const double on_link = est.uses_network ? std::max(1, est.ranks_per_domain) : 1;
           t.bytes = est.bus_bytes / on_link;
           t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s / on_link;
-          t.links.push_back(est.crosses_nodes ? l.nic : l.nvlink);
+          t.links.push_back(est.uses_network ? l.nic : l.nvlink);
           if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
             t.kind = sim::TaskKind::work;
             t.work_seconds = est.seconds;

@@ -412,7 +412,7 @@ void read_gpu(Context& ctx, const toml::table& t) {
       if (name == "src" || name == "key_src") continue;
       auto d = parse_dtype(name);
       if (!d || to_string(*d) != name)
-        ctx.fail(p.key(name), "unknown key (expected a dtype: fp32, tf32, bf16, fp16, fp8, fp4)",
+        ctx.fail(p.key(name), "unknown key (expected a dtype: fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)",
                  &v);
       g.peak_flops_per_s[*d] = p.number(name, name, Range::positive, kTflops);
     }

@@ -138,8 +138,12 @@ struct ClusterSpec {
   std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")
   std::string source_file;                 // the profile TOML this spec was read from
 
+  // Block-scaled FP8 (fp8_block, mxfp8) issues the same FP8 tensor-core MMAs (on Blackwell the
+  // block-scaled tcgen05 MMA has the FP8 dense rate): the fp8 peak unless the profile names one.
   double peak_flops_per_s(Dtype d) const {
     auto it = gpu.peak_flops_per_s.find(d);
+    if (it == gpu.peak_flops_per_s.end() && (d == Dtype::fp8_block || d == Dtype::mxfp8))
+      it = gpu.peak_flops_per_s.find(Dtype::fp8);
     return it == gpu.peak_flops_per_s.end() ? 0.0 : it->second;
   }
 };

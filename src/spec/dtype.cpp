@@ -14,6 +14,8 @@ std::string_view to_string(Dtype d) {
     case Dtype::fp16: return "fp16";
     case Dtype::fp8: return "fp8";
     case Dtype::fp4: return "fp4";
+    case Dtype::fp8_block: return "fp8_block";
+    case Dtype::mxfp8: return "mxfp8";
   }
   return "fp32";
 }
@@ -29,6 +31,8 @@ std::optional<Dtype> parse_dtype(std::string_view s) {
   if (v == "fp16" || v == "float16" || v == "half" || v == "f16") return Dtype::fp16;
   if (v == "fp8" || v == "float8" || v == "e4m3" || v == "e5m2") return Dtype::fp8;
   if (v == "fp4" || v == "nvfp4") return Dtype::fp4;
+  if (v == "fp8_block" || v == "fp8-block" || v == "fp8_blockwise" || v == "blockwise") return Dtype::fp8_block;
+  if (v == "mxfp8" || v == "mx_fp8") return Dtype::mxfp8;
   return std::nullopt;
 }
 

@@ -23,11 +23,12 @@ constexpr NameTable<TpStyle, 2> kTp{{{TpStyle::full, "full"}, {TpStyle::mlp_only
 constexpr NameTable<PipelineSchedule, 3> kSched{{{PipelineSchedule::gpipe, "gpipe"},
                                                  {PipelineSchedule::one_f_one_b, "1f1b"},
                                                  {PipelineSchedule::interleaved_1f1b, "interleaved-1f1b"}}};
-constexpr NameTable<Fp8Recipe, 7> kFp8{{{Fp8Recipe::none, "none"}, {Fp8Recipe::te_delayed, "te-delayed"},
+constexpr NameTable<Fp8Recipe, 8> kFp8{{{Fp8Recipe::none, "none"}, {Fp8Recipe::te_delayed, "te-delayed"},
                                         {Fp8Recipe::te_current, "te-current"}, {Fp8Recipe::mxfp8, "mxfp8"},
                                         {Fp8Recipe::nvfp4, "nvfp4"},
                                         {Fp8Recipe::torchao_tensorwise, "torchao-tensorwise"},
-                                        {Fp8Recipe::torchao_rowwise, "torchao-rowwise"}}};
+                                        {Fp8Recipe::torchao_rowwise, "torchao-rowwise"},
+                                        {Fp8Recipe::te_blockwise, "te-blockwise"}}};
 constexpr NameTable<Optimizer, 3> kOpt{{{Optimizer::adamw, "adamw"}, {Optimizer::adamw8bit, "adamw8bit"},
                                         {Optimizer::sgd, "sgd"}}};
 // torchtitan's spelling (optimizer.implementation).

@@ -71,7 +71,8 @@ enum class TpStyle {
 
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_1f1b };
 
-enum class Fp8Recipe { none, te_delayed, te_current, mxfp8, nvfp4, torchao_tensorwise, torchao_rowwise };
+// te_blockwise: Transformer Engine Float8BlockScaling (DeepSeek-V3 style 1x128 / 128x128 scales).
+enum class Fp8Recipe { none, te_delayed, te_current, mxfp8, nvfp4, torchao_tensorwise, torchao_rowwise, te_blockwise };
 
 enum class Optimizer { adamw, adamw8bit, sgd };
 
@@ -193,10 +194,16 @@ inline double state_shard_group(const Plan& p) {
   return 1;
 }
 
-// The dtype the block linears' GEMMs run in under a low-precision recipe: FP4 for NVFP4, FP8 for
-// every FP8 recipe (per-tensor, row-wise and MX block scaling); `none` leaves the compute dtype.
+// The dtype the block linears' GEMMs run in under a low-precision recipe, each with its own GEMM
+// curve: NVFP4, MXFP8, blockwise FP8, and per-tensor / row-wise FP8 for the rest; `none` leaves the
+// compute dtype.
 inline Dtype low_precision_gemm_dtype(Fp8Recipe r) {
-  return r == Fp8Recipe::nvfp4 ? Dtype::fp4 : Dtype::fp8;
+  switch (r) {
+    case Fp8Recipe::nvfp4: return Dtype::fp4;
+    case Fp8Recipe::mxfp8: return Dtype::mxfp8;
+    case Fp8Recipe::te_blockwise: return Dtype::fp8_block;
+    default: return Dtype::fp8;
+  }
 }
 
 // The batch: what one optimizer step processes.

@@ -73,7 +73,7 @@ Dtype get_dtype(const TomlView& v, std::string_view key, Dtype dflt) {
   const auto s = v.get_string(key);
   if (!s) return dflt;
   const auto d = parse_dtype(*s);
-  if (!d) v.fail(key, fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp4)", *s));
+  if (!d) v.fail(key, fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)", *s));
   return *d;
 }
 
@@ -295,7 +295,7 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.mixed_precision_name = pr.get_string("name").value_or("");
   plan.keep_low_precision_grads = pr.get_bool("keep_low_precision_grads").value_or(false);
   plan.fp8 = get_enum(pr, "fp8", Fp8Recipe::none, parse_fp8,
-                      "none, te-delayed, te-current, mxfp8, nvfp4, torchao-tensorwise, torchao-rowwise");
+                      "none, te-delayed, te-current, te-blockwise, mxfp8, nvfp4, torchao-tensorwise, torchao-rowwise");
   plan.fp8_all_gather = pr.get_bool("fp8_all_gather").value_or(false);
   if (plan.fp8_all_gather && plan.fp8 == Fp8Recipe::none)
     pr.fail("fp8_all_gather", "needs an fp8 recipe");

@@ -547,7 +547,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       p.reduce_dtype = dtype_of(rd);
     }
     const std::string fp8 = r.vocab("fp8", {"none", "te-delayed", "te-current", "mxfp8", "nvfp4", "torchao-tensorwise",
-                                            "torchao-rowwise"});
+                                            "torchao-rowwise", "te-blockwise"});
     p.fp8 = fp8.empty() ? Fp8Recipe::none : *parse_fp8(fp8);
     if (fp8.empty()) notes.push_back("fp8 empty: none assumed");
 

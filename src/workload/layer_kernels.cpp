@@ -24,6 +24,12 @@ constexpr int kScoreKernelsForward = 3, kScoreKernelsBackward = 5;
 // weight gradient, or its input gradient and a reduction).
 constexpr double kBackwardOverForward = 2;
 
+// Delayed scaling keeps an amax history per FP8 tensor; 1024 is the length of Transformer Engine's
+// DelayedScaling recipe default (and NeMo's fp8_amax_history_len).
+constexpr double kAmaxHistoryLen = 1024;
+constexpr double kFp8TensorsPerLinear = 3;  // input, weight, output gradient
+constexpr double kFp32Bytes = 4;
+
 // Eager PyTorch runs the norms, RoPE and the SwiGLU gate op by op (workload/eager_ops.hpp).
 void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_layer) {
   auto add = [](const ElementwiseCost& c, double elements, double& fwd, double& bwd, int& fwd_k, int& bwd_k) {
@@ -229,20 +235,90 @@ double gemm_flops(const Gemms& gs) {
   return f;
 }
 
-double quantize_forward_bytes(const Gemms& linears, double e, double q, bool weights) {
+QuantRecipe quant_recipe(Fp8Recipe r) {
+  QuantRecipe q;
+  switch (r) {
+    case Fp8Recipe::none: break;
+    case Fp8Recipe::te_delayed:
+      // Scales come from the amax history, so the cast needs no reduction first and records the
+      // new amax as it goes; after each forward the history of every FP8 tensor (input, weight,
+      // output gradient: kFp8TensorsPerLinear) is rolled and its scale recomputed.
+      q.caches_weights = true;
+      q.scale_update_bytes_per_linear =
+          kFp8TensorsPerLinear * (2.0 * kAmaxHistoryLen * kFp32Bytes + 2.0 * kFp32Bytes);
+      break;
+    case Fp8Recipe::te_current:
+      q.caches_weights = true;
+      q.amax_pass = true;  // the scale of this very tensor: amax kernel, then the cast
+      break;
+    case Fp8Recipe::te_blockwise:
+      q.caches_weights = true;
+      q.act_scale_bytes = scale_bytes_per_element(Dtype::fp8_block);  // fp32 per 1x128
+      q.weight_scale_bytes = kFp32Bytes / (128.0 * 128.0);           // fp32 per 128x128 block
+      break;
+    case Fp8Recipe::mxfp8:
+      q.caches_weights = true;
+      q.act_scale_bytes = q.weight_scale_bytes = scale_bytes_per_element(Dtype::mxfp8);
+      break;
+    case Fp8Recipe::nvfp4:
+      q.caches_weights = true;
+      q.data_bytes = bytes_per_element(Dtype::fp4);
+      q.act_scale_bytes = scale_bytes_per_element(Dtype::fp4);  // E4M3 per 16 along the row
+      q.weight_scale_bytes = 1.0 / (16.0 * 16.0);                // E4M3 per 16x16 block
+      q.amax_pass = true;  // the fp32 per-tensor scale above the block scales
+      break;
+    case Fp8Recipe::torchao_tensorwise:
+      // torchao's float8 linear saves the 16-bit input and weight and casts them (and the output
+      // gradient) on every call; dynamic scaling reduces each tensor's amax before its cast.
+      q.forward_copies = 1;
+      q.amax_pass = true;
+      q.recasts_inputs = true;
+      break;
+    case Fp8Recipe::torchao_rowwise:
+      // Row-wise scales are local to a row: the amax fuses into the cast.
+      q.forward_copies = 1;
+      q.recasts_inputs = true;
+      break;
+  }
+  return q;
+}
+
+double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights) {
+  const double read = q.amax_pass ? 2 * e : e;
+  const double act = read + q.forward_copies * (q.data_bytes + q.act_scale_bytes);
+  const double wt = read + q.forward_copies * (q.data_bytes + q.weight_scale_bytes);
   double bytes = 0;
   for (const GemmShape& g : linears) {
-    bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.k);
-    if (weights) bytes += (e + q) * static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n);
+    const double b = static_cast<double>(g.batch);
+    bytes += act * b * static_cast<double>(g.m) * static_cast<double>(g.k);
+    if (weights) bytes += wt * b * static_cast<double>(g.k) * static_cast<double>(g.n);
+    bytes += q.scale_update_bytes_per_linear;
   }
   return bytes;
 }
 
-double quantize_backward_bytes(const Gemms& linears, double e, double q) {
+double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q) {
+  const double read = q.amax_pass ? 2 * e : e;
+  const double grad = read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
   double bytes = 0;
-  for (const GemmShape& g : linears)
-    bytes += (e + 2 * q) * static_cast<double>(g.batch) * static_cast<double>(g.m) * static_cast<double>(g.n);
+  for (const GemmShape& g : linears) {
+    const double b = static_cast<double>(g.batch);
+    bytes += grad * b * static_cast<double>(g.m) * static_cast<double>(g.n);
+    if (q.recasts_inputs)
+      bytes += b * ((read + q.data_bytes + q.act_scale_bytes) * static_cast<double>(g.m) * static_cast<double>(g.k) +
+                    (read + q.data_bytes + q.weight_scale_bytes) * static_cast<double>(g.k) * static_cast<double>(g.n));
+  }
   return bytes;
+}
+
+int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights) {
+  const int per_tensor = q.amax_pass ? 2 : 1;
+  return static_cast<int>(linears.size()) * per_tensor * (weights ? 2 : 1);
+}
+
+int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q) {
+  const int per_tensor = q.amax_pass ? 2 : 1;
+  return static_cast<int>(linears.size()) * per_tensor * (q.recasts_inputs ? 3 : 1);
 }
 
 }  // namespace meshplan

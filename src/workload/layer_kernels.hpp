@@ -76,11 +76,31 @@ double gemm_flops(const Gemms& gs);
 // (6N per token: 2 forward, 4 backward), not the kernel's recompute.
 constexpr double kAttentionModelBackwardOverForward = 2.0;
 
-// FP8/FP4 linears (Transformer Engine, torchao float8) quantize what enters each GEMM. Forward:
-// read the activation, write its low-precision copy (e + q bytes per element of A = m x k), and the
-// weight likewise (B = k x n) unless the quantized weights are cached across micro-batches.
-// Backward: the output gradient (m x n) is quantized with its transpose for the weight gradient.
-double quantize_forward_bytes(const Gemms& linears, double e, double q, bool weights);
-double quantize_backward_bytes(const Gemms& linears, double e, double q);
+// How a low-precision recipe quantizes the operands of the block linears' GEMMs: each cast is a
+// memory-bound kernel that reads the 16-bit tensor and writes its low-precision copies with their
+// scale factors (docs/compute.md "FP8 / FP4 linears", sources there).
+struct QuantRecipe {
+  double data_bytes = 1;          // per element of one quantized copy (fp8 1, NVFP4 1/2)
+  double act_scale_bytes = 0;     // scale bytes per activation / gradient element
+  double weight_scale_bytes = 0;  // scale bytes per weight element (2D blocks where the recipe uses them)
+  // Copies written per operand: the row-wise one the forward / data-gradient GEMM reads and the
+  // column-wise (transposed, or scaled along the other dimension) one for the other GEMM.
+  int forward_copies = 2;         // of the activation (m x k) and the weight (k x n)
+  int grad_copies = 2;            // of the output gradient (m x n)
+  bool amax_pass = false;         // a separate amax reduction reads each tensor before its cast
+  bool caches_weights = false;    // the quantized weights are reused after a step's first micro-batch
+  bool recasts_inputs = false;    // backward casts the saved 16-bit input and the weight again
+  double scale_update_bytes_per_linear = 0;  // delayed scaling's amax-history roll and scale update
+};
+QuantRecipe quant_recipe(Fp8Recipe r);
+
+// Bytes and launches of the casts around `linears` (m x k activation, k x n weight, m x n output
+// gradient each), e the bytes per element of the 16-bit tensors. Forward quantizes the activations
+// and, when `weights`, the weights; backward the output gradients (and the inputs again where the
+// recipe recasts them).
+double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights);
+double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q);
+int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights);
+int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q);
 
 }  // namespace meshplan

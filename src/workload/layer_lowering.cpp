@@ -83,18 +83,19 @@ void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) co
   if (!low_precision()) return;
   // Transformer Engine caches the quantized weights after the first micro-batch of a step;
   // torchao's float8 linears cast them on every forward.
-  const bool te = p_.fp8 == Fp8Recipe::te_delayed || p_.fp8 == Fp8Recipe::te_current || p_.fp8 == Fp8Recipe::mxfp8 ||
-                  p_.fp8 == Fp8Recipe::nvfp4;
+  const QuantRecipe q = quant_recipe(p_.fp8);
+  const bool weights = !q.caches_weights || mb == 0;
   op.low_precision_gemms = true;
-  op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, quantized_bytes(), !te || mb == 0);
-  op.kernels += static_cast<int>(linears.size());
+  op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, q, weights);
+  op.kernels += quantize_forward_kernels(linears, q, weights);
 }
 
 void Builder::quantize_backward(Op& op, const Gemms& linears) const {
   if (!low_precision()) return;
   op.low_precision_gemms = true;
-  op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, quantized_bytes());
-  op.kernels += static_cast<int>(linears.size());
+  const QuantRecipe q = quant_recipe(p_.fp8);
+  op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, q);
+  op.kernels += quantize_backward_kernels(linears, q);
 }
 
 // Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring

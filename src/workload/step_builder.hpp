@@ -153,7 +153,6 @@ private:
   bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
   void quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const;
   void quantize_backward(Op& op, const Gemms& linears) const;
-  double quantized_bytes() const { return bytes_per_element(low_precision_gemm_dtype(p_.fp8)); }
   void chunk_for_overlap(Op& op) const;
   Op tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const;
   // One direction of the EP all-to-all (dispatch, combine, or either's backward).

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cost/compute_cost.hpp"
+#include "workload/layer_kernels.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "cost/csv_table.hpp"
@@ -493,6 +494,24 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
       e = gemm_time(c, g, *dtype);
       CHECK_MESSAGE(e.curve_dtype == *dtype, name, " has no ", t.at(r, "dtype"), " GEMM curve");
       shape = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+    } else if (t.at(r, "kind") == "te_layer") {
+      // Transformer Engine's GEMM profiling layer: m tokens, hidden n, intermediate k; the fprop,
+      // dgrad and wgrad of QKV (n -> 3n), attention out (n -> n), MLP up (n -> k) and down (k -> n),
+      // reported as their total FLOPs over their total time.
+      const std::int64_t tok = as_int(t.at(r, "m")), h = as_int(t.at(r, "n")), f = as_int(t.at(r, "k"));
+      const GemmShape fprop[] = {{tok, 3 * h, h, 1}, {tok, h, h, 1}, {tok, f, h, 1}, {tok, h, f, 1}};
+      double device_seconds = 0;
+      for (const GemmShape& g : fprop) {
+        // data gradient m x k = (m x n)(n x k), weight gradient k x n = (k x m)(m x n)
+        for (const GemmShape& s : {g, GemmShape{g.m, g.k, g.n, 1}, GemmShape{g.k, g.n, g.m, 1}}) {
+          const KernelEstimate one = gemm_time(c, s, *dtype);
+          CHECK_MESSAGE(one.curve_dtype == *dtype, name, " has no ", t.at(r, "dtype"), " GEMM curve");
+          e.flops += one.flops;
+          device_seconds += one.seconds - one.launch_seconds;
+        }
+      }
+      e.seconds = device_seconds;  // launch_seconds stays 0: device_tflops is flops / device_seconds
+      shape = "layer " + std::to_string(tok) + "/" + std::to_string(h) + "/" + std::to_string(f);
     } else {
       REQUIRE(t.at(r, "kind") == "attention");
       AttentionShape a;
@@ -585,4 +604,83 @@ TEST_CASE("attention kernel per framework: TE -> cuDNN from Hopper, SDPA -> cuDN
   const KernelEstimate fallback = attention_time(profile("a100-80gb"), a, Pass::forward, Dtype::bf16);
   CHECK(fallback.attention_kernel == AttentionKernel::fa2);
   CHECK(fallback.curve_fallback);
+}
+
+TEST_CASE("low-precision GEMMs: one curve per scaling format, nearest one where a part has none") {
+  const GemmShape g{8192, 8192, 8192, 1};
+  struct Case {
+    const char* cluster;
+    Dtype asked, priced;
+    bool fallback;
+  };
+  const Case cases[] = {
+      {"b200", Dtype::mxfp8, Dtype::mxfp8, false},
+      {"b200", Dtype::fp4, Dtype::fp4, false},
+      {"b200", Dtype::fp8, Dtype::fp8, false},
+      // Transformer Engine runs Float8BlockScaling as MXFP8 GEMMs on Blackwell.
+      {"gb200", Dtype::fp8_block, Dtype::mxfp8, true},
+      {"h100-sxm-80gb", Dtype::fp8_block, Dtype::fp8_block, false},
+      // Hopper has no MX tensor cores and no MXFP8 curve: per-tensor FP8's, flagged.
+      {"h100-sxm-80gb", Dtype::mxfp8, Dtype::fp8, true},
+  };
+  for (const Case& k : cases) {
+    const ClusterSpec c = profile(k.cluster);
+    const KernelEstimate e = gemm_time(c, g, k.asked);
+    CAPTURE(k.cluster);
+    CAPTURE(std::string(to_string(k.asked)));
+    CHECK(e.curve_dtype == k.priced);
+    CHECK(e.curve_fallback == k.fallback);
+    // Block-scaled FP8 issues at the FP8 dense rate.
+    CHECK(e.peak_flops_per_s == c.peak_flops_per_s(k.asked == Dtype::fp4 ? Dtype::fp4 : Dtype::fp8));
+  }
+  // Separate curves, not one shape: at 12k^3 B200 MXFP8 runs at the torchao grouped-GEMM 0.516 of
+  // peak, per-tensor FP8 at the MAMF best shape's 0.777 (b200 profile).
+  const ClusterSpec b200 = profile("b200");
+  CHECK(gemm_curve_efficiency(b200, Dtype::mxfp8, 12469) == doctest::Approx(0.5156).epsilon(1e-9));
+  CHECK(gemm_curve_efficiency(b200, Dtype::fp8, 12469) == doctest::Approx(0.7775).epsilon(1e-9));
+  // Scale factors stream with the operands: MXFP8 1 + 1/32 bytes per input element.
+  const GemmShape s{1024, 2048, 4096, 1};
+  CHECK(gemm_bytes(s, Dtype::mxfp8) ==
+        doctest::Approx((1.0 + 1.0 / 32) * (1024.0 * 4096 + 4096.0 * 2048) + 2.0 * 1024 * 2048).epsilon(1e-12));
+  CHECK(gemm_bytes(s, Dtype::fp4) ==
+        doctest::Approx((0.5 + 1.0 / 16) * (1024.0 * 4096 + 4096.0 * 2048) + 2.0 * 1024 * 2048).epsilon(1e-12));
+}
+
+TEST_CASE("quantize kernels per recipe: bytes read, copies and scales written (docs/compute.md)") {
+  const Gemms one{{1024, 4096, 4096, 1}};  // m x k activation, k x n weight, m x n gradient
+  const double mk = 1024.0 * 4096, kn = 4096.0 * 4096, mn = 1024.0 * 4096;
+  const double e = 2;  // bf16
+  // MXFP8: read bf16, write row- and column-wise E4M3 copies with an E8M0 scale per 32.
+  const QuantRecipe mx = quant_recipe(Fp8Recipe::mxfp8);
+  CHECK(quantize_forward_bytes(one, e, mx, true) == doctest::Approx((2 + 2 * (1 + 1.0 / 32)) * (mk + kn)));
+  CHECK(quantize_forward_bytes(one, e, mx, false) == doctest::Approx((2 + 2 * (1 + 1.0 / 32)) * mk));
+  CHECK(quantize_backward_bytes(one, e, mx) == doctest::Approx((2 + 2 * (1 + 1.0 / 32)) * mn));
+  CHECK(quantize_forward_kernels(one, mx, true) == 2);
+  // NVFP4: the per-tensor amax reads each tensor once more; E2M1 halves, E4M3 per 16 (16x16 for weights).
+  const QuantRecipe nv = quant_recipe(Fp8Recipe::nvfp4);
+  CHECK(quantize_forward_bytes(one, e, nv, true) ==
+        doctest::Approx((4 + 2 * (0.5 + 1.0 / 16)) * mk + (4 + 2 * (0.5 + 1.0 / 256)) * kn));
+  CHECK(quantize_forward_kernels(one, nv, true) == 4);
+  // Blockwise FP8: an fp32 scale per 1x128 of activations, per 128x128 of weights.
+  const QuantRecipe bw = quant_recipe(Fp8Recipe::te_blockwise);
+  CHECK(quantize_forward_bytes(one, e, bw, true) ==
+        doctest::Approx((2 + 2 * (1 + 4.0 / 128)) * mk + (2 + 2 * (1 + 4.0 / 16384)) * kn));
+  // Delayed scaling: fused cast-transpose, no amax pass, plus the history roll of 3 tensors.
+  const QuantRecipe dl = quant_recipe(Fp8Recipe::te_delayed);
+  CHECK(quantize_forward_bytes(one, e, dl, false) == doctest::Approx(4 * mk + 3 * (2 * 1024 * 4 + 8)));
+  CHECK(quantize_backward_bytes(one, e, dl) == doctest::Approx(4 * mn));
+  // Current scaling reads each tensor for its amax first: one more read, one more launch.
+  const QuantRecipe cur = quant_recipe(Fp8Recipe::te_current);
+  CHECK(quantize_backward_bytes(one, e, cur) == doctest::Approx(6 * mn));
+  CHECK(quantize_backward_kernels(one, cur) == 2);
+  // torchao tensorwise casts the saved bf16 input and weight again in backward.
+  const QuantRecipe ao = quant_recipe(Fp8Recipe::torchao_tensorwise);
+  CHECK(quantize_forward_bytes(one, e, ao, true) == doctest::Approx(5 * (mk + kn)));
+  CHECK(quantize_backward_bytes(one, e, ao) == doctest::Approx(6 * mn + 5 * mk + 5 * kn));
+  CHECK(quantize_backward_kernels(one, ao) == 6);
+  // The recipe picks the GEMM format.
+  CHECK(low_precision_gemm_dtype(Fp8Recipe::mxfp8) == Dtype::mxfp8);
+  CHECK(low_precision_gemm_dtype(Fp8Recipe::te_blockwise) == Dtype::fp8_block);
+  CHECK(low_precision_gemm_dtype(Fp8Recipe::nvfp4) == Dtype::fp4);
+  CHECK(low_precision_gemm_dtype(Fp8Recipe::te_current) == Dtype::fp8);
 }

@@ -337,3 +337,30 @@ TEST_CASE("the timeline's allocated peak equals the closed form where that is ex
     CHECK(timeline == doctest::Approx(closed).epsilon(1e-6));
   }
 }
+
+TEST_CASE("a group spanning trays of one NVLink domain (GB200 NVL72) moves over NVLink, not the NICs") {
+  // 8 GPUs of a 72-GPU NVLink domain, as two 4-GPU trays or one 8-GPU tray: the collective model
+  // prices them the same (one NVLink island), so the simulated step must not depend on the tray
+  // size. Before, a group crossing trays was put on the trays' NICs (50 GB/s per GPU).
+  const auto trays = load_cluster("gb200");
+  REQUIRE(trays.node.gpus_per_node == 4);
+  REQUIRE(trays.node.nvlink_domain_gpus == 72);
+  auto one_tray = trays;
+  one_tray.node.gpus_per_node = 8;
+  one_tray.node.nics_per_node = 2 * trays.node.nics_per_node;  // same NIC rate per GPU
+  const auto m = load_model("llama3.1-8b");
+  const Plan p = fsdp_plan(8);
+  const Job j{4096, 8, 1, 1};
+  const auto a = simulate_step(m, p, j, trays).result;
+  const auto b = simulate_step(m, p, j, one_tray).result;
+  CHECK(a.comm_bytes.at("fsdp_all_gather") > 0);
+  CHECK(a.step_time_s == doctest::Approx(b.step_time_s).epsilon(1e-9));
+  CHECK(a.exposed_comm_s == b.exposed_comm_s);
+  // The same group on H100 nodes of 4 GPUs does cross the network and is slower.
+  auto h100 = load_cluster("h100-sxm-80gb");
+  auto h100_4 = h100;
+  h100_4.node.gpus_per_node = 4;
+  h100_4.node.nvlink_domain_gpus = 4;
+  h100_4.node.nics_per_node = h100.node.nics_per_node / 2;
+  CHECK(simulate_step(m, p, j, h100_4).result.step_time_s > simulate_step(m, p, j, h100).result.step_time_s);
+}

@@ -127,9 +127,14 @@ TEST_CASE("FP8 linears: the GEMMs change dtype and every input is quantized (wei
   const StepProgram pt = lower_step(m, te, two_microbatches);
   const StepProgram pa = lower_step(m, tao, two_microbatches);
   const double tokens = kSeq * kBatch, h = kHidden, f = 4096, e = 2, q = 1;
-  // MLP forward: up (tokens x h -> f) and down (tokens x f -> h).
-  const double inputs = (e + q) * (tokens * h + tokens * f);
-  const double weights = (e + q) * (h * f + f * h);
+  // MLP forward: up (tokens x h -> f) and down (tokens x f -> h). Transformer Engine's fused
+  // cast-transpose writes a row-wise and a transposed copy (e + 2q) and, under delayed scaling,
+  // rolls the 1024-long amax history of 3 tensors per linear; torchao's dynamic scaling reads each
+  // tensor for its amax before the one-copy cast (2e + q), weights on every micro-batch.
+  const double te_inputs = (e + 2 * q) * (tokens * h + tokens * f) + 2 * 3 * (2 * 1024 * 4 + 8);
+  const double te_weights = (e + 2 * q) * (h * f + f * h);
+  const double tao_inputs = (2 * e + q) * (tokens * h + tokens * f);
+  const double tao_weights = (2 * e + q) * (h * f + f * h);
   for (int mb : {0, 1}) {
     const std::string name = "fwd.L0.mb" + std::to_string(mb) + ".mlp";
     const Op& b = find(pb, name);
@@ -138,13 +143,17 @@ TEST_CASE("FP8 linears: the GEMMs change dtype and every input is quantized (wei
     CHECK_FALSE(b.low_precision_gemms);
     CHECK(t.low_precision_gemms);
     CHECK(t.gemms.size() == b.gemms.size());
-    CHECK(t.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(inputs + (mb == 0 ? weights : 0.0)));
-    CHECK(a.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(inputs + weights));
+    CHECK(t.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(te_inputs + (mb == 0 ? te_weights : 0.0)));
+    CHECK(a.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(tao_inputs + tao_weights));
   }
   // Backward quantizes each output gradient and its transpose: (e + 2q) per element.
   const Op& bb = find(pb, "bwd.L0.mb0.mlp");
   const Op& tb = find(pt, "bwd.L0.mb0.mlp");
   CHECK(tb.memory_bound_bytes - bb.memory_bound_bytes == doctest::Approx((e + 2 * q) * (tokens * f + tokens * h)));
+  // torchao also casts the saved bf16 input and the weight again (amax read + one copy each).
+  const Op& ab = find(pa, "bwd.L0.mb0.mlp");
+  CHECK(ab.memory_bound_bytes - bb.memory_bound_bytes ==
+        doctest::Approx((2 * e + 2 * q) * (tokens * f + tokens * h) + tao_inputs + tao_weights));
   // The LM head and the attention kernel stay in the compute dtype.
   CHECK_FALSE(find(pt, "fwd.head_loss.mb0").low_precision_gemms);
   CHECK(find(pt, "fwd.L0.mb0.qkv").attention.size() == 1);
