@@ -442,6 +442,7 @@ bool parse_nccl_proto(std::string_view s, NcclProto& out) {
 
 double expected_domains_hit(int top_k, int experts, int domains) {
   if (domains <= 1 || top_k <= 0 || experts <= 0) return domains >= 1 ? 1.0 : 0.0;
+  if (top_k >= experts) return domains;  // every expert, so every domain
   // P(no pick in one domain) = C(E - E/D, k) / C(E, k) = prod_{i<k} (E - E/D - i) / (E - i).
   const double per_domain = static_cast<double>(experts) / domains;
   double miss = 1.0;

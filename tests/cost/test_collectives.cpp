@@ -823,6 +823,7 @@ TEST_CASE("deduplicated MoE dispatch (DeepEP): a token's copies cross to each re
   CHECK(expected_domains_hit(8, 128, 1) == 1.0);
   // One expert per domain and top-1: exactly one domain.
   CHECK(expected_domains_hit(1, 8, 8) == doctest::Approx(1.0));
+  CHECK(expected_domains_hit(8, 8, 4) == 4.0);  // top-k of all experts reaches every domain
   const auto c = load_cluster("h100-sxm-80gb");
   const double bytes = 256.0 * 1024 * 1024;
   const GroupPlacement g{32, 8};
