@@ -327,6 +327,14 @@ public:
       (geo_.nodes > 1 && !geo_.nvlink_only ? net_bytes : intra_bytes) = bytes_;
     } else if (geo_.nvlink_only) {
       intra_bytes = bytes_ * (n - 1) / n;
+    } else if (o_.dedup_top_k > 0 && o_.dedup_experts >= geo_.islands) {
+      // A token's copies for one remote domain cross once (to the rank with the same local index
+      // there) and fan out over NVLink; every copy bound for another rank of the receiving domain
+      // is forwarded over NVLink, so (local - 1) / local of all copies move on NVLink.
+      const double hit = expected_domains_hit(o_.dedup_top_k, o_.dedup_experts, geo_.islands);
+      const double remote = hit * (geo_.islands - 1) / geo_.islands;  // the own domain is one of them
+      intra_bytes = bytes_ * (geo_.local - 1) / geo_.local;
+      net_bytes = bytes_ * remote / o_.dedup_top_k;
     } else {
       intra_bytes = bytes_ * (geo_.local - 1) / n;
       net_bytes = bytes_ * (n - geo_.local) / n;
@@ -431,6 +439,16 @@ bool parse_nccl_proto(std::string_view s, NcclProto& out) {
     if (lower_eq(s, to_string(proto))) return out = proto, true;
   }
   return false;
+}
+
+double expected_domains_hit(int top_k, int experts, int domains) {
+  if (domains <= 1 || top_k <= 0 || experts <= 0) return domains >= 1 ? 1.0 : 0.0;
+  if (top_k >= experts) return domains;  // every expert, so every domain
+  // P(no pick in one domain) = C(E - E/D, k) / C(E, k) = prod_{i<k} (E - E/D - i) / (E - i).
+  const double per_domain = static_cast<double>(experts) / domains;
+  double miss = 1.0;
+  for (int i = 0; i < top_k; ++i) miss *= std::max(0.0, experts - per_domain - i) / (experts - i);
+  return domains * (1.0 - miss);
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int n_ranks) {

@@ -45,7 +45,17 @@ struct CollectiveOptions {
   bool collnet = false;             // IB SHARP / CollNet plugin present: enables CollNet algorithms
   bool amd_host = false;            // NCCL's net overhead, multi-node LL cap and host launch cost depend on the CPU vendor
   LaunchMode launch_mode = LaunchMode::one_process_per_gpu;  // single_process_multi_gpu: one thread per node
+  // all_to_all as an MoE dispatcher that deduplicates per NVLink domain (DeepEP, HybridEP): each
+  // token's top-k copies, routed uniformly over `dedup_experts` experts spread evenly over the
+  // group, cross the network once per remote domain they hit and fan out over NVLink there.
+  // 0: NCCL's all-to-all, every copy on its own.
+  int dedup_top_k = 0;
+  int dedup_experts = 0;
 };
+
+// Expected number of the D domains (holding experts/D experts each) that at least one of a
+// token's top_k distinct experts lands in, when they are drawn uniformly without replacement.
+double expected_domains_hit(int top_k, int experts, int domains);
 
 inline constexpr unsigned algorithm_bit(NcclAlgo a) { return 1u << static_cast<int>(a); }
 inline constexpr unsigned protocol_bit(NcclProto p) { return 1u << static_cast<int>(p); }

@@ -132,6 +132,11 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     arg("--ffn-hidden-size", model.moe.n_dense_layers > 0 ? model.ffn_hidden : model.moe.expert_ffn);
     arg("--num-experts", model.moe.n_experts);
     arg("--moe-router-topk", model.moe.top_k);
+    if (p.moe_dispatcher != MoeDispatcher::alltoall) {
+      arg("--moe-token-dispatcher-type", "flex");
+      if (p.moe_dispatcher == MoeDispatcher::deepep) flag("--moe-enable-deepep");
+      else arg("--moe-flex-dispatcher-backend", "hybridep");
+    }
     arg("--moe-ffn-hidden-size", model.moe.expert_ffn);
     if (model.moe.n_shared_experts > 0)
       arg("--moe-shared-expert-intermediate-size", model.moe.expert_ffn * model.moe.n_shared_experts);

@@ -351,6 +351,7 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   if (m.ep > 1) {
     d.key("expert_parallel_degree", std::to_string(m.ep));
     d.key("expert_tensor_parallel_degree", std::to_string(m.expert_tp()));  // early-2026 layout only (above)
+    if (p.moe_dispatcher == MoeDispatcher::deepep) d.key("expert_parallel_comm_backend", quoted("deepep"));
   }
 
   d.section("checkpoint");

@@ -661,8 +661,9 @@ std::string validation_text(const ValidationReport& r) {
   }
   o += fmt::format("\nruns the memory model says could not have run (allocated + CUDA context + NCCL > device): {} of {}\n",
                    r.summary.predicted_out_of_memory, r.summary.rows - r.summary.skipped);
-  o += "\nmemory compared on each row's memory_metric: allocated = max_memory_allocated; reserved (and unknown) = "
-       "max_memory_reserved;\nnvidia-smi = device peak incl. CUDA context and NCCL buffers.\n";
+  o += "\nmemory compared on each row's memory_metric: allocated = max_memory_allocated; reserved = "
+       "max_memory_reserved;\nunknown = the point of [allocated, reserved] nearest the measurement; "
+       "nvidia-smi = device peak incl. CUDA context and NCCL buffers.\n";
   // The slowest rows, so a regression in simulation time points at its cause.
   std::vector<const ValidationRowResult*> slow;
   for (const auto& x : r.rows) slow.push_back(&x);

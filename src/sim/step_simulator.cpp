@@ -151,11 +151,16 @@ class CollectiveCosts {
 public:
   explicit CollectiveCosts(const ClusterSpec& c) : c_(c) {}
 
-  const PricedCollective& estimate(CollectiveOp op, double bytes, GroupPlacement g) {
-    const Key key{static_cast<int>(op), std::bit_cast<std::uint64_t>(bytes), g.n_ranks, g.ranks_per_node};
+  const PricedCollective& estimate(CollectiveOp op, double bytes, GroupPlacement g, int dedup_top_k = 0,
+                                   int dedup_experts = 0) {
+    const Key key{static_cast<int>(op), std::bit_cast<std::uint64_t>(bytes), g.n_ranks, g.ranks_per_node,
+                  dedup_top_k, dedup_experts};
     auto [it, inserted] = priced_.try_emplace(key);
     if (inserted) {
-      const CollectiveEstimate e = estimate_collective(c_, op, bytes, g);
+      CollectiveOptions o;
+      o.dedup_top_k = dedup_top_k;
+      o.dedup_experts = dedup_experts;
+      const CollectiveEstimate e = estimate_collective(c_, op, bytes, g, o);
       it->second = {e.seconds, e.latency_seconds, e.bus_bytes, e.bus_bandwidth_bytes_per_s, e.uses_network,
                     e.ranks_per_domain};
     }
@@ -163,7 +168,7 @@ public:
   }
 
 private:
-  using Key = std::tuple<int, std::uint64_t, int, int>;
+  using Key = std::tuple<int, std::uint64_t, int, int, int, int>;
   const ClusterSpec& c_;
   std::map<Key, PricedCollective> priced_;
 };
@@ -328,7 +333,8 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
             break;
           }
           const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
-          const PricedCollective& est = collective_costs.estimate(cop, op.bytes, gp);
+          const PricedCollective& est =
+              collective_costs.estimate(cop, op.bytes, gp, op.a2a_dedup_top_k, op.a2a_dedup_experts);
           t.kind = sim::TaskKind::flow;
           t.latency_seconds = est.latency_seconds;
           // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or

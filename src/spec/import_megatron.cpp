@@ -349,7 +349,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--no-create-attention-mask-in-dataloader", "--check-for-nan-in-loss-and-grad", "--use-cpu-initialization",
           "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--add-qkv-bias",
           "--deepspeed", "--no-pipeline-parallel", "--cpu-offloading", "--distribute-saved-activations",
-          "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save"})
+          "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep"})
       m[f] = Arity::none;
     for (const char* f :
          {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
@@ -379,7 +379,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--data-cache-path", "--num-workers", "--dataloader-type", "--zero-stage",
           "--num-distributed-optimizer-instances", "--pipeline-model-parallel-layout", "--mtp-loss-scaling-factor",
           "--cuda-graph-scope", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin",
-          "--cpu-offloading-num-layers", "--use-legacy-models"})
+          "--cpu-offloading-num-layers", "--use-legacy-models", "--moe-flex-dispatcher-backend"})
       m[f] = Arity::one;
     for (const char* f : {"--recompute-modules", "--rampup-batch-size", "--data-path", "--train-data-path", "--valid-data-path",
                           "--test-data-path", "--cuda-graph-modules"})
@@ -819,6 +819,11 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   mesh.pp = degree("--pipeline-model-parallel-size");
   mesh.cp = degree("--context-parallel-size");
   mesh.ep = degree("--expert-model-parallel-size");
+  // The flex dispatcher runs DeepEP (--moe-enable-deepep, the default backend) or HybridEP.
+  if (a.choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "flex"}).value_or("allgather") == "flex") {
+    const std::string backend = a.choice("--moe-flex-dispatcher-backend", {"deepep", "hybridep"}).value_or("deepep");
+    plan.moe_dispatcher = backend == "hybridep" ? MoeDispatcher::hybridep : MoeDispatcher::deepep;
+  }
   if (a.has("--expert-tensor-parallel-size")) {
     const int etp = degree("--expert-tensor-parallel-size");
     mesh.etp = etp == mesh.tp ? 0 : etp;  // Megatron's default is tp

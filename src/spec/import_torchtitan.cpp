@@ -304,6 +304,12 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   if (mesh.ep > 1 && rc.model.moe.enabled()) mesh.etp = degree("expert_tensor_parallel_degree", 1, false);
   if (mesh.ep > 1 && !rc.model.moe.enabled())
     rc.warnings.push_back("parallelism.expert_parallel_degree: the model has no experts; EP has no effect");
+  // "standard": all-to-all over NCCL; "deepep": DeepEP's per-domain deduplicating dispatch.
+  if (auto b = par.get_string("expert_parallel_comm_backend")) {
+    if (*b == "deepep") plan.moe_dispatcher = MoeDispatcher::deepep;
+    else if (*b != "standard")
+      par.fail("expert_parallel_comm_backend", fmt::format("'{}' is not accepted (standard or deepep)", *b));
+  }
   if (auto m = par.get_string("context_parallel_rotate_method"); m && *m != "allgather" && *m != "alltoall")
     par.fail("context_parallel_rotate_method", fmt::format("'{}' is not accepted (allgather or alltoall)", *m));
 

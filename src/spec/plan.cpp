@@ -36,6 +36,9 @@ constexpr NameTable<OptimizerImpl, 4> kOptImpl{{{OptimizerImpl::framework, "fram
                                                 {OptimizerImpl::foreach, "foreach"},
                                                 {OptimizerImpl::fused, "fused"},
                                                 {OptimizerImpl::for_loop, "for-loop"}}};
+constexpr NameTable<MoeDispatcher, 3> kDispatcher{{{MoeDispatcher::alltoall, "alltoall"},
+                                                   {MoeDispatcher::deepep, "deepep"},
+                                                   {MoeDispatcher::hybridep, "hybridep"}}};
 }  // namespace
 
 std::string_view to_string(Sharding s) { return name_of(kSharding, s); }
@@ -47,6 +50,7 @@ std::string_view to_string(PipelineSchedule p) { return name_of(kSched, p); }
 std::string_view to_string(Fp8Recipe f) { return name_of(kFp8, f); }
 std::string_view to_string(Optimizer o) { return name_of(kOpt, o); }
 std::string_view to_string(OptimizerImpl o) { return name_of(kOptImpl, o); }
+std::string_view to_string(MoeDispatcher d) { return name_of(kDispatcher, d); }
 
 std::optional<Sharding> parse_sharding(std::string_view s) { return parse_name(kSharding, s); }
 std::optional<Runtime> parse_runtime(std::string_view s) { return parse_name(kRuntime, s); }
@@ -58,5 +62,6 @@ std::optional<PipelineSchedule> parse_schedule(std::string_view s) { return pars
 std::optional<Fp8Recipe> parse_fp8(std::string_view s) { return parse_name(kFp8, s); }
 std::optional<Optimizer> parse_optimizer(std::string_view s) { return parse_name(kOpt, s); }
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view s) { return parse_name(kOptImpl, s); }
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) { return parse_name(kDispatcher, s); }
 
 }  // namespace meshplan

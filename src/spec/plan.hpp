@@ -82,6 +82,13 @@ enum class Optimizer { adamw, adamw8bit, sgd };
 // tensor at a time, below the rest of the step's working set).
 enum class OptimizerImpl { framework, foreach, fused, for_loop };
 
+// How an MoE layer's tokens reach the experts' ranks (Megatron --moe-token-dispatcher-type; the
+// flex dispatcher's DeepEP / HybridEP backends; torchtitan expert_parallel_comm_backend).
+// alltoall: NCCL all-to-all, every routed copy of a token crosses on its own. deepep / hybridep:
+// a token's copies for one NVLink domain cross the network once and fan out over NVLink there
+// (docs/collectives.md "Deduplicated dispatch").
+enum class MoeDispatcher { alltoall, deepep, hybridep };
+
 // How the decoder layers are divided among pipeline ranks when the runtime is told (Megatron's
 // TransformerConfig; docs/layouts.md "Pipeline splits"). Nothing given: an even split, else
 // torchtitan's default (spec/pipeline_split.hpp).
@@ -163,6 +170,7 @@ struct Plan {
 
   Optimizer optimizer = Optimizer::adamw;
   OptimizerImpl optimizer_impl = OptimizerImpl::framework;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
   bool compile = false;
   // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
   // mode="reduce-overhead"): each captured region is replayed with one launch from the host.
@@ -231,6 +239,7 @@ std::string_view to_string(PipelineSchedule p);
 std::string_view to_string(Fp8Recipe f);
 std::string_view to_string(Optimizer o);
 std::string_view to_string(OptimizerImpl o);
+std::string_view to_string(MoeDispatcher d);
 std::optional<Sharding> parse_sharding(std::string_view s);
 std::optional<Runtime> parse_runtime(std::string_view s);
 std::optional<BackwardPrefetch> parse_backward_prefetch(std::string_view s);
@@ -239,5 +248,6 @@ std::optional<PipelineSchedule> parse_schedule(std::string_view s);
 std::optional<Fp8Recipe> parse_fp8(std::string_view s);
 std::optional<Optimizer> parse_optimizer(std::string_view s);
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view s);
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s);
 
 }  // namespace meshplan

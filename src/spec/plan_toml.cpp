@@ -49,7 +49,8 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
                                               "deepspeed", "cuda_graphs", "attention_kernel", "loss_kernel", "loss_chunks",
-                                              "optimizer_in_backward", "optimizer_implementation"};
+                                              "optimizer_in_backward", "optimizer_implementation",
+                                              "moe_dispatcher"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -347,6 +348,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
   plan.optimizer_impl = get_enum(rt, "optimizer_implementation", OptimizerImpl::framework, parse_optimizer_impl,
                                  "framework, foreach, fused, for-loop");
+  plan.moe_dispatcher = get_enum(rt, "moe_dispatcher", MoeDispatcher::alltoall, parse_moe_dispatcher,
+                                 "alltoall, deepep, hybridep");
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -505,6 +508,8 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
   if (p.optimizer_impl != OptimizerImpl::framework)
     line(fmt::format("optimizer_implementation = {}", quote(std::string(to_string(p.optimizer_impl)))));
+  if (p.moe_dispatcher != MoeDispatcher::alltoall)
+    line(fmt::format("moe_dispatcher = {}", quote(std::string(to_string(p.moe_dispatcher)))));
   line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) line("cuda_graphs = true");
   line(fmt::format("flash_attention = {}", b(p.flash_attention)));

@@ -683,6 +683,13 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
         notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
       // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
       p.deepspeed_engine = fw == "megatron-deepspeed";
+      // No column names the MoE dispatcher. Resolved as a tuned Megatron-Core MoE run sets it: the
+      // flex dispatcher with DeepEP (HybridEP on Blackwell NVL72), whose token copies cross the
+      // network once per destination domain; inside one NVLink domain it prices as an all-to-all.
+      if (rc.model.moe.enabled() && mesh.ep > 1 && fw == "megatron") {
+        p.moe_dispatcher = MoeDispatcher::deepep;
+        notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
+      }
     } else {
       // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
       // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).

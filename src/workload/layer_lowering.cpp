@@ -165,8 +165,13 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
 }
 
 Op Builder::ep_all_to_all_op(int stage, std::string name) const {
-  return collective_op(stage, std::move(name), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all, GroupKind::ep,
+  Op o = collective_op(stage, std::move(name), StreamKind::ep, OpCategory::ep, CollectiveOp::all_to_all, GroupKind::ep,
                        d_.a2a_bytes());
+  if (p_.moe_dispatcher != MoeDispatcher::alltoall) {
+    o.a2a_dedup_top_k = m_.moe.top_k;
+    o.a2a_dedup_experts = m_.moe.n_experts;
+  }
+  return o;
 }
 
 // The MLP of a block's forward: an MoE block's token dispatch to the experts' ranks, the router

@@ -75,6 +75,10 @@ struct Op {
   CollectiveOp collective = CollectiveOp::all_reduce;
   GroupKind group = GroupKind::dp;
   double bytes = 0;                  // nccl-tests size, p2p payload or host-copy bytes
+  // An MoE dispatch or combine through a deduplicating dispatcher (DeepEP, HybridEP): top-k of
+  // how many experts, spread evenly over the EP group (0: a plain all-to-all).
+  int a2a_dedup_top_k = 0;
+  int a2a_dedup_experts = 0;
   bool host_to_device = false;       // host copies
   // schedule
   SmallVector<int, 3> deps;          // indices into StepProgram::ops

@@ -87,10 +87,15 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // curves, MXFP8 through the FP8 curve, activation offload) and the cross-node EP rows (DeepEP's
 // node deduplication is not modeled): docs/validation.md.
 // After the merge (2026-12-02): all 17 rows compared (the pp 32 x vpp 3 row with the embedding and
-// loss counted as layers, Megatron's only split for 94 layers), MAPE 23.0 %.
+// loss counted as layers, Megatron's only split for 94 layers), MAPE 23.0 %. Then (same day) a
+// group spanning trays of one NVL72 rack simulated on NVLink instead of the trays' NICs (GB200 bf16
+// -30.6 -> -4.9 %, GB300 -20.9 -> -10.8 % with the measured MXFP8 curve), and the dispatcher
+// resolved to Megatron-Core's flex dispatcher, which crosses the network once per remote domain
+// (the cross-node EP 32 rows -26.3 / -34.2 -> +4.0 / -7.1 %): MAPE 17.2 %, bias +1.9 %. Left: the
+// TP 4 row +81 %, the pp 32 row +40 %, the GB200 MXFP8 rows -42 / -28 %, one dropless row +21 %.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 25.0;
+constexpr double kMoeMapeBoundPct = 19.0;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;

@@ -223,6 +223,17 @@ TEST_CASE("Megatron round trip: Mixtral with expert parallelism and selective re
   CHECK(ds_back.model.moe.n_dense_layers == 3);
   resolve_layout(ds_back, 64);
   CHECK(megatron_args_text(emit_megatron_args(ds_back)) == ds_text);
+
+  // The flex dispatcher round-trips: DeepEP by --moe-enable-deepep, HybridEP by its backend flag.
+  for (const MoeDispatcher d : {MoeDispatcher::deepep, MoeDispatcher::hybridep}) {
+    RunConfig flex = plan;
+    flex.plan.moe_dispatcher = d;
+    const std::string flex_text = megatron_args_text(emit_megatron_args(flex));
+    CHECK(flex_text.find("--moe-token-dispatcher-type flex") != std::string::npos);
+    CHECK((flex_text.find("--moe-enable-deepep") != std::string::npos) == (d == MoeDispatcher::deepep));
+    RunConfig flex_back = import_megatron_args("flex.args", flex_text);
+    CHECK(flex_back.plan.moe_dispatcher == d);
+  }
 }
 
 TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with Megatron's defaults") {
