@@ -1,6 +1,7 @@
-// Compute cost model against the measurements of /work/shared/reference/hardware.md §3: large
-// GEMMs, skinny GEMMs, FlashAttention-2 and STREAM; plus the properties every estimate must have
-// (monotone in work, never slower on a faster GPU, no allocation per estimate).
+// Compute cost model against published measurements (Azure cuBLASLt and BabelStream, torch.matmul
+// sweeps, FlashAttention README figures): large GEMMs, skinny GEMMs, FlashAttention-2 and STREAM;
+// plus the properties every estimate must have (monotone in work, never slower on a faster GPU, no
+// allocation per estimate).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -62,7 +63,7 @@ const std::vector<std::string> kProfiles = {"a100-40gb", "a100-80gb", "h100-sxm-
 
 }  // namespace
 
-TEST_CASE("large square GEMMs land within 5% of the measured sweeps (hardware.md §3.2)") {
+TEST_CASE("large square GEMMs land within 5% of the measured sweeps") {
   struct Row {
     const char* cluster;
     Dtype dtype;
@@ -113,7 +114,7 @@ TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never fal
 }
 
 TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube") {
-  // Measured (hardware.md §3.2): A100 FP16 802816x192x768 157.8 and 1024x2145x1024 132.8 TFLOP/s,
+  // Measured (Azure ND A100 v4 / ND H100 v5 cuBLASLt): A100 FP16 802816x192x768 157.8 and 1024x2145x1024 132.8 TFLOP/s,
   // H100 FP8 802816x192x768 663.8. With the per-tile overhead the model gives -0.2 %, +9 % and
   // +11 % (device time): one fixed tile (not cuBLAS's per-shape choice) and perfect compute/memory
   // overlap at shapes on the roofline ridge. 20% covers that plus the ~5% run-to-run spread of the
@@ -148,7 +149,7 @@ TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube")
   CHECK(ridge.memory_seconds == doctest::Approx(ridge.compute_seconds).epsilon(0.01));
 }
 
-TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (hardware.md §3.3)") {
+TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (FlashAttention README)") {
   struct Row {
     const char* cluster;
     bool causal;
@@ -209,7 +210,7 @@ TEST_CASE("a FlashAttention-1 class kernel runs at half the FA2 rate (FA2 paper:
     const KernelEstimate k1 = attention_time(c, v1, pass, Dtype::bf16);
     CHECK(k1.flops == k2.flops);
     CHECK(k1.compute_seconds == doctest::Approx(2.0 * k2.compute_seconds).epsilon(1e-12));
-    // A100 causal hd128 at 4k: FA2 173 TFLOP/s fwd+bwd (hardware.md §3.3), so FA1 class 86.5.
+    // A100 causal hd128 at 4k: FA2 173 TFLOP/s fwd+bwd (FlashAttention README), so FA1 class 86.5.
     CHECK(k1.flops / k1.compute_seconds / 1e12 == doctest::Approx(86.5).epsilon(0.01));
   }
   v1.flash_version = 4;
@@ -237,7 +238,7 @@ TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA chan
   CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), gqa, Pass::forward, Dtype::bf16), InputError);
 }
 
-TEST_CASE("memory-bound kernels run at 0.60 of the STREAM copy bandwidth (hardware.md §3.4)") {
+TEST_CASE("memory-bound kernels run at 0.60 of the STREAM copy bandwidth (Azure BabelStream)") {
   // Eager element-wise and normalization kernels reach 0.60 of STREAM copy (the profiles'
   // elementwise_efficiency, fitted once on the A100 rows of dev.csv; docs/compute.md).
   struct Row {
@@ -456,7 +457,7 @@ TEST_CASE("per-tile overhead: a short K loop costs more per FLOP, squares keep t
   const KernelEstimate short_k = gemm_time(a100, {65536, 8192, 1024}, Dtype::fp16);
   CHECK(short_k.compute_seconds > 1.08 * square.compute_seconds);
   CHECK(short_k.compute_seconds < 1.12 * square.compute_seconds);
-  // And the A100 skinny sweep point is met (157.8 TFLOP/s device, hardware.md §3.2).
+  // And the A100 skinny sweep point is met (157.8 TFLOP/s device, Azure ND A100 v4).
   const KernelEstimate skinny = gemm_time(a100, {802816, 192, 768}, Dtype::fp16);
   CHECK(skinny.flops / (skinny.seconds - skinny.launch_seconds) / 1e12 == doctest::Approx(157.8).epsilon(0.02));
 }
