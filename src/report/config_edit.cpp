@@ -285,14 +285,14 @@ std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
 }
 
 RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) {
-  if (doc.format == ConfigFormat::megatron_args) return import_megatron_args(doc.path, doc.text, opts);
   switch (doc.format) {
+    case ConfigFormat::megatron_args:
+      return import_megatron_args(doc.path, doc.text, opts);
     case ConfigFormat::llm_foundry_yaml:
       return import_llm_foundry(doc.path, doc.text, opts);
     case ConfigFormat::torchtitan_toml:
       return import_torchtitan(doc.path, importer::parse_toml(doc.path, doc.text), opts);
     case ConfigFormat::meshplan_plan:
-    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return read_plan_toml(doc.path, importer::parse_toml(doc.path, doc.text), opts);

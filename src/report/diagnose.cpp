@@ -58,14 +58,13 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
   std::vector<Settings> out;
   const Plan& p = rc.plan;
   const std::int64_t mb = rc.job.micro_batch;
-  if (doc.format == ConfigFormat::megatron_args) {
-    // Larger micro-batches (fewer in the schedule), less recompute, CUDA graphs.
-    out.push_back({{"--micro-batch-size", std::to_string(mb * 2)}});
-    if (p.ac == AcMode::full) out.push_back({{"--recompute-granularity", "selective"}});
-    if (!p.cuda_graphs) out.push_back({{"--enable-cuda-graph", "true"}});
-    return out;
-  }
   switch (doc.format) {
+    case ConfigFormat::megatron_args:
+      // Larger micro-batches (fewer in the schedule), less recompute, CUDA graphs.
+      out.push_back({{"--micro-batch-size", std::to_string(mb * 2)}});
+      if (p.ac == AcMode::full) out.push_back({{"--recompute-granularity", "selective"}});
+      if (!p.cuda_graphs) out.push_back({{"--enable-cuda-graph", "true"}});
+      break;
     case ConfigFormat::llm_foundry_yaml: {
       const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
       if (mb * 2 <= device) out.push_back({{"device_train_microbatch_size", std::to_string(mb * 2)}});
@@ -99,7 +98,6 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
       break;
     }
     case ConfigFormat::meshplan_plan:
-    case ConfigFormat::megatron_args:  // handled before the switch
       out.push_back({{"batch.micro_batch", std::to_string(mb * 2)}});
       if (!p.cuda_graphs && p.runtime == Runtime::megatron) out.push_back({{"runtime.cuda_graphs", "true"}});
       break;

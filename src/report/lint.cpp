@@ -42,10 +42,10 @@ struct Keys {
   std::string reduce, micro, prefetch, limit, sharding, ac, ac_option;
 };
 Keys keys_for(ConfigFormat f) {
-  if (f == ConfigFormat::megatron_args)
-    return {"--grad-reduce-in-bf16", "--micro-batch-size", "", "", "--use-distributed-optimizer",
-            "--recompute-granularity", "--recompute-modules"};
   switch (f) {
+    case ConfigFormat::megatron_args:
+      return {"--grad-reduce-in-bf16", "--micro-batch-size", "", "", "--use-distributed-optimizer",
+              "--recompute-granularity", "--recompute-modules"};
     case ConfigFormat::llm_foundry_yaml:
       return {"fsdp_config.mixed_precision", "device_train_microbatch_size", "fsdp_config.backward_prefetch",
               "fsdp_config.limit_all_gathers", "fsdp_config.sharding_strategy", "fsdp_config.activation_checkpointing",
@@ -54,7 +54,6 @@ Keys keys_for(ConfigFormat f) {
       return {"training.mixed_precision_reduce", "training.local_batch_size", "", "", "parallelism.fsdp_reshard_after_forward",
               "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"};
     case ConfigFormat::meshplan_plan:
-    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return {"precision.reduce_dtype", "batch.micro_batch", "sharding.backward_prefetch", "sharding.limit_all_gathers",

@@ -191,7 +191,7 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
                          const std::vector<sim::StreamId>& host_streams, std::size_t R) {
   const std::size_t n_ops = prog.ops.size();
   const std::size_t n_slots = host_streams.size();
-  HostTasks out{std::vector<double>(n_ops, 0.0), std::vector<char>(n_ops, 0)};
+  HostTasks out{std::vector<double>(n_ops, 0.0), std::vector<char>(n_ops, 0), {}};
   // Per stage, the last op issued on each stream: stream order makes it stand for the others.
   std::vector<std::array<int, kStreamKinds>> issued(static_cast<std::size_t>(prog.n_stages));
   for (auto& a : issued) a.fill(-1);

@@ -72,20 +72,20 @@ struct Keys {
   std::string split_last = "layout.decoder_last_pipeline_num_layers";
 };
 Keys keys_for(const RunConfig& rc) {
-  if (rc.format == ConfigFormat::megatron_args) {
-    // Data parallel is what the GPUs leave after tp x pp x cp; its "key" is that rule.
-    Keys k{"--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
-           "data-parallel size (GPUs / (tp x pp x cp))", "data-parallel size (GPUs / (tp x pp x cp))",
-           "--context-parallel-size", "--tensor-model-parallel-size", "--expert-model-parallel-size",
-           "--global-batch-size", "--micro-batch-size", "--global-batch-size", "--seq-length",
-           "--nnodes x --nproc-per-node"};
-    k.split_embedding = "--account-for-embedding-in-pipeline-split";
-    k.split_loss = "--account-for-loss-in-pipeline-split";
-    k.split_first = "--decoder-first-pipeline-num-layers";
-    k.split_last = "--decoder-last-pipeline-num-layers";
-    return k;
-  }
   switch (rc.format) {
+    case ConfigFormat::megatron_args: {
+      // Data parallel is what the GPUs leave after tp x pp x cp; its "key" is that rule.
+      Keys k{"--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+             "data-parallel size (GPUs / (tp x pp x cp))", "data-parallel size (GPUs / (tp x pp x cp))",
+             "--context-parallel-size", "--tensor-model-parallel-size", "--expert-model-parallel-size",
+             "--global-batch-size", "--micro-batch-size", "--global-batch-size", "--seq-length",
+             "--nnodes x --nproc-per-node"};
+      k.split_embedding = "--account-for-embedding-in-pipeline-split";
+      k.split_loss = "--account-for-loss-in-pipeline-split";
+      k.split_first = "--decoder-first-pipeline-num-layers";
+      k.split_last = "--decoder-last-pipeline-num-layers";
+      return k;
+    }
     case ConfigFormat::torchtitan_toml: {
       const bool pp = rc.plan.mesh.pp > 1;
       return {"parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
@@ -101,7 +101,6 @@ Keys keys_for(const RunConfig& rc) {
               "global_train_batch_size", "device_train_microbatch_size", "device_train_microbatch_size",
               "max_seq_len", "n_gpus"};
     case ConfigFormat::meshplan_plan:
-    case ConfigFormat::megatron_args:  // handled before the switch
       break;
   }
   return {"layout.pp", "layout.vpp", "layout.dp_replicate", "layout.dp_shard", "layout.cp", "layout.tp",
