@@ -70,17 +70,14 @@ class Interpolator {
 public:
   Interpolator(std::string file, YAML::Node root) : file_(std::move(file)), root_(std::move(root)) {
     // Count the nodes the aliases expand to before building anything: building a copy of an
-    // exponential tree costs far more per node than walking it.
+    // exponential tree costs far more per node than walking it. The walk also bounds the depth:
+    // an anchor whose own value holds its alias (`x: &a [*a]`) is a cycle yaml-cpp happily builds.
     std::int64_t budget = kMaxExpandedNodes;
-    auto refuse = [&](const std::string& key) {
-      throw InputError(file_, one_line(key), fmt::format("the file expands through anchors/aliases to more than {} nodes; "
-                                               "refusing it (docs/limits.md)", kMaxExpandedNodes));
-    };
     if (root_.IsMap()) {
-      for (const auto& kv : root_)  // name the top-level key whose value blows the budget
-        if (!walk_within(kv.second, budget)) refuse(kv.first.IsScalar() ? kv.first.Scalar() : "");
-    } else if (!walk_within(root_, budget)) {
-      refuse("");
+      for (const auto& kv : root_)  // name the top-level key whose value is refused
+        walk_within(kv.second, budget, 1, kv.first.IsScalar() ? kv.first.Scalar() : "");
+    } else {
+      walk_within(root_, budget, 0, "");
     }
   }
 
@@ -91,6 +88,15 @@ public:
     if (++nodes_ > kMaxExpandedNodes)
       throw InputError(file_, one_line(where), fmt::format("the file expands (through anchors/aliases or ${{...}}) to more "
                                                  "than {} nodes; refusing it (docs/limits.md)", kMaxExpandedNodes));
+    // Interpolation splices trees into trees, so the resolved depth can exceed the parsed one.
+    struct Nest {
+      int& n;
+      explicit Nest(int& x) : n(++x) {}
+      ~Nest() { --n; }
+    } nest(nest_);
+    if (nest_ > kMaxResolvedDepth)
+      throw InputError(file_, one_line(where), fmt::format("maps and lists nest more than {} levels deep once ${{...}} "
+                                                 "are resolved; refusing it (docs/limits.md)", kMaxResolvedDepth));
     switch (n.Type()) {
       case YAML::NodeType::Map: {
         YAML::Node out(YAML::NodeType::Map);
@@ -117,19 +123,24 @@ public:
   }
 
 private:
-  static bool walk_within(const YAML::Node& n, std::int64_t& budget) {
-    if (--budget < 0) return false;
+  void walk_within(const YAML::Node& n, std::int64_t& budget, int depth, const std::string& key) const {
+    if (--budget < 0)
+      throw InputError(file_, one_line(key), fmt::format("the file expands through anchors/aliases to more than {} nodes; "
+                                               "refusing it (docs/limits.md)", kMaxExpandedNodes));
+    if (depth > kMaxNestingDepth)
+      throw InputError(file_, one_line(key), fmt::format("maps and lists nest more than {} levels deep (an anchor whose "
+                                               "value holds its own alias?); refusing it (docs/limits.md)",
+                                               kMaxNestingDepth));
     if (n.IsMap()) {
-      for (const auto& kv : n)
-        if (!walk_within(kv.second, budget)) return false;
+      for (const auto& kv : n) walk_within(kv.second, budget, depth + 1, key);
     } else if (n.IsSequence()) {
-      for (const auto& e : n)
-        if (!walk_within(e, budget)) return false;
+      for (const auto& e : n) walk_within(e, budget, depth + 1, key);
     }
-    return true;
   }
 
   static constexpr std::int64_t kMaxExpandedNodes = 20'000;  // real llm-foundry YAMLs: a few hundred
+  static constexpr int kMaxNestingDepth = 64;                  // real ones: under 10 levels
+  static constexpr int kMaxResolvedDepth = 256;
   static constexpr std::size_t kMaxExpandedBytes = std::size_t{1} << 24;  // 16 MiB of scalar text
 
   YAML::Node resolve_scalar(const YAML::Node& n, const std::string& where, int depth) {
@@ -219,6 +230,7 @@ private:
   YAML::Node root_;
   std::int64_t nodes_ = 0;
   std::size_t bytes_ = 0;
+  int nest_ = 0;  // resolve() frames now on the stack
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -263,6 +263,9 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
       {"memory --config " + corpus("foundry_yaml", "interpolation-bomb.yaml"), {"interpolation-bomb.yaml", "variables", "expands"}},
       {"memory --config " + corpus("foundry_yaml", "interpolation-index-20-digits.yaml"),
        {"interpolation-index-20-digits.yaml", "variables.x", "not defined"}},
+      // An anchor holding its own alias is a cycle; refused by depth before the walk overflows.
+      {"memory --config " + corpus("foundry_yaml", "alias-cycle-seq.yaml"), {"alias-cycle-seq.yaml", "x", "levels deep"}},
+      {"memory --config " + corpus("foundry_yaml", "alias-cycle-map.yaml"), {"alias-cycle-map.yaml", "x", "levels deep"}},
       {"memory --config " + corpus("foundry_yaml", "duplicate-key.yaml"), {"duplicate-key.yaml", "max_seq_len", "duplicate key"}},
       {"memory --config " + yaml_with("layers.yaml", "n_layers: 32", "n_layers: 1000000000"),
        {"layers.yaml", "model.n_layers", "maximum"}},
