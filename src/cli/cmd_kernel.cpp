@@ -186,7 +186,7 @@ Command add_kernel_command(CLI::App& root) {
                        fmt::format("unknown runtime '{}' (generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, "
                                    "megatron)", o->runtime));
     ClusterSpec cluster = load_cluster(o->cluster);
-    if (o->burst) cluster.gpu.sustained_clock_fraction = 1;
+    if (o->burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
     const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype,
                                  runtime_traits(*runtime, false).attention_backend,
                                  *parse_attention_kernel(o->attention_kernel));
@@ -195,6 +195,8 @@ Command add_kernel_command(CLI::App& root) {
     const double achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
     const std::string bound = e.memory_bound ? "memory" : "compute";
     const std::string note = fallback_note(d, *dtype);
+    const double sustained =
+        d.kind == "attention" ? cluster.gpu.attention_sustained_fraction() : cluster.gpu.sustained_clock_fraction;
     if (o->json) {
       json j{{"time_us", e.seconds * 1e6},
              {"tflops", tflops},
@@ -212,7 +214,7 @@ Command add_kernel_command(CLI::App& root) {
              {"peak_tflops", e.peak_flops_per_s / 1e12},
              {"achieved_hbm_gb_per_s", achieved_bw / 1e9},
              {"curve_fallback", e.curve_fallback},
-             {"sustained_clock_fraction", cluster.gpu.sustained_clock_fraction},
+             {"sustained_clock_fraction", sustained},
              {"note", note.empty() ? json(nullptr) : json(note)}};
       if (d.kind == "attention") {
         j["kernel"] = std::string(to_string(e.attention_kernel));
@@ -235,9 +237,9 @@ Command add_kernel_command(CLI::App& root) {
     if (d.kind == "attention")
       fmt::print("  kernel      {} ({} {} curve, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
                  e.curve_pass, e.curve_source);
-    if (d.kind != "memory" && cluster.gpu.sustained_clock_fraction < 1)
+    if (d.kind != "memory" && sustained < 1)
       fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
-                 cluster.gpu.sustained_clock_fraction);
+                 sustained);
     if (!note.empty()) fmt::print("  note        {}\n", note);
     return 0;
   };

@@ -391,7 +391,7 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   e.curve_pass = rate.pass;
   e.flops = attention_flops(a, pass);
   e.bytes = attention_bytes(a, pass, dtype);
-  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s * c.gpu.sustained_clock_fraction);
+  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s * c.gpu.attention_sustained_fraction());
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

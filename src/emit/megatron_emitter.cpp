@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "emit/foundry_emitter.hpp"
+#include "spec/offload_modules.hpp"
 #include "spec/pipeline_split.hpp"
 
 namespace meshplan {
@@ -258,8 +259,16 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     if (p.recompute_modules.moe_act) flag("moe_act");
     if (p.recompute_modules.moe) flag("moe");
   }
-  if (p.act_offload || p.param_offload)
-    refuse(kRt, p.act_offload ? "act_offload" : "param_offload", "offload is not emitted for Megatron");
+  if (p.act_offload && p.offload_modules.any()) {
+    flag("--fine-grained-activation-offloading");
+    flag("--offload-modules");
+    for (const auto& [name, on] : offload_module_names())
+      if (p.offload_modules.*on) flag(std::string(name));
+  } else if (p.act_offload) {
+    refuse(kRt, "act_offload", "whole-layer activation offload is not emitted for Megatron; name the modules "
+                               "([offload] activation_modules, --offload-modules)");
+  }
+  if (p.param_offload) refuse(kRt, "param_offload", "parameter offload is not emitted for Megatron");
 
   // ---- fp8 through Transformer Engine
   switch (p.fp8) {

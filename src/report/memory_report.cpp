@@ -1,4 +1,5 @@
 #include "report/memory_report.hpp"
+#include "spec/offload_modules.hpp"
 #include "spec/units.hpp"
 
 #include <fmt/format.h>
@@ -81,7 +82,10 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
   out += fmt::format("  batch      seq {} x micro-batch {} x grad-accum {} (global {} sequences)\n",
                      rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum, rc.job.global_batch);
   out += fmt::format("  AC         {}{}{}{}\n", to_string(p.ac), p.ac_reentrant ? " (reentrant)" : "",
-                     p.act_offload ? ", activation offload" : "", p.param_offload ? ", CPU offload" : "");
+                     !p.act_offload ? ""
+                     : p.offload_modules.any() ? fmt::format(", activation offload of {}", offload_modules_text(p.offload_modules))
+                                               : ", activation offload",
+                     p.param_offload ? ", CPU offload" : "");
   const std::int64_t shards = parameter_shards(p);
   for (const auto& s : e.stages) {
     const std::string params =

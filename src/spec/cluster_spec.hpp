@@ -51,6 +51,13 @@ struct GpuSpec {
   // microbenchmarks behind the GEMM and attention curves reached: power and thermal limits hold
   // the clock lower when every GPU of a node runs for minutes. 1 = no throttling.
   double sustained_clock_fraction = 1;
+  // The same for attention kernels where it was measured apart (a GEMM at full FP8 rate draws
+  // more power than attention, whose softmax leaves the tensor cores idle part of the time);
+  // 0 = sustained_clock_fraction.
+  double attention_sustained_clock_fraction = 0;
+  double attention_sustained_fraction() const {
+    return attention_sustained_clock_fraction > 0 ? attention_sustained_clock_fraction : sustained_clock_fraction;
+  }
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
   // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.

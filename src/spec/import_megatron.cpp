@@ -14,6 +14,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/offload_modules.hpp"
 #include "spec/recompute_modules.hpp"
 
 namespace meshplan {
@@ -349,7 +350,8 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--no-create-attention-mask-in-dataloader", "--check-for-nan-in-loss-and-grad", "--use-cpu-initialization",
           "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--add-qkv-bias",
           "--deepspeed", "--no-pipeline-parallel", "--cpu-offloading", "--distribute-saved-activations",
-          "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep"})
+          "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep",
+          "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph"})
       m[f] = Arity::none;
     for (const char* f :
          {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
@@ -382,7 +384,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--cpu-offloading-num-layers", "--use-legacy-models", "--moe-flex-dispatcher-backend"})
       m[f] = Arity::one;
     for (const char* f : {"--recompute-modules", "--rampup-batch-size", "--data-path", "--train-data-path", "--valid-data-path",
-                          "--test-data-path", "--cuda-graph-modules"})
+                          "--test-data-path", "--cuda-graph-modules", "--offload-modules"})
       m[f] = Arity::many;
     return m;
   }();
@@ -972,6 +974,18 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     }
   } else if (a.has("--recompute-method") || a.has("--recompute-num-layers") || a.has("--recompute-modules")) {
     rc.warnings.push_back("--recompute-granularity: not given, so --recompute-method/-num-layers/-modules have no effect");
+  }
+  if (a.has("--fine-grained-activation-offloading")) {
+    // The listed submodules' saved tensors go to pinned host memory on a side stream.
+    const std::vector<std::string> mods = a.list("--offload-modules");
+    if (mods.empty())
+      a.fail("--offload-modules", "--fine-grained-activation-offloading needs the modules to offload");
+    plan.act_offload = true;
+    for (const std::string& name : mods)
+      if (!apply_offload_module(name, plan.offload_modules))
+        a.fail("--offload-modules", fmt::format("'{}' is not a Megatron offload module ({})", name, kOffloadModuleList));
+  } else if (a.has("--offload-modules")) {
+    rc.warnings.push_back("--offload-modules: has no effect without --fine-grained-activation-offloading");
   }
   if (a.has("--cpu-offloading"))
     rc.warnings.push_back("--cpu-offloading: Transformer Engine's activation offload is not modelled for Megatron");

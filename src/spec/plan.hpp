@@ -138,6 +138,18 @@ struct Plan {
     bool any() const { return norms || moe_act || moe; }
   } recompute_modules;
   bool act_offload = false;              // activations saved for backward live in pinned host memory
+  // Megatron --fine-grained-activation-offloading --offload-modules: with act_offload, only the
+  // tensors these submodules save go to the host (none set: every saved tensor, --cpu-offloading).
+  struct OffloadModules {
+    bool attn_norm = false;   // the attention norm's input
+    bool qkv_linear = false;  // the QKV projection's input (the norm output)
+    bool core_attn = false;   // Q, K, V and the softmax statistics core attention saves
+    bool attn_proj = false;   // the output projection's input (the attention output)
+    bool mlp_norm = false;    // the MLP norm's input
+    bool expert_fc1 = false;  // the experts' first GEMM input (the dispatched tokens)
+    bool moe_act = false;     // the experts' activation input (the first GEMM's output)
+    bool any() const { return attn_norm || qkv_linear || core_attn || attn_proj || mlp_norm || expert_fc1 || moe_act; }
+  } offload_modules;
   bool param_offload = false;            // FSDP CPU offload: params, grads, optimizer step on host
 
   // Model parallelism details.

@@ -1,6 +1,7 @@
 // meshplan plan TOML reader and writer (format: docs/plan_format.md).
 #include "spec/plan_toml.hpp"
 
+#include "spec/offload_modules.hpp"
 #include "spec/recompute_modules.hpp"
 
 #include <algorithm>
@@ -43,7 +44,7 @@ const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forwa
 const std::vector<std::string> kPrecisionKeys = {"param", "compute", "reduce", "state", "name",
                                                  "keep_low_precision_grads", "fp8", "fp8_all_gather"};
 const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant", "recompute_modules"};
-const std::vector<std::string> kOffloadKeys = {"activations", "params"};
+const std::vector<std::string> kOffloadKeys = {"activations", "params", "activation_modules"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
@@ -323,6 +324,13 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   const TomlView off = section("offload", kOffloadKeys);
   plan.act_offload = off.get_bool("activations").value_or(false);
   plan.param_offload = off.get_bool("params").value_or(false);
+  if (auto mods = off.get_string_array("activation_modules")) {
+    if (!plan.act_offload) off.fail("activation_modules", "needs activations = true");
+    if (mods->empty()) off.fail("activation_modules", fmt::format("empty: list the modules to offload ({})", kOffloadModuleList));
+    for (const std::string& name : *mods)
+      if (!apply_offload_module(name, plan.offload_modules))
+        off.fail("activation_modules", fmt::format("'{}' is not an offload module ({})", name, kOffloadModuleList));
+  }
 
   // [batch]
   const TomlView bt = section("batch", kBatchKeys);
@@ -494,6 +502,12 @@ std::string to_plan_toml(const RunConfig& rc) {
   line("[offload]");
   line(fmt::format("activations = {}", b(p.act_offload)));
   line(fmt::format("params = {}", b(p.param_offload)));
+  if (p.act_offload && p.offload_modules.any()) {
+    std::string mods;
+    for (const auto& [name, flag] : offload_module_names())
+      if (p.offload_modules.*flag) mods += (mods.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+    line("activation_modules = [" + mods + "]");
+  }
   line("");
   line("[batch]");
   line(fmt::format("seq_len = {}", rc.job.seq_len));

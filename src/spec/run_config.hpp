@@ -16,7 +16,8 @@ struct LeftToRuntime {
   bool micro_batch = false;  // e.g. Composer 'auto', a validation row without micro_batch/grad_accum
   bool recompute = false;    // activation recompute not stated
   bool sharding = false;     // ZeRO stage not stated
-  bool any() const { return micro_batch || recompute || sharding; }
+  bool offload_scope = false;  // activations offloaded, but not which (Megatron: fine-grained or whole layers)
+  bool any() const { return micro_batch || recompute || sharding || offload_scope; }
 };
 
 struct RunConfig {

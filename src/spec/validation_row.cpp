@@ -690,6 +690,9 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
         p.moe_dispatcher = MoeDispatcher::deepep;
         notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
       }
+      // act_offload says activations went to the host, not which: Megatron-Core offloads whole
+      // layers or (fine-grained) listed submodules; resolved to the least that fits.
+      if (p.act_offload && fw == "megatron") rc.left_to_runtime.offload_scope = true;
     } else {
       // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
       // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).

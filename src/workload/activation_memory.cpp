@@ -236,6 +236,55 @@ double saved_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, 
   return a.total();
 }
 
+double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index) {
+  if (!p.act_offload) return 0;
+  const double saved = saved_block_bytes(m, p, mb, block_index);
+  const Plan::OffloadModules& o = p.offload_modules;
+  // A checkpointed block keeps only its input: there is nothing per submodule to pick from.
+  if (!o.any() || block_is_checkpointed(p, block_index)) return saved;
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  const double norm_input = d.norm_e * sb * d.h / t.seq_sharded;
+  double bytes = 0;
+  if (o.attn_norm) bytes += norm_input;
+  if (o.mlp_norm) bytes += norm_input;
+  // --recompute-modules layernorm drops the norm outputs: the QKV input is not saved then.
+  if (o.qkv_linear && !p.recompute_modules.norms) bytes += d.e * sb * d.h / t.linear_input;
+  const bool attention_recomputed = p.ac == AcMode::selective_attn && !p.flash_attention;
+  if (o.core_attn && !attention_recomputed) {
+    // Q, K, V and the softmax log-sum-exp; MLA's expanded heads are d_nope + d_rope wide.
+    const double qk = m.attention == AttentionKind::mla
+                          ? static_cast<double>(m.n_heads) * static_cast<double>(m.head_dim + m.mla.rope_head_dim)
+                          : d.q_width;
+    const double kv = m.attention == AttentionKind::mla ? qk : d.kv_width;
+    const double v = m.attention == AttentionKind::mla
+                         ? static_cast<double>(m.n_heads) * static_cast<double>(m.mla.v_head_dim)
+                         : d.kv_width;
+    bytes += d.e * sb * (qk + kv + v) / t.heads + 4 * d.heads * sb / t.heads;
+  }
+  if (o.attn_proj) {
+    const double out = m.attention == AttentionKind::mla
+                           ? static_cast<double>(m.n_heads) * static_cast<double>(m.mla.v_head_dim)
+                           : d.q_width;
+    bytes += d.e * sb * out / t.heads;
+  }
+  if (m.moe.enabled() && !p.recompute_modules.moe) {
+    const int tp = p.mesh.tp;
+    const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
+    const double split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel)
+                             ? static_cast<double>(tp) / etp : 1.0;
+    const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+    const double copies = sb * m.moe.top_k * capacity / split;
+    if (o.expert_fc1) bytes += d.e * copies * d.h;
+    // The activation's input is the first GEMM's output: gate and up under SwiGLU, over the
+    // expert tensor-parallel split of the inner width.
+    if (o.moe_act)
+      bytes += (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * copies * static_cast<double>(m.moe.expert_ffn) / etp;
+  }
+  return std::min(bytes, saved);
+}
+
 double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   const BlockActivations a = block_activations(m, p, mb);
   double working = 0;

@@ -49,6 +49,11 @@ double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBat
 // `block_index` matters for selective_layer (every n-th block is checkpointed).
 double saved_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index);
 
+// What one block's activation offload copies to the host and back: every saved tensor, or under
+// Megatron's fine-grained offload (Plan::offload_modules) only those the listed submodules save,
+// each a part of saved_block_bytes (never more). 0 without act_offload.
+double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb, int block_index);
+
 // Peak extra bytes while one checkpointed block is recomputed and back-propagated.
 // Non-reentrant checkpointing stops recomputing once every saved tensor exists and frees
 // recomputed tensors as they are consumed; reentrant rebuilds the whole block (including its

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/offload_modules.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/runtime_traits.hpp"
 #include "workload/activation_memory.hpp"
@@ -145,11 +146,12 @@ struct SavedActivations {
 
 SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, StageMemory& sm) {
   const Plan& p = x.p;
-  double per_microbatch = 0, largest_block = 0;
+  double per_microbatch = 0, offloaded_per_microbatch = 0, largest_offload = 0;
   for (int layer : layers) {
-    const double b = saved_block_bytes(x.m, p, x.mb, layer);
-    per_microbatch += b;
-    largest_block = std::max(largest_block, b);
+    per_microbatch += saved_block_bytes(x.m, p, x.mb, layer);
+    const double moved = offloaded_block_bytes(x.m, p, x.mb, layer);
+    offloaded_per_microbatch += moved;
+    largest_offload = std::max(largest_offload, moved);
   }
   sm.microbatches_in_flight = microbatches_in_flight(p, stage, x.j.grad_accum);
   const double saved = per_microbatch * sm.microbatches_in_flight;
@@ -162,10 +164,13 @@ SavedActivations saved_activations(const MemoryContext& x, int stage, const std:
     // layer's copy-out may still run; the copies back start once the loss's backward is done).
     // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
     // during a block's backward.
+    // Under fine-grained offload the rest of each block's saved tensors stays on the device.
     const bool stream = p.runtime != Runtime::composer_fsdp1 && p.runtime != Runtime::composer_fsdp2;
-    sm.host_bytes += saved;
-    out.at_block = std::min(saved, (stream ? 2 : 1) * largest_block);
-    out.at_loss = std::min(saved, (stream ? 1 : 0) * largest_block);
+    const double offloaded = offloaded_per_microbatch * sm.microbatches_in_flight;
+    const double kept = saved - offloaded;
+    sm.host_bytes += offloaded;
+    out.at_block = kept + std::min(offloaded, (stream ? 2 : 1) * largest_offload);
+    out.at_loss = kept + std::min(offloaded, (stream ? 1 : 0) * largest_offload);
   }
   // A pipeline chunk that sends to a next one keeps the output of each micro-batch in flight
   // (not Megatron). microbatches_in_flight counts in whole-stage units (chunk-micro-batches / v):
@@ -422,7 +427,11 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
   for (const auto& s : est.stages) worst = std::max(worst, s.peak_bytes);
   est.headroom_bytes = est.gpu_memory_bytes - worst;
   est.fits = est.headroom_bytes >= 0;
-  if (p.act_offload) est.notes.push_back("activation offload: saved tensors live in pinned host memory");
+  if (p.act_offload)
+    est.notes.push_back(p.offload_modules.any()
+                            ? "activation offload: the tensors " + offload_modules_text(p.offload_modules) +
+                                  " save live in pinned host memory, the rest on the device"
+                            : "activation offload: saved tensors live in pinned host memory");
   if (p.param_offload) est.notes.push_back("CPU offload: params, grads and optimizer step on the host");
   if (x.autocast_cache)
     est.notes.push_back("fp32 weights under autocast: fp32 residual stream, and the cached low-precision weight "

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "spec/limits.hpp"
+#include "spec/offload_modules.hpp"
+#include "workload/activation_memory.hpp"
 
 namespace meshplan {
 
@@ -67,6 +69,40 @@ std::vector<Recompute> recompute_ladder(const Plan& p) {
   add_partial_layers(out, "every n-th block checkpointed");
   out.push_back({AcMode::full, false, "full"});
   out.push_back({AcMode::none, true, "activation offload"});
+  return out;
+}
+
+struct OffloadScope {
+  Plan::OffloadModules modules;  // none set: every saved tensor
+  std::string name;
+};
+
+// Megatron's offload options, least first: its fine-grained modules, largest share of the saved
+// bytes first, one more at a time (the fewest modules that relieve the most memory), then whole
+// layers. Modules that save nothing under the plan (expert ones on a dense model) are skipped.
+std::vector<OffloadScope> offload_ladder(const ModelSpec& m, const Plan& p, const Job& j) {
+  const MicroBatchShape mb{j.seq_len / std::max(1, p.mesh.cp), std::max<std::int64_t>(1, j.micro_batch)};
+  const int block = std::max(0, m.n_layers - 1);  // a MoE block where the model has any
+  std::vector<std::pair<double, int>> sizes;
+  const auto names = offload_module_names();
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+    Plan one = p;
+    one.act_offload = true;
+    one.offload_modules = {};
+    one.offload_modules.*(names[static_cast<std::size_t>(i)].second) = true;
+    const double bytes = offloaded_block_bytes(m, one, mb, block);
+    if (bytes > 0) sizes.push_back({bytes, i});
+  }
+  std::stable_sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<OffloadScope> out;
+  OffloadScope acc;
+  for (const auto& [bytes, i] : sizes) {
+    const auto& [name, flag] = names[static_cast<std::size_t>(i)];
+    acc.modules.*flag = true;
+    acc.name += (acc.name.empty() ? "" : ", ") + std::string(name);
+    out.push_back({acc.modules, "fine-grained offload of " + acc.name});
+  }
+  out.push_back({{}, "whole layers"});
   return out;
 }
 
@@ -147,34 +183,45 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
       left.micro_batch ? micro_batch_ladder(given, given_job) : std::vector<std::int64_t>{given_job.micro_batch};
   for (Sharding s : shardings) {
     for (const Recompute& r : recomputes) {
-      Plan p = with_sharding(given, s);
-      p.ac = r.ac;
-      p.ac_every_n = r.every_n;
-      p.act_offload = r.offload;
-      for (std::int64_t mb : mbs) {
-        Job j = given_job;
-        if (left.micro_batch && !with_micro_batch(rc.model, p, j, mb, composer)) continue;
-        if (!fits_device(rc.model, p, j, c)) continue;
-        if (left.sharding)
-          out.assumptions.push_back(
-              s == given.sharding
-                  ? fmt::format("sharding not stated: {} (the framework default, fits on {})", to_string(s), c.name)
-                  : fmt::format("sharding not stated: {} (the framework default {} does not fit on {})", to_string(s),
-                                to_string(given.sharding), c.name));
-        if (left.recompute)
-          out.assumptions.push_back(fmt::format("activation recompute not stated: {} (the least that fits on {})",
-                                                r.name, c.name));
-        if (left.micro_batch)
-          out.assumptions.push_back(
-              given.runtime == Runtime::megatron && given.mesh.pp > 1
-                  ? fmt::format("micro_batch not stated: 1 (Megatron's default with pipelines, fits), grad_accum {}",
-                                j.grad_accum)
-                  : fmt::format("micro_batch not stated: {} (the largest that fits{}), grad_accum {}", j.micro_batch,
-                                composer ? ", Composer's halving search" : " and divides the per-rank batch",
-                                j.grad_accum));
-        rc.plan = p;
-        rc.job = j;
-        return out;
+      Plan base = with_sharding(given, s);
+      base.ac = r.ac;
+      base.ac_every_n = r.every_n;
+      base.act_offload = r.offload;
+      // The offload scope is resolved only where the row offloads and does not say what.
+      const std::vector<OffloadScope> scopes = left.offload_scope && base.act_offload
+                                                   ? offload_ladder(rc.model, base, given_job)
+                                                   : std::vector<OffloadScope>{{base.offload_modules, ""}};
+      for (const OffloadScope& scope : scopes) {
+        for (std::int64_t mb : mbs) {
+          Plan p = base;
+          p.offload_modules = scope.modules;
+          Job j = given_job;
+          if (left.micro_batch && !with_micro_batch(rc.model, p, j, mb, composer)) continue;
+          if (!fits_device(rc.model, p, j, c)) continue;
+          if (left.offload_scope && p.act_offload)
+            out.assumptions.push_back(fmt::format("activation offload scope not stated: {} (Megatron-Core's least "
+                                                  "that fits on {})", scope.name, c.name));
+          if (left.sharding)
+            out.assumptions.push_back(
+                s == given.sharding
+                    ? fmt::format("sharding not stated: {} (the framework default, fits on {})", to_string(s), c.name)
+                    : fmt::format("sharding not stated: {} (the framework default {} does not fit on {})", to_string(s),
+                                  to_string(given.sharding), c.name));
+          if (left.recompute)
+            out.assumptions.push_back(fmt::format("activation recompute not stated: {} (the least that fits on {})",
+                                                  r.name, c.name));
+          if (left.micro_batch)
+            out.assumptions.push_back(
+                given.runtime == Runtime::megatron && given.mesh.pp > 1
+                    ? fmt::format("micro_batch not stated: 1 (Megatron's default with pipelines, fits), grad_accum {}",
+                                  j.grad_accum)
+                    : fmt::format("micro_batch not stated: {} (the largest that fits{}), grad_accum {}", j.micro_batch,
+                                  composer ? ", Composer's halving search" : " and divides the per-rank batch",
+                                  j.grad_accum));
+          rc.plan = p;
+          rc.job = j;
+          return out;
+        }
       }
     }
   }
@@ -182,6 +229,7 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
   if (left.sharding) what.push_back("sharding");
   if (left.recompute) what.push_back("activation recompute");
   if (left.micro_batch) what.push_back("micro-batch");
+  if (left.offload_scope) what.push_back("activation offload scope");
   std::string list;
   for (const auto& w : what) list += (list.empty() ? "" : ", ") + w;
   out.no_fit = fmt::format("no resolution of the unstated {} fits on {}", list, c.name);

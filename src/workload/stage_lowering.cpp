@@ -142,11 +142,13 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     st.fwd_end_of_layer[{layer, mb}] = e;
     last = e;
     if (p_.act_offload) {
-      // The saved tensors move to pinned host memory: freed on the GPU once copied.
-      Op d2h = host_copy(stage, op_name("offload.d2h.L{}.mb{}", layer, mb), false, saved);
+      // The saved tensors (or the listed submodules' share) move to pinned host memory: freed on
+      // the GPU once copied.
+      const double moved = offloaded_block_bytes(m_, p_, s_.mbs, layer);
+      Op d2h = host_copy(stage, op_name("offload.d2h.L{}.mb{}", layer, mb), false, moved);
       d2h.deps = {e};
-      d2h.at_end.push_back({MemoryTerm::activations, -saved});
-      d2h.at_end.push_back({MemoryTerm::host, saved});
+      d2h.at_end.push_back({MemoryTerm::activations, -moved});
+      d2h.at_end.push_back({MemoryTerm::host, moved});
       const int id = add(std::move(d2h));
       st.offload_d2h_of_layer[{layer, mb}] = id;
       // save_on_cpu's pack is a blocking copy: the next layer waits for it. On its own stream the
@@ -232,7 +234,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   if (chunk_last_layer) after_blocking_send(st, deps);
   if (s_.fsdp && s_.reshard && !kept_gathered(layer)) fsdp_gather_backward(st, layer, mb, last, deps);
   if (p_.act_offload) {
-    const double saved = saved_block_bytes(m_, p_, s_.mbs, layer);
+    const double saved = offloaded_block_bytes(m_, p_, s_.mbs, layer);
     Op h2d = host_copy(stage, op_name("offload.h2d.L{}.mb{}", layer, mb), true, saved);
     if (s_.offload_stream) {
       // One layer of look-ahead: the copy back waits until the layer two later is done.

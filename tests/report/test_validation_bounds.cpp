@@ -93,9 +93,15 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // resolved to Megatron-Core's flex dispatcher, which crosses the network once per remote domain
 // (the cross-node EP 32 rows -26.3 / -34.2 -> +4.0 / -7.1 %): MAPE 17.2 %, bias +1.9 %. Left: the
 // TP 4 row +81 %, the pp 32 row +40 %, the GB200 MXFP8 rows -42 / -28 %, one dropless row +21 %.
+// Then the GB200 MXFP8 row's unstated offload scope resolved to Megatron's least fine-grained
+// offload that fits (expert_fc1 + moe_act, what the run's command line used; the offload stall
+// 2.1 -> 0.45 s: -42.3 -> -27.6 %) and the GB200/GB300 attention at B200's measured attention
+// throttle 0.86 instead of GB200's FP8-GEMM 0.78 (128k row -27.7 -> -22.0 %, GB300 -10.8 ->
+// -12.3 %): MAPE 16.0 %, bias +3.1 %. Left beyond the columns: the dispatcher and the all-to-all
+// overlap (notes only), router imbalance (dropless vs forced-balance rows share every column).
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 19.0;
+constexpr double kMoeMapeBoundPct = 16.5;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
@@ -172,4 +178,11 @@ TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound") {
   CHECK(rep.summary.throughput_skipped == 0);
   CHECK(rep.summary.n >= kMoeRowsCompared);
   CHECK(*rep.summary.mape_pct <= kMoeMapeBoundPct);
+  // The GB200 MXFP8 run offloads activations without saying which: resolved, and written down.
+  bool resolved = false;
+  for (const auto& r : rep.rows)
+    if (r.id == "megatron-moe-modelzoo-qwen3-235b-a22b-gb200-256g-mxfp8")
+      for (const auto& a : r.assumptions)
+        resolved = resolved || a.rfind("activation offload scope not stated: fine-grained offload of expert_fc1", 0) == 0;
+  CHECK(resolved);
 }

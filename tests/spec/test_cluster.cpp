@@ -349,8 +349,13 @@ TEST_CASE("H200, H100 96GB and Blackwell numbers") {
   REQUIRE(fp4 != nullptr);
   CHECK(gemm_eff_at(*fp4, 16384) * 10000 * gb200.gpu.sustained_clock_fraction ==
         doctest::Approx(5604).epsilon(0.5 / 5604));
+  // Attention throttles as B200's back-to-back FA4 measured (0.86), not as the FP8 GEMM (0.78);
+  // B200 itself has one fraction for both, its measurement being an attention kernel.
+  CHECK(gb200.gpu.attention_sustained_fraction() == doctest::Approx(0.86).epsilon(kExact));
+  CHECK(b200.gpu.attention_sustained_fraction() == b200.gpu.sustained_clock_fraction);
 
   const ClusterSpec gb300 = load_cluster("gb300");
+  CHECK(gb300.gpu.attention_sustained_fraction() == doctest::Approx(0.86).epsilon(kExact));
   CHECK(gb300.node.gpus_per_node == 4);
   CHECK(gb300.node.nvlink_domain_gpus == 72);
   CHECK(gb300.peak_flops_per_s(Dtype::fp4) == doctest::Approx(15000e12).epsilon(kExact));

@@ -368,3 +368,28 @@ TEST_CASE("Megatron arguments: bad input is one line naming the file, the flag a
     fs::remove(path);
   }
 }
+
+TEST_CASE("Megatron fine-grained activation offload: read, emitted back, and refused when malformed") {
+  RunConfig plan = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  resolve_layout(plan, std::nullopt);
+  plan.plan.act_offload = true;
+  plan.plan.offload_modules.expert_fc1 = true;
+  plan.plan.offload_modules.moe_act = true;
+  const std::string text = megatron_args_text(emit_megatron_args(plan));
+  CHECK(text.find("--fine-grained-activation-offloading") != std::string::npos);
+  CHECK(text.find("--offload-modules expert_fc1 moe_act") != std::string::npos);
+  RunConfig back = import_megatron_args("offload.args", text);
+  CHECK(back.plan.act_offload);
+  CHECK(back.plan.offload_modules.expert_fc1);
+  CHECK(back.plan.offload_modules.moe_act);
+  CHECK_FALSE(back.plan.offload_modules.core_attn);
+  // Whole-layer offload has no Megatron-Core spelling meshplan emits: refused, naming the key.
+  RunConfig whole = plan;
+  whole.plan.offload_modules = {};
+  CHECK_THROWS_AS(emit_megatron_args(whole), InputError);
+
+  CHECK(error_of(kSmall + "--fine-grained-activation-offloading --offload-modules attn_norm everything").key() ==
+        "--offload-modules");
+  CHECK(error_of(kSmall + "--fine-grained-activation-offloading").key() == "--offload-modules");
+  CHECK(warns(import_text(kSmall + "--offload-modules core_attn"), "--offload-modules: has no effect"));
+}

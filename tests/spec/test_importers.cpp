@@ -583,6 +583,40 @@ TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the ke
   CHECK(load_run_config(write_temp("fa3.toml", fa3)).plan.flash_attention_version == 3);
 }
 
+TEST_CASE("plan TOML [offload] activation_modules: Megatron's fine-grained offload round-trips; bad names refused") {
+  RunConfig rc;
+  rc.model = load_model("mixtral-8x7b");
+  rc.cluster = "h100-sxm-80gb";
+  rc.n_gpus = 8;
+  rc.plan.runtime = Runtime::megatron;
+  rc.plan.mesh.dp_replicate = 8;
+  rc.plan.mesh.ep = 8;
+  rc.plan.act_offload = true;
+  rc.plan.offload_modules.expert_fc1 = true;
+  rc.plan.offload_modules.core_attn = true;
+  rc.job = Job{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .grad_accum = 8, .pp_microbatches = 0};
+  const std::string text = to_plan_toml(rc);
+  CHECK(text.find("activation_modules = [\"core_attn\", \"expert_fc1\"]") != std::string::npos);
+  const RunConfig back = load_run_config(write_temp("offmods.toml", text));
+  CHECK(back.plan.offload_modules.core_attn);
+  CHECK(back.plan.offload_modules.expert_fc1);
+  CHECK_FALSE(back.plan.offload_modules.moe_act);
+  CHECK(plan_text(back) == text);
+  // Whole-layer offload writes no list, so existing plan files stay byte-identical.
+  rc.plan.offload_modules = {};
+  CHECK(to_plan_toml(rc).find("activation_modules") == std::string::npos);
+
+  std::string bad = text;
+  bad.replace(bad.find("\"core_attn\""), 11, "\"attention\"");
+  std::string what = load_error(write_temp("offbad.toml", bad));
+  CHECK(what.find("activation_modules") != std::string::npos);
+  CHECK(what.find("'attention'") != std::string::npos);
+  std::string off = text;
+  off.replace(off.find("activations = true"), 18, "activations = false");
+  what = load_error(write_temp("offoff.toml", off));
+  CHECK(what.find("needs activations = true") != std::string::npos);
+}
+
 TEST_CASE("MPT's loss_fn: fused_crossentropy by default, torch_crossentropy on request, anything else an error") {
   CHECK(load_yaml("loss1.yaml", foundry("  sharding_strategy: FULL_SHARD\n")).plan.fused_cross_entropy);
   CHECK_FALSE(load_yaml("loss2.yaml", foundry("  sharding_strategy: FULL_SHARD\n", "  loss_fn: torch_crossentropy\n"))

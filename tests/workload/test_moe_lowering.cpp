@@ -283,3 +283,59 @@ TEST_CASE("MoE saved activations: routed copies and router logits; recompute mod
   CHECK(none - saved_block_bytes(m, p, mb, 0) ==
         doctest::Approx(moe_routing_saved_bytes(m, p, mb) + 4 * 2.0 * 1024 * 512 * 2));
 }
+
+TEST_CASE("fine-grained activation offload moves only the listed submodules' saved tensors") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  const MicroBatchShape mb{1024, 1};
+  const double saved = saved_block_bytes(m, p, mb, 1);
+  CHECK(offloaded_block_bytes(m, p, mb, 1) == 0);  // no offload at all
+  p.act_offload = true;
+  CHECK(offloaded_block_bytes(m, p, mb, 1) == doctest::Approx(saved));  // whole layers
+  // expert_fc1: the dispatched tokens, 2 copies (top-2) of 1024 tokens x 256 x 2 bytes.
+  p.offload_modules.expert_fc1 = true;
+  CHECK(offloaded_block_bytes(m, p, mb, 1) == doctest::Approx(2.0 * 2048 * 256));
+  // moe_act: its input, the first grouped GEMM's gate and up outputs, 2 x 2048 copies x 512 x 2 bytes.
+  p.offload_modules.moe_act = true;
+  CHECK(offloaded_block_bytes(m, p, mb, 1) == doctest::Approx(2.0 * 2048 * 256 + 2 * 2.0 * 2048 * 512));
+  // core_attn: Q, K, V (4 heads of 64 each) and the fp32 log-sum-exp per head and token.
+  Plan attn = p;
+  attn.offload_modules = {};
+  attn.offload_modules.core_attn = true;
+  CHECK(offloaded_block_bytes(m, attn, mb, 1) == doctest::Approx(2.0 * 1024 * 3 * 256 + 4.0 * 4 * 1024));
+  // With the whole MoE block recomputed there is nothing of the experts left to move.
+  Plan rc = p;
+  rc.recompute_modules.moe = true;
+  CHECK(offloaded_block_bytes(m, rc, mb, 1) == 0);
+  // Never more than the block saves.
+  Plan all = p;
+  for (bool* f : {&all.offload_modules.attn_norm, &all.offload_modules.qkv_linear, &all.offload_modules.core_attn,
+                  &all.offload_modules.attn_proj, &all.offload_modules.mlp_norm})
+    *f = true;
+  CHECK(offloaded_block_bytes(m, all, mb, 1) <= saved);
+  // Expert modules save nothing on a dense model.
+  ModelSpec dense = m;
+  dense.moe = {};
+  Plan e = p;
+  e.offload_modules = {};
+  e.offload_modules.expert_fc1 = true;
+  CHECK(offloaded_block_bytes(dense, e, mb, 1) == 0);
+}
+
+TEST_CASE("fine-grained offload: the lowering copies the listed share; the rest stays on the device") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  p.act_offload = true;
+  p.offload_modules.expert_fc1 = true;
+  const MicroBatchShape mb{1024, 1};
+  const StepProgram prog = lower_step(m, p, job(2));
+  double d2h = 0, h2d = 0;
+  for (const Op& o : prog.ops) {
+    if (o.kind != OpKind::host_copy) continue;
+    (o.name.rfind("offload.d2h", 0) == 0 ? d2h : h2d) += o.bytes;
+  }
+  // 2 layers x 2 micro-batches, out and back.
+  CHECK(d2h == doctest::Approx(4 * 2.0 * 2048 * 256));
+  CHECK(h2d == doctest::Approx(d2h));
+  CHECK(offloaded_block_bytes(m, p, mb, 0) < saved_block_bytes(m, p, mb, 0));
+}
