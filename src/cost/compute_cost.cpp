@@ -193,6 +193,7 @@ struct AttentionRate {
   AttentionKernel kernel = AttentionKernel::framework;
   std::string_view source;
   std::string_view pass;
+  std::string_view curve_kernel;  // the curve's own kernel name (a calibrated "cudnn-sdpa" vs "cudnn")
   bool fallback = false;   // kernel, pass, dtype, mask or head dim outside the curves
 };
 
@@ -241,24 +242,15 @@ AttentionKernel measured_family(const ClusterSpec& c, AttentionKernel want, bool
 // passes of a training step at one rate, split by FLOPs, as FlashAttention's own benchmark times
 // them), else the pass's own ("fwd" / "bwd"), else the other one (flagged) -- of the dtype (FP8 attention curves for fp8, else the 16-bit ones), of the mask if
 // measured; then a power law in head_dim between the nearest measured head dims, clamped.
-AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape, Pass pass, Dtype dtype) {
+// The rate of `family`'s curves of one pass at `shape`: FP8 or 16-bit curves by dtype, the mask
+// (the other one when absent), log-interpolated between the nearest head dims. `fallback` is
+// set where the shape is outside what the curves measured.
+AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, AttentionKernel family,
+                        std::string_view pass_name, Dtype dtype) {
   AttentionRate out;
-  out.kernel = measured_family(c, attention_kernel_for(c, shape), out.fallback);
+  out.kernel = family;
   const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
-  auto in_family = [&](const AttentionCurve& a) { return usable(a) && family_of(a) == out.kernel; };
-
-  const std::array<std::string_view, 3> passes =
-      pass == Pass::forward ? std::array<std::string_view, 3>{"fwd+bwd", "fwd", "bwd"}
-                            : std::array<std::string_view, 3>{"fwd+bwd", "bwd", "fwd"};
-  std::string_view chosen_pass = passes[2];
-  for (std::string_view want : passes) {
-    if (std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_family(a) && a.pass == want; })) {
-      chosen_pass = want;
-      break;
-    }
-  }
-  if (chosen_pass == passes[2]) out.fallback = true;
-  auto in_pass = [&](const AttentionCurve& a) { return in_family(a) && a.pass == chosen_pass; };
+  auto in_pass = [&](const AttentionCurve& a) { return usable(a) && family_of(a) == family && a.pass == pass_name; };
 
   // FP8 inputs take FP8 curves; every other dtype the 16-bit ones (a fraction of that peak).
   const bool want_fp8 = dtype == Dtype::fp8;
@@ -297,7 +289,52 @@ AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape, 
   out.flops_per_s = rate;
   out.curve_dtype = below->dtype;
   out.source = below->source;
-  out.pass = chosen_pass;
+  out.pass = pass_name;
+  out.curve_kernel = below->kernel;
+  return out;
+}
+
+AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape, Pass pass, Dtype dtype) {
+  bool family_fallback = false;
+  const AttentionKernel family = measured_family(c, attention_kernel_for(c, shape), family_fallback);
+  const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
+  auto has_pass = [&](std::string_view want) {
+    return std::any_of(curves.begin(), curves.end(),
+                       [&](const AttentionCurve& a) { return usable(a) && family_of(a) == family && a.pass == want; });
+  };
+  const std::array<std::string_view, 3> passes =
+      pass == Pass::forward ? std::array<std::string_view, 3>{"fwd+bwd", "fwd", "bwd"}
+                            : std::array<std::string_view, 3>{"fwd+bwd", "bwd", "fwd"};
+  std::string_view chosen_pass = passes[2];
+  for (std::string_view want : passes) {
+    if (has_pass(want)) {
+      chosen_pass = want;
+      break;
+    }
+  }
+  AttentionRate out = pass_rate(c, shape, family, chosen_pass, dtype);
+  out.fallback = out.fallback || family_fallback || chosen_pass == passes[2];
+  // A fwd+bwd curve (FlashAttention's README: both passes timed together) beside a forward-only
+  // one of the same kernel pins both passes: the forward at its own rate, the backward at what is
+  // left of the measured pair's time. For F_b = r F_f: t_b = (1 + r) F_f / R_fb - F_f / R_f, so
+  // R_b = r / ((1 + r) / R_fb - 1 / R_f), and t_f + t_b is the measured fwd+bwd time. Only for
+  // curves of one kernel: a calibrated fwd+bwd curve is not split by a shipped forward one.
+  if (chosen_pass == "fwd+bwd" && has_pass("fwd")) {
+    const AttentionRate fwd = pass_rate(c, shape, family, "fwd", dtype);
+    if ((!fwd.fallback || out.fallback) && fwd.curve_kernel == out.curve_kernel) {
+      if (pass == Pass::forward) {
+        out = fwd;
+        out.fallback = out.fallback || family_fallback;
+      } else {
+        const double r = kAttentionBackwardOverForward;
+        const double inv = (1 + r) / out.flops_per_s - 1 / fwd.flops_per_s;
+        if (inv > 0) {
+          out.flops_per_s = r / inv;
+          out.pass = "bwd (fwd+bwd less fwd)";
+        }
+      }
+    }
+  }
   return out;
 }
 

@@ -192,8 +192,21 @@ TEST_CASE("FlashAttention-2 fwd+bwd matches the H100 and A100 figures (FlashAtte
   mid.head_dim = 96;
   const double rate = attention_flops(mid, Pass::forward) /
                       attention_time(h100, mid, Pass::forward, Dtype::bf16).compute_seconds / 1e12;
-  CHECK(rate > 0.9 * 273.0);  // causal hd64 at 8k, at the sustained clock
-  CHECK(rate < 0.9 * 308.0);  // causal hd128 at 8k
+  // The forward runs at the forward-only curves (FA3 paper figures), the backward at what the
+  // fwd+bwd figure leaves: causal hd64 and hd128 forward at 8k, at the sustained clock.
+  CHECK(rate > 0.9 * 295.0);
+  CHECK(rate < 0.9 * 333.0);
+  // The backward's rate is the pair's time less the forward's: r / ((1 + r) / R_fb - 1 / R_f)
+  // with r = 2.5 (causal hd128 at 8k: R_fb 308, R_f 333 -> 299.0 TFLOP/s).
+  AttentionShape c8k;
+  c8k.batch = 2;
+  c8k.heads = c8k.kv_heads = 16;
+  c8k.seq_q = c8k.seq_kv = 8192;
+  c8k.head_dim = 128;
+  c8k.causal = true;
+  const double bwd_rate = attention_flops(c8k, Pass::backward) /
+                          attention_time(h100, c8k, Pass::backward, Dtype::bf16).compute_seconds / 1e12;
+  CHECK(bwd_rate == doctest::Approx(0.9 * 2.5 / (3.5 / 308.0 - 1 / 333.0)).epsilon(1e-9));
 }
 
 TEST_CASE("a FlashAttention-1 class kernel runs at half the FA2 rate (FA2 paper: ~2x speedup)") {
