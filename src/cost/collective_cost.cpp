@@ -19,9 +19,6 @@
 namespace meshplan {
 namespace {
 
-constexpr int kAlgoRing = static_cast<int>(NcclAlgo::ring);
-constexpr int kAlgoTree = static_cast<int>(NcclAlgo::tree);
-
 // floor(log2(x)) for x >= 1, as NCCL's log2i.
 int log2i(long long x) { return x <= 1 ? 0 : 63 - std::countl_zero(static_cast<unsigned long long>(x)); }
 
@@ -104,8 +101,8 @@ struct Shrink {
 
 class Model {
 public:
-  Model(const ClusterSpec& c, const NcclTable& t, const Geometry& geo, const CollectiveOptions& o, double bytes)
-      : c_(c), t_(t), geo_(geo), o_(o), bytes_(bytes), arch_(t.arch_table(geo.sm)),
+  Model(const NcclTable& t, const Geometry& geo, const CollectiveOptions& o, double bytes)
+      : t_(t), geo_(geo), o_(o), bytes_(bytes), arch_(t.arch_table(geo.sm)),
         ramp_(pipeline_ramp(t, bytes)) {}
 
   // Pipeline ramp (docs/collectives.md): the fraction of the link-rate transfer time a message of
@@ -377,7 +374,6 @@ private:
     }
   }
 
-  const ClusterSpec& c_;
   const NcclTable& t_;
   const Geometry& geo_;
   const CollectiveOptions& o_;
@@ -485,7 +481,7 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
     return e;
   }
 
-  const Model m(c, table, geo, options, bytes);
+  const Model m(table, geo, options, bytes);
   const double bus_bytes = bytes * bus_bandwidth_factor(op, geo.n);
   const bool nvls_ok = c.node.nvls && geo.n > 1;
   Candidate best;
