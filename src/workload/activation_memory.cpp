@@ -54,7 +54,26 @@ struct Dims {
   double s, b, h, q_width, kv_width, heads, ffn, e;  // e = bytes per activation element
   double residual_e;  // bytes per element of the residual stream (block input, norm inputs)
   double norm_e;      // bytes a norm saves per element of its input
+  double linear_e;    // bytes a block linear saves per element of its input (for its weight gradient)
 };
+
+// Transformer Engine's FP8/FP4 linears (Linear, LayerNormLinear, GroupedLinear) save their input
+// quantized, in the column-wise layout the weight-gradient GEMM reads, with its scales, instead of
+// the high-precision tensor. torchao's float8 linears save the high-precision input and re-cast it
+// in backward.
+double saved_linear_input_bytes(const Plan& p, double e) {
+  switch (p.fp8) {
+    case Fp8Recipe::te_delayed:
+    case Fp8Recipe::te_current:
+    case Fp8Recipe::te_blockwise:
+    case Fp8Recipe::mxfp8:
+    case Fp8Recipe::nvfp4: {
+      const Dtype q = low_precision_gemm_dtype(p.fp8);
+      return std::min(e, bytes_per_element(q) + scale_bytes_per_element(q));
+    }
+    default: return e;
+  }
+}
 
 // An eager RMSNorm (x.float() * rsqrt(mean(x^2) + eps), cast back, times the weight: torchtitan's,
 // torchtune's, HF's and litgpt's modules) saves the fp32 upcast for pow/mul backward and the cast
@@ -76,6 +95,7 @@ Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   d.e = bytes_per_element(p.compute_dtype);
   d.residual_e = autocast_fp32_weights(p) ? 4.0 : d.e;
   d.norm_e = norm_saved_bytes_per_element(m, p, d.residual_e);
+  d.linear_e = saved_linear_input_bytes(p, d.e);
   if (m.moe.enabled()) {
     // Each token visits top_k experts (plus shared ones): that many inner-width tensors; a
     // capacity factor pads every expert's buffer to capacity.
@@ -95,9 +115,11 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   const double sb = d.s * d.b;
   BlockActivations a;
   a.norms_bytes = 2 * d.norm_e * sb * d.h / t.seq_sharded;
-  // QKV input, Q, K, V, and the attention output O (which is also the out-proj input).
-  a.attention_bytes = d.e * sb * d.h / t.linear_input +
-                      d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads;
+  // QKV input, Q, K, V, and the attention output O (which is also the out-proj input; a
+  // quantizing out-proj keeps its own low-precision copy of it besides the kernel's).
+  const double proj_copy = d.linear_e < d.e ? d.linear_e : 0.0;
+  a.attention_bytes = d.linear_e * sb * d.h / t.linear_input +
+                      d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads + proj_copy * sb * d.q_width / t.heads;
   if (!p.flash_attention) {
     // Softmax output, plus with dropout its mask (1 byte) and the dropped-out copy.
     const double scores = d.heads * d.s * d.s * d.b / t.heads;
@@ -106,17 +128,22 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
     // FlashAttention keeps the fp32 log-sum-exp per head and token instead of the scores.
     a.attention_scores_bytes = 4 * d.heads * sb / t.heads;
   }
-  a.mlp_bytes = d.e * sb * d.h * t.mlp_input_batch / t.linear_input +
-                mlp_inner_tensors(m.mlp) * d.e * sb * d.ffn / t.mlp_inner;
+  // The up projection's input and the inner tensors, the last of which is the down projection's
+  // input. An MoE block's input feeds the router (not quantized) and the dispatch; the experts'
+  // own inputs are the routed copies (moe_routing_saved_bytes).
+  const double mlp_input_e = m.moe.enabled() ? d.e : d.linear_e;
+  a.mlp_bytes = mlp_input_e * sb * d.h * t.mlp_input_batch / t.linear_input +
+                ((mlp_inner_tensors(m.mlp) - 1) * d.e + d.linear_e) * sb * d.ffn / t.mlp_inner;
   if (m.attention == AttentionKind::mla) {
     // MLA keeps its two latents (the compressed query and the compressed KV with the rotary key,
     // replicated over TP) and the expanded Q, K (d_nope + d_rope per head), V and O (d_v per head)
     // that the attention kernel reads; the q_a and kv_a inputs are the block's norm output.
     const double heads = m.n_heads;
     const double qk = static_cast<double>(m.head_dim + m.mla.rope_head_dim);
-    a.attention_bytes = d.e * sb * d.h / t.linear_input +
+    a.attention_bytes = d.linear_e * sb * d.h / t.linear_input +
                         d.e * sb * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.rope_head_dim) +
-                        d.e * sb * heads * (2 * qk + 2 * static_cast<double>(m.mla.v_head_dim)) / t.heads;
+                        d.e * sb * heads * (2 * qk + 2 * static_cast<double>(m.mla.v_head_dim)) / t.heads +
+                        proj_copy * sb * heads * static_cast<double>(m.mla.v_head_dim) / t.heads;
   }
   if (m.qk_norm) a.attention_bytes += d.e * sb * (d.q_width + d.kv_width) / t.heads;  // pre-norm Q and K
   a.mlp_bytes += moe_routing_saved_bytes(m, p, mb);
@@ -136,17 +163,18 @@ double moe_routing_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
   const double split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel)
                            ? static_cast<double>(tp) / etp : 1.0;
   const double copies = sb * m.moe.top_k * capacity / split;
-  // The permuted expert inputs (read by the first grouped GEMM's weight gradient), the expert
-  // outputs (read by the weighted combine's backward for the routing probabilities' gradient),
-  // and the router's fp32 logits and probabilities.
-  return 2 * d.e * copies * d.h + 2 * 4 * sb / split * m.moe.n_experts;
+  // The permuted expert inputs (read by the first grouped GEMM's weight gradient, so kept as that
+  // GEMM saves its input), the expert outputs (read by the weighted combine's backward for the
+  // routing probabilities' gradient), and the router's fp32 logits and probabilities.
+  return (d.linear_e + d.e) * copies * d.h + 2 * 4 * sb / split * m.moe.n_experts;
 }
 
 double moe_block_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   if (!m.moe.enabled()) return 0;
   const Dims d = dims(m, p, mb);
   const TpSplit t = tp_split(p);
-  return moe_routing_saved_bytes(m, p, mb) + mlp_inner_tensors(m.mlp) * d.e * d.s * d.b * d.ffn / t.mlp_inner;
+  return moe_routing_saved_bytes(m, p, mb) +
+         ((mlp_inner_tensors(m.mlp) - 1) * d.e + d.linear_e) * d.s * d.b * d.ffn / t.mlp_inner;
 }
 
 double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
@@ -158,7 +186,7 @@ double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBat
   double freed = 0;
   // layernorm: the norms' outputs (the QKV and MLP inputs) are dropped and recomputed from the
   // norms' inputs, which the residual stream keeps anyway.
-  if (r.norms) freed += 2 * d.e * sb * d.h / t.linear_input;
+  if (r.norms) freed += (d.linear_e + (m.moe.enabled() ? d.e : d.linear_e)) * sb * d.h / t.linear_input;
   if (r.moe && m.moe.enabled()) {
     freed += moe_block_saved_bytes(m, p, mb);
   } else if (r.moe_act && m.moe.enabled()) {
@@ -166,7 +194,8 @@ double recompute_modules_freed_bytes(const ModelSpec& m, const Plan& p, MicroBat
     // ReLU^2: the activation output) of the routed experts.
     const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
     const double routed_ffn = static_cast<double>(m.moe.expert_ffn) * m.moe.top_k * capacity;
-    freed += (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * sb * routed_ffn / t.mlp_inner;
+    // The last of them is the down projection's input, kept as that GEMM saves it.
+    freed += ((m.mlp == MlpKind::swiglu ? 1.0 : 0.0) * d.e + d.linear_e) * sb * routed_ffn / t.mlp_inner;
   }
   return freed;
 }
@@ -250,7 +279,7 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
   if (o.attn_norm) bytes += norm_input;
   if (o.mlp_norm) bytes += norm_input;
   // --recompute-modules layernorm drops the norm outputs: the QKV input is not saved then.
-  if (o.qkv_linear && !p.recompute_modules.norms) bytes += d.e * sb * d.h / t.linear_input;
+  if (o.qkv_linear && !p.recompute_modules.norms) bytes += d.linear_e * sb * d.h / t.linear_input;
   const bool attention_recomputed = p.ac == AcMode::selective_attn && !p.flash_attention;
   if (o.core_attn && !attention_recomputed) {
     // Q, K, V and the softmax log-sum-exp; MLA's expanded heads are d_nope + d_rope wide.
@@ -267,7 +296,7 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
     const double out = m.attention == AttentionKind::mla
                            ? static_cast<double>(m.n_heads) * static_cast<double>(m.mla.v_head_dim)
                            : d.q_width;
-    bytes += d.e * sb * out / t.heads;
+    bytes += d.linear_e * sb * out / t.heads;  // the projection's own copy where it quantizes
   }
   if (m.moe.enabled() && !p.recompute_modules.moe) {
     const int tp = p.mesh.tp;
@@ -276,7 +305,7 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
                              ? static_cast<double>(tp) / etp : 1.0;
     const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
     const double copies = sb * m.moe.top_k * capacity / split;
-    if (o.expert_fc1) bytes += d.e * copies * d.h;
+    if (o.expert_fc1) bytes += d.linear_e * copies * d.h;
     // The activation's input is the first GEMM's output: gate and up under SwiGLU, over the
     // expert tensor-parallel split of the inner width.
     if (o.moe_act)

@@ -97,11 +97,14 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // offload that fits (expert_fc1 + moe_act, what the run's command line used; the offload stall
 // 2.1 -> 0.45 s: -42.3 -> -27.6 %) and the GB200/GB300 attention at B200's measured attention
 // throttle 0.86 instead of GB200's FP8-GEMM 0.78 (128k row -27.7 -> -22.0 %, GB300 -10.8 ->
-// -12.3 %): MAPE 16.0 %, bias +3.1 %. Left beyond the columns: the dispatcher and the all-to-all
-// overlap (notes only), router imbalance (dropless vs forced-balance rows share every column).
+// -12.3 %): MAPE 16.0 %, bias +3.1 %. Then Transformer Engine's FP8/FP4 linears keep their
+// inputs quantized for the weight gradient (MXFP8: 1 + 1/32 bytes per element instead of 2): the
+// 128k GB200 row fits (no run predicted out of memory), the MXFP8 row -25.0 %: MAPE 15.8 %. Left
+// beyond the columns: the dispatcher and the all-to-all overlap (notes only), router imbalance
+// (dropless vs forced-balance rows share every column).
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 16.5;
+constexpr double kMoeMapeBoundPct = 16.3;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
@@ -178,11 +181,13 @@ TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound") {
   CHECK(rep.summary.throughput_skipped == 0);
   CHECK(rep.summary.n >= kMoeRowsCompared);
   CHECK(*rep.summary.mape_pct <= kMoeMapeBoundPct);
+  CHECK(rep.summary.predicted_out_of_memory == 0);  // every one of these runs ran
   // The GB200 MXFP8 run offloads activations without saying which: resolved, and written down.
   bool resolved = false;
   for (const auto& r : rep.rows)
     if (r.id == "megatron-moe-modelzoo-qwen3-235b-a22b-gb200-256g-mxfp8")
       for (const auto& a : r.assumptions)
-        resolved = resolved || a.rfind("activation offload scope not stated: fine-grained offload of expert_fc1", 0) == 0;
+        resolved = resolved || (a.rfind("activation offload scope not stated: fine-grained offload of ", 0) == 0 &&
+                                a.find("expert_fc1") != std::string::npos && a.find("moe_act") != std::string::npos);
   CHECK(resolved);
 }

@@ -339,3 +339,22 @@ TEST_CASE("fine-grained offload: the lowering copies the listed share; the rest 
   CHECK(h2d == doctest::Approx(d2h));
   CHECK(offloaded_block_bytes(m, p, mb, 0) < saved_block_bytes(m, p, mb, 0));
 }
+
+TEST_CASE("Transformer Engine FP8 linears keep their inputs quantized for the weight gradient") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  const MicroBatchShape mb{1024, 1};
+  const double bf16 = saved_block_bytes(m, p, mb, 0);
+  p.fp8 = Fp8Recipe::mxfp8;
+  // MXFP8: 1 byte plus an E8M0 scale per 32 elements; the expert outputs stay bf16.
+  const double q = 1.0 + 1.0 / 32;
+  CHECK(moe_routing_saved_bytes(m, p, mb) == doctest::Approx((q + 2.0) * 2048 * 256 + 8.0 * 1024 * 8));
+  // Per block: the QKV input (1024 x 256) and the experts' up-projection input (2048 copies x
+  // 256) at q instead of 2; the down projection's input (2048 x 512) too; the out-projection
+  // keeps a quantized copy of the attention output (1024 x 256) beside the kernel's bf16 one.
+  const double saved = (2.0 - q) * (1024.0 * 256 + 2048.0 * 256 + 2048.0 * 512) - q * 1024.0 * 256;
+  CHECK(bf16 - saved_block_bytes(m, p, mb, 0) == doctest::Approx(saved));
+  // torchao's float8 linears save the high-precision input: nothing changes.
+  p.fp8 = Fp8Recipe::torchao_tensorwise;
+  CHECK(saved_block_bytes(m, p, mb, 0) == doctest::Approx(bf16));
+}
