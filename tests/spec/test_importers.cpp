@@ -514,12 +514,20 @@ TEST_CASE("torchtitan defaults and quirks") {
   }
 }
 
-TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
+namespace {
+// Mixtral under Megatron on `gpus` GPUs of `cluster`, the rest of the plan at its defaults.
+RunConfig megatron_mixtral(const char* cluster, int gpus) {
   RunConfig rc;
   rc.model = load_model("mixtral-8x7b");
-  rc.cluster = "a100-80gb";
-  rc.n_gpus = 32;
+  rc.cluster = cluster;
+  rc.n_gpus = gpus;
   rc.plan.runtime = Runtime::megatron;
+  return rc;
+}
+}  // namespace
+
+TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
+  RunConfig rc = megatron_mixtral("a100-80gb", 32);
   rc.plan.mesh = Mesh{.pp = 2, .vpp = 2, .dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2, .ep = 4};
   rc.plan.sharding = Sharding::zero1;
   rc.plan.reshard_after_forward = false;
@@ -584,11 +592,7 @@ TEST_CASE("plan TOML keeps the FlashAttention generation; a bad one names the ke
 }
 
 TEST_CASE("plan TOML [offload] activation_modules: Megatron's fine-grained offload round-trips; bad names refused") {
-  RunConfig rc;
-  rc.model = load_model("mixtral-8x7b");
-  rc.cluster = "h100-sxm-80gb";
-  rc.n_gpus = 8;
-  rc.plan.runtime = Runtime::megatron;
+  RunConfig rc = megatron_mixtral("h100-sxm-80gb", 8);
   rc.plan.mesh.dp_replicate = 8;
   rc.plan.mesh.ep = 8;
   rc.plan.act_offload = true;
