@@ -322,16 +322,24 @@ public:
     double intra_bytes = 0, net_bytes = 0;
     if (op == CollectiveOp::send_recv) {
       (geo_.nodes > 1 && !geo_.nvlink_only ? net_bytes : intra_bytes) = bytes_;
+    } else if (o_.dedup_top_k > 0 && o_.dedup_experts >= geo_.n) {
+      // A deduplicating dispatcher (DeepEP, HybridEP) sends a token once to each rank holding any
+      // of its experts (that rank fans it out to its local experts; the combine sums them there
+      // before sending back): copies per token are the ranks hit, not top-k. Across domains a
+      // token's copies for one remote domain cross once (to the rank with the same local index
+      // there) and go on over NVLink to the other ranks hit in it: (local - 1) / local of them.
+      const double k = o_.dedup_top_k;
+      const double ranks_hit = expected_domains_hit(o_.dedup_top_k, o_.dedup_experts, geo_.n);
+      if (geo_.nvlink_only) {
+        intra_bytes = bytes_ / k * ranks_hit * (n - 1) / n;
+      } else {
+        const double hit = expected_domains_hit(o_.dedup_top_k, o_.dedup_experts, geo_.islands);
+        const double remote = hit * (geo_.islands - 1) / geo_.islands;  // the own domain is one of them
+        intra_bytes = bytes_ / k * ranks_hit * (geo_.local - 1) / geo_.local;
+        net_bytes = bytes_ * remote / k;
+      }
     } else if (geo_.nvlink_only) {
       intra_bytes = bytes_ * (n - 1) / n;
-    } else if (o_.dedup_top_k > 0 && o_.dedup_experts >= geo_.islands) {
-      // A token's copies for one remote domain cross once (to the rank with the same local index
-      // there) and fan out over NVLink; every copy bound for another rank of the receiving domain
-      // is forwarded over NVLink, so (local - 1) / local of all copies move on NVLink.
-      const double hit = expected_domains_hit(o_.dedup_top_k, o_.dedup_experts, geo_.islands);
-      const double remote = hit * (geo_.islands - 1) / geo_.islands;  // the own domain is one of them
-      intra_bytes = bytes_ * (geo_.local - 1) / geo_.local;
-      net_bytes = bytes_ * remote / o_.dedup_top_k;
     } else {
       intra_bytes = bytes_ * (geo_.local - 1) / n;
       net_bytes = bytes_ * (n - geo_.local) / n;
