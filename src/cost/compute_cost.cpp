@@ -238,13 +238,9 @@ AttentionKernel measured_family(const ClusterSpec& c, AttentionKernel want, bool
   throw InputError(c.source_file, "gpu.attention_curve", "profile has no attention curve");
 }
 
-// Within the kernel family: the curves of the pass -- "fwd+bwd" if the family has them (both
-// passes of a training step at one rate, split by FLOPs, as FlashAttention's own benchmark times
-// them), else the pass's own ("fwd" / "bwd"), else the other one (flagged) -- of the dtype (FP8 attention curves for fp8, else the 16-bit ones), of the mask if
-// measured; then a power law in head_dim between the nearest measured head dims, clamped.
-// The rate of `family`'s curves of one pass at `shape`: FP8 or 16-bit curves by dtype, the mask
-// (the other one when absent), log-interpolated between the nearest head dims. `fallback` is
-// set where the shape is outside what the curves measured.
+// The rate of `family`'s curves of one pass at `shape`: FP8 attention curves for fp8, else the
+// 16-bit ones; the mask if measured (else the other one); a power law in head_dim between the
+// nearest measured head dims, clamped. `fallback` is set where the shape is outside the curves.
 AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, AttentionKernel family,
                         std::string_view pass_name, Dtype dtype) {
   AttentionRate out;
@@ -294,6 +290,9 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
   return out;
 }
 
+// Within the kernel family, the curves of the pass: "fwd+bwd" if the family has them (both passes
+// of a training step timed together, as FlashAttention's own benchmark does), else the pass's own
+// ("fwd" / "bwd"), else the other one (flagged).
 AttentionRate attention_rate(const ClusterSpec& c, const AttentionShape& shape, Pass pass, Dtype dtype) {
   bool family_fallback = false;
   const AttentionKernel family = measured_family(c, attention_kernel_for(c, shape), family_fallback);
