@@ -415,19 +415,40 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   check_attention(a);
   KernelEstimate e;
   e.peak_flops_per_s = dense_peak(c, dtype);
-  const AttentionRate rate = attention_rate(c, a, pass, dtype);
   // A curve's rate is a fraction of its own dtype's peak; other dtypes keep that fraction.
-  const double measured_peak = dense_peak(c, rate.curve_dtype == Dtype::fp8 ? Dtype::fp8 : Dtype::bf16);
-  const double generation = a.flash_version == 1 && rate.kernel == AttentionKernel::fa2 ? kFlash1RateOverFlash2 : 1.0;
-  const double kernel_efficiency = std::min(generation * rate.flops_per_s / measured_peak, 1.0);
+  auto efficiency = [&](const AttentionRate& r) {
+    const double measured_peak = dense_peak(c, r.curve_dtype == Dtype::fp8 ? Dtype::fp8 : Dtype::bf16);
+    const double generation = a.flash_version == 1 && r.kernel == AttentionKernel::fa2 ? kFlash1RateOverFlash2 : 1.0;
+    return std::min(generation * r.flops_per_s / measured_peak, 1.0);
+  };
+  e.flops = attention_flops(a, pass);
+  e.bytes = attention_bytes(a, pass, dtype);
+  const double rate_scale = e.peak_flops_per_s * c.gpu.attention_sustained_fraction();
+  AttentionRate rate;
+  if (a.causal && a.seq_q < a.seq_kv) {
+    // A causal query slice over a longer key range (context parallelism's load-balanced chunks,
+    // ring or all-gather): only the diagonal blocks, seq_q / seq_kv of the FLOPs, are masked; the
+    // rest are unmasked blocks of seq_q keys (ring steps; TE and torch's ring attention run them
+    // as full-mask kernel calls), at the full-mask rate.
+    AttentionShape block = a;
+    block.seq_kv = a.seq_q;
+    rate = attention_rate(c, block, pass, dtype);
+    AttentionShape unmasked = block;
+    unmasked.causal = false;
+    const AttentionRate full = attention_rate(c, unmasked, pass, dtype);
+    const double diagonal = static_cast<double>(a.seq_q) / static_cast<double>(a.seq_kv);
+    e.compute_seconds = e.flops * diagonal / (efficiency(rate) * rate_scale) +
+                        e.flops * (1 - diagonal) / (efficiency(full) * rate_scale);
+    rate.fallback = rate.fallback || full.fallback;
+  } else {
+    rate = attention_rate(c, a, pass, dtype);
+    e.compute_seconds = e.flops / (efficiency(rate) * rate_scale);
+  }
   e.curve_fallback = rate.fallback;
   e.curve_dtype = rate.curve_dtype;
   e.attention_kernel = rate.kernel;
   e.curve_source = rate.source;
   e.curve_pass = rate.pass;
-  e.flops = attention_flops(a, pass);
-  e.bytes = attention_bytes(a, pass, dtype);
-  e.compute_seconds = e.flops / (kernel_efficiency * e.peak_flops_per_s * c.gpu.attention_sustained_fraction());
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

@@ -698,3 +698,31 @@ TEST_CASE("quantize kernels per recipe: bytes read, copies and scales written (d
   CHECK(low_precision_gemm_dtype(Fp8Recipe::nvfp4) == Dtype::fp4);
   CHECK(low_precision_gemm_dtype(Fp8Recipe::te_current) == Dtype::fp8);
 }
+
+TEST_CASE("context parallelism: a causal query slice is masked only on its diagonal blocks") {
+  const ClusterSpec c = profile("h100-sxm-80gb");
+  // cp 8 of a 16k sequence: 2048 queries over 16384 keys, load-balanced (Megatron / TE ring).
+  AttentionShape slice;
+  slice.batch = 1;
+  slice.heads = 64;
+  slice.kv_heads = 8;
+  slice.seq_q = 2048;
+  slice.seq_kv = 16384;
+  slice.head_dim = 128;
+  slice.causal = true;
+  slice.backend = AttentionBackend::transformer_engine;
+  AttentionShape block = slice;
+  block.seq_kv = 2048;
+  AttentionShape full = block;
+  full.causal = false;
+  auto rate = [&](const AttentionShape& a, Pass p) {
+    return attention_flops(a, p) / attention_time(c, a, p, Dtype::bf16).compute_seconds;
+  };
+  for (Pass p : {Pass::forward, Pass::backward}) {
+    const double flops = attention_flops(slice, p);
+    // 1/8 of the FLOPs (the diagonal 2048 x 2048 causal block) at the causal rate, 7/8 unmasked.
+    const double expected = flops / 8 / rate(block, p) + flops * 7 / 8 / rate(full, p);
+    CHECK(attention_time(c, slice, p, Dtype::bf16).compute_seconds == doctest::Approx(expected).epsilon(1e-9));
+    CHECK(rate(full, p) > rate(block, p));  // the full mask runs faster on these curves
+  }
+}

@@ -103,12 +103,15 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // the flex dispatcher deduplicates per destination rank as well as per domain (DeepEP's
 // is_token_in_rank: 5.34 copies per token instead of 8 for EP 8 with 16 experts a rank), which
 // moves the rows whose errors are not about the dispatcher the wrong way (TP 4 +81 -> +87 %, the
-// pp 32 row, whose notes name the plain all-to-all, +40 -> +42 %): MAPE 16.1 %. Left
+// pp 32 row, whose notes name the plain all-to-all, +40 -> +42 %): MAPE 16.1 %. Then context
+// parallelism's query slices masked only on their diagonal blocks, the rest at the full-mask rate
+// (the forced-balance long-context rows -5.7 / -9.4 / -10.6 -> -4.3 / -6.5 / -6.6 %, their
+// dropless twins up as much): MAPE 15.8 %, bias +5.3 %. Left
 // beyond the columns: the dispatcher and the all-to-all overlap (notes only), router imbalance
 // (dropless vs forced-balance rows share every column).
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 16.3;
+constexpr double kMoeMapeBoundPct = 16.0;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
