@@ -453,6 +453,16 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   return finish(e, c.gpu.kernel_launch_seconds);
 }
 
+KernelEstimate cast_time(const ClusterSpec& c, double bytes) {
+  if (!(bytes >= 0) || !std::isfinite(bytes))
+    throw InputError("", "cast_bytes", "must be a finite, non-negative byte count");
+  KernelEstimate e;
+  if (bytes == 0) return e;
+  e.bytes = bytes;
+  e.memory_seconds = bytes / achieved_hbm_bytes_per_s(c);
+  return finish(e, c.gpu.kernel_launch_seconds);
+}
+
 KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
   if (!(bytes >= 0) || !std::isfinite(bytes))
     throw InputError("", "memory_bytes", "must be a finite, non-negative byte count");

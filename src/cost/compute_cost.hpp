@@ -59,5 +59,8 @@ AttentionKernel attention_kernel_for(const ClusterSpec& c, const AttentionShape&
 
 // Element-wise / reduction kernels: bytes read + written at achieved HBM bandwidth.
 KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes);
+// Low-precision quantize (cast, cast-transpose) kernels: purpose-built streaming kernels, at the
+// profile's copy bandwidth (hbm_efficiency) rather than eager element-wise code's.
+KernelEstimate cast_time(const ClusterSpec& c, double bytes);
 
 }  // namespace meshplan

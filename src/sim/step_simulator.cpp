@@ -64,6 +64,10 @@ double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype, Dtype lo
     const KernelEstimate k = memory_bound_time(c, op.memory_bound_bytes);
     gpu_seconds += k.seconds - k.launch_seconds;
   }
+  if (op.cast_bytes > 0) {
+    const KernelEstimate k = cast_time(c, op.cast_bytes);
+    gpu_seconds += k.seconds - k.launch_seconds;
+  }
   const int kernels = std::max<int>(op.kernels, static_cast<int>(op.gemms.size() + op.attention.size()));
   return std::max(gpu_seconds, kernels * c.gpu.kernel_launch_seconds);
 }
@@ -80,7 +84,7 @@ public:
     std::vector<Entry>& bucket = by_hash_[hash(op)];
     for (const Entry& e : bucket)
       if (same(e, op)) return e.seconds;
-    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.kernels,
+    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.cast_bytes, op.kernels,
                       op.low_precision_gemms, compute_seconds(op, c_, dtype_, low_precision_)});
     return bucket.back().seconds;
   }
@@ -91,6 +95,7 @@ private:
     decltype(Op::attention) attention;
     Pass attention_pass;
     double memory_bound_bytes;
+    double cast_bytes;
     int kernels;
     bool low_precision_gemms;
     double seconds;
@@ -111,6 +116,7 @@ private:
       mix(static_cast<std::uint64_t>(a.heads));
     }
     mix(bits(op.memory_bound_bytes));
+    mix(bits(op.cast_bytes));
     mix(static_cast<std::uint64_t>(op.kernels));
     mix(op.low_precision_gemms ? 1 : 0);
     return h;
@@ -125,6 +131,7 @@ private:
              a.flash_version == b.flash_version && a.backend == b.backend && a.kernel == b.kernel;
     };
     return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
+           bits(e.cast_bytes) == bits(op.cast_bytes) &&
            e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&
            std::equal(e.gemms.begin(), e.gemms.end(), op.gemms.begin(), op.gemms.end(), same_gemm) &&
            std::equal(e.attention.begin(), e.attention.end(), op.attention.begin(), op.attention.end(), same_attention);

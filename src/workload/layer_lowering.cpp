@@ -86,7 +86,7 @@ void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) co
   const QuantRecipe q = quant_recipe(p_.fp8);
   const bool weights = !q.caches_weights || mb == 0;
   op.low_precision_gemms = true;
-  op.memory_bound_bytes += quantize_forward_bytes(linears, d_.e, q, weights);
+  op.cast_bytes += quantize_forward_bytes(linears, d_.e, q, weights);
   op.kernels += quantize_forward_kernels(linears, q, weights);
 }
 
@@ -94,7 +94,7 @@ void Builder::quantize_backward(Op& op, const Gemms& linears) const {
   if (!low_precision()) return;
   op.low_precision_gemms = true;
   const QuantRecipe q = quant_recipe(p_.fp8);
-  op.memory_bound_bytes += quantize_backward_bytes(linears, d_.e, q);
+  op.cast_bytes += quantize_backward_bytes(linears, d_.e, q);
   op.kernels += quantize_backward_kernels(linears, q);
 }
 

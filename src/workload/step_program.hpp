@@ -67,6 +67,7 @@ struct Op {
   SmallVector<AttentionShape, 1> attention;
   Pass attention_pass = Pass::forward;
   double memory_bound_bytes = 0;     // element-wise kernels' bytes read + written
+  double cast_bytes = 0;             // low-precision quantize (cast) kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)

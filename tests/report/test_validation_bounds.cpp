@@ -51,10 +51,11 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // unpublished micro-batch resolved to the largest that fits (issue 15) the small weak-scaling
 // rows run micro-batch 4 and megatron-lm-h100 stands at 14.5 % (bound raised, not tightened: the
 // kernel choice is the framework's, and the H100 profile's sustained-clock factor, fitted when
-// attention was priced as FA2, is the suspect; docs/validation.md). nemo-24.07 8.3 %.
+// attention was priced as FA2, is the suspect; docs/validation.md). nemo-24.07 8.3 %, then 9.0 %
+// with the FP8 casts at copy bandwidth (its FP8 rows' bias -4 -> -1.6 %).
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
-    {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.0},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.5},      {"bloom-176b", 51.0},
 };
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
 constexpr double kMemoryMapeBoundPct = 10.0;
@@ -106,12 +107,13 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // pp 32 row, whose notes name the plain all-to-all, +40 -> +42 %): MAPE 16.1 %. Then context
 // parallelism's query slices masked only on their diagonal blocks, the rest at the full-mask rate
 // (the forced-balance long-context rows -5.7 / -9.4 / -10.6 -> -4.3 / -6.5 / -6.6 %, their
-// dropless twins up as much): MAPE 15.8 %, bias +5.3 %. Left
+// dropless twins up as much): MAPE 15.8 %, bias +5.3 %. Then the low-precision casts at copy
+// bandwidth (MXFP8 rows -25 / -21 / -12 -> -22 / -20 / -8 %): MAPE 15.4 %. Left
 // beyond the columns: the dispatcher and the all-to-all overlap (notes only), router imbalance
 // (dropless vs forced-balance rows share every column).
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 16.0;
+constexpr double kMoeMapeBoundPct = 15.7;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;

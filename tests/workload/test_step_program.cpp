@@ -143,16 +143,19 @@ TEST_CASE("FP8 linears: the GEMMs change dtype and every input is quantized (wei
     CHECK_FALSE(b.low_precision_gemms);
     CHECK(t.low_precision_gemms);
     CHECK(t.gemms.size() == b.gemms.size());
-    CHECK(t.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(te_inputs + (mb == 0 ? te_weights : 0.0)));
-    CHECK(a.memory_bound_bytes - b.memory_bound_bytes == doctest::Approx(tao_inputs + tao_weights));
+    // The casts are their own kernels (priced at copy bandwidth); the element-wise bytes are unchanged.
+    CHECK(b.cast_bytes == 0);
+    CHECK(t.cast_bytes == doctest::Approx(te_inputs + (mb == 0 ? te_weights : 0.0)));
+    CHECK(a.cast_bytes == doctest::Approx(tao_inputs + tao_weights));
+    CHECK(t.memory_bound_bytes == doctest::Approx(b.memory_bound_bytes));
   }
   // Backward quantizes each output gradient and its transpose: (e + 2q) per element.
   const Op& bb = find(pb, "bwd.L0.mb0.mlp");
   const Op& tb = find(pt, "bwd.L0.mb0.mlp");
-  CHECK(tb.memory_bound_bytes - bb.memory_bound_bytes == doctest::Approx((e + 2 * q) * (tokens * f + tokens * h)));
+  CHECK(tb.cast_bytes - bb.cast_bytes == doctest::Approx((e + 2 * q) * (tokens * f + tokens * h)));
   // torchao also casts the saved bf16 input and the weight again (amax read + one copy each).
   const Op& ab = find(pa, "bwd.L0.mb0.mlp");
-  CHECK(ab.memory_bound_bytes - bb.memory_bound_bytes ==
+  CHECK(ab.cast_bytes - bb.cast_bytes ==
         doctest::Approx((2 * e + 2 * q) * (tokens * f + tokens * h) + tao_inputs + tao_weights));
   // The LM head and the attention kernel stay in the compute dtype.
   CHECK_FALSE(find(pt, "fwd.head_loss.mb0").low_precision_gemms);
