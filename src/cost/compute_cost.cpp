@@ -453,24 +453,25 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   return finish(e, c.gpu.kernel_launch_seconds);
 }
 
-KernelEstimate cast_time(const ClusterSpec& c, double bytes) {
+namespace {
+// A kernel that only streams `bytes` through HBM at `bytes_per_s`; `key` names the input.
+KernelEstimate streaming_time(const ClusterSpec& c, double bytes, double bytes_per_s, const char* key) {
   if (!(bytes >= 0) || !std::isfinite(bytes))
-    throw InputError("", "cast_bytes", "must be a finite, non-negative byte count");
-  KernelEstimate e;
-  if (bytes == 0) return e;
-  e.bytes = bytes;
-  e.memory_seconds = bytes / achieved_hbm_bytes_per_s(c);
-  return finish(e, c.gpu.kernel_launch_seconds);
-}
-
-KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
-  if (!(bytes >= 0) || !std::isfinite(bytes))
-    throw InputError("", "memory_bytes", "must be a finite, non-negative byte count");
+    throw InputError("", key, "must be a finite, non-negative byte count");
   KernelEstimate e;
   if (bytes == 0) return e;  // nothing to move, no kernel
   e.bytes = bytes;
-  e.memory_seconds = bytes / achieved_elementwise_bytes_per_s(c);
+  e.memory_seconds = bytes / bytes_per_s;
   return finish(e, c.gpu.kernel_launch_seconds);
+}
+}  // namespace
+
+KernelEstimate cast_time(const ClusterSpec& c, double bytes) {
+  return streaming_time(c, bytes, achieved_hbm_bytes_per_s(c), "cast_bytes");
+}
+
+KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
+  return streaming_time(c, bytes, achieved_elementwise_bytes_per_s(c), "memory_bytes");
 }
 
 }  // namespace meshplan

@@ -152,17 +152,33 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   return a;
 }
 
+namespace {
+
+// The routed token copies one rank's experts see per micro-batch: top_k per token, padded by the
+// capacity factor; experts on the sequence-parallel shard (etp < tp, Megatron) see sb * etp / tp
+// tokens (`split` = tp / etp).
+struct RoutedCopies {
+  double split = 1, copies = 0;
+};
+
+RoutedCopies routed_copies(const ModelSpec& m, const Plan& p, double sb) {
+  const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
+  const int tp = p.mesh.tp;
+  const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
+  RoutedCopies r;
+  r.split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel) ? static_cast<double>(tp) / etp
+                                                                                        : 1.0;
+  r.copies = sb * m.moe.top_k * capacity / r.split;
+  return r;
+}
+
+}  // namespace
+
 double moe_routing_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   if (!m.moe.enabled()) return 0;
   const Dims d = dims(m, p, mb);
   const double sb = d.s * d.b;
-  const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
-  // Experts on the sequence-parallel shard (etp < tp, Megatron) see sb * etp / tp tokens.
-  const int tp = p.mesh.tp;
-  const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
-  const double split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel)
-                           ? static_cast<double>(tp) / etp : 1.0;
-  const double copies = sb * m.moe.top_k * capacity / split;
+  const auto [split, copies] = routed_copies(m, p, sb);
   // The permuted expert inputs (read by the first grouped GEMM's weight gradient, so kept as that
   // GEMM saves its input), the expert outputs (read by the weighted combine's backward for the
   // routing probabilities' gradient), and the router's fp32 logits and probabilities.
@@ -299,12 +315,8 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
     bytes += d.linear_e * sb * out / t.heads;  // the projection's own copy where it quantizes
   }
   if (m.moe.enabled() && !p.recompute_modules.moe) {
-    const int tp = p.mesh.tp;
-    const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
-    const double split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel)
-                             ? static_cast<double>(tp) / etp : 1.0;
-    const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
-    const double copies = sb * m.moe.top_k * capacity / split;
+    const int etp = std::max(1, std::min(p.mesh.tp, p.mesh.expert_tp()));
+    const double copies = routed_copies(m, p, sb).copies;
     if (o.expert_fc1) bytes += d.linear_e * copies * d.h;
     // The activation's input is the first GEMM's output: gate and up under SwiGLU, over the
     // expert tensor-parallel split of the inner width.
