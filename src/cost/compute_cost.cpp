@@ -248,13 +248,17 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
   const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
   auto in_pass = [&](const AttentionCurve& a) { return usable(a) && family_of(a) == family && a.pass == pass_name; };
 
-  // FP8 inputs take FP8 curves; every other dtype the 16-bit ones (a fraction of that peak).
-  const bool want_fp8 = dtype == Dtype::fp8;
-  const bool has_fp8 =
-      std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_pass(a) && a.dtype == Dtype::fp8; });
-  const bool use_fp8 = want_fp8 && has_fp8;
-  if (!is_16bit_float(dtype) && !use_fp8) out.fallback = true;
-  auto in_dtype = [&](const AttentionCurve& a) { return in_pass(a) && (a.dtype == Dtype::fp8) == use_fp8; };
+  // FP8 inputs take FP8 curves, MXFP8 inputs MXFP8 curves (else the per-tensor FP8 ones, flagged);
+  // every other dtype the 16-bit ones (a fraction of that peak).
+  auto curve_class = [](Dtype d) { return d == Dtype::fp8 || d == Dtype::mxfp8 ? d : Dtype::bf16; };
+  auto has_class = [&](Dtype k) {
+    return std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_pass(a) && curve_class(a.dtype) == k; });
+  };
+  Dtype use = Dtype::bf16;
+  if (dtype == Dtype::mxfp8 && has_class(Dtype::mxfp8)) use = Dtype::mxfp8;
+  else if ((dtype == Dtype::fp8 || dtype == Dtype::mxfp8) && has_class(Dtype::fp8)) use = Dtype::fp8;
+  if (use == Dtype::bf16 ? !is_16bit_float(dtype) : use != dtype) out.fallback = true;
+  auto in_dtype = [&](const AttentionCurve& a) { return in_pass(a) && curve_class(a.dtype) == use; };
 
   bool causal = shape.causal;
   if (std::none_of(curves.begin(), curves.end(), [&](const auto& a) { return in_dtype(a) && a.causal == causal; })) {
@@ -416,8 +420,13 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   KernelEstimate e;
   e.peak_flops_per_s = dense_peak(c, dtype);
   // A curve's rate is a fraction of its own dtype's peak; other dtypes keep that fraction.
+  // An 8-bit request priced from a 16-bit curve (no FP8 measurement of that pass) keeps the
+  // curve's absolute rate rather than doubling it with the FP8 peak.
+  const bool want_eight_bit = dtype == Dtype::fp8 || dtype == Dtype::mxfp8;
   auto efficiency = [&](const AttentionRate& r) {
-    const double measured_peak = dense_peak(c, r.curve_dtype == Dtype::fp8 ? Dtype::fp8 : Dtype::bf16);
+    const bool eight_bit = r.curve_dtype == Dtype::fp8 || r.curve_dtype == Dtype::mxfp8;
+    const double measured_peak =
+        want_eight_bit && !eight_bit ? e.peak_flops_per_s : dense_peak(c, eight_bit ? Dtype::fp8 : Dtype::bf16);
     const double generation = a.flash_version == 1 && r.kernel == AttentionKernel::fa2 ? kFlash1RateOverFlash2 : 1.0;
     return std::min(generation * r.flops_per_s / measured_peak, 1.0);
   };

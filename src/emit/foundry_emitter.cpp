@@ -114,6 +114,8 @@ std::string emit_foundry_yaml(const RunConfig& rc) {
   else if (p.compute_dtype == Dtype::fp32) precision = "fp32";
   else refuse(kRt, "compute_dtype", fmt::format("{} is not a Composer precision", to_string(p.compute_dtype)));
   if (p.fp8_all_gather) refuse(kRt, "fp8_all_gather", "Composer has no FSDP float8 all-gather");
+  if (p.fp8_attention)
+    refuse(kRt, "fp8_attention", "llm-foundry's attention is flash-attn or torch SDPA, which amp_fp8 leaves in 16-bit");
   const Dtype amp = p.compute_dtype;
   std::string mp_name;
   if (p.param_dtype == Dtype::fp32 && p.reduce_dtype == Dtype::fp32) mp_name = "FULL";

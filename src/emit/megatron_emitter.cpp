@@ -284,6 +284,11 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
       refuse(kRt, "fp8_all_gather", "--fp8-param-gather needs FP8 and the distributed optimizer");
     flag("--fp8-param-gather");
   }
+  if (p.fp8_attention) {
+    if (!supports_fp8_attention(p.fp8))
+      refuse(kRt, "fp8_attention", "--fp8-dot-product-attention needs the delayed, tensorwise or mxfp8 recipe");
+    flag("--fp8-dot-product-attention");
+  }
   if (p.compile) refuse(kRt, "compile", "Megatron-LM does not torch.compile the model");
 
   // ---- optimizer and schedule (values from Megatron's Llama examples; no effect on time)

@@ -47,17 +47,25 @@ GroupPlacement group_placement(const Mesh& mesh, GroupKind g, int gpus_per_node)
 
 namespace {
 
+// The dtypes an op's kernels run in: the compute dtype, and the plan's low-precision recipe for
+// the block linears and (with FP8 attention) the fused attention.
+struct OpDtypes {
+  Dtype compute = Dtype::bf16;
+  Dtype linears = Dtype::bf16;
+  Dtype attention = Dtype::bf16;
+};
+
 // An op's GPU time is the sum of its kernels' roofline times; the CPU enqueues its launches
 // ahead of the GPU (eager PyTorch), so launch overhead only shows when the kernels are shorter
 // than their dispatch: time = max(GPU time, kernels x launch).
-double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype, Dtype low_precision) {
+double compute_seconds(const Op& op, const ClusterSpec& c, const OpDtypes& t) {
   double gpu_seconds = 0;
   for (const auto& g : op.gemms) {
-    const KernelEstimate k = gemm_time(c, g, op.low_precision_gemms ? low_precision : dtype);
+    const KernelEstimate k = gemm_time(c, g, op.low_precision_gemms ? t.linears : t.compute);
     gpu_seconds += k.seconds - k.launch_seconds;
   }
   for (const auto& a : op.attention) {
-    const KernelEstimate k = attention_time(c, a, op.attention_pass, dtype);
+    const KernelEstimate k = attention_time(c, a, op.attention_pass, op.low_precision_attention ? t.attention : t.compute);
     gpu_seconds += k.seconds - k.launch_seconds;
   }
   if (op.memory_bound_bytes > 0) {
@@ -77,15 +85,14 @@ double compute_seconds(const Op& op, const ClusterSpec& c, Dtype dtype, Dtype lo
 // fifth of a 16k-GPU step.
 class ComputeCosts {
 public:
-  ComputeCosts(const ClusterSpec& c, Dtype dtype, Dtype low_precision)
-      : c_(c), dtype_(dtype), low_precision_(low_precision) {}
+  ComputeCosts(const ClusterSpec& c, OpDtypes dtypes) : c_(c), dtypes_(dtypes) {}
 
   double seconds(const Op& op) {
     std::vector<Entry>& bucket = by_hash_[hash(op)];
     for (const Entry& e : bucket)
       if (same(e, op)) return e.seconds;
     bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.cast_bytes, op.kernels,
-                      op.low_precision_gemms, compute_seconds(op, c_, dtype_, low_precision_)});
+                      op.low_precision_gemms, op.low_precision_attention, compute_seconds(op, c_, dtypes_)});
     return bucket.back().seconds;
   }
 
@@ -98,6 +105,7 @@ private:
     double cast_bytes;
     int kernels;
     bool low_precision_gemms;
+    bool low_precision_attention;
     double seconds;
   };
   // Doubles compare by bit pattern: equal bits are the same input, whatever they mean.
@@ -119,6 +127,7 @@ private:
     mix(bits(op.cast_bytes));
     mix(static_cast<std::uint64_t>(op.kernels));
     mix(op.low_precision_gemms ? 1 : 0);
+    mix(op.low_precision_attention ? 1 : 0);
     return h;
   }
   static bool same(const Entry& e, const Op& op) {
@@ -133,13 +142,13 @@ private:
     return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
            bits(e.cast_bytes) == bits(op.cast_bytes) &&
            e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&
+           e.low_precision_attention == op.low_precision_attention &&
            std::equal(e.gemms.begin(), e.gemms.end(), op.gemms.begin(), op.gemms.end(), same_gemm) &&
            std::equal(e.attention.begin(), e.attention.end(), op.attention.begin(), op.attention.end(), same_attention);
   }
 
   const ClusterSpec& c_;
-  Dtype dtype_;
-  Dtype low_precision_;
+  OpDtypes dtypes_;
   std::unordered_map<std::uint64_t, std::vector<Entry>> by_hash_;
 };
 
@@ -287,7 +296,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
   std::array<bool, kOpCategories> has_comm_bytes{};
-  ComputeCosts compute_costs(c, p.compute_dtype, low_precision_gemm_dtype(p.fp8));
+  ComputeCosts compute_costs(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)});
   CollectiveCosts collective_costs(c);
   // Placement per group kind, worked out the first time an op needs it.
   std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of;

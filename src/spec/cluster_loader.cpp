@@ -469,7 +469,7 @@ void read_gpu(Context& ctx, const toml::table& t) {
       // flash-attn-N spellings) are the families the runtimes' attention APIs select.
       curve.kernel = c.text("kernel", "");
       if (c.table().get("dtype") != nullptr) {
-        const std::string dt = c.text("dtype", "", {"bf16", "fp16", "fp8"});
+        const std::string dt = c.text("dtype", "", {"bf16", "fp16", "fp8", "mxfp8"});
         curve.dtype = *parse_dtype(dt);
       }
       curve.pass = c.text("pass", "", {"fwd+bwd", "fwd", "bwd"});

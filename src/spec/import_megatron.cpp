@@ -351,7 +351,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--add-qkv-bias",
           "--deepspeed", "--no-pipeline-parallel", "--cpu-offloading", "--distribute-saved-activations",
           "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep",
-          "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph"})
+          "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph", "--fp8-dot-product-attention"})
       m[f] = Arity::none;
     for (const char* f :
          {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
@@ -941,6 +941,16 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     plan.fp8 = Fp8Recipe::nvfp4;
   }
   plan.fp8_all_gather = a.has("--fp8-param-gather") && plan.fp8 != Fp8Recipe::none;
+  if (a.has("--fp8-dot-product-attention")) {
+    // Transformer Engine runs DotProductAttention in FP8 only inside an FP8 autocast region.
+    if (plan.fp8 == Fp8Recipe::none)
+      rc.warnings.push_back("--fp8-dot-product-attention: has no effect without --fp8-format");
+    else if (!supports_fp8_attention(plan.fp8))
+      a.fail("--fp8-dot-product-attention", fmt::format("FP8 attention under the {} recipe is not modelled "
+                                                        "(delayed, tensorwise, mxfp8)", to_string(plan.fp8)));
+    else
+      plan.fp8_attention = true;
+  }
   if (a.has("--fp8-param-gather") && plan.fp8 == Fp8Recipe::none)
     rc.warnings.push_back("--fp8-param-gather: has no effect without --fp8-format");
 

@@ -124,6 +124,9 @@ struct Plan {
   bool keep_low_precision_grads = false;
   Fp8Recipe fp8 = Fp8Recipe::none;
   bool fp8_all_gather = false;           // FSDP float8 all-gather (torchao)
+  // Transformer Engine's FP8 DotProductAttention (Megatron --fp8-dot-product-attention,
+  // NVTE_FP8_DPA=1): the fused attention kernel runs on FP8 Q, K, V under the linears' recipe.
+  bool fp8_attention = false;
 
   // Activation checkpointing and offload.
   AcMode ac = AcMode::none;
@@ -224,6 +227,15 @@ inline Dtype low_precision_gemm_dtype(Fp8Recipe r) {
     case Fp8Recipe::te_blockwise: return Dtype::fp8_block;
     default: return Dtype::fp8;
   }
+}
+
+// The dtype Transformer Engine's FP8 attention runs in: MXFP8 block scales under the MXFP8 recipe,
+// per-tensor scaled FP8 under delayed and current scaling.
+inline Dtype fp8_attention_dtype(Fp8Recipe r) { return r == Fp8Recipe::mxfp8 ? Dtype::mxfp8 : Dtype::fp8; }
+
+// Recipes whose attention Transformer Engine can run in FP8.
+inline bool supports_fp8_attention(Fp8Recipe r) {
+  return r == Fp8Recipe::te_delayed || r == Fp8Recipe::te_current || r == Fp8Recipe::mxfp8;
 }
 
 // The batch: what one optimizer step processes.

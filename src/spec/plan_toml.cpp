@@ -42,7 +42,8 @@ const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forwa
                                                 "backward_prefetch_limit", "limit_all_gathers",
                                                 "grad_sync_every_microbatch"};
 const std::vector<std::string> kPrecisionKeys = {"param", "compute", "reduce", "state", "name",
-                                                 "keep_low_precision_grads", "fp8", "fp8_all_gather"};
+                                                 "keep_low_precision_grads", "fp8", "fp8_all_gather",
+                                                 "fp8_attention"};
 const std::vector<std::string> kAcKeys = {"mode", "every_n", "reentrant", "recompute_modules"};
 const std::vector<std::string> kOffloadKeys = {"activations", "params", "activation_modules"};
 const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_batch", "grad_accum",
@@ -301,6 +302,11 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.fp8_all_gather = pr.get_bool("fp8_all_gather").value_or(false);
   if (plan.fp8_all_gather && plan.fp8 == Fp8Recipe::none)
     pr.fail("fp8_all_gather", "needs an fp8 recipe");
+  plan.fp8_attention = pr.get_bool("fp8_attention").value_or(false);
+  if (plan.fp8_attention && !supports_fp8_attention(plan.fp8))
+    pr.fail("fp8_attention", fmt::format("needs a Transformer Engine recipe whose attention runs in FP8 "
+                                         "(te-delayed, te-current, mxfp8), not fp8 = \"{}\"",
+                                         to_string(plan.fp8)));
 
   // [activation_checkpoint]
   const TomlView ac = section("activation_checkpoint", kAcKeys);
@@ -486,6 +492,7 @@ std::string to_plan_toml(const RunConfig& rc) {
   line(fmt::format("keep_low_precision_grads = {}", b(p.keep_low_precision_grads)));
   line(fmt::format("fp8 = {}", quote(std::string(to_string(p.fp8)))));
   line(fmt::format("fp8_all_gather = {}", b(p.fp8_all_gather)));
+  if (p.fp8_attention) line("fp8_attention = true");
   line("");
   line("[activation_checkpoint]");
   line(fmt::format("mode = {}", quote(std::string(to_string(p.ac)))));

@@ -55,6 +55,7 @@ struct Dims {
   double residual_e;  // bytes per element of the residual stream (block input, norm inputs)
   double norm_e;      // bytes a norm saves per element of its input
   double linear_e;    // bytes a block linear saves per element of its input (for its weight gradient)
+  double attn_e;      // bytes the fused attention saves per element of Q, K, V and O
 };
 
 // Transformer Engine's FP8/FP4 linears (Linear, LayerNormLinear, GroupedLinear) save their input
@@ -96,6 +97,9 @@ Dims dims(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
   d.residual_e = autocast_fp32_weights(p) ? 4.0 : d.e;
   d.norm_e = norm_saved_bytes_per_element(m, p, d.residual_e);
   d.linear_e = saved_linear_input_bytes(p, d.e);
+  // Transformer Engine's FP8 attention keeps the FP8 Q, K, V and O it ran on for its backward.
+  const Dtype a8 = fp8_attention_dtype(p.fp8);
+  d.attn_e = p.fp8_attention && p.flash_attention ? bytes_per_element(a8) + scale_bytes_per_element(a8) : d.e;
   if (m.moe.enabled()) {
     // Each token visits top_k experts (plus shared ones): that many inner-width tensors; a
     // capacity factor pads every expert's buffer to capacity.
@@ -119,7 +123,7 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
   // quantizing out-proj keeps its own low-precision copy of it besides the kernel's).
   const double proj_copy = d.linear_e < d.e ? d.linear_e : 0.0;
   a.attention_bytes = d.linear_e * sb * d.h / t.linear_input +
-                      d.e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads + proj_copy * sb * d.q_width / t.heads;
+                      d.attn_e * sb * (2 * d.q_width + 2 * d.kv_width) / t.heads + proj_copy * sb * d.q_width / t.heads;
   if (!p.flash_attention) {
     // Softmax output, plus with dropout its mask (1 byte) and the dropped-out copy.
     const double scores = d.heads * d.s * d.s * d.b / t.heads;
@@ -142,7 +146,7 @@ BlockActivations block_activations(const ModelSpec& m, const Plan& p, MicroBatch
     const double qk = static_cast<double>(m.head_dim + m.mla.rope_head_dim);
     a.attention_bytes = d.linear_e * sb * d.h / t.linear_input +
                         d.e * sb * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.rope_head_dim) +
-                        d.e * sb * heads * (2 * qk + 2 * static_cast<double>(m.mla.v_head_dim)) / t.heads +
+                        d.attn_e * sb * heads * (2 * qk + 2 * static_cast<double>(m.mla.v_head_dim)) / t.heads +
                         proj_copy * sb * heads * static_cast<double>(m.mla.v_head_dim) / t.heads;
   }
   if (m.qk_norm) a.attention_bytes += d.e * sb * (d.q_width + d.kv_width) / t.heads;  // pre-norm Q and K
@@ -306,7 +310,7 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
     const double v = m.attention == AttentionKind::mla
                          ? static_cast<double>(m.n_heads) * static_cast<double>(m.mla.v_head_dim)
                          : d.kv_width;
-    bytes += d.e * sb * (qk + kv + v) / t.heads + 4 * d.heads * sb / t.heads;
+    bytes += d.attn_e * sb * (qk + kv + v) / t.heads + 4 * d.heads * sb / t.heads;
   }
   if (o.attn_proj) {
     const double out = m.attention == AttentionKind::mla

@@ -311,6 +311,17 @@ double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe
   return bytes;
 }
 
+double attention_cast_bytes(const AttentionShape& a, Pass pass, double e, const QuantRecipe& q) {
+  const double tokens = static_cast<double>(a.batch) * static_cast<double>(a.seq_q);
+  const double q_elems = tokens * static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
+  const double kv_elems = tokens * static_cast<double>(a.kv_heads) * static_cast<double>(a.head_dim);
+  const double low = q.data_bytes + q.act_scale_bytes;
+  const double in = (q.amax_pass ? 2 * e : e) + low;  // read 16-bit (and its amax), write FP8 + scales
+  const double out = low + e;                         // read FP8 + scales, write 16-bit
+  if (pass == Pass::forward) return in * (q_elems + 2 * kv_elems) + out * q_elems;
+  return in * q_elems + out * (q_elems + 2 * kv_elems);
+}
+
 int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights) {
   const int per_tensor = q.amax_pass ? 2 : 1;
   return static_cast<int>(linears.size()) * per_tensor * (weights ? 2 : 1);

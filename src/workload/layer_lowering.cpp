@@ -61,6 +61,11 @@ double Builder::add_core_attention(Op& op, Pass pass) const {
   if (k_.fused_attention) {
     op.attention = {k_.attention};
     op.attention_pass = pass;
+    if (p_.fp8_attention && low_precision()) {
+      op.low_precision_attention = true;
+      op.cast_bytes += attention_cast_bytes(k_.attention, pass, d_.e, quant_recipe(p_.fp8));
+      op.kernels += kAttentionCastKernelsPerPass;
+    }
     return attention_flops(k_.attention, pass);
   }
   double flops = 0;

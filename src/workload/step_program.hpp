@@ -70,6 +70,7 @@ struct Op {
   double cast_bytes = 0;             // low-precision quantize (cast) kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
+  bool low_precision_attention = false;  // the fused attention runs in FP8 (Plan::fp8_attention)
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)
   double hardware_flops = 0;         // FLOPs the GPU executes (HFU numerator)
   // communication

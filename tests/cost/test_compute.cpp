@@ -542,6 +542,9 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
       REQUIRE((pass == "fwd" || pass == "bwd"));
       e = attention_time(c, a, pass == "fwd" ? Pass::forward : Pass::backward, *dtype);
       CHECK_MESSAGE(e.attention_kernel == *k, name, " has no ", t.at(r, "kernel"), " attention curve");
+      if (t.at(r, "role") == "check")
+        CHECK_MESSAGE(e.curve_dtype == *dtype, name, " has no ", t.at(r, "dtype"), " ", t.at(r, "kernel"),
+                      " attention curve");
       char buf[64];
       std::snprintf(buf, sizeof buf, "b%lld h%lld s%lld", static_cast<long long>(a.batch),
                     static_cast<long long>(a.heads), static_cast<long long>(a.seq_q));
