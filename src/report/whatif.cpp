@@ -68,6 +68,8 @@ std::vector<std::string> plan_changes(const RunConfig& a, const RunConfig& b) {
   str("gradient reduce dtype", to_string(p.reduce_dtype), to_string(q.reduce_dtype));
   str("compute dtype", to_string(p.compute_dtype), to_string(q.compute_dtype));
   str("fp8", to_string(p.fp8), to_string(q.fp8));
+  str("FP8 all-gather", p.fp8_all_gather ? "on" : "off", q.fp8_all_gather ? "on" : "off");
+  str("FP8 attention", p.fp8_attention ? "on" : "off", q.fp8_attention ? "on" : "off");
   str("activation checkpointing", to_string(p.ac), to_string(q.ac));
   if (p.ac == q.ac && p.ac == AcMode::selective_layer) num("AC every n blocks", p.ac_every_n, q.ac_every_n);
   if (p.ac != AcMode::none || q.ac != AcMode::none)
