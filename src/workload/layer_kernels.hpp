@@ -105,8 +105,8 @@ int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q);
 
 // Transformer Engine's FP8 DotProductAttention (without FP8 multi-head attention) casts the
 // kernel's 16-bit inputs to FP8 and its FP8 outputs back: forward Q, K, V in and O out, backward
-// dO in and dQ, dK, dV out, each over the rank's own seq_q tokens (context parallelism exchanges
-// the FP8 K and V). `e` = bytes per 16-bit element.
+// dO in and dQ, dK, dV out, each over the rank's own seq_q tokens (its shard under context
+// parallelism). `e` = bytes per 16-bit element.
 double attention_cast_bytes(const AttentionShape& a, Pass pass, double e, const QuantRecipe& q);
 constexpr int kAttentionCastKernelsPerPass = 4;  // one cast per tensor crossing the kernel boundary
 
