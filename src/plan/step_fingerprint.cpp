@@ -66,7 +66,7 @@ void add(Hasher& h, const Op& op) {
   h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
   h.list(op.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
   h.num(op.attention_pass), h.num(op.memory_bound_bytes), h.num(op.cast_bytes), h.num(op.kernels),
-      h.num(op.low_precision_gemms), h.num(op.low_precision_attention);
+      h.num(op.low_precision_gemms), h.num(op.low_precision_attention), h.num(op.host_sync);
   h.num(op.model_flops), h.num(op.hardware_flops);
   h.num(op.collective), h.num(op.group), h.num(op.bytes), h.num(op.host_to_device);
   h.num(op.a2a_dedup_top_k), h.num(op.a2a_dedup_experts);

@@ -222,11 +222,14 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
     const bool sync = (host.sync_every_pass && pass_start) ||
                       (host.sync_before_optimizer && op.category == OpCategory::optimizer);
     out.seconds[i] = host_seconds(op, host);
-    out.syncs[i] = sync ? 1 : 0;
+    out.syncs[i] = sync || op.host_sync ? 1 : 0;
     auto& last = issued[static_cast<std::size_t>(op.stage)];
     if (sync)
       for (int j : last)
         if (j >= 0) out.sync_deps[i].push_back(j);
+    // A device-to-host read waits only for the work it reads (the op's own dependencies).
+    if (op.host_sync && !sync)
+      for (int j : op.deps) out.sync_deps[i].push_back(j);
     for (std::size_t k = 0; k < R; ++k) {
       const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
       t.reset();
@@ -236,6 +239,8 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
       if (sync)
         for (int j : last)
           if (j >= 0) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
+      if (op.host_sync && !sync)
+        for (int j : op.deps) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
       engine.add_task(t);
     }
     last[static_cast<std::size_t>(op.stream)] = static_cast<int>(i);

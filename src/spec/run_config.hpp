@@ -17,7 +17,8 @@ struct LeftToRuntime {
   bool recompute = false;    // activation recompute not stated
   bool sharding = false;     // ZeRO stage not stated
   bool offload_scope = false;  // activations offloaded, but not which (Megatron: fine-grained or whole layers)
-  bool any() const { return micro_batch || recompute || sharding || offload_scope; }
+  bool moe_dispatcher = false; // Megatron's flex dispatcher assumed, but not which backend (DeepEP or HybridEP)
+  bool any() const { return micro_batch || recompute || sharding || offload_scope || moe_dispatcher; }
 };
 
 struct RunConfig {

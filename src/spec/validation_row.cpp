@@ -688,6 +688,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       // network once per destination domain; inside one NVLink domain it prices as an all-to-all.
       if (rc.model.moe.enabled() && mesh.ep > 1 && fw == "megatron") {
         p.moe_dispatcher = MoeDispatcher::deepep;
+        rc.left_to_runtime.moe_dispatcher = true;  // DeepEP or HybridEP, by the cluster's NVLink domain
         notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
       }
       // act_offload says activations went to the host, not which: Megatron-Core offloads whole

@@ -183,7 +183,16 @@ Op Builder::ep_all_to_all_op(int stage, std::string name) const {
 // and grouped expert GEMMs, and the combine back (all-to-alls over the EP group when ep > 1).
 void Builder::moe_mlp_forward(LayerChain& chain_of, int stage, int layer, const std::string& tag, Op&& mlp) {
   const bool a2a = ep_all_to_all(layer);
-  if (a2a) chain_of.comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch")));
+  if (a2a) {
+    Op dispatch = ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch"));
+    // Dropless routing sizes the received buffers and the grouped GEMM's splits on the host:
+    // Megatron's all-to-all dispatcher copies the token counts to the CPU and synchronizes
+    // before the all-to-all, and DeepEP's normal-mode dispatch spins on a pinned counter for the
+    // received count. (HybridEP, with its worst-case buffers, and a capacity factor, with fixed
+    // splits, do not wait.)
+    dispatch.host_sync = m_.moe.capacity_factor <= 0 && p_.moe_dispatcher != MoeDispatcher::hybridep;
+    chain_of.comm(std::move(dispatch));
+  }
   chain_of.compute(std::move(mlp));
   if (a2a) chain_of.comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_combine")));
 }

@@ -169,8 +169,19 @@ bool with_micro_batch(const ModelSpec& m, const Plan& p, Job& j, std::int64_t mb
 
 RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
   RuntimeChoices out;
-  const LeftToRuntime left = rc.left_to_runtime;
+  LeftToRuntime left = rc.left_to_runtime;
   rc.left_to_runtime = {};
+  if (left.moe_dispatcher) {
+    // Megatron-Core's flex dispatcher runs HybridEP where one NVLink domain spans hosts (GB200 /
+    // GB300 NVL72, the system it was written for) and DeepEP elsewhere.
+    const bool multi_host_nvlink = c.node.nvlink_domain_gpus > c.node.gpus_per_node;
+    rc.plan.moe_dispatcher = multi_host_nvlink ? MoeDispatcher::hybridep : MoeDispatcher::deepep;
+    out.assumptions.push_back(fmt::format("flex dispatcher backend not stated: {} ({})", to_string(rc.plan.moe_dispatcher),
+                                          multi_host_nvlink ? fmt::format("an NVLink domain of {} GPUs spans hosts on {}",
+                                                                          c.node.nvlink_domain_gpus, c.name)
+                                                            : fmt::format("NVLink within one host on {}", c.name)));
+    left.moe_dispatcher = false;
+  }
   if (!left.any()) return out;
   const Plan given = rc.plan;
   const Job given_job = rc.job;

@@ -71,6 +71,9 @@ struct Op {
   int kernels = 0;                   // launches, for the launch overhead
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
   bool low_precision_attention = false;  // the fused attention runs in FP8 (Plan::fp8_attention)
+  // The host reads a device result before it can issue this op (an MoE dispatch that needs the
+  // token counts on the CPU): it first waits for the op's dependencies to finish on the GPU.
+  bool host_sync = false;
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)
   double hardware_flops = 0;         // FLOPs the GPU executes (HFU numerator)
   // communication

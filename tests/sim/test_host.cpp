@@ -121,3 +121,44 @@ TEST_CASE("a Grace host issues each op 2.6x slower than an x86 one") {
   CHECK(grace.host.cpu == "grace");
   CHECK(grace.host.op_seconds / x86.host.op_seconds == doctest::Approx(2.6).epsilon(0.02));
 }
+
+TEST_CASE("a dropless MoE dispatch makes the host wait for the router's output (DeepEP, all-to-all; not HybridEP)") {
+  const auto c = load_cluster("h100-sxm-80gb");
+  const auto m = load_model("mixtral-8x7b");
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::zero1;
+  p.mesh.dp_replicate = 8;
+  p.mesh.ep = 8;
+  SimOptions so;
+  so.keep_timeline = true;
+  const Job j{4096, 8, 1, 1};
+  for (const MoeDispatcher d : {MoeDispatcher::alltoall, MoeDispatcher::deepep, MoeDispatcher::hybridep}) {
+    CAPTURE(to_string(d));
+    p.moe_dispatcher = d;
+    const SimulatedStep s = simulate_step(m, p, j, c, so);
+    int dispatches = 0, ran_ahead = 0;
+    for (std::size_t i = 0; i < s.program.ops.size(); ++i) {
+      const Op& op = s.program.ops[i];
+      if (op.name.find(".ep_dispatch") == std::string::npos || op.name.find("_bwd") != std::string::npos) continue;
+      ++dispatches;
+      CHECK(op.host_sync == (d != MoeDispatcher::hybridep));
+      double producers_end = 0;
+      for (int dep : op.deps) producers_end = std::max(producers_end, s.timings[static_cast<std::size_t>(dep)].end_seconds);
+      if (op.host_sync) {
+        // The host issues the dispatch only once the router's output exists on the GPU.
+        CHECK(s.host_timings[i].start_seconds >= producers_end - 1e-12);
+      }
+      if (s.host_timings[i].end_seconds < producers_end) ++ran_ahead;
+    }
+    CHECK(dispatches == m.n_layers);  // one per MoE layer's forward (no recompute)
+    // Without the read-back the host runs ahead of the GPU and issues dispatches early.
+    CHECK((ran_ahead > 0) == (d == MoeDispatcher::hybridep));
+  }
+  // A capacity factor fixes every expert's buffer: nothing to read back.
+  ModelSpec capped = m;
+  capped.moe.capacity_factor = 1.25;
+  p.moe_dispatcher = MoeDispatcher::alltoall;
+  const SimulatedStep s = simulate_step(capped, p, j, c, so);
+  for (const Op& op : s.program.ops) CHECK_FALSE(op.host_sync);
+}
