@@ -30,6 +30,7 @@ MeshGroup mesh_group(GroupKind g) {
     case GroupKind::dp: return MeshGroup::dp;
     case GroupKind::ep: return MeshGroup::ep;
     case GroupKind::pp: return MeshGroup::pp;
+    case GroupKind::stage: return MeshGroup::stage;
   }
   return MeshGroup::dp;
 }

@@ -20,6 +20,7 @@ std::string_view to_string(MeshGroup k) {
     case MeshGroup::dp: return "dp";
     case MeshGroup::pp: return "pp";
     case MeshGroup::ep: return "ep";
+    case MeshGroup::stage: return "stage";
   }
   return "?";
 }
@@ -78,6 +79,7 @@ GroupShape group_shape(const Mesh& m, MeshGroup k) {
     // With expert-tensor-parallel etp < tp (Megatron) the EP group strides over etp ranks and
     // spans TP ranks.
     case MeshGroup::ep: return {m.ep, m.expert_tp()};
+    case MeshGroup::stage: return {static_cast<int>(m.world() / m.pp), 1};
   }
   return {};
 }

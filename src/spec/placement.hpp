@@ -30,10 +30,11 @@ enum class MeshGroup {
          // (cp ranks hold the same weights; torchtitan's dp_cp mesh; step_program's GroupKind::dp)
   pp,
   ep,    // ep consecutive data-parallel ranks (stride tp), carved from dp_replicate x dp_shard x cp
+  stage, // every rank of one pipeline stage, tp x cp x dp (Megatron's amax-reduction group)
 };
-inline constexpr std::array<MeshGroup, 8> kAllMeshGroups = {MeshGroup::tp,    MeshGroup::cp, MeshGroup::dp_shard,
+inline constexpr std::array<MeshGroup, 9> kAllMeshGroups = {MeshGroup::tp,    MeshGroup::cp, MeshGroup::dp_shard,
                                                             MeshGroup::dp_replicate, MeshGroup::fsdp, MeshGroup::dp,
-                                                            MeshGroup::pp,    MeshGroup::ep};
+                                                            MeshGroup::pp,    MeshGroup::ep, MeshGroup::stage};
 std::string_view to_string(MeshGroup k);
 std::optional<MeshGroup> parse_mesh_group(std::string_view s);
 

@@ -32,6 +32,39 @@ Op Builder::host_copy(int stage, std::string name, bool to_device, double bytes)
   return o;
 }
 
+// Transformer Engine's delayed scaling (reduce_amax) all-reduces the amaxes the FP8 region recorded
+// when it ends: Megatron-Core wraps each model chunk's TransformerBlock in one fp8_autocast under
+// this recipe (Composer the whole model), so once per chunk and micro-batch after its forward, and
+// once after its backward, over the amax-reduction group (tp x cp x dp: every rank of the stage).
+// Each FP8 GEMM records 3 amaxes forward (input, weight, output) and 2 backward (output and input
+// gradients), fp32; a block's FP8 GEMMs are its attention projections, the MLP's fused fc1 and
+// fc2, and with experts fc1 and fc2 per local expert (GroupedLinear) and per shared expert block.
+// The reduction is synchronous: what follows on the compute stream waits for it. Activation
+// recompute does not reduce.
+int Builder::amax_reduction(int stage, int vstage, std::int64_t mb, Pass pass, int last) {
+  if (p_.fp8 != Fp8Recipe::te_delayed || !low_precision() || last < 0) return last;
+  double gemms = 0;
+  for (int li = 0; li < chunk_layers(vstage); ++li) {
+    const int layer = chunk_first(vstage) + li;
+    const bool moe = m_.moe.is_moe_layer(layer);
+    const double mlp = moe ? 2.0 * static_cast<double>(d_.local_experts) + (m_.moe.n_shared_experts > 0 ? 2.0 : 0.0) : 2.0;
+    gemms += static_cast<double>(k_.pre_attention.size() + k_.post_attention.size()) + mlp;
+  }
+  if (gemms == 0) return last;
+  const bool fwd = pass == Pass::forward;
+  const double bytes = gemms * (fwd ? 3.0 : 2.0) * 4.0;
+  Op op = collective_op(stage, fwd ? op_name("fwd.amax.v{}.mb{}", vstage, mb) : op_name("bwd.amax.v{}.mb{}", vstage, mb),
+                        StreamKind::amax, OpCategory::amax, CollectiveOp::all_reduce, GroupKind::stage, bytes);
+  op.deps = {last};
+  const int id = add(std::move(op));
+  // The scales are updated from the reduced amaxes before the next FP8 kernel: a zero-work
+  // join on the compute stream carries the wait.
+  Op join = compute_op(stage, fwd ? op_name("fwd.amax_join.v{}.mb{}", vstage, mb) : op_name("bwd.amax_join.v{}.mb{}", vstage, mb),
+                       OpCategory::compute);
+  join.deps = {id};
+  return add(std::move(join));
+}
+
 int Builder::embedding(int stage, std::int64_t mb, Pass pass) {
   const bool fwd = pass == Pass::forward;
   Op emb = compute_op(stage, fwd ? op_name("fwd.embed.mb{}", mb) : op_name("bwd.embed.mb{}", mb), OpCategory::compute);
@@ -156,6 +189,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       if (!s_.offload_stream) last = id;
     }
   }
+  if (chunk_layers(vstage) > 0) last = amax_reduction(stage, vstage, mb, Pass::forward, last);
   // A chunk that holds only the embedding ends with it.
   if (last < 0 && !entry_deps.empty()) last = entry_deps.back();
   if (st.last && step.chunk == s_.v - 1) last = forward_head(st, mb, last, autocast_cached);
@@ -301,6 +335,7 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
   if (st.last && step.chunk == s_.v - 1) last = backward_head(st, vstage, mb);
   st.bwd_gate = last;
   for (int li = n_chunk_layers - 1; li >= 0; --li) backward_layer(st, step, vstage, l0 + li, li == n_chunk_layers - 1, last);
+  if (n_chunk_layers > 0) last = amax_reduction(stage, vstage, mb, Pass::backward, last);
   if (st.first && step.chunk == 0) {
     const int group = s_.root.one_root ? kRoot : kEmbed;
     std::vector<int> gathered;

@@ -167,6 +167,9 @@ private:
   int forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached);
   int backward_head(StageState& st, int vstage, std::int64_t mb);
   int embedding(int stage, std::int64_t mb, Pass pass);
+  // Delayed FP8 scaling's amax all-reduce at the end of a chunk's block forward or backward,
+  // chained after `last`; returns the op, or `last` when the recipe has none.
+  int amax_reduction(int stage, int vstage, std::int64_t mb, Pass pass, int last);
   Op host_copy(int stage, std::string name, bool to_device, double bytes) const;
   // The selective recompute of one layer (per-op SAC, or core attention without FlashAttention).
   int selective_recompute(int stage, int layer, std::int64_t mb, const std::vector<int>& deps);

@@ -14,7 +14,8 @@ constexpr NameTable<StreamKind, kStreamKinds> kStreamNames{{{StreamKind::compute
                                                             {StreamKind::ep, "ep"},
                                                             {StreamKind::pp, "pp"},
                                                             {StreamKind::dp, "dp"},
-                                                            {StreamKind::host_copy, "host_copy"}}};
+                                                            {StreamKind::host_copy, "host_copy"},
+                                                            {StreamKind::amax, "amax"}}};
 constexpr NameTable<OpCategory, kOpCategories> kCategoryNames{{{OpCategory::compute, "compute"},
                                                                {OpCategory::recompute, "recompute"},
                                                                {OpCategory::optimizer, "optimizer"},
@@ -27,14 +28,16 @@ constexpr NameTable<OpCategory, kOpCategories> kCategoryNames{{{OpCategory::comp
                                                                {OpCategory::cp, "cp"},
                                                                {OpCategory::ep, "ep"},
                                                                {OpCategory::pp, "pp"},
-                                                               {OpCategory::offload, "offload"}}};
+                                                               {OpCategory::offload, "offload"},
+                                                               {OpCategory::amax, "amax"}}};
 constexpr NameTable<GroupKind, kGroupKinds> kGroupNames{{{GroupKind::tp, "tp"},
                                                          {GroupKind::cp, "cp"},
                                                          {GroupKind::fsdp, "fsdp"},
                                                          {GroupKind::dp_replicate, "dp_replicate"},
                                                          {GroupKind::dp, "dp"},
                                                          {GroupKind::ep, "ep"},
-                                                         {GroupKind::pp, "pp"}}};
+                                                         {GroupKind::pp, "pp"},
+                                                         {GroupKind::stage, "stage"}}};
 }  // namespace
 
 std::string_view to_string(StreamKind s) { return name_of(kStreamNames, s); }

@@ -19,25 +19,27 @@
 
 namespace meshplan {
 
-enum class StreamKind { compute, fsdp_all_gather, fsdp_reduce_scatter, tp, cp, ep, pp, dp, host_copy };
-constexpr int kStreamKinds = 9;
+// amax: delayed FP8 scaling's amax all-reduce, on its own communicator (and so its own NCCL stream).
+enum class StreamKind { compute, fsdp_all_gather, fsdp_reduce_scatter, tp, cp, ep, pp, dp, host_copy, amax };
+constexpr int kStreamKinds = 10;
 std::string_view to_string(StreamKind s);
 
 // What an op's time counts as in the step breakdown.
 enum class OpCategory {
   compute, recompute, optimizer,
   fsdp_all_gather, fsdp_reduce_scatter, dp_all_reduce, dp_reduce_scatter, param_all_gather,
-  tp, cp, ep, pp, offload,
+  tp, cp, ep, pp, offload, amax,
 };
-constexpr int kOpCategories = 13;
-static_assert(static_cast<int>(OpCategory::offload) + 1 == kOpCategories);
+constexpr int kOpCategories = 14;
+static_assert(static_cast<int>(OpCategory::amax) + 1 == kOpCategories);
 std::string_view to_string(OpCategory c);
 bool is_communication(OpCategory c);
 
-// Process groups a collective runs over (placement decides which links they cross).
-enum class GroupKind { tp, cp, fsdp, dp_replicate, dp, ep, pp };
-constexpr int kGroupKinds = 7;
-static_assert(static_cast<int>(GroupKind::pp) + 1 == kGroupKinds);
+// Process groups a collective runs over (placement decides which links they cross). stage: every
+// rank of one pipeline stage (tp x cp x dp), Megatron's amax-reduction group.
+enum class GroupKind { tp, cp, fsdp, dp_replicate, dp, ep, pp, stage };
+constexpr int kGroupKinds = 8;
+static_assert(static_cast<int>(GroupKind::stage) + 1 == kGroupKinds);
 std::string_view to_string(GroupKind g);
 
 enum class OpKind { compute, collective, p2p, host_copy };

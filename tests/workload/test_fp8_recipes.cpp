@@ -1,6 +1,7 @@
-// Transformer Engine FP8 attention (Plan::fp8_attention, Megatron --fp8-dot-product-attention),
-// checked by hand: the casts around the kernel, the FP8 Q, K, V and O it saves, the curve it is
-// priced on, and the plan key's refusals.
+// What Transformer Engine's FP8 recipes add to a step, checked by hand: FP8 attention
+// (Plan::fp8_attention, Megatron --fp8-dot-product-attention) with the casts around the kernel,
+// the FP8 Q, K, V and O it saves, the curve it is priced on and the plan key's refusals; and
+// delayed scaling's amax all-reduce.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "spec/error.hpp"
 #include "spec/model_spec.hpp"
 #include "spec/plan.hpp"
+#include "spec/placement.hpp"
 #include "spec/plan_toml.hpp"
 #include <toml++/toml.h>
 #include "workload/activation_memory.hpp"
@@ -166,4 +168,39 @@ TEST_CASE("fp8_attention refused without a Transformer Engine FP8 recipe, naming
   CHECK(to_plan_toml(ok).find("fp8_attention = true") != std::string::npos);
   const RunConfig plain = read(base + "[precision]\nfp8 = \"te-delayed\"\n");
   CHECK(to_plan_toml(plain).find("fp8_attention") == std::string::npos);
+}
+
+TEST_CASE("delayed scaling all-reduces the amaxes once per chunk, micro-batch and pass over the stage, by hand") {
+  ModelSpec m = small_dense();
+  m.n_layers = 4;
+  Plan p = te_plan(Fp8Recipe::te_delayed, false);
+  p.mesh.pp = 2;
+  p.mesh.tp = 2;
+  p.mesh.dp_replicate = 2;
+  p.schedule = PipelineSchedule::interleaved_1f1b;
+  p.mesh.vpp = 2;  // 4 chunks of 1 layer
+  const Job j{2048, 8, 1, 4};  // 4 micro-batches per data-parallel rank
+  const StepProgram prog = lower_step(m, p, j);
+  int fwd = 0, bwd = 0;
+  for (const Op& op : prog.ops) {
+    if (op.category != OpCategory::amax) continue;
+    CHECK(op.kind == OpKind::collective);
+    CHECK(op.collective == CollectiveOp::all_reduce);
+    CHECK(op.group == GroupKind::stage);
+    CHECK(op.stream == StreamKind::amax);
+    // One layer per chunk: QKV, output projection, fused fc1 and fc2 = 4 FP8 GEMMs; 3 fp32 amaxes
+    // each forward, 2 backward.
+    const bool is_fwd = op.name.rfind("fwd.", 0) == 0;
+    CHECK(op.bytes == doctest::Approx(4 * (is_fwd ? 3 : 2) * 4.0));
+    (is_fwd ? fwd : bwd) += 1;
+  }
+  // Per stage: 2 chunks x 4 micro-batches, each forward and backward; 2 stages.
+  CHECK(fwd == 2 * 2 * 4);
+  CHECK(bwd == 2 * 2 * 4);
+  // Current scaling computes each tensor's own amax locally: no reduction.
+  const StepProgram current = lower_step(m, te_plan(Fp8Recipe::te_current, false), Job{2048, 1, 1, 1});
+  for (const Op& op : current.ops) CHECK(op.category != OpCategory::amax);
+  // The stage group is every rank of one pipeline stage.
+  CHECK(group_shape(p.mesh, MeshGroup::stage).n_ranks == 4);
+  CHECK(group_shape(p.mesh, MeshGroup::stage).stride == 1);
 }
