@@ -201,9 +201,15 @@ bool usable(const AttentionCurve& a) {
   return !a.seq_len.empty() && a.seq_len.size() == a.flops_per_s.size() && a.head_dim > 0;
 }
 
-// Calibration records the kernel under the name its harness used ("cudnn-sdpa" for torch SDPA's
-// cuDNN backend); any cudnn* name is the cuDNN family.
+// torch SDPA's cuDNN backend measured through torch ("torch-sdpa-cudnn"): cuDNN's kernels under
+// torch's own engine choice and per-call work, which runs measurably slower than the direct
+// cudnn-frontend call below 8k. It prices torch SDPA callers only.
+constexpr std::string_view kTorchSdpaCudnn = "torch-sdpa-cudnn";
+
+// Calibration records the kernel under the name its harness used ("cudnn-sdpa" for cuDNN's SDPA
+// graph); any cudnn* name, and torch's path to it, is the cuDNN family.
 AttentionKernel family_of(const AttentionCurve& a) {
+  if (a.kernel == kTorchSdpaCudnn) return AttentionKernel::cudnn;
   if (const auto k = parse_attention_kernel(a.kernel)) return *k;
   return a.kernel.rfind("cudnn", 0) == 0 ? AttentionKernel::cudnn : AttentionKernel::framework;
 }
@@ -246,7 +252,15 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
   AttentionRate out;
   out.kernel = family;
   const std::vector<AttentionCurve>& curves = c.gpu.attention_curves;
-  auto in_pass = [&](const AttentionCurve& a) { return usable(a) && family_of(a) == family && a.pass == pass_name; };
+  // Within the cuDNN family, curves measured through torch SDPA serve torch SDPA callers where the
+  // profile has them for this pass, and no one else.
+  const bool torch_path =
+      family == AttentionKernel::cudnn && shape.backend == AttentionBackend::torch_sdpa &&
+      std::any_of(curves.begin(), curves.end(),
+                  [&](const AttentionCurve& a) { return usable(a) && a.kernel == kTorchSdpaCudnn && a.pass == pass_name; });
+  auto in_pass = [&](const AttentionCurve& a) {
+    return usable(a) && family_of(a) == family && a.pass == pass_name && (a.kernel == kTorchSdpaCudnn) == torch_path;
+  };
 
   // FP8 inputs take FP8 curves, MXFP8 inputs MXFP8 curves (else the per-tensor FP8 ones, flagged);
   // every other dtype the 16-bit ones (a fraction of that peak).

@@ -535,9 +535,13 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
       a.seq_q = a.seq_kv = as_int(t.at(r, "seq"));
       a.head_dim = as_int(t.at(r, "head_dim"));
       a.causal = t.at(r, "causal") == "1";
-      const std::optional<AttentionKernel> k = parse_attention_kernel(t.at(r, "kernel"));
+      // torch SDPA's path to cuDNN is the cuDNN family called through torch.
+      const bool torch_path = t.at(r, "kernel") == "torch-sdpa-cudnn";
+      const std::optional<AttentionKernel> k =
+          torch_path ? std::optional<AttentionKernel>(AttentionKernel::cudnn) : parse_attention_kernel(t.at(r, "kernel"));
       REQUIRE(k.has_value());
       a.kernel = *k;
+      if (torch_path) a.backend = AttentionBackend::torch_sdpa;
       const std::string pass = t.at(r, "pass");
       REQUIRE((pass == "fwd" || pass == "bwd"));
       e = attention_time(c, a, pass == "fwd" ? Pass::forward : Pass::backward, *dtype);
