@@ -52,10 +52,11 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // rows run micro-batch 4 and megatron-lm-h100 stands at 14.5 % (bound raised, not tightened: the
 // kernel choice is the framework's, and the H100 profile's sustained-clock factor, fitted when
 // attention was priced as FA2, is the suspect; docs/validation.md). nemo-24.07 8.3 %, then 9.0 %
-// with the FP8 casts at copy bandwidth (its FP8 rows' bias -4 -> -1.6 %).
+// with the FP8 casts at copy bandwidth (its FP8 rows' bias -4 -> -1.6 %), 8.9 % with delayed
+// scaling's amax all-reduce.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
-    {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.5},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
 };
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
 constexpr double kMemoryMapeBoundPct = 10.0;
@@ -108,12 +109,13 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // parallelism's query slices masked only on their diagonal blocks, the rest at the full-mask rate
 // (the forced-balance long-context rows -5.7 / -9.4 / -10.6 -> -4.3 / -6.5 / -6.6 %, their
 // dropless twins up as much): MAPE 15.8 %, bias +5.3 %. Then the low-precision casts at copy
-// bandwidth (MXFP8 rows -25 / -21 / -12 -> -22 / -20 / -8 %): MAPE 15.4 %. Left
-// beyond the columns: the dispatcher and the all-to-all overlap (notes only), router imbalance
-// (dropless vs forced-balance rows share every column).
+// bandwidth (MXFP8 rows -25 / -21 / -12 -> -22 / -20 / -8 %): MAPE 15.4 %. Then the dropless
+// dispatch's host wait for the token counts (DeepEP; HybridEP on the NVL72 rows does not wait):
+// MAPE 15.36 %, bias +5.7 %. Left beyond the columns: the dispatcher and the all-to-all overlap
+// (notes only), router imbalance (dropless vs forced-balance rows share every column).
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 15.7;
+constexpr double kMoeMapeBoundPct = 15.5;
 
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
