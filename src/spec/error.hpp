@@ -22,6 +22,10 @@ private:
     std::string s = file.empty() ? std::string("<input>") : file;
     if (!key.empty()) s += ": " + key;
     s += ": " + reason;
+    // One line whatever the input held: a key or reason quoting the file's own text (a YAML scalar
+    // folded over lines, a stray control byte) must not break the message.
+    for (char& c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') c = ' ';
     return s;
   }
   std::string file_, key_, reason_;

@@ -252,3 +252,14 @@ TEST_CASE("a missing file names the path") {
     CHECK(std::string(e.what()).find(p) != std::string::npos);
   }
 }
+
+TEST_CASE("an InputError's message is one line even when the key or reason quotes a line break") {
+  // A YAML scalar folded over lines, or a stray control byte, quoted back in the reason.
+  const InputError e("f.yaml", "run_name", "interpolation ${variables.ru\n_name}: 'variables.ru\r\n_name' is not\tdefined");
+  const std::string what = e.what();
+  CHECK(what.find('\n') == std::string::npos);
+  CHECK(what.find('\r') == std::string::npos);
+  CHECK(what == "f.yaml: run_name: interpolation ${variables.ru _name}: 'variables.ru  _name' is not defined");
+  // The parts stay as given, for callers that compare them.
+  CHECK(e.reason().find('\n') != std::string::npos);
+}
