@@ -135,8 +135,7 @@ std::string fallback_note(const Described& d, Dtype dtype) {
   if (d.kind == "gemm")
     return fmt::format("no {} GEMM curve in the profile; used the {} curve as a fraction of the {} peak",
                        to_string(dtype), to_string(d.estimate.curve_dtype), to_string(dtype));
-  const auto eight_bit = [](Dtype t) { return t == Dtype::fp8 || t == Dtype::mxfp8; };
-  if (eight_bit(dtype) && !eight_bit(d.estimate.curve_dtype))
+  if (is_8bit_attention_dtype(dtype) && !is_8bit_attention_dtype(d.estimate.curve_dtype))
     return fmt::format("no {} attention curve for this kernel/pass; used the 16-bit curve at its own rate (nothing "
                        "measured says {} is faster)", to_string(dtype), to_string(dtype));
   return "no attention curve for this kernel/pass/dtype/mask/head_dim; used the nearest measured one (a fraction of "

@@ -264,13 +264,13 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
 
   // FP8 inputs take FP8 curves, MXFP8 inputs MXFP8 curves (else the per-tensor FP8 ones, flagged);
   // every other dtype the 16-bit ones (a fraction of that peak).
-  auto curve_class = [](Dtype d) { return d == Dtype::fp8 || d == Dtype::mxfp8 ? d : Dtype::bf16; };
+  auto curve_class = [](Dtype d) { return is_8bit_attention_dtype(d) ? d : Dtype::bf16; };
   auto has_class = [&](Dtype k) {
     return std::any_of(curves.begin(), curves.end(), [&](const auto& a) { return in_pass(a) && curve_class(a.dtype) == k; });
   };
   Dtype use = Dtype::bf16;
   if (dtype == Dtype::mxfp8 && has_class(Dtype::mxfp8)) use = Dtype::mxfp8;
-  else if ((dtype == Dtype::fp8 || dtype == Dtype::mxfp8) && has_class(Dtype::fp8)) use = Dtype::fp8;
+  else if (is_8bit_attention_dtype(dtype) && has_class(Dtype::fp8)) use = Dtype::fp8;
   if (use == Dtype::bf16 ? !is_16bit_float(dtype) : use != dtype) out.fallback = true;
   auto in_dtype = [&](const AttentionCurve& a) { return in_pass(a) && curve_class(a.dtype) == use; };
 
@@ -436,9 +436,9 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   // A curve's rate is a fraction of its own dtype's peak; other dtypes keep that fraction.
   // An 8-bit request priced from a 16-bit curve (no FP8 measurement of that pass) keeps the
   // curve's absolute rate rather than doubling it with the FP8 peak.
-  const bool want_eight_bit = dtype == Dtype::fp8 || dtype == Dtype::mxfp8;
+  const bool want_eight_bit = is_8bit_attention_dtype(dtype);
   auto efficiency = [&](const AttentionRate& r) {
-    const bool eight_bit = r.curve_dtype == Dtype::fp8 || r.curve_dtype == Dtype::mxfp8;
+    const bool eight_bit = is_8bit_attention_dtype(r.curve_dtype);
     const double measured_peak =
         want_eight_bit && !eight_bit ? e.peak_flops_per_s : dense_peak(c, eight_bit ? Dtype::fp8 : Dtype::bf16);
     const double generation = a.flash_version == 1 && r.kernel == AttentionKernel::fa2 ? kFlash1RateOverFlash2 : 1.0;

@@ -57,6 +57,9 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
 // has curves for is resolved by attention_time (nearest measured family, flagged).
 AttentionKernel attention_kernel_for(const ClusterSpec& c, const AttentionShape& a);
 
+// The 8-bit formats attention curves are measured in: per-tensor scaled FP8 and MXFP8.
+constexpr bool is_8bit_attention_dtype(Dtype d) { return d == Dtype::fp8 || d == Dtype::mxfp8; }
+
 // Element-wise / reduction kernels: bytes read + written at achieved HBM bandwidth.
 KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes);
 // Low-precision quantize (cast, cast-transpose) kernels: purpose-built streaming kernels, at the

@@ -214,6 +214,7 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
   for (auto& a : issued) a.fill(-1);
   std::size_t next_pass = 0;
   sim::Task t;
+  std::vector<int> waits;
   for (std::size_t i = 0; i < n_ops; ++i) {
     const Op& op = prog.ops[i];
     while (next_pass < prog.pass_first_ops.size() && static_cast<std::size_t>(prog.pass_first_ops[next_pass]) < i)
@@ -225,23 +226,23 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
     out.seconds[i] = host_seconds(op, host);
     out.syncs[i] = sync || op.host_sync ? 1 : 0;
     auto& last = issued[static_cast<std::size_t>(op.stage)];
-    if (sync)
+    // The GPU ops the host waits for: everything issued, or for a device-to-host read only the
+    // work it reads (the op's own dependencies).
+    waits.clear();
+    if (sync) {
       for (int j : last)
-        if (j >= 0) out.sync_deps[i].push_back(j);
-    // A device-to-host read waits only for the work it reads (the op's own dependencies).
-    if (op.host_sync && !sync)
-      for (int j : op.deps) out.sync_deps[i].push_back(j);
+        if (j >= 0) waits.push_back(j);
+    } else if (op.host_sync) {
+      waits.assign(op.deps.begin(), op.deps.end());
+    }
+    if (!waits.empty()) out.sync_deps[i] = waits;
     for (std::size_t k = 0; k < R; ++k) {
       const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
       t.reset();
       t.stream = host_streams[slot];
       t.owner = static_cast<int>(n_slots + slot);  // no NCCL kernel slows the CPU
       t.work_seconds = out.seconds[i];
-      if (sync)
-        for (int j : last)
-          if (j >= 0) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
-      if (op.host_sync && !sync)
-        for (int j : op.deps) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
+      for (int j : waits) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
       engine.add_task(t);
     }
     last[static_cast<std::size_t>(op.stream)] = static_cast<int>(i);

@@ -993,7 +993,7 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     plan.act_offload = true;
     for (const std::string& name : mods)
       if (!apply_offload_module(name, plan.offload_modules))
-        a.fail("--offload-modules", fmt::format("'{}' is not a Megatron offload module ({})", name, kOffloadModuleList));
+        a.fail("--offload-modules", fmt::format("'{}' is not a Megatron offload module ({})", name, offload_module_list()));
   } else if (a.has("--offload-modules")) {
     rc.warnings.push_back("--offload-modules: has no effect without --fine-grained-activation-offloading");
   }

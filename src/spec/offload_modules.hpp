@@ -29,15 +29,19 @@ inline bool apply_offload_module(std::string_view name, Plan::OffloadModules& ou
   return false;
 }
 
-// "expert_fc1, moe_act": the set modules, comma-separated (empty: none set).
-inline std::string offload_modules_text(const Plan::OffloadModules& m) {
+// "expert_fc1, moe_act": the set modules, comma-separated, each between `quote`s (empty: none set).
+inline std::string offload_modules_text(const Plan::OffloadModules& m, std::string_view quote = "") {
   std::string out;
   for (const auto& [name, flag] : offload_module_names())
-    if (m.*flag) out += (out.empty() ? "" : ", ") + std::string(name);
+    if (m.*flag) out += (out.empty() ? "" : ", ") + std::string(quote) + std::string(name) + std::string(quote);
   return out;
 }
 
-inline constexpr std::string_view kOffloadModuleList =
-    "attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act";
+// Every module name, for error messages: "attn_norm, qkv_linear, ..., moe_act".
+inline std::string offload_module_list() {
+  Plan::OffloadModules all;
+  for (const auto& [name, flag] : offload_module_names()) all.*flag = true;
+  return offload_modules_text(all);
+}
 
 }  // namespace meshplan

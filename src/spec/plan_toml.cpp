@@ -332,10 +332,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.param_offload = off.get_bool("params").value_or(false);
   if (auto mods = off.get_string_array("activation_modules")) {
     if (!plan.act_offload) off.fail("activation_modules", "needs activations = true");
-    if (mods->empty()) off.fail("activation_modules", fmt::format("empty: list the modules to offload ({})", kOffloadModuleList));
+    if (mods->empty()) off.fail("activation_modules", fmt::format("empty: list the modules to offload ({})", offload_module_list()));
     for (const std::string& name : *mods)
       if (!apply_offload_module(name, plan.offload_modules))
-        off.fail("activation_modules", fmt::format("'{}' is not an offload module ({})", name, kOffloadModuleList));
+        off.fail("activation_modules", fmt::format("'{}' is not an offload module ({})", name, offload_module_list()));
   }
 
   // [batch]
@@ -509,12 +509,8 @@ std::string to_plan_toml(const RunConfig& rc) {
   line("[offload]");
   line(fmt::format("activations = {}", b(p.act_offload)));
   line(fmt::format("params = {}", b(p.param_offload)));
-  if (p.act_offload && p.offload_modules.any()) {
-    std::string mods;
-    for (const auto& [name, flag] : offload_module_names())
-      if (p.offload_modules.*flag) mods += (mods.empty() ? "\"" : ", \"") + std::string(name) + "\"";
-    line("activation_modules = [" + mods + "]");
-  }
+  if (p.act_offload && p.offload_modules.any())
+    line("activation_modules = [" + offload_modules_text(p.offload_modules, "\"") + "]");
   line("");
   line("[batch]");
   line(fmt::format("seq_len = {}", rc.job.seq_len));

@@ -162,16 +162,18 @@ namespace {
 // capacity factor; experts on the sequence-parallel shard (etp < tp, Megatron) see sb * etp / tp
 // tokens (`split` = tp / etp).
 struct RoutedCopies {
+  int etp = 1;  // expert tensor parallelism, capped by tp
   double split = 1, copies = 0;
 };
 
 RoutedCopies routed_copies(const ModelSpec& m, const Plan& p, double sb) {
   const double capacity = m.moe.capacity_factor > 0 ? m.moe.capacity_factor : 1.0;
   const int tp = p.mesh.tp;
-  const int etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
   RoutedCopies r;
-  r.split = (p.tp_style == TpStyle::full && tp > 1 && etp < tp && p.sequence_parallel) ? static_cast<double>(tp) / etp
-                                                                                        : 1.0;
+  r.etp = std::max(1, std::min(tp, p.mesh.expert_tp()));
+  r.split = (p.tp_style == TpStyle::full && tp > 1 && r.etp < tp && p.sequence_parallel)
+                ? static_cast<double>(tp) / r.etp
+                : 1.0;
   r.copies = sb * m.moe.top_k * capacity / r.split;
   return r;
 }
@@ -182,11 +184,11 @@ double moe_routing_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
   if (!m.moe.enabled()) return 0;
   const Dims d = dims(m, p, mb);
   const double sb = d.s * d.b;
-  const auto [split, copies] = routed_copies(m, p, sb);
+  const RoutedCopies r = routed_copies(m, p, sb);
   // The permuted expert inputs (read by the first grouped GEMM's weight gradient, so kept as that
   // GEMM saves its input), the expert outputs (read by the weighted combine's backward for the
   // routing probabilities' gradient), and the router's fp32 logits and probabilities.
-  return (d.linear_e + d.e) * copies * d.h + 2 * 4 * sb / split * m.moe.n_experts;
+  return (d.linear_e + d.e) * r.copies * d.h + 2 * 4 * sb / r.split * m.moe.n_experts;
 }
 
 double moe_block_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
@@ -319,13 +321,12 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
     bytes += d.linear_e * sb * out / t.heads;  // the projection's own copy where it quantizes
   }
   if (m.moe.enabled() && !p.recompute_modules.moe) {
-    const int etp = std::max(1, std::min(p.mesh.tp, p.mesh.expert_tp()));
-    const double copies = routed_copies(m, p, sb).copies;
-    if (o.expert_fc1) bytes += d.linear_e * copies * d.h;
+    const RoutedCopies r = routed_copies(m, p, sb);
+    if (o.expert_fc1) bytes += d.linear_e * r.copies * d.h;
     // The activation's input is the first GEMM's output: gate and up under SwiGLU, over the
     // expert tensor-parallel split of the inner width.
     if (o.moe_act)
-      bytes += (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * copies * static_cast<double>(m.moe.expert_ffn) / etp;
+      bytes += (m.mlp == MlpKind::swiglu ? 2.0 : 1.0) * d.e * r.copies * static_cast<double>(m.moe.expert_ffn) / r.etp;
   }
   return std::min(bytes, saved);
 }

@@ -50,17 +50,16 @@ int Builder::amax_reduction(int stage, int vstage, std::int64_t mb, Pass pass, i
     const double mlp = moe ? 2.0 * static_cast<double>(d_.local_experts) + (m_.moe.n_shared_experts > 0 ? 2.0 : 0.0) : 2.0;
     gemms += static_cast<double>(k_.pre_attention.size() + k_.post_attention.size()) + mlp;
   }
-  if (gemms == 0) return last;
   const bool fwd = pass == Pass::forward;
+  const char* dir = fwd ? "fwd" : "bwd";
   const double bytes = gemms * (fwd ? 3.0 : 2.0) * 4.0;
-  Op op = collective_op(stage, fwd ? op_name("fwd.amax.v{}.mb{}", vstage, mb) : op_name("bwd.amax.v{}.mb{}", vstage, mb),
-                        StreamKind::amax, OpCategory::amax, CollectiveOp::all_reduce, GroupKind::stage, bytes);
+  Op op = collective_op(stage, op_name("{}.amax.v{}.mb{}", dir, vstage, mb), StreamKind::amax, OpCategory::amax,
+                        CollectiveOp::all_reduce, GroupKind::stage, bytes);
   op.deps = {last};
   const int id = add(std::move(op));
   // The scales are updated from the reduced amaxes before the next FP8 kernel: a zero-work
   // join on the compute stream carries the wait.
-  Op join = compute_op(stage, fwd ? op_name("fwd.amax_join.v{}.mb{}", vstage, mb) : op_name("bwd.amax_join.v{}.mb{}", vstage, mb),
-                       OpCategory::compute);
+  Op join = compute_op(stage, op_name("{}.amax_join.v{}.mb{}", dir, vstage, mb), OpCategory::compute);
   join.deps = {id};
   return add(std::move(join));
 }
