@@ -21,10 +21,10 @@ constexpr std::int64_t kTileShortSide = 128;
 
 // Every output tile also pays a fixed cost beside its K loop: the prologue of the multistage
 // pipeline (a 3-stage kernel loads two 64-deep K blocks before its first MMA) and the epilogue
-// that stores the accumulator tile. It is counted as kTileOverheadK more K per tile: 128, two K
-// blocks. It matters where K is short: the A100 802816x192x768 point, +13 % without it, needs
-// about 115 (docs/compute.md).
-constexpr double kTileOverheadK = 128;
+// that stores the accumulator tile. The profile counts it as gpu.gemm_tile_overhead_k more K per
+// tile: 128 (two K blocks) where the epilogue is serial, as on Ampere and Hopper, where the
+// A100 802816x192x768 point, +13 % without it, needs about 115; 0 on Blackwell, whose kernels
+// double-buffer the accumulator in tensor memory (docs/compute.md).
 
 // FlashAttention-2 "yields around 2x speedup compared to FlashAttention" (Dao 2023, arXiv:2307.08691
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
@@ -116,11 +116,11 @@ double envelope_efficiency(const GemmCurve& curve, double cube_dim) {
 
 // The side c of the square sweep point that does the same tensor-core work, tile overheads included:
 // c^2 (c + k0) = work (Newton on a monotone cubic, from cbrt(work), which lies above the root).
-double square_with_same_work(double work) {
+double square_with_same_work(double work, double overhead_k) {
   double c = std::cbrt(work);
   for (int i = 0; i < 8; ++i) {
-    const double f = c * c * (c + kTileOverheadK) - work;
-    const double step = f / (c * (3 * c + 2 * kTileOverheadK));
+    const double f = c * c * (c + overhead_k) - work;
+    const double step = f / (c * (3 * c + 2 * overhead_k));
     c -= step;
     if (std::fabs(step) < 1e-9 * c) break;
   }
@@ -129,24 +129,25 @@ double square_with_same_work(double work) {
 
 // Tensor-core work of one tile orientation: the padded tile grid, each tile's K loop plus its
 // fixed overhead.
-double tile_work(const GemmShape& g, std::int64_t tile_m, std::int64_t tile_n) {
+double tile_work(const GemmShape& g, std::int64_t tile_m, std::int64_t tile_n, double overhead_k) {
   return static_cast<double>(g.batch) * padded(g.m, tile_m) * padded(g.n, tile_n) *
-         (static_cast<double>(g.k) + kTileOverheadK);
+         (static_cast<double>(g.k) + overhead_k);
 }
 
 // The square the GEMM is priced as: of the two tile orientations the one wasting less is taken, as
 // cuBLAS's heuristic would.
-double equivalent_square(const GemmShape& g) {
-  return square_with_same_work(
-      std::min(tile_work(g, kTileShortSide, kTileLongSide), tile_work(g, kTileLongSide, kTileShortSide)));
+double equivalent_square(const GemmShape& g, double overhead_k) {
+  return square_with_same_work(std::min(tile_work(g, kTileShortSide, kTileLongSide, overhead_k),
+                                        tile_work(g, kTileLongSide, kTileShortSide, overhead_k)),
+                               overhead_k);
 }
 
 // Seconds on the tensor cores: the time of the measured square that does the same work (padded
 // tile grid, per-tile overheads), i.e. 2 c^3 / (peak x efficiency(c)). The curve's size axis
 // stands for tiles per SM and K-loop depth, which that work has; squares are reproduced exactly,
 // and time grows with the work, hence with M, N and K.
-double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, const GemmShape& g) {
-  const double c = equivalent_square(g);
+double tensor_core_seconds(const ClusterSpec& cs, const GemmCurve& curve, double peak_flops_per_s, const GemmShape& g) {
+  const double c = equivalent_square(g, cs.gpu.gemm_tile_overhead_k);
   return 2.0 * c * c * c / (peak_flops_per_s * envelope_efficiency(curve, c));
 }
 
@@ -379,7 +380,7 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
-  return g.flops() * c.gpu.sustained_clock_fraction / (peak * tensor_core_seconds(*curve.curve, peak, g));
+  return g.flops() * c.gpu.sustained_clock_fraction / (peak * tensor_core_seconds(c, *curve.curve, peak, g));
 }
 
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
@@ -396,7 +397,7 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.curve_dtype = curve.curve->dtype;
   e.flops = g.flops();
   e.bytes = gemm_bytes(g, dtype);
-  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, g) / c.gpu.sustained_clock_fraction;
+  e.compute_seconds = tensor_core_seconds(c, *curve.curve, e.peak_flops_per_s, g) / c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

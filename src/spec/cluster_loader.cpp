@@ -400,6 +400,7 @@ void read_gpu(Context& ctx, const toml::table& t) {
       r.optional_number("sustained_clock_fraction", "sustained_clock_fraction", Range::efficiency, 1.0);
   g.attention_sustained_clock_fraction = r.optional_number(
       "attention_sustained_clock_fraction", "attention_sustained_clock_fraction", Range::efficiency, 0.0);
+  g.gemm_tile_overhead_k = r.optional_number("gemm_tile_overhead_k", "gemm_tile_overhead_k", Range::non_negative, 128.0);
   g.kernel_launch_seconds =
       r.quantity("kernel_launch_{}", kTimeUnits, "kernel_launch_seconds", Range::positive);
   g.comm_interference_factor =

@@ -58,6 +58,11 @@ struct GpuSpec {
   double attention_sustained_fraction() const {
     return attention_sustained_clock_fraction > 0 ? attention_sustained_clock_fraction : sustained_clock_fraction;
   }
+  // Fixed cost of one GEMM output tile beside its K loop (pipeline prologue, epilogue storing
+  // the accumulator), in units of K: a tile of depth K costs like K + this (docs/compute.md).
+  // Blackwell kernels keep the accumulator in tensor memory, double-buffered, so one tile's
+  // epilogue runs under the next tile's MMAs: 0 there.
+  double gemm_tile_overhead_k = 128;
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
   // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.

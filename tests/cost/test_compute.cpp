@@ -654,11 +654,12 @@ TEST_CASE("low-precision GEMMs: one curve per scaling format, nearest one where 
     // Block-scaled FP8 issues at the FP8 dense rate.
     CHECK(e.peak_flops_per_s == c.peak_flops_per_s(k.asked == Dtype::fp4 ? Dtype::fp4 : Dtype::fp8));
   }
-  // Separate curves, not one shape: at 12k^3 B200 MXFP8 runs at the torchao grouped-GEMM 0.516 of
-  // peak, per-tensor FP8 at the MAMF best shape's 0.777 (b200 profile).
+  // Separate curves, not one shape: at 12k^3 B200 MXFP8 runs at 0.523 of peak (the running maximum
+  // of its points: the torchao grouped GEMM's 0.512 lies just under the FP8 point at 2580 it
+  // borrows), per-tensor FP8 at the MAMF best shape's 0.763 (b200 profile).
   const ClusterSpec b200 = profile("b200");
-  CHECK(gemm_curve_efficiency(b200, Dtype::mxfp8, 12469) == doctest::Approx(0.5156).epsilon(1e-9));
-  CHECK(gemm_curve_efficiency(b200, Dtype::fp8, 12469) == doctest::Approx(0.7775).epsilon(1e-9));
+  CHECK(gemm_curve_efficiency(b200, Dtype::mxfp8, 12438) == doctest::Approx(0.5231).epsilon(1e-9));
+  CHECK(gemm_curve_efficiency(b200, Dtype::fp8, 12438) == doctest::Approx(0.7628).epsilon(1e-9));
   // Scale factors stream with the operands: MXFP8 1 + 1/32 bytes per input element.
   const GemmShape s{1024, 2048, 4096, 1};
   CHECK(gemm_bytes(s, Dtype::mxfp8) ==
