@@ -113,6 +113,22 @@ TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never fal
   CHECK(at_16k == doctest::Approx(0.8060 * 0.9).epsilon(1e-9));
 }
 
+TEST_CASE("per-tile overhead: a short K loop costs more per FLOP on Hopper, not on Blackwell") {
+  // Blackwell's epilogue runs under the next tile's MMAs (gpu.gemm_tile_overhead_k = 0): B300's
+  // MAMF best shape (K = 1024) and TransformerEngine's 15872x4096x4096 both sit on the curve's top,
+  // 1769 / 2250 of peak, at the microbenchmarks' clock.
+  ClusterSpec b300 = profile("b300");
+  b300.gpu.sustained_clock_fraction = 1;
+  CHECK(gemm_efficiency(b300, {12288, 18432, 1024}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
+  CHECK(gemm_efficiency(b300, {15872, 4096, 4096}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
+  // Hopper keeps 128 K per tile: at the same tile grid K = 1024 does (1024 + 128) / 1024 the work per
+  // FLOP of K = 8192's (8192 + 128) / 8192, both on the flat top: 1.125 / 1.0156 = 1.108 slower.
+  ClusterSpec h100 = profile("h100-sxm-80gb");
+  const double short_k = gemm_efficiency(h100, {16384, 16384, 1024}, Dtype::bf16);
+  const double long_k = gemm_efficiency(h100, {16384, 16384, 8192}, Dtype::bf16);
+  CHECK(long_k / short_k == doctest::Approx((1152.0 / 1024) / (8320.0 / 8192)).epsilon(0.02));
+}
+
 TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube") {
   // Measured (Azure ND A100 v4 / ND H100 v5 cuBLASLt): A100 FP16 802816x192x768 157.8 and 1024x2145x1024 132.8 TFLOP/s,
   // H100 FP8 802816x192x768 663.8. With the per-tile overhead the model gives -0.2 %, +9 % and
