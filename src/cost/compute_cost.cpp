@@ -174,11 +174,25 @@ KernelEstimate finish(KernelEstimate e, double launch_seconds) {
 
 bool is_16bit_float(Dtype d) { return d == Dtype::bf16 || d == Dtype::fp16; }
 
-// Achieved FLOP/s of one curve at `seq_len`: power law between points, clamped at the ends.
+// Below the first measured length: a fused attention kernel's time is its query tiles' walks over
+// the key blocks plus a fixed cost per query tile (load Q, the causal diagonal block computed in
+// full, the softmax rescale and the store of O), so its rate rises as R s / (s + s0), a
+// hyperbola through the first two points. Where the curve does not rise there it is held flat;
+// where it rises faster than the hyperbola allows, in proportion to s (its limit as s0 grows).
+double rate_below_first_point(const std::vector<double>& s, const std::vector<double>& r, double seq_len) {
+  if (s.size() < 2 || !(r[1] > r[0])) return r.front();
+  const double denominator = r[0] * s[1] - r[1] * s[0];
+  if (!(denominator > 0)) return r[0] * seq_len / s[0];
+  const double s0 = s[0] * s[1] * (r[1] - r[0]) / denominator;
+  return r[0] * (s[0] + s0) / s[0] * seq_len / (seq_len + s0);
+}
+
+// Achieved FLOP/s of one curve at `seq_len`: power law between points, the fixed-cost hyperbola
+// below the first, held at the last above it.
 double curve_rate(const AttentionCurve& a, double seq_len) {
   const auto& s = a.seq_len;
   const auto& r = a.flops_per_s;
-  if (seq_len <= s.front()) return r.front();
+  if (seq_len <= s.front()) return rate_below_first_point(s, r, seq_len);
   for (std::size_t i = 1; i < s.size(); ++i) {
     if (seq_len <= s[i]) {
       const double exponent = std::log(r[i] / r[i - 1]) / std::log(s[i] / s[i - 1]);

@@ -113,22 +113,6 @@ TEST_CASE("the 10240^3 dip is not carried into large sizes: efficiency never fal
   CHECK(at_16k == doctest::Approx(0.8060 * 0.9).epsilon(1e-9));
 }
 
-TEST_CASE("per-tile overhead: a short K loop costs more per FLOP on Hopper, not on Blackwell") {
-  // Blackwell's epilogue runs under the next tile's MMAs (gpu.gemm_tile_overhead_k = 0): B300's
-  // MAMF best shape (K = 1024) and TransformerEngine's 15872x4096x4096 both sit on the curve's top,
-  // 1769 / 2250 of peak, at the microbenchmarks' clock.
-  ClusterSpec b300 = profile("b300");
-  b300.gpu.sustained_clock_fraction = 1;
-  CHECK(gemm_efficiency(b300, {12288, 18432, 1024}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
-  CHECK(gemm_efficiency(b300, {15872, 4096, 4096}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
-  // Hopper keeps 128 K per tile: at the same tile grid K = 1024 does (1024 + 128) / 1024 the work per
-  // FLOP of K = 8192's (8192 + 128) / 8192, both on the flat top: 1.125 / 1.0156 = 1.108 slower.
-  ClusterSpec h100 = profile("h100-sxm-80gb");
-  const double short_k = gemm_efficiency(h100, {16384, 16384, 1024}, Dtype::bf16);
-  const double long_k = gemm_efficiency(h100, {16384, 16384, 8192}, Dtype::bf16);
-  CHECK(long_k / short_k == doctest::Approx((1152.0 / 1024) / (8320.0 / 8192)).epsilon(0.02));
-}
-
 TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube") {
   // Measured (Azure ND A100 v4 / ND H100 v5 cuBLASLt): A100 FP16 802816x192x768 157.8 and 1024x2145x1024 132.8 TFLOP/s,
   // H100 FP8 802816x192x768 663.8. With the per-tile overhead the model gives -0.2 %, +9 % and
@@ -345,8 +329,8 @@ TEST_CASE("a faster GPU is never slower") {
                                         {8192, 28672, 4096}, {65536, 128, 128},  {300, 70000, 5000}};
   for (const auto& [slow_name, fast_name] : pairs) {
     const ClusterSpec slow = profile(slow_name), fast = profile(fast_name);
-    CAPTURE(slow_name);
-    CAPTURE(fast_name);
+    CAPTURE(std::string(slow_name));
+    CAPTURE(std::string(fast_name));
     for (Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (slow.peak_flops_per_s(d) <= 0 || fast.peak_flops_per_s(d) <= 0) continue;
       for (const GemmShape& g : gemms) {
@@ -354,7 +338,10 @@ TEST_CASE("a faster GPU is never slower") {
         CHECK(gemm_time(fast, g, d).seconds <= gemm_time(slow, g, d).seconds * kTie);
       }
     }
-    for (std::int64_t seq : {512, 3000, 8192, 32768}) {
+    // From 2k up, where every GPU here has measured curves of both masks: below it B200's cuDNN
+    // meets H100's (measured B200 / H100 causal forward 2.2x at 4k, 1.9x at 2k, 1.4x at 1k), and
+    // B200's full-mask attention borrows its causal curves.
+    for (std::int64_t seq : {2048, 3000, 8192, 32768}) {
       for (bool causal : {false, true}) {
         AttentionShape a;
         a.heads = 32;
@@ -365,6 +352,8 @@ TEST_CASE("a faster GPU is never slower") {
         // itself is slower on B200 than on H100 at short sequences (154 vs 260 TFLOP/s forward
         // at 1k, measured), so "faster GPU" holds for the kernel the stack picks, not for FA2.
         a.backend = AttentionBackend::transformer_engine;
+        CAPTURE(seq);
+        CAPTURE(causal);
         for (Pass p : {Pass::forward, Pass::backward})
           CHECK(attention_time(fast, a, p, Dtype::bf16).seconds <= attention_time(slow, a, p, Dtype::bf16).seconds * kTie);
       }
@@ -489,6 +478,59 @@ TEST_CASE("per-tile overhead: a short K loop costs more per FLOP, squares keep t
   // And the A100 skinny sweep point is met (157.8 TFLOP/s device, Azure ND A100 v4).
   const KernelEstimate skinny = gemm_time(a100, {802816, 192, 768}, Dtype::fp16);
   CHECK(skinny.flops / (skinny.seconds - skinny.launch_seconds) / 1e12 == doctest::Approx(157.8).epsilon(0.02));
+}
+
+TEST_CASE("per-tile overhead: none on Blackwell, whose epilogue overlaps the next tile") {
+  // Blackwell's epilogue runs under the next tile's MMAs (gpu.gemm_tile_overhead_k = 0): B300's
+  // MAMF best shape (K = 1024) and TransformerEngine's 15872x4096x4096 both sit on the curve's top,
+  // 1769 / 2250 of peak, at the microbenchmarks' clock.
+  ClusterSpec b300 = profile("b300");
+  b300.gpu.sustained_clock_fraction = 1;
+  CHECK(gemm_efficiency(b300, {12288, 18432, 1024}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
+  CHECK(gemm_efficiency(b300, {15872, 4096, 4096}, Dtype::bf16) == doctest::Approx(1769.0 / 2250).epsilon(1e-3));
+  // Hopper keeps 128 K per tile: at the same tile grid K = 1024 does (1024 + 128) / 1024 the work per
+  // FLOP of K = 8192's (8192 + 128) / 8192, both on the flat top: 1.125 / 1.0156 = 1.108 slower.
+  ClusterSpec h100 = profile("h100-sxm-80gb");
+  const double short_k = gemm_efficiency(h100, {16384, 16384, 1024}, Dtype::bf16);
+  const double long_k = gemm_efficiency(h100, {16384, 16384, 8192}, Dtype::bf16);
+  CHECK(long_k / short_k == doctest::Approx((1152.0 / 1024) / (8320.0 / 8192)).epsilon(0.02));
+}
+
+TEST_CASE("attention below the first measured length: the fixed-cost hyperbola through the first two points") {
+  // H200's cuDNN causal forward curve starts at 2048 in FP8 (698 and 854 TFLOP/s at 2k and 4k):
+  // R s / (s + s0) through them has s0 = 2048 x 4096 x (854 - 698) / (698 x 4096 - 854 x 2048)
+  // = 1093, so 1k runs at 698 x (2048 + s0) / 2048 x 1024 / (1024 + s0).
+  ClusterSpec h200 = profile("h200-141gb");
+  h200.gpu.sustained_clock_fraction = h200.gpu.attention_sustained_clock_fraction = 1;
+  AttentionShape a;
+  a.heads = 64;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  a.causal = true;
+  a.kernel = AttentionKernel::cudnn;
+  const double s0 = 2048.0 * 4096 * (854 - 698) / (698.0 * 4096 - 854.0 * 2048);
+  for (std::int64_t seq : {512, 1024, 2048}) {
+    a.seq_q = a.seq_kv = seq;
+    const KernelEstimate e = attention_time(h200, a, Pass::forward, Dtype::fp8);
+    const double expected = 698e12 * (2048 + s0) / 2048 * seq / (seq + s0);
+    CAPTURE(seq);
+    CHECK(e.flops / e.compute_seconds == doctest::Approx(expected).epsilon(1e-9));
+  }
+  // A curve that does not rise after its first point is held flat below it; one that rises faster
+  // than any hyperbola (r1 / r0 above s1 / s0) falls in proportion to s, the limit as s0 grows.
+  int edited = 0;
+  for (AttentionCurve& c : h200.gpu.attention_curves) {
+    if (c.kernel != "cudnn" || c.pass != "fwd" || c.dtype != Dtype::fp8 || !c.causal) continue;
+    ++edited;
+    a.seq_q = a.seq_kv = 1024;
+    c.flops_per_s[1] = c.flops_per_s[0];
+    KernelEstimate e = attention_time(h200, a, Pass::forward, Dtype::fp8);
+    CHECK(e.flops / e.compute_seconds == doctest::Approx(698e12).epsilon(1e-9));
+    c.flops_per_s[1] = 3 * c.flops_per_s[0];
+    e = attention_time(h200, a, Pass::forward, Dtype::fp8);
+    CHECK(e.flops / e.compute_seconds == doctest::Approx(698e12 * 1024 / 2048).epsilon(1e-9));
+  }
+  CHECK(edited == 1);
 }
 
 namespace {
