@@ -455,6 +455,12 @@ TEST_CASE("bad profiles are rejected naming the file and the dotted key") {
     expect_error(s, edited(good, "nvlink_efficiency = 0.822", "nvlink_efficiency = 1.2"),
                  "node.nvlink_efficiency", "(0, 1]");
   }
+  SUBCASE("per-tile GEMM overhead out of range") {
+    expect_error(s, edited(good, "hbm_efficiency = 0.866", "hbm_efficiency = 0.866\ngemm_tile_overhead_k = -1"),
+                 "gpu.gemm_tile_overhead_k", "must be >= 0");
+    expect_error(s, edited(good, "hbm_efficiency = 0.866", "hbm_efficiency = 0.866\ngemm_tile_overhead_k = 128000"),
+                 "gpu.gemm_tile_overhead_k", "units of K");
+  }
   SUBCASE("efficiency of 0") {
     expect_error(s, edited(good, "hbm_efficiency = 0.866", "hbm_efficiency = 0"),
                  "gpu.hbm_efficiency", "(0, 1]");
