@@ -146,8 +146,8 @@ double equivalent_square(const GemmShape& g, double overhead_k) {
 // tile grid, per-tile overheads), i.e. 2 c^3 / (peak x efficiency(c)). The curve's size axis
 // stands for tiles per SM and K-loop depth, which that work has; squares are reproduced exactly,
 // and time grows with the work, hence with M, N and K.
-double tensor_core_seconds(const ClusterSpec& cs, const GemmCurve& curve, double peak_flops_per_s, const GemmShape& g) {
-  const double c = equivalent_square(g, cs.gpu.gemm_tile_overhead_k);
+double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, double overhead_k, const GemmShape& g) {
+  const double c = equivalent_square(g, overhead_k);
   return 2.0 * c * c * c / (peak_flops_per_s * envelope_efficiency(curve, c));
 }
 
@@ -394,7 +394,8 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
-  return g.flops() * c.gpu.sustained_clock_fraction / (peak * tensor_core_seconds(c, *curve.curve, peak, g));
+  const double seconds = tensor_core_seconds(*curve.curve, peak, c.gpu.gemm_tile_overhead_k, g);
+  return g.flops() * c.gpu.sustained_clock_fraction / (peak * seconds);
 }
 
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
@@ -411,7 +412,8 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.curve_dtype = curve.curve->dtype;
   e.flops = g.flops();
   e.bytes = gemm_bytes(g, dtype);
-  e.compute_seconds = tensor_core_seconds(c, *curve.curve, e.peak_flops_per_s, g) / c.gpu.sustained_clock_fraction;
+  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, c.gpu.gemm_tile_overhead_k, g) /
+                      c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

@@ -400,10 +400,13 @@ void read_gpu(Context& ctx, const toml::table& t) {
       r.optional_number("sustained_clock_fraction", "sustained_clock_fraction", Range::efficiency, 1.0);
   g.attention_sustained_clock_fraction = r.optional_number(
       "attention_sustained_clock_fraction", "attention_sustained_clock_fraction", Range::efficiency, 0.0);
-  g.gemm_tile_overhead_k = r.optional_number("gemm_tile_overhead_k", "gemm_tile_overhead_k", Range::non_negative, 128.0);
+  g.gemm_tile_overhead_k =
+      r.optional_number("gemm_tile_overhead_k", "gemm_tile_overhead_k", Range::non_negative, 128.0);
   // A tile's fixed cost is a few K blocks (two on Hopper); thousands would mean a unit mix-up.
   if (g.gemm_tile_overhead_k > 4096)
-    ctx.fail("gpu.gemm_tile_overhead_k", "is in units of K (128 = two 64-deep K blocks), got " + fmt_double(g.gemm_tile_overhead_k) + "; must be <= 4096",
+    ctx.fail("gpu.gemm_tile_overhead_k",
+             "is in units of K (128 = two 64-deep K blocks), got " + fmt_double(g.gemm_tile_overhead_k) +
+                 "; must be <= 4096",
              t.get("gemm_tile_overhead_k"));
   g.kernel_launch_seconds =
       r.quantity("kernel_launch_{}", kTimeUnits, "kernel_launch_seconds", Range::positive);
