@@ -224,6 +224,11 @@ Command add_kernel_command(CLI::App& root) {
         j["curve_source"] = std::string(e.curve_source);
         j["curve_pass"] = std::string(e.curve_pass);
         j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+      } else if (d.kind == "gemm") {
+        j["curve_source"] = std::string(e.curve_source);
+        j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+        j["equivalent_square_dim"] = e.equivalent_square_dim;
+        j["tile_overhead_k"] = cluster.gpu.gemm_tile_overhead_k;
       }
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -237,6 +242,10 @@ Command add_kernel_command(CLI::App& root) {
     fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", achieved_bw / 1e9, e.bytes);
     fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", bound,
                e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
+    if (d.kind == "gemm" && e.flops > 0)
+      fmt::print("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; each tile pays {:g} K "
+                 "beside its K loop)\n",
+                 e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source, cluster.gpu.gemm_tile_overhead_k);
     if (d.kind == "attention")
       fmt::print("  kernel      {} ({} {} curve, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
                  e.curve_pass, e.curve_source);

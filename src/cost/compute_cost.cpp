@@ -414,6 +414,8 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.bytes = gemm_bytes(g, dtype);
   e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, c.gpu.gemm_tile_overhead_k, g) /
                       c.gpu.sustained_clock_fraction;
+  e.equivalent_square_dim = equivalent_square(g, c.gpu.gemm_tile_overhead_k);
+  e.curve_source = curve.curve->source;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

@@ -31,8 +31,11 @@ struct KernelEstimate {
   // interpolated). Views into the ClusterSpec the estimate was made from: an estimate allocates
   // nothing.
   AttentionKernel attention_kernel = AttentionKernel::framework;
-  std::string_view curve_source;
+  std::string_view curve_source;  // GEMMs too: the source tag of the GEMM curve
   std::string_view curve_pass;
+  // GEMM only: the side of the measured square the shape is priced as (same padded tile work,
+  // each tile paying gpu.gemm_tile_overhead_k more K, docs/compute.md).
+  double equivalent_square_dim = 0;
 };
 
 // GEMM efficiency from the profile's curves (monotone interpolation in log cube-dim), with a

@@ -429,6 +429,16 @@ TEST_CASE("meshplan kernel CLI: JSON contract and one-line errors") {
   CHECK(j.at("efficiency").get<double>() == doctest::Approx(0.9 * 0.806).epsilon(0.05));
   CHECK(j.at("sustained_clock_fraction").get<double>() == 0.9);
   CHECK(j.at("bound").get<std::string>() == "compute");
+  // A square is priced as itself; the GEMM's curve and per-tile overhead are named.
+  CHECK(j.at("equivalent_square_dim").get<double>() == doctest::Approx(8192).epsilon(1e-9));
+  CHECK(j.at("tile_overhead_k").get<double>() == 128);
+  CHECK(j.at("curve_source").get<std::string>() == "h100_torch_gemm");
+  // Blackwell tiles pay nothing beside their K loop: 15872x4096x4096 (no padding) is its cube root.
+  const auto bw = nlohmann::json::parse(run("--cluster b300 --gemm 15872x4096x4096 --json", status));
+  CHECK(status == 0);
+  CHECK(bw.at("tile_overhead_k").get<double>() == 0);
+  CHECK(bw.at("equivalent_square_dim").get<double>() == doctest::Approx(std::cbrt(15872.0 * 4096 * 4096)).epsilon(1e-9));
+  CHECK(bw.at("curve_source").get<std::string>() == "b300_bf16_gemm");
 
   const auto att = nlohmann::json::parse(
       run("--cluster h100-sxm-80gb --attention b=1,heads=32,seq=8192,head_dim=128,causal=1 --pass bwd --json", status));
