@@ -693,6 +693,22 @@ TEST_CASE("attention kernel per framework: TE -> cuDNN from Hopper, SDPA -> cuDN
   const KernelEstimate fallback = attention_time(profile("a100-80gb"), a, Pass::forward, Dtype::bf16);
   CHECK(fallback.attention_kernel == AttentionKernel::fa2);
   CHECK(fallback.curve_fallback);
+  // torch SDPA on GB200 takes its derived torch-path curve: the direct cuDNN rate times B200's
+  // measured torch / direct ratio (1171 / 1384 forward at 8k); Transformer Engine the direct one.
+  ClusterSpec gb200 = profile("gb200");
+  gb200.gpu.sustained_clock_fraction = gb200.gpu.attention_sustained_clock_fraction = 1;
+  AttentionShape t;
+  t.heads = 128;
+  t.kv_heads = 8;
+  t.seq_q = t.seq_kv = 8192;
+  t.backend = AttentionBackend::torch_sdpa;
+  const KernelEstimate torch_path = attention_time(gb200, t, Pass::forward, Dtype::bf16);
+  t.backend = AttentionBackend::transformer_engine;
+  const KernelEstimate direct = attention_time(gb200, t, Pass::forward, Dtype::bf16);
+  CHECK(torch_path.curve_source == "gb200_torch_sdpa_derived");
+  CHECK(direct.curve_source == "gb200_cudnn_attention");
+  CHECK(torch_path.flops / torch_path.compute_seconds == doctest::Approx(1574e12 * 1171 / 1384).epsilon(1e-3));
+  CHECK(direct.flops / direct.compute_seconds == doctest::Approx(1574e12).epsilon(1e-9));
 }
 
 TEST_CASE("low-precision GEMMs: one curve per scaling format, nearest one where a part has none") {
