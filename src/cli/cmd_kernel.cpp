@@ -92,11 +92,12 @@ struct Described {
   KernelEstimate estimate;
   std::string kind;   // "gemm", "attention", "memory"
   std::string shape;  // as the user would write it
+  int cudnn_version = 0;  // the release asked for (0: newest)
 };
 
 Described estimate(const ClusterSpec& c, const std::string& gemm, const std::string& attention,
                    double memory_bytes, const std::string& pass, Dtype dtype, AttentionBackend backend,
-                   AttentionKernel kernel) {
+                   AttentionKernel kernel, int cudnn_version) {
   if (!gemm.empty()) {
     const GemmShape g = parse_gemm(gemm);
     return {gemm_time(c, g, dtype), "gemm",
@@ -106,11 +107,12 @@ Described estimate(const ClusterSpec& c, const std::string& gemm, const std::str
     AttentionShape a = parse_attention(attention);
     a.backend = backend;
     a.kernel = kernel;
+    a.cudnn_version = cudnn_version;
     const std::string shape =
         fmt::format("b={},heads={},kv_heads={},seq_q={},seq_kv={},head_dim={},causal={} {}", a.batch, a.heads,
                     a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.causal ? 1 : 0, pass);
-    if (pass == "fwd") return {attention_time(c, a, Pass::forward, dtype), "attention", shape};
-    if (pass == "bwd") return {attention_time(c, a, Pass::backward, dtype), "attention", shape};
+    if (pass == "fwd") return {attention_time(c, a, Pass::forward, dtype), "attention", shape, cudnn_version};
+    if (pass == "bwd") return {attention_time(c, a, Pass::backward, dtype), "attention", shape, cudnn_version};
     // fwd+bwd: two kernels, as FlashAttention's own fwd+bwd benchmark times them.
     const KernelEstimate f = attention_time(c, a, Pass::forward, dtype);
     const KernelEstimate b = attention_time(c, a, Pass::backward, dtype);
@@ -123,7 +125,7 @@ Described estimate(const ClusterSpec& c, const std::string& gemm, const std::str
     s.launch_seconds = f.launch_seconds + b.launch_seconds;
     s.efficiency = s.flops / (s.seconds * s.peak_flops_per_s);
     s.memory_bound = s.memory_seconds > s.compute_seconds;
-    return {s, "attention", shape};
+    return {s, "attention", shape, cudnn_version};
   }
   if (!(memory_bytes > 0))
     throw InputError("", "--memory-bytes", fmt::format("must be a positive byte count, got {}", memory_bytes));
@@ -135,6 +137,9 @@ std::string fallback_note(const Described& d, Dtype dtype) {
   if (d.kind == "gemm")
     return fmt::format("no {} GEMM curve in the profile; used the {} curve as a fraction of the {} peak",
                        to_string(dtype), to_string(d.estimate.curve_dtype), to_string(dtype));
+  if (d.cudnn_version > 0 && d.estimate.curve_version > 0 && d.estimate.curve_version != d.cudnn_version)
+    return fmt::format("no curves of cuDNN {} in the profile; used release {}", library_version_text(d.cudnn_version),
+                       library_version_text(d.estimate.curve_version));
   if (is_8bit_attention_dtype(dtype) && !is_8bit_attention_dtype(d.estimate.curve_dtype))
     return fmt::format("no {} attention curve for this kernel/pass; used the 16-bit curve at its own rate (nothing "
                        "measured says {} is faster)", to_string(dtype), to_string(dtype));
@@ -148,6 +153,7 @@ Command add_kernel_command(CLI::App& root) {
   struct Options {
     std::string cluster = kDefaultCluster;
     std::string gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
+    std::string cudnn_version;
     double memory_bytes = 0;
     bool json = false, burst = false;
   };
@@ -174,6 +180,9 @@ Command add_kernel_command(CLI::App& root) {
   c.app->add_option("--attention-kernel", o->attention_kernel, "attention kernel family, overriding the runtime's pick")
       ->check(CLI::IsMember({"framework", "fa2", "fa3", "fa4", "cudnn"}))
       ->capture_default_str();
+  c.app->add_option("--cudnn-version", o->cudnn_version,
+                    "cuDNN release whose fused-attention curves to use, e.g. 9.17 (default: the newest the profile "
+                    "measured; profiles without release-tagged curves ignore it)");
   c.app->add_flag("--burst", o->burst,
                   "tensor cores at the rate of the (short) microbenchmarks behind the curves: the profile's "
                   "sustained_clock_fraction is not applied");
@@ -188,11 +197,17 @@ Command add_kernel_command(CLI::App& root) {
       throw InputError("", "--runtime",
                        fmt::format("unknown runtime '{}' (generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, "
                                    "megatron)", o->runtime));
+    int cudnn_version = 0;
+    if (!o->cudnn_version.empty()) {
+      const std::optional<int> v = parse_library_version(o->cudnn_version);
+      if (!v) throw InputError("", "--cudnn-version", fmt::format("must be a release like 9.17, got '{}'", o->cudnn_version));
+      cudnn_version = *v;
+    }
     ClusterSpec cluster = load_cluster(o->cluster);
     if (o->burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
     const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype,
                                  runtime_traits(*runtime, false).attention_backend,
-                                 *parse_attention_kernel(o->attention_kernel));
+                                 *parse_attention_kernel(o->attention_kernel), cudnn_version);
     const KernelEstimate& e = d.estimate;
     const double tflops = e.seconds > 0 ? e.flops / e.seconds / 1e12 : 0.0;
     const double achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
@@ -224,6 +239,7 @@ Command add_kernel_command(CLI::App& root) {
         j["curve_source"] = std::string(e.curve_source);
         j["curve_pass"] = std::string(e.curve_pass);
         j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+        j["curve_version"] = e.curve_version > 0 ? json(library_version_text(e.curve_version)) : json(nullptr);
       } else if (d.kind == "gemm") {
         j["curve_source"] = std::string(e.curve_source);
         j["curve_dtype"] = std::string(to_string(e.curve_dtype));
@@ -247,8 +263,10 @@ Command add_kernel_command(CLI::App& root) {
                  "beside its K loop)\n",
                  e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source, cluster.gpu.gemm_tile_overhead_k);
     if (d.kind == "attention")
-      fmt::print("  kernel      {} ({} {} curve, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
-                 e.curve_pass, e.curve_source);
+      fmt::print("  kernel      {} ({} {} curve{}, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
+                 e.curve_pass,
+                 e.curve_version > 0 ? fmt::format(" of release {}", library_version_text(e.curve_version)) : "",
+                 e.curve_source);
     if (d.kind != "memory" && sustained < 1)
       fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
                  sustained);

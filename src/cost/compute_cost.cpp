@@ -209,6 +209,7 @@ struct AttentionRate {
   std::string_view source;
   std::string_view pass;
   std::string_view curve_kernel;  // the curve's own kernel name (a calibrated "cudnn-sdpa" vs "cudnn")
+  int curve_version = 0;          // the library release the curve measured (0: not stated)
   bool fallback = false;   // kernel, pass, dtype, mask or head dim outside the curves
 };
 
@@ -273,8 +274,20 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
       family == AttentionKernel::cudnn && shape.backend == AttentionBackend::torch_sdpa &&
       std::any_of(curves.begin(), curves.end(),
                   [&](const AttentionCurve& a) { return usable(a) && a.kernel == kTorchSdpaCudnn && a.pass == pass_name; });
+  // The library release: the one the run states if the family measured it, else the newest one
+  // measured (flagged where a stated release has no curves); unversioned curves serve any release.
+  int newest = 0;
+  bool stated_measured = false;
+  for (const AttentionCurve& a : curves) {
+    if (!usable(a) || family_of(a) != family || a.version == 0) continue;
+    newest = std::max(newest, a.version);
+    stated_measured = stated_measured || a.version == shape.cudnn_version;
+  }
+  const int release = stated_measured ? shape.cudnn_version : newest;
+  if (shape.cudnn_version > 0 && newest > 0 && !stated_measured) out.fallback = true;
   auto in_pass = [&](const AttentionCurve& a) {
-    return usable(a) && family_of(a) == family && a.pass == pass_name && (a.kernel == kTorchSdpaCudnn) == torch_path;
+    return usable(a) && family_of(a) == family && a.pass == pass_name && (a.kernel == kTorchSdpaCudnn) == torch_path &&
+           (a.version == 0 || a.version == release);
   };
 
   // FP8 inputs take FP8 curves, MXFP8 inputs MXFP8 curves (else the per-tensor FP8 ones, flagged);
@@ -320,6 +333,7 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
   out.source = below->source;
   out.pass = pass_name;
   out.curve_kernel = below->kernel;
+  out.curve_version = below->version;
   return out;
 }
 
@@ -491,6 +505,7 @@ KernelEstimate attention_time(const ClusterSpec& c, const AttentionShape& a, Pas
   e.attention_kernel = rate.kernel;
   e.curve_source = rate.source;
   e.curve_pass = rate.pass;
+  e.curve_version = rate.curve_version;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

@@ -33,6 +33,7 @@ struct KernelEstimate {
   AttentionKernel attention_kernel = AttentionKernel::framework;
   std::string_view curve_source;  // GEMMs too: the source tag of the GEMM curve
   std::string_view curve_pass;
+  int curve_version = 0;  // attention: the library release of the curve (parse_library_version), 0 = not stated
   // GEMM only: the side of the measured square the shape is priced as (same padded tile work,
   // each tile paying gpu.gemm_tile_overhead_k more K, docs/compute.md).
   double equivalent_square_dim = 0;

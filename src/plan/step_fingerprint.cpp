@@ -48,7 +48,7 @@ void add(Hasher& h, const GemmShape& g) {
 void add(Hasher& h, const AttentionShape& a) {
   h.num(a.batch), h.num(a.heads), h.num(a.kv_heads), h.num(a.seq_q), h.num(a.seq_kv), h.num(a.head_dim);
   h.num(a.causal), h.num(a.flash_version);
-  h.num(static_cast<int>(a.backend)), h.num(static_cast<int>(a.kernel));
+  h.num(static_cast<int>(a.backend)), h.num(static_cast<int>(a.kernel)), h.num(a.cudnn_version);
 }
 
 void add_changes(Hasher& h, const MemoryChanges& changes) {
@@ -60,7 +60,7 @@ void add_changes(Hasher& h, const MemoryChanges& changes) {
 // changes, as a reminder.
 void add(Hasher& h, const Op& op) {
 #if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
-  static_assert(sizeof(Op) == 480, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
+  static_assert(sizeof(Op) == 488, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
 #endif
   h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind);
   h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });

@@ -3,6 +3,7 @@
 // architecture, the kernel that API dispatches to (docs/compute.md, "Attention kernel per
 // framework"). A plan may name the kernel outright ([runtime] attention_kernel).
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace meshplan {
@@ -46,6 +47,32 @@ constexpr std::optional<AttentionKernel> parse_attention_kernel(std::string_view
   if (s == "fa4" || s == "flash-attn-4") return AttentionKernel::fa4;
   if (s == "cudnn" || s == "cudnn-fused") return AttentionKernel::cudnn;
   return std::nullopt;
+}
+
+// A kernel library's release, "MAJOR.MINOR" (a third component is accepted and ignored: patch
+// releases keep a minor's kernels), as MAJOR * 1000 + MINOR, so releases compare as integers.
+// 0 = not stated. cuDNN's fused attention changes speed between minors (docs/compute.md).
+constexpr std::optional<int> parse_library_version(std::string_view s) {
+  int part[3] = {0, 0, 0};
+  int parts = 0, digits = 0;
+  for (char ch : s) {
+    if (ch == '.') {
+      if (digits == 0 || ++parts > 2) return std::nullopt;
+      digits = 0;
+    } else if (ch >= '0' && ch <= '9') {
+      if (++digits > 3) return std::nullopt;
+      part[parts] = 10 * part[parts] + (ch - '0');
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (digits == 0 || parts < 1 || part[0] == 0 || part[0] > 99) return std::nullopt;
+  return part[0] * 1000 + part[1];
+}
+
+// parse_library_version's inverse: 9017 -> "9.17".
+inline std::string library_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000);
 }
 
 }  // namespace meshplan

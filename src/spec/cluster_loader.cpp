@@ -22,6 +22,7 @@
 
 #include <toml++/toml.h>
 
+#include "spec/attention_kernel.hpp"
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
@@ -481,6 +482,14 @@ void read_gpu(Context& ctx, const toml::table& t) {
         curve.dtype = *parse_dtype(dt);
       }
       curve.pass = c.text("pass", "", {"fwd+bwd", "fwd", "bwd"});
+      if (c.table().get("version") != nullptr) {
+        const std::string v = c.text("version", "");
+        const std::optional<int> parsed = parse_library_version(v);
+        if (!parsed)
+          ctx.fail(c.key("version"), "must be the library release measured, MAJOR.MINOR like \"9.22\", got \"" + v + "\"",
+                   c.table().get("version"));
+        curve.version = *parsed;
+      }
       const toml::node& hd = c.require("head_dim");
       if (!hd.is_integer() || hd.as_integer()->get() < 1 || hd.as_integer()->get() > 4096)
         ctx.fail(c.key("head_dim"), "must be a positive integer", &hd);

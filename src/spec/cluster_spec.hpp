@@ -32,6 +32,9 @@ struct AttentionCurve {
   std::vector<double> seq_len;
   std::vector<double> flops_per_s;  // achieved, as counted by the kernel's authors
   std::string source;
+  // The library release measured (parse_library_version: 9.22 -> 9022); 0 = not stated. Where a
+  // family has curves of several releases the newest prices by default.
+  int version = 0;
 };
 
 struct GpuSpec {

@@ -166,6 +166,9 @@ struct Plan {
   // The fused attention kernel family; `framework` = what the runtime's attention API picks on
   // the GPU (spec/attention_kernel.hpp, docs/compute.md).
   AttentionKernel attention_kernel = AttentionKernel::framework;
+  // cuDNN release of the run's container (parse_library_version: "9.17" -> 9017); 0 = the newest
+  // the profile measured. Only cuDNN fused attention reads it.
+  int cudnn_version = 0;
   bool dropout = false;                  // dropout on (keeps 1-byte masks; Megatron GPT default)
   // One-kernel cross-entropy on the low-precision logits (flash-attn's xentropy, llm-foundry's MPT
   // default `loss_fn: fused_crossentropy`): saves the logits and a per-row log-sum-exp, writes one

@@ -50,7 +50,7 @@ const std::vector<std::string> kBatchKeys = {"seq_len", "global_batch", "micro_b
                                              "pp_microbatches"};
 const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "flash_attention",
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
-                                              "deepspeed", "cuda_graphs", "attention_kernel", "loss_kernel", "loss_chunks",
+                                              "deepspeed", "cuda_graphs", "attention_kernel", "cudnn_version", "loss_kernel", "loss_chunks",
                                               "optimizer_in_backward", "optimizer_implementation",
                                               "moe_dispatcher"};
 
@@ -373,6 +373,11 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   }
   plan.attention_kernel = get_enum(rt, "attention_kernel", AttentionKernel::framework, parse_attention_kernel,
                                    "framework, fa2, fa3, fa4, cudnn");
+  if (const auto v = rt.get_string("cudnn_version")) {
+    const std::optional<int> parsed = parse_library_version(*v);
+    if (!parsed) rt.fail("cudnn_version", fmt::format("must be a cuDNN release like \"9.17\", got \"{}\"", *v));
+    plan.cudnn_version = *parsed;
+  }
   // flash_attention_version = 3 names FlashAttention-3's kernel unless attention_kernel says otherwise.
   if (plan.flash_attention_version == 3 && plan.attention_kernel == AttentionKernel::framework)
     plan.attention_kernel = AttentionKernel::fa3;
@@ -534,6 +539,7 @@ std::string to_plan_toml(const RunConfig& rc) {
     line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
   if (p.attention_kernel != AttentionKernel::framework)
     line(fmt::format("attention_kernel = \"{}\"", to_string(p.attention_kernel)));
+  if (p.cudnn_version > 0) line(fmt::format("cudnn_version = \"{}\"", library_version_text(p.cudnn_version)));
   line(fmt::format("dropout = {}", b(p.dropout)));
   if (p.fused_cross_entropy) line("fused_cross_entropy = true");
   if (p.chunked_cross_entropy) {

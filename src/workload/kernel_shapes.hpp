@@ -27,6 +27,8 @@ struct AttentionShape {
   // GPU); the cost model maps them onto the profile's measured kernel curves.
   AttentionBackend backend = AttentionBackend::flash_attn;
   AttentionKernel kernel = AttentionKernel::framework;
+  // cuDNN release the run uses (parse_library_version); 0 = the newest the profile measured.
+  int cudnn_version = 0;
 };
 
 enum class Pass { forward, backward };

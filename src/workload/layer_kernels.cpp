@@ -202,6 +202,7 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
                  d.s_local, d.s_full, attn_head_dim, true, p.flash_attention_version};
   k.attention.backend = runtime_traits(p).attention_backend;
   k.attention.kernel = p.attention_kernel;
+  k.attention.cudnn_version = p.cudnn_version;
   if (!p.flash_attention) add_unfused_attention(p, d, k);
   const std::int64_t o_in = mla ? static_cast<std::int64_t>(m.n_heads) * m.mla.v_head_dim : d.q_width;
   k.post_attention.push_back({d.tokens, d.h, o_in / d.attn_split, 1});

@@ -16,12 +16,15 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <toml++/toml.h>
+#include <utility>
 #include <vector>
 
 #include "cost/compute_cost.hpp"
 #include "workload/layer_kernels.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/plan_toml.hpp"
 #include "cost/csv_table.hpp"
 #include "test_paths.hpp"
 
@@ -610,6 +613,13 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
       REQUIRE(k.has_value());
       a.kernel = *k;
       if (torch_path) a.backend = AttentionBackend::torch_sdpa;
+      const std::string library = t.at(r, "library");
+      if (!library.empty()) {
+        REQUIRE(library.rfind("cudnn ", 0) == 0);
+        const std::optional<int> v = parse_library_version(library.substr(6));
+        REQUIRE(v.has_value());
+        a.cudnn_version = *v;
+      }
       const std::string pass = t.at(r, "pass");
       REQUIRE((pass == "fwd" || pass == "bwd"));
       e = attention_time(c, a, pass == "fwd" ? Pass::forward : Pass::backward, *dtype);
@@ -816,5 +826,60 @@ TEST_CASE("context parallelism: a causal query slice is masked only on its diago
     const double expected = flops / 8 / rate(block, p) + flops * 7 / 8 / rate(full, p);
     CHECK(attention_time(c, slice, p, Dtype::bf16).compute_seconds == doctest::Approx(expected).epsilon(1e-9));
     CHECK(rate(full, p) > rate(block, p));  // the full mask runs faster on these curves
+  }
+}
+
+TEST_CASE("cuDNN release: the newest measured by default, a stated one where measured, flagged otherwise") {
+  // GB200 holds cudnn-frontend curves of cuDNN 9.22 and 9.17; causal bf16 backward at 2k, 128 q /
+  // 8 kv heads: 885 vs 655 TFLOP/s measured (burst clocks).
+  ClusterSpec gb200 = profile("gb200");
+  gb200.gpu.sustained_clock_fraction = gb200.gpu.attention_sustained_clock_fraction = 1;
+  AttentionShape a;
+  a.heads = 128;
+  a.kv_heads = 8;
+  a.seq_q = a.seq_kv = 2048;
+  a.kernel = AttentionKernel::cudnn;
+  auto rate = [&](int version) {
+    a.cudnn_version = version;
+    const KernelEstimate e = attention_time(gb200, a, Pass::backward, Dtype::bf16);
+    return std::pair{e.flops / e.compute_seconds, e};
+  };
+  const auto [newest, e_newest] = rate(0);
+  CHECK(newest == doctest::Approx(885e12).epsilon(1e-9));
+  CHECK(e_newest.curve_version == 9022);
+  CHECK_FALSE(e_newest.curve_fallback);
+  const auto [old, e_old] = rate(*parse_library_version("9.17"));
+  CHECK(old == doctest::Approx(655e12).epsilon(1e-9));
+  CHECK(e_old.curve_version == 9017);
+  CHECK_FALSE(e_old.curve_fallback);
+  const auto [unmeasured, e_unmeasured] = rate(*parse_library_version("9.13.1"));
+  CHECK(unmeasured == doctest::Approx(885e12).epsilon(1e-9));
+  CHECK(e_unmeasured.curve_fallback);
+  // A profile without release-tagged curves ignores the release and flags nothing.
+  ClusterSpec h100 = profile("h100-sxm-80gb");
+  a.cudnn_version = 9017;
+  a.head_dim = 128;
+  CHECK_FALSE(attention_time(h100, a, Pass::forward, Dtype::bf16).curve_fallback);
+  CHECK(parse_library_version("9") == std::nullopt);
+  CHECK(parse_library_version("9.x") == std::nullopt);
+  CHECK(parse_library_version("9.17.0.1") == std::nullopt);
+  CHECK(library_version_text(9017) == "9.17");
+}
+
+TEST_CASE("cuDNN release as a plan key: read, refused when malformed, written back only when set") {
+  const std::string base =
+      "[model]\nname = \"llama3.1-8b\"\n[cluster]\nprofile = \"gb200\"\ngpus = 8\n"
+      "[layout]\ndp_replicate = 8\n[sharding]\nstrategy = \"zero1\"\n[batch]\nseq_len = 4096\n"
+      "global_batch = 8\nmicro_batch = 1\n[runtime]\nname = \"megatron\"\n";
+  auto read = [](const std::string& text) { return read_plan_toml("p.toml", toml::parse(text)); };
+  const RunConfig rc = read(base + "cudnn_version = \"9.17\"\n");
+  CHECK(rc.plan.cudnn_version == 9017);
+  CHECK(to_plan_toml(rc).find("cudnn_version = \"9.17\"") != std::string::npos);
+  CHECK(to_plan_toml(read(base)).find("cudnn_version") == std::string::npos);
+  try {
+    (void)read(base + "cudnn_version = \"nine\"\n");
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(e.key().find("cudnn_version") != std::string::npos);
   }
 }
