@@ -276,15 +276,17 @@ AttentionRate pass_rate(const ClusterSpec& c, const AttentionShape& shape, Atten
                   [&](const AttentionCurve& a) { return usable(a) && a.kernel == kTorchSdpaCudnn && a.pass == pass_name; });
   // The library release: the one the run states if the family measured it, else the newest one
   // measured (flagged where a stated release has no curves); unversioned curves serve any release.
+  // The stated release is cuDNN's: other families take their newest.
+  const int stated = family == AttentionKernel::cudnn ? shape.cudnn_version : 0;
   int newest = 0;
   bool stated_measured = false;
   for (const AttentionCurve& a : curves) {
     if (!usable(a) || family_of(a) != family || a.version == 0) continue;
     newest = std::max(newest, a.version);
-    stated_measured = stated_measured || a.version == shape.cudnn_version;
+    stated_measured = stated_measured || a.version == stated;
   }
-  const int release = stated_measured ? shape.cudnn_version : newest;
-  if (shape.cudnn_version > 0 && newest > 0 && !stated_measured) out.fallback = true;
+  const int release = stated_measured ? stated : newest;
+  if (stated > 0 && newest > 0 && !stated_measured) out.fallback = true;
   auto in_pass = [&](const AttentionCurve& a) {
     return usable(a) && family_of(a) == family && a.pass == pass_name && (a.kernel == kTorchSdpaCudnn) == torch_path &&
            (a.version == 0 || a.version == release);
