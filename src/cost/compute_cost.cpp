@@ -142,12 +142,11 @@ double equivalent_square(const GemmShape& g, double overhead_k) {
                                overhead_k);
 }
 
-// Seconds on the tensor cores: the time of the measured square that does the same work (padded
+// Seconds on the tensor cores for a GEMM priced as the square of side c (equivalent_square: same padded
 // tile grid, per-tile overheads), i.e. 2 c^3 / (peak x efficiency(c)). The curve's size axis
 // stands for tiles per SM and K-loop depth, which that work has; squares are reproduced exactly,
 // and time grows with the work, hence with M, N and K.
-double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, double overhead_k, const GemmShape& g) {
-  const double c = equivalent_square(g, overhead_k);
+double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, double c) {
   return 2.0 * c * c * c / (peak_flops_per_s * envelope_efficiency(curve, c));
 }
 
@@ -410,7 +409,7 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
-  const double seconds = tensor_core_seconds(*curve.curve, peak, c.gpu.gemm_tile_overhead_k, g);
+  const double seconds = tensor_core_seconds(*curve.curve, peak, equivalent_square(g, c.gpu.gemm_tile_overhead_k));
   return g.flops() * c.gpu.sustained_clock_fraction / (peak * seconds);
 }
 
@@ -428,9 +427,9 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   e.curve_dtype = curve.curve->dtype;
   e.flops = g.flops();
   e.bytes = gemm_bytes(g, dtype);
-  e.compute_seconds = tensor_core_seconds(*curve.curve, e.peak_flops_per_s, c.gpu.gemm_tile_overhead_k, g) /
-                      c.gpu.sustained_clock_fraction;
   e.equivalent_square_dim = equivalent_square(g, c.gpu.gemm_tile_overhead_k);
+  e.compute_seconds =
+      tensor_core_seconds(*curve.curve, e.peak_flops_per_s, e.equivalent_square_dim) / c.gpu.sustained_clock_fraction;
   e.curve_source = curve.curve->source;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
