@@ -11,12 +11,12 @@
 #include "cli/command.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
-#include "report/validation.hpp"
+#include "validate/validation.hpp"
 #include "sim/step_simulator.hpp"
-#include "spec/cluster_search.hpp"
+#include "validate/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "spec/plan_toml.hpp"
-#include "spec/validation_row.hpp"
+#include "validate/validation_row.hpp"
 
 namespace meshplan::cli {
 

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"

@@ -10,11 +10,11 @@
 #include <sstream>
 #include <vector>
 
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
-#include "spec/import_composer.hpp"
-#include "spec/import_megatron.hpp"
-#include "spec/import_torchtitan.hpp"
+#include "import/import_composer.hpp"
+#include "import/import_megatron.hpp"
+#include "import/import_torchtitan.hpp"
 #include "spec/plan_toml.hpp"
 
 namespace meshplan {

@@ -9,7 +9,7 @@
 
 #include "sim/step_simulator.hpp"
 #include "spec/error.hpp"
-#include "spec/import_megatron.hpp"
+#include "import/import_megatron.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/units.hpp"
 

@@ -14,7 +14,7 @@
 #include "report/memory_report.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "workload/runtime_choices.hpp"

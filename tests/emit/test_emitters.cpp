@@ -18,7 +18,7 @@
 #include "emit/megatron_emitter.hpp"
 #include "emit/torchtitan_emitter.hpp"
 #include "emit/torchtitan_keys.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "test_paths.hpp"

@@ -1,7 +1,7 @@
 // llm-foundry / Composer YAML with ${...} interpolation and anchors: import, resolve on 8 GPUs.
 #include "fuzz_common.hpp"
-#include "spec/config_loader.hpp"
-#include "spec/import_composer.hpp"
+#include "import/config_loader.hpp"
+#include "import/import_composer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace meshplan;

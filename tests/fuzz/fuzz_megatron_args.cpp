@@ -1,7 +1,7 @@
 // Megatron-LM arguments (args files and launch scripts): import, resolve on 8 GPUs.
 #include "fuzz_common.hpp"
-#include "spec/config_loader.hpp"
-#include "spec/import_megatron.hpp"
+#include "import/config_loader.hpp"
+#include "import/import_megatron.hpp"
 #include "spec/model_spec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,6 +1,6 @@
 // meshplan plan TOML: parse, import, resolve the layout, count parameters.
 #include "fuzz_common.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/import_common.hpp"
 #include "spec/plan_toml.hpp"
 

@@ -1,8 +1,8 @@
 // torchtitan TOML (mid-2025 and early-2026 layouts): import, resolve on 8 GPUs.
 #include "fuzz_common.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/import_common.hpp"
-#include "spec/import_torchtitan.hpp"
+#include "import/import_torchtitan.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace meshplan;

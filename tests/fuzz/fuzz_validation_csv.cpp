@@ -1,6 +1,6 @@
 // Validation CSV (../shared/validation/README.md columns): parse and map every row.
 #include "fuzz_common.hpp"
-#include "spec/validation_row.hpp"
+#include "validate/validation_row.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace meshplan;

@@ -14,12 +14,12 @@
 #include "report/diagnose.hpp"
 #include "report/html_report.hpp"
 #include "report/lint.hpp"
-#include "report/validation.hpp"
+#include "validate/validation.hpp"
 #include "report/whatif.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/units.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 
 using namespace meshplan;
 

@@ -7,13 +7,13 @@
 #include <fstream>
 #include <string>
 
-#include "report/validation.hpp"
+#include "validate/validation.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/cluster_search.hpp"
+#include "validate/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/units.hpp"
-#include "spec/validation_row.hpp"
+#include "validate/validation_row.hpp"
 #include "workload/memory_estimate.hpp"
 #include "test_paths.hpp"
 

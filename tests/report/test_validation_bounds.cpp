@@ -30,7 +30,7 @@
 #include <map>
 #include <string>
 
-#include "report/validation.hpp"
+#include "validate/validation.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 
 using namespace meshplan;

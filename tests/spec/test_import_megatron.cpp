@@ -1,4 +1,4 @@
-// Megatron-LM arguments importer (src/spec/import_megatron.cpp): the 405B pp 16 x vpp 8 fixture
+// Megatron-LM arguments importer (src/import/import_megatron.cpp): the 405B pp 16 x vpp 8 fixture
 // with the embedding and the loss counted as layers, the emitter round trip, shell-like parsing
 // and bad input.
 #include <doctest/doctest.h>
@@ -14,9 +14,9 @@
 #include "emit/megatron_emitter.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
-#include "spec/import_megatron.hpp"
+#include "import/import_megatron.hpp"
 #include "spec/model_loader.hpp"
 #include "test_paths.hpp"
 #include "workload/memory_estimate.hpp"

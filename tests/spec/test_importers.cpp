@@ -10,7 +10,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
 #include "spec/model_loader.hpp"

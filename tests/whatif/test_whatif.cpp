@@ -26,7 +26,7 @@
 #include "report/whatif.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/model_loader.hpp"
 
 using namespace meshplan;

@@ -11,7 +11,7 @@
 
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/pipeline_split.hpp"
 #include "test_paths.hpp"

@@ -1,4 +1,4 @@
-#include "spec/cluster_search.hpp"
+#include "validate/cluster_search.hpp"
 
 #include <system_error>
 

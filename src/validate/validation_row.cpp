@@ -1,7 +1,7 @@
 // Validation rows: RFC-4180 CSV and the mapping of one published run onto a RunConfig.
 // Column meanings and vocabularies: ../shared/validation/README.md. Every default used for an
 // empty cell is written into ValidationCase::assumptions so the output can show it.
-#include "spec/validation_row.hpp"
+#include "validate/validation_row.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <utility>
 
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/recompute_modules.hpp"

@@ -1,5 +1,5 @@
 // Format detection and layout resolution for run configs (config_loader.hpp).
-#include "spec/config_loader.hpp"
+#include "import/config_loader.hpp"
 
 #include "spec/pipeline_split.hpp"
 
@@ -12,9 +12,9 @@
 
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
-#include "spec/import_composer.hpp"
-#include "spec/import_megatron.hpp"
-#include "spec/import_torchtitan.hpp"
+#include "import/import_composer.hpp"
+#include "import/import_megatron.hpp"
+#include "import/import_torchtitan.hpp"
 #include "spec/limits.hpp"
 #include "spec/plan_toml.hpp"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "spec/cluster_spec.hpp"
-#include "spec/validation_row.hpp"
+#include "validate/validation_row.hpp"
 
 namespace meshplan {
 

@@ -1,6 +1,6 @@
 // llm-foundry / Composer YAML importer. Defaults are Composer's *code* defaults
 // (composer/utils/parallelism.py FSDPConfig), not its docs; see docs/importers.md for the table.
-#include "spec/import_composer.hpp"
+#include "import/import_composer.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
 // meshplan validate: every row simulated and compared with its published measurement.
 // No result is adjusted here: the numbers are the simulator's and the memory model's as they are.
-#include "report/validation.hpp"
+#include "validate/validation.hpp"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 
 #include "cost/collective_cost.hpp"
 #include "sim/step_simulator.hpp"
-#include "spec/cluster_search.hpp"
+#include "validate/cluster_search.hpp"
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/runtime_choices.hpp"

@@ -1,7 +1,7 @@
 // torchtitan TOML importer. Key lists and defaults follow torchtitan/config/job_config.py at
 // 238fa9953e4a (early 2026) and 8570415c3 (mid 2025); torchtitan's _dict_to_dataclass raises on
 // any key it does not know, so meshplan refuses them too instead of silently using defaults.
-#include "spec/import_torchtitan.hpp"
+#include "import/import_torchtitan.hpp"
 
 #include <algorithm>
 #include <cctype>
