@@ -17,6 +17,7 @@
 
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/framework_defaults.hpp"
 #include "spec/limits.hpp"
 #include "spec/recompute_modules.hpp"
 
@@ -419,6 +420,80 @@ std::optional<std::int64_t> default_vocab(const std::string& source, const Model
   return std::nullopt;
 }
 
+// The batch: micro x grad_accum x dp = global, the one missing value filled. Where the split is
+// not published, the framework's default decides it (spec/framework_defaults.hpp: torchtitan's
+// pipeline micro-batches by release); only where the framework has none is it left to the runtime
+// resolution (workload/runtime_choices).
+void map_batch(const Reader& r, const std::string& fw, const Mesh& mesh, RunConfig& rc,
+               std::vector<std::string>& notes) {
+  Job& j = rc.job;
+  j.seq_len = r.count("seq_len", limits::kMaxSeqLen);
+  const std::int64_t dp = static_cast<std::int64_t>(mesh.dp_replicate) * mesh.dp_shard;
+  // ---- batch: micro x grad_accum x dp = global; fill the one missing value.
+  // Bounded first: the products below stay far inside 64 bits.
+  auto mb = r.opt_count("micro_batch", limits::kMaxBatch);
+  auto gb = r.opt_count("global_batch", limits::kMaxBatch);
+  auto ga = r.opt_count("grad_accum", limits::kMaxGradAccum);
+  for (auto [name, v] : {std::pair{"micro_batch", mb}, std::pair{"global_batch", gb}, std::pair{"grad_accum", ga}})
+    if (v && *v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", name, *v)};
+  if (!gb && mb && ga) {
+    gb = limits::mul3(*mb, *ga, dp).value_or(INT64_MAX);
+    if (*gb > limits::kMaxBatch)
+      throw Skip{fmt::format("micro_batch x grad_accum x dp is above the maximum {} sequences (docs/limits.md)",
+                             limits::kMaxBatch)};
+  } else if (gb && mb && !ga) {
+    if (*gb % (*mb * dp) != 0)
+      throw Skip{fmt::format("global_batch {} is not divisible by micro_batch {} x dp {}", *gb, *mb, dp)};
+    ga = *gb / (*mb * dp);
+  } else if (gb && !mb && ga) {
+    if (*gb % (*ga * dp) != 0)
+      throw Skip{fmt::format("global_batch {} is not divisible by grad_accum {} x dp {}", *gb, *ga, dp)};
+    mb = *gb / (*ga * dp);
+  } else if (gb && !mb && !ga && fw == "torchtitan-fsdp2" && mesh.pp > 1) {
+    // torchtitan splits each rank's local batch into pipeline micro-batches by a default that
+    // changed twice; the release (column framework_release, a date) picks the rule.
+    if (*gb % dp != 0) throw Skip{fmt::format("global_batch {} is not divisible by dp {}", *gb, dp)};
+    const std::string rel_text = Reader::trim(r.str("framework_release"));
+    const std::optional<FrameworkRelease> rel =
+        rel_text.empty() ? std::optional<FrameworkRelease>{FrameworkRelease{}} : parse_framework_release(rel_text);
+    if (!rel) throw Skip{fmt::format("framework_release: '{}' is not a date (YYYY-MM-DD)", rel_text)};
+    const PpMicrobatchDefault def = torchtitan_pp_microbatch_default(*rel);
+    std::string why;
+    const auto split = split_pp_batch(def.rule, *gb / dp, mesh.pp, j.seq_len, &why);
+    if (!split) throw Skip{fmt::format("micro_batch empty and torchtitan's default does not run this batch: {}", why)};
+    mb = split->micro_batch;
+    ga = split->grad_accum;
+    j.pp_microbatches = split->per_run;
+    notes.push_back(fmt::format("micro_batch not stated: {} x {} per pipeline run, {} per step (torchtitan's default{}: "
+                                "{}; {})",
+                                split->micro_batch, split->per_run, split->grad_accum,
+                                rel->stated() ? fmt::format(" at {}", rel_text)
+                                              : " of the first release with pipeline parallelism, the release not "
+                                                "stated",
+                                def.row->value, def.row->source));
+  } else if (gb && !mb && !ga) {
+    // The batch split is not published and the framework has no default (Megatron requires
+    // --micro-batch-size): the largest micro-batch that fits (with pipelines 1, the most
+    // micro-batches and the smallest bubble), chosen by workload/runtime_choices once the device
+    // is known. 1 until then.
+    mb = 1;
+    if (*gb % dp != 0) throw Skip{fmt::format("global_batch {} is not divisible by dp {}", *gb, dp)};
+    ga = *gb / dp;
+    rc.left_to_runtime.micro_batch = true;
+  } else if (!gb) {
+    throw Skip{"global_batch is empty and micro_batch x grad_accum does not give it"};
+  }
+  j.micro_batch = *mb;
+  j.global_batch = *gb;
+  j.grad_accum = *ga;
+  if (limits::mul3(j.micro_batch, j.grad_accum, dp) != j.global_batch)
+    throw Skip{fmt::format("micro_batch {} x grad_accum {} x dp {} != global_batch {}", j.micro_batch, j.grad_accum,
+                           dp, j.global_batch)};
+  // Megatron and DeepSpeed run all micro-batches through one pipeline schedule (torchtitan's
+  // split set it above).
+  if (!(fw == "torchtitan-fsdp2" && j.pp_microbatches > 0)) j.pp_microbatches = 0;
+}
+
 ValidationCase map_validation_row(const CsvTable& table, std::size_t index, const std::vector<std::string>& extra_gpus) {
   const CsvRow row(table, index);
   const Reader r(row);
@@ -760,51 +835,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       p.async_tp = false;
     }
 
-    // ---- batch: micro x grad_accum x dp = global; fill the one missing value.
-    Job& j = rc.job;
-    j.seq_len = r.count("seq_len", limits::kMaxSeqLen);
-    const std::int64_t dp = static_cast<std::int64_t>(mesh.dp_replicate) * mesh.dp_shard;
-    if (mesh.world() > limits::kMaxGpus)
-      throw Skip{fmt::format("pp x dp_replicate x dp_shard x cp x tp is above the maximum {} GPUs (docs/limits.md)",
-                             limits::kMaxGpus)};
-    // Bounded first: the products below stay far inside 64 bits.
-    auto mb = r.opt_count("micro_batch", limits::kMaxBatch);
-    auto gb = r.opt_count("global_batch", limits::kMaxBatch);
-    auto ga = r.opt_count("grad_accum", limits::kMaxGradAccum);
-    for (auto [name, v] : {std::pair{"micro_batch", mb}, std::pair{"global_batch", gb}, std::pair{"grad_accum", ga}})
-      if (v && *v <= 0) throw Skip{fmt::format("{}: must be positive, got {}", name, *v)};
-    if (!gb && mb && ga) {
-      gb = limits::mul3(*mb, *ga, dp).value_or(INT64_MAX);
-      if (*gb > limits::kMaxBatch)
-        throw Skip{fmt::format("micro_batch x grad_accum x dp is above the maximum {} sequences (docs/limits.md)",
-                               limits::kMaxBatch)};
-    } else if (gb && mb && !ga) {
-      if (*gb % (*mb * dp) != 0)
-        throw Skip{fmt::format("global_batch {} is not divisible by micro_batch {} x dp {}", *gb, *mb, dp)};
-      ga = *gb / (*mb * dp);
-    } else if (gb && !mb && ga) {
-      if (*gb % (*ga * dp) != 0)
-        throw Skip{fmt::format("global_batch {} is not divisible by grad_accum {} x dp {}", *gb, *ga, dp)};
-      mb = *gb / (*ga * dp);
-    } else if (gb && !mb && !ga) {
-      // The batch split is not published: the largest micro-batch that fits (Megatron-family with
-      // pipelines: its default 1), chosen by workload/runtime_choices once the device is known.
-      // 1 until then.
-      mb = 1;
-      if (*gb % dp != 0) throw Skip{fmt::format("global_batch {} is not divisible by dp {}", *gb, dp)};
-      ga = *gb / dp;
-      rc.left_to_runtime.micro_batch = true;
-    } else if (!gb) {
-      throw Skip{"global_batch is empty and micro_batch x grad_accum does not give it"};
-    }
-    j.micro_batch = *mb;
-    j.global_batch = *gb;
-    j.grad_accum = *ga;
-    if (limits::mul3(j.micro_batch, j.grad_accum, dp) != j.global_batch)
-      throw Skip{fmt::format("micro_batch {} x grad_accum {} x dp {} != global_batch {}", j.micro_batch, j.grad_accum,
-                             dp, j.global_batch)};
-    // Megatron and DeepSpeed run all micro-batches through one pipeline schedule.
-    j.pp_microbatches = 0;
+    map_batch(r, fw, mesh, rc, notes);
 
     try {
       resolve_layout(rc, n_gpus);

@@ -130,7 +130,8 @@ Plan with_sharding(Plan p, Sharding s) {
 }
 
 // Micro-batch sizes to try, largest first: the divisors of the per-rank batch (Composer: its own
-// halving search from the device batch); Megatron-family with pipelines: its default 1.
+// halving search from the device batch); Megatron-family with pipelines, which has no default: 1,
+// the most micro-batches and so the smallest bubble.
 bool is_composer(const Plan& p) { return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2; }
 
 // Sequences one rank processes per step: global / dp (Composer: global / world, its device batch).
@@ -224,7 +225,8 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
           if (left.micro_batch)
             out.assumptions.push_back(
                 given.runtime == Runtime::megatron && given.mesh.pp > 1
-                    ? fmt::format("micro_batch not stated: 1 (Megatron's default with pipelines, fits), grad_accum {}",
+                    ? fmt::format("micro_batch not stated: 1 (Megatron has no default, the flag is required; with "
+                                  "pipelines 1, the most micro-batches and the smallest bubble, fits), grad_accum {}",
                                   j.grad_accum)
                     : fmt::format("micro_batch not stated: {} (the largest that fits{}), grad_accum {}", j.micro_batch,
                                   composer ? ", Composer's halving search" : " and divides the per-rank batch",

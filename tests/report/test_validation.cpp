@@ -466,3 +466,45 @@ TEST_CASE("Megatron's FLOP count for MoE rows: routed top-k, shared experts, den
   CHECK(conv->flops_per_token ==
         doctest::Approx(145'068'392'448.0 + 270'993'408.0 * 6 * 61 + 5'560'074'240.0).epsilon(1e-12));
 }
+
+TEST_CASE("torchtitan pipeline micro-batches: the framework's default by release, not the largest that fits") {
+  // 16 layers on pp 8, one data-parallel rank, a local batch of 32 sequences, no micro_batch or
+  // grad_accum published.
+  std::string f = kLlamaFields;
+  f.replace(f.find(",4,1024,"), 8, ",16,1024,");
+  const std::string layout = ",1,8,1,1,1,1,1,0,zero3,2,16,1,";
+  f.replace(f.find(layout), layout.size(), ",1,1,1,8,1,1,1,0,zero3,,32,,");
+  auto mapped = [&](const std::string& release) {
+    const std::string header = std::string(kHeader).insert(std::string(kHeader).size() - 1, ",framework_release");
+    return map_validation_row(parse_csv_table(header + synthetic_row("pp", f + "," + release)), 0);
+  };
+  // Unstated: the first release with pipelines, micro-batches = the pipeline degree (8 of 4).
+  const ValidationCase v = mapped("");
+  REQUIRE_MESSAGE(v.skipped.empty(), v.skipped);
+  CHECK(v.run.job.micro_batch == 4);
+  CHECK(v.run.job.grad_accum == 8);
+  CHECK(v.run.job.pp_microbatches == 8);
+  CHECK_FALSE(v.run.left_to_runtime.micro_batch);
+  CHECK(std::any_of(v.assumptions.begin(), v.assumptions.end(), [](const std::string& a) {
+    return a.find("micro_batch not stated: 4 x 8 per pipeline run") != std::string::npos &&
+           a.find("release not stated") != std::string::npos;
+  }));
+  // 2024-12-26 (9dec370): the same rule, stated.
+  const ValidationCase a = mapped("2024-12-26");
+  CHECK(a.run.job.micro_batch == 4);
+  CHECK(a.run.job.pp_microbatches == 8);
+  // 2025-06-01: pipeline_parallel_microbatch_size = 1, 32 micro-batches of one sequence.
+  const ValidationCase b = mapped("2025-06-01");
+  CHECK(b.run.job.micro_batch == 1);
+  CHECK(b.run.job.grad_accum == 32);
+  CHECK(b.run.job.pp_microbatches == 32);
+  // From 2026-08-20: micro-batches of 16384 tokens (8 sequences of 2048), one per pipeline run.
+  const ValidationCase c = mapped("2026-09-01");
+  CHECK(c.run.job.micro_batch == 8);
+  CHECK(c.run.job.grad_accum == 4);
+  CHECK(c.run.job.pp_microbatches == 1);
+  // A release that is not a date is a skip naming the column; a batch the rule does not split, too.
+  CHECK(mapped("v0.2").skipped.find("framework_release") != std::string::npos);
+  f.replace(f.find(",zero3,,32,,"), 12, ",zero3,,36,,");
+  CHECK(mapped("").skipped.find("does not split into pp 8 micro-batches") != std::string::npos);
+}

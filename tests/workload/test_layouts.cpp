@@ -272,7 +272,7 @@ TEST_CASE("settings left to the runtime: the least recompute that fits, the larg
     const RuntimeChoices rp = resolve_runtime_choices(pp, c);
     REQUIRE(rp.no_fit.empty());
     CHECK(pp.job.micro_batch == 1);
-    CHECK(rp.assumptions[0].find("Megatron's default") != std::string::npos);
+    CHECK(rp.assumptions[0].find("Megatron has no default") != std::string::npos);
   }
   SUBCASE("nothing fits: the reason, and no assumption") {
     RunConfig big = rc;
