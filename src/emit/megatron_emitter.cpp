@@ -49,8 +49,10 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
     if (split.loss_as_layer) flag("--account-for-loss-in-pipeline-split");
     if (split.first_stage_layers >= 0) arg("--decoder-first-pipeline-num-layers", split.first_stage_layers);
     if (split.last_stage_layers >= 0) arg("--decoder-last-pipeline-num-layers", split.last_stage_layers);
+    // The layout string fixes vpp itself; Megatron takes no virtual-stage flag beside it.
+    if (!split.chunk_layers.empty()) arg("--pipeline-model-parallel-layout", format_pipeline_layout(layout_of(split)));
     // Layers per virtual stage is ambiguous once the split is uneven; the chunk count is not.
-    if (m.vpp > 1 && split.given()) arg("--num-virtual-stages-per-pipeline-rank", m.vpp);
+    else if (m.vpp > 1 && split.given()) arg("--num-virtual-stages-per-pipeline-rank", m.vpp);
     else if (m.vpp > 1) arg("--num-layers-per-virtual-pipeline-stage", model.n_layers / (m.pp * m.vpp));
     // Megatron runs every micro-batch of a step in one schedule run.
     if (j.pp_microbatches != 0 && j.pp_microbatches != j.grad_accum)

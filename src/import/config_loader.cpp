@@ -70,6 +70,7 @@ struct Keys {
   std::string split_loss = "layout.account_for_loss_in_pipeline_split";
   std::string split_first = "layout.decoder_first_pipeline_num_layers";
   std::string split_last = "layout.decoder_last_pipeline_num_layers";
+  std::string split_layout = "layout.pipeline_layout";
 };
 Keys keys_for(const RunConfig& rc) {
   switch (rc.format) {
@@ -84,6 +85,7 @@ Keys keys_for(const RunConfig& rc) {
       k.split_loss = "--account-for-loss-in-pipeline-split";
       k.split_first = "--decoder-first-pipeline-num-layers";
       k.split_last = "--decoder-last-pipeline-num-layers";
+      k.split_layout = "--pipeline-model-parallel-layout";
       return k;
     }
     case ConfigFormat::torchtitan_toml: {
@@ -234,9 +236,13 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
                             : why.field == "embedding_as_layer" ? keys.split_embedding
                             : why.field == "loss_as_layer"      ? keys.split_loss
                             : why.field == "first_stage_layers" ? keys.split_first
+                            : why.field == "layout"             ? keys.split_layout
                                                                 : keys.split_last;
     fail(key, fmt::format("{} ({}, {} layers)", why.reason, m.name, m.n_layers));
   }
+  if (!plan.pipeline_split.chunk_layers.empty() && plan.pipeline_split.mtp_layers != m.n_mtp_layers)
+    fail(keys.split_layout, fmt::format("the layout places {} MTP layers (m), but {} has {}",
+                                        plan.pipeline_split.mtp_layers, m.name, m.n_mtp_layers));
   if (mesh.etp < 0 || mesh.etp > mesh.tp || (mesh.etp > 0 && mesh.tp % mesh.etp != 0))
     fail(keys.ep, fmt::format("expert tensor parallel {} must divide tp {}", mesh.etp, mesh.tp));
   if (mesh.ep > 1) {

@@ -16,6 +16,7 @@
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/offload_modules.hpp"
+#include "spec/pipeline_split.hpp"
 #include "spec/recompute_modules.hpp"
 
 namespace meshplan {
@@ -583,6 +584,13 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   for (auto [f, field] : {std::pair{"--decoder-first-pipeline-num-layers", &split.first_stage_layers},
                           std::pair{"--decoder-last-pipeline-num-layers", &split.last_stage_layers}})
     if (auto n = a.integer(f, 0, limits::kMaxLayers, "layers")) *field = static_cast<int>(*n);
+  if (auto text = a.str("--pipeline-model-parallel-layout")) {
+    // The layout fixes every virtual stage; VPP = stages / PP (arguments.py).
+    std::string why;
+    const auto pl = parse_pipeline_layout(*text, &why);
+    if (!pl) a.fail("--pipeline-model-parallel-layout", fmt::format("'{}': {}", *text, why));
+    set_layout(split, *pl);
+  }
   mesh.vpp = 1;
   const int given_vpp = static_cast<int>(a.has("--num-virtual-stages-per-pipeline-rank") +
                                          a.has("--num-layers-per-virtual-pipeline-stage") +
@@ -604,6 +612,16 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     if (counted % mesh.pp != 0 || (counted / mesh.pp) % per != 0)
       a.fail(f, fmt::format("{} layers over pp {} do not make whole virtual stages of {} layers", counted, mesh.pp, per));
     mesh.vpp = static_cast<int>(counted / mesh.pp / per);
+  }
+  if (!split.chunk_layers.empty()) {
+    const int stages = static_cast<int>(split.chunk_layers.size());
+    const std::string f = "--pipeline-model-parallel-layout";
+    if (stages % mesh.pp != 0)
+      a.fail(f, fmt::format("{} stages do not divide over --pipeline-model-parallel-size {}", stages, mesh.pp));
+    if (given_vpp > 0 && mesh.vpp != stages / mesh.pp)
+      a.fail(f, fmt::format("{} stages over pp {} make vpp {}, but the virtual-stage flag gives {}", stages, mesh.pp,
+                            stages / mesh.pp, mesh.vpp));
+    mesh.vpp = stages / mesh.pp;
   }
   if (mesh.vpp > 1 && mesh.pp == 1)
     a.fail("--num-virtual-stages-per-pipeline-rank", "virtual pipeline stages need --pipeline-model-parallel-size > 1");

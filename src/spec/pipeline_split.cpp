@@ -91,6 +91,27 @@ std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, co
                             n_layers, pp, vpp, n_layers + 2));
   }
   const bool first_last = rule.first_stage_layers >= 0 || rule.last_stage_layers >= 0;
+  if (!rule.chunk_layers.empty()) {
+    // Megatron asserts the layout excludes the other split options.
+    if (first_last || rule.embedding_as_layer || rule.loss_as_layer)
+      return fail(error, "layout", "cannot be combined with the first/last stage layer counts or with counting the "
+                                   "embedding or loss as layers (Megatron raises)");
+    if (static_cast<int>(rule.chunk_layers.size()) != n_chunks)
+      return fail(error, "layout", fmt::format("{} stages in the layout, but pp x vpp = {} x {} = {}",
+                                               rule.chunk_layers.size(), pp, vpp, n_chunks));
+    long total = 0;
+    for (int n : rule.chunk_layers) {
+      if (n < 0) return fail(error, "layout", "a stage with a negative layer count");
+      total += n;
+    }
+    if (total != n_layers)
+      return fail(error, "layout", fmt::format("the layout places {} decoder layers, but the model has {}", total, n_layers));
+    for (int c = 1; c + 1 < n_chunks; ++c)
+      if (rule.chunk_layers[static_cast<std::size_t>(c)] == 0 && rule.mtp_chunk != c)
+        return fail(error, "layout", fmt::format("the layout leaves pipeline stage {} (chunk {}) without a layer",
+                                                 c % pp, c / pp));
+    return rule.chunk_layers;
+  }
   if (first_last && (rule.embedding_as_layer || rule.loss_as_layer))
     return fail(error, rule.embedding_as_layer ? "embedding_as_layer" : "loss_as_layer",
                 "cannot be combined with a fixed first/last stage layer count (Megatron raises)");
@@ -121,6 +142,14 @@ std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, co
                 fmt::format("the split leaves pipeline stage {} (chunk {}) without a layer", c % pp, c / pp));
   }
   return chunks;
+}
+
+PipelineLayout layout_of(const PipelineSplit& s) { return {s.chunk_layers, s.mtp_chunk, s.mtp_layers}; }
+
+void set_layout(PipelineSplit& s, const PipelineLayout& l) {
+  s.chunk_layers = l.chunk_layers;
+  s.mtp_chunk = l.mtp_chunk;
+  s.mtp_layers = l.mtp_layers;
 }
 
 std::vector<std::vector<LayerRange>> chunks_of_ranks(const std::vector<int>& chunk_layers, int pp) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "spec/pipeline_layout.hpp"
 #include "spec/plan.hpp"
 
 namespace meshplan {
@@ -30,11 +31,17 @@ struct SplitError {
 //   * --account-for-embedding/loss-in-pipeline-split count the embedding / the loss as one layer:
 //     (layers + 1 + 1) divide by pp x vpp, and the first / last chunk builds one decoder layer
 //     fewer (it may hold the embedding or the loss alone);
-//   * the two families exclude each other.
+//   * the two families exclude each other;
+//   * --pipeline-model-parallel-layout (PipelineSplit::chunk_layers) gives every chunk's layers
+//     and excludes both.
 // No rule given: split_layers. nullopt with `error` filled when the rule does not place the layers,
 // or leaves a chunk with neither a layer nor the embedding or the loss.
 std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, const PipelineSplit& rule,
                                                SplitError* error = nullptr);
+
+// The plan's explicit layout (PipelineSplit::chunk_layers) as a layout string's parts, and back.
+PipelineLayout layout_of(const PipelineSplit& s);
+void set_layout(PipelineSplit& s, const PipelineLayout& l);
 
 // One model chunk's layers: [first_layer, first_layer + n_layers).
 struct LayerRange {

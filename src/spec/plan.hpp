@@ -97,7 +97,15 @@ struct PipelineSplit {
   bool loss_as_layer = false;       // --account-for-loss-in-pipeline-split
   int first_stage_layers = -1;      // --decoder-first-pipeline-num-layers (-1: not given)
   int last_stage_layers = -1;       // --decoder-last-pipeline-num-layers (-1: not given)
-  bool given() const { return embedding_as_layer || loss_as_layer || first_stage_layers >= 0 || last_stage_layers >= 0; }
+  // --pipeline-model-parallel-layout (spec/pipeline_layout.hpp): the decoder layers of each
+  // virtual stage in model order, the embedding in the first, the loss in the last; empty: none.
+  std::vector<int> chunk_layers;
+  int mtp_chunk = -1;               // the stage the layout puts its MTP layers in (-1: none)
+  int mtp_layers = 0;               // the MTP layers (m) the layout places
+  bool given() const {
+    return embedding_as_layer || loss_as_layer || first_stage_layers >= 0 || last_stage_layers >= 0 ||
+           !chunk_layers.empty();
+  }
 };
 
 struct Plan {

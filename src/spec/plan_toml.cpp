@@ -10,6 +10,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 
 namespace meshplan {
 
@@ -36,6 +37,7 @@ const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_s
                                               "tp_style", "sequence_parallel", "async_tp", "schedule",
                                               "account_for_embedding_in_pipeline_split",
                                               "account_for_loss_in_pipeline_split",
+                                              "pipeline_layout",
                                               "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"};
 const std::vector<std::string> kShardingKeys = {"strategy", "reshard_after_forward", "root_unsharded",
                                                 "backward_prefetch", "forward_prefetch", "forward_prefetch_limit",
@@ -275,6 +277,12 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       *field = static_cast<int>(limits::check_count(path, layout.key(key), *n, 0, limits::kMaxLayers, "layers"));
     }
   }
+  if (auto text = layout.get_string("pipeline_layout")) {
+    std::string why;
+    const auto pl = parse_pipeline_layout(*text, &why);
+    if (!pl) layout.fail("pipeline_layout", fmt::format("'{}': {}", *text, why));
+    set_layout(split, *pl);
+  }
 
   // [sharding]
   const TomlView sh = section("sharding", kShardingKeys);
@@ -476,6 +484,8 @@ std::string to_plan_toml(const RunConfig& rc) {
     line(fmt::format("decoder_first_pipeline_num_layers = {}", p.pipeline_split.first_stage_layers));
   if (p.pipeline_split.last_stage_layers >= 0)
     line(fmt::format("decoder_last_pipeline_num_layers = {}", p.pipeline_split.last_stage_layers));
+  if (!p.pipeline_split.chunk_layers.empty())
+    line(fmt::format("pipeline_layout = \"{}\"", format_pipeline_layout(layout_of(p.pipeline_split))));
   line("");
   line("[sharding]");
   line(fmt::format("strategy = {}", quote(std::string(to_string(p.sharding)))));

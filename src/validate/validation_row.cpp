@@ -19,6 +19,7 @@
 #include "spec/error.hpp"
 #include "spec/framework_defaults.hpp"
 #include "spec/limits.hpp"
+#include "spec/pipeline_split.hpp"
 #include "spec/recompute_modules.hpp"
 
 namespace meshplan {
@@ -588,6 +589,19 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
       notes.push_back(fmt::format("{} layers on pp {} x vpp {}: embedding and loss counted as layers (Megatron's "
                                   "--account-for-embedding/loss-in-pipeline-split, the only split that runs it)",
                                   rc.model.n_layers, mesh.pp, mesh.vpp));
+    } else if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0) {
+      // Neither even nor with the embedding and loss counted: Megatron runs it only with a
+      // --pipeline-model-parallel-layout, and Megatron-Bridge's recipes for such models (DeepSeek-V3,
+      // Kimi-K2: 61 layers) write ceil(L / stages) layers per stage with the remainder last.
+      const auto l = ceil_split_layout(rc.model.n_layers, static_cast<int>(chunks), rc.model.n_mtp_layers);
+      if (!l)
+        throw Skip{fmt::format("{} layers on pp {} x vpp {}: no even split, none with the embedding and loss counted, "
+                               "and ceil(L / stages) leaves the last stage empty",
+                               rc.model.n_layers, mesh.pp, mesh.vpp)};
+      set_layout(p.pipeline_split, *l);
+      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: Megatron-Bridge's layout rule, ceil(L / stages) layers "
+                                  "per stage and the remainder last: --pipeline-model-parallel-layout \"{}\"",
+                                  rc.model.n_layers, mesh.pp, mesh.vpp, format_pipeline_layout(*l)));
     }
     if (mesh.ep > 1 && !rc.model.moe.enabled())
       throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};

@@ -224,7 +224,9 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   sm.chunks = chunks;
   sm.holds_embedding = stage == 0;
   sm.holds_loss = stage == x.pp - 1;
-  const StageParams sp = stage_params(m, p, stage, sm.n_layers);
+  int n_dense = 0;
+  for (const LayerRange& r : chunks) n_dense += dense_layers_in(m, r.first_layer, r.n_layers);
+  const StageParams sp = stage_params(m, p, stage, sm.n_layers, n_dense);
   sm.params_per_rank = sp.total();
   const double P = sp.total();
   const MemoryBreakdown state = persistent_state(x, P, sm);

@@ -10,7 +10,7 @@ double block_params_per_rank(const ModelSpec& m, const Plan& p) {
   const double attn_split = p.tp_style == TpStyle::full ? tp : 1.0;
   if (m.moe.enabled()) {
     // Routed experts split over EP x expert-TP; shared experts over TP like a dense MLP; the
-    // router is replicated. An MoE block (the largest) stands for the leading dense ones too.
+    // router is replicated.
     const double etp = std::max(1, std::min(p.mesh.tp, p.mesh.expert_tp()));
     const double routed = static_cast<double>(c.mlp_per_layer - c.shared_experts_per_layer - c.router_per_layer);
     return static_cast<double>(c.attention_per_layer) / attn_split + routed / (etp * std::max(1, p.mesh.ep)) +
@@ -21,14 +21,27 @@ double block_params_per_rank(const ModelSpec& m, const Plan& p) {
          static_cast<double>(c.norm_per_layer);
 }
 
-StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers) {
+double dense_block_params_per_rank(const ModelSpec& m, const Plan& p) {
+  const ParamCounts c = param_counts(m);
+  const double attn_split = p.tp_style == TpStyle::full ? static_cast<double>(p.mesh.tp) : 1.0;
+  return static_cast<double>(c.attention_per_layer) / attn_split +
+         static_cast<double>(c.dense_mlp_per_layer) / std::max(1, p.mesh.tp) + static_cast<double>(c.norm_per_layer);
+}
+
+int dense_layers_in(const ModelSpec& m, int first_layer, int n_layers) {
+  if (!m.moe.enabled() || m.moe.n_dense_layers <= 0 || n_layers <= 0) return 0;
+  return std::clamp(m.moe.n_dense_layers - first_layer, 0, n_layers);
+}
+
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers, int n_dense) {
   const ParamCounts c = param_counts(m);
   // Loss-parallel TP splits the embedding and the head over the vocabulary.
   const double vocab_split = p.tp_style == TpStyle::full ? static_cast<double>(p.mesh.tp) : 1.0;
   StageParams s;
   s.per_block = block_params_per_rank(m, p);
   s.per_block_norms = static_cast<double>(c.norm_per_layer);
-  s.blocks = s.per_block * n_layers;
+  n_dense = std::clamp(n_dense, 0, n_layers);
+  s.blocks = s.per_block * (n_layers - n_dense) + (n_dense > 0 ? dense_block_params_per_rank(m, p) * n_dense : 0.0);
   if (stage == 0) s.root += static_cast<double>(c.embedding) / vocab_split + static_cast<double>(c.position);
   if (stage == p.mesh.pp - 1) {
     // With pipeline stages the last stage keeps its own copy of a tied embedding as the head.

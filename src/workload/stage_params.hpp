@@ -19,8 +19,17 @@ struct StageParams {
 // for MoE experts, over EP.
 double block_params_per_rank(const ModelSpec& m, const Plan& p);
 
-// `n_layers` blocks on `stage`; the first stage holds the embeddings, the last the final norm and
-// the head (a tied embedding is its own head copy on the last stage once there are pipeline stages).
-StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers);
+// One leading dense block of an MoE model (ModelSpec::moe.n_dense_layers) on one rank: its MLP is
+// ffn_hidden wide and split over TP only.
+double dense_block_params_per_rank(const ModelSpec& m, const Plan& p);
+
+// Of the layers [first_layer, first_layer + n_layers), the leading dense blocks of an MoE model.
+int dense_layers_in(const ModelSpec& m, int first_layer, int n_layers);
+
+// `n_layers` blocks on `stage`, `n_dense` of them leading dense blocks of an MoE model (blocks
+// counts each as what it is; per_block, the FSDP unit, stays the largest block); the first stage
+// holds the embeddings, the last the final norm and the head (a tied embedding is its own head
+// copy on the last stage once there are pipeline stages).
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers, int n_dense = 0);
 
 }  // namespace meshplan

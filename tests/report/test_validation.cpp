@@ -508,3 +508,25 @@ TEST_CASE("torchtitan pipeline micro-batches: the framework's default by release
   f.replace(f.find(",zero3,,32,,"), 12, ",zero3,,36,,");
   CHECK(mapped("").skipped.find("does not split into pp 8 micro-batches") != std::string::npos);
 }
+
+TEST_CASE("a Megatron row whose layers no split rule divides takes Megatron-Bridge's ceil(L / stages) layout") {
+  // DeepSeek-V3's 61 layers on pp 16: neither 61 nor 63 divides by 16; the recipe's layout is
+  // E+4t, 14 x 4t, 1t+L. On pp 32 ceil gives 2 x 31 = 62 > 61: a skip with the reason.
+  std::string f = kLlamaFields;
+  f.replace(f.find(",4,1024,"), 8, ",61,1024,");
+  const std::string layout = ",8,,1,8,1,1,1,1,1,0,zero3,2,16,1,";
+  f.replace(f.find(layout), layout.size(), ",16,,1,1,1,16,1,1,1,0,zero1,1,16,,");
+  f.replace(f.find("torchtitan-fsdp2"), 16, "megatron");
+  const ValidationCase v = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("u", f)), 0);
+  REQUIRE_MESSAGE(v.skipped.empty(), v.skipped);
+  std::vector<int> want(15, 4);
+  want.push_back(1);
+  CHECK(v.run.plan.pipeline_split.chunk_layers == want);
+  CHECK(std::any_of(v.assumptions.begin(), v.assumptions.end(), [](const std::string& a) {
+    return a.find("Megatron-Bridge's layout rule") != std::string::npos && a.find("\"Et*4|(t*4|)*14tL\"") != std::string::npos;
+  }));
+  std::string g = f;
+  g.replace(g.find(",16,,1,1,1,16,"), 14, ",32,,1,1,1,32,");
+  CHECK(map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("w", g)), 0).skipped.find(
+            "leaves the last stage empty") != std::string::npos);
+}
