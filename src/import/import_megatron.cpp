@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "import/shell_words.hpp"
 #include "spec/error.hpp"
@@ -128,6 +129,31 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
   return k;
 }
 
+// Known flags that change neither the step's time nor its memory, so that not reading them loses
+// nothing: optimizer and schedule values, the run's length, data and tokenizer files, logging,
+// checkpoint paths and formats, seeds, numerics that do not change a kernel's shape.
+const std::set<std::string, std::less<>>& no_effect_flags() {
+  static const std::set<std::string, std::less<>> k = {
+      "--adam-beta1", "--adam-beta2", "--adam-eps", "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-iters",
+      "--lr-warmup-fraction", "--lr-warmup-samples", "--lr-decay-iters", "--lr-decay-samples", "--weight-decay",
+      "--init-method-std", "--seed", "--override-opt_param-scheduler", "--train-iters", "--train-samples",
+      "--exit-duration-in-mins", "--exit-interval", "--eval-interval", "--eval-iters", "--split", "--data-path",
+      "--train-data-path", "--valid-data-path", "--test-data-path", "--data-cache-path", "--mock-data",
+      "--vocab-file", "--merge-file", "--tokenizer-type", "--tokenizer-model", "--num-workers", "--dataloader-type",
+      "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--no-create-attention-mask-in-dataloader",
+      "--log-interval", "--log-throughput", "--log-timers-to-tensorboard", "--log-memory-to-tensorboard",
+      "--log-params-norm", "--log-num-zeros-in-grad", "--timing-log-level", "--tensorboard-dir", "--wandb-project",
+      "--wandb-exp-name", "--wandb-save-dir", "--save", "--load", "--no-load-optim", "--no-load-rng",
+      "--no-save-optim", "--no-save-rng", "--use-checkpoint-args", "--use-dist-ckpt", "--ckpt-format", "--async-save",
+      "--distributed-backend", "--distributed-timeout-minutes", "--use-mcore-models", "--use-cpu-initialization",
+      "--norm-epsilon", "--rotary-base", "--rope-scaling-factor", "--use-rope-scaling", "--rotary-percent",
+      "--rotary-seq-len-interpolation-factor", "--max-position-embeddings", "--mtp-loss-scaling-factor",
+      "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-topk-scaling-factor", "--fp8-amax-history-len",
+      "--fp8-amax-compute-algo", "--fp8-margin", "--clip-grad", "--check-for-nan-in-loss-and-grad",
+  };
+  return k;
+}
+
 // One flag as given. Of the known flags, those the importer reads below set what meshplan models;
 // the others (optimizer values, data, logging, checkpoints, fusions) change neither memory nor time.
 struct Given {
@@ -201,15 +227,27 @@ public:
     }
   }
 
-  bool has(std::string_view f) const { return given_.find(f) != given_.end(); }
+  bool has(std::string_view f) const {
+    read_.emplace(f);
+    return given_.find(f) != given_.end();
+  }
   std::optional<std::string> str(std::string_view f) const {
+    read_.emplace(f);
     auto it = given_.find(f);
     if (it == given_.end()) return std::nullopt;
     return it->second.values.front();
   }
   std::vector<std::string> list(std::string_view f) const {
+    read_.emplace(f);
     auto it = given_.find(f);
     return it == given_.end() ? std::vector<std::string>{} : it->second.values;
+  }
+  // The flags given that no mapping above read, in name order.
+  std::vector<std::string> unread() const {
+    std::vector<std::string> out;
+    for (const auto& [name, _] : given_)
+      if (read_.count(name) == 0) out.push_back(name);
+    return out;
   }
   std::optional<std::int64_t> integer(std::string_view f, std::int64_t min, std::int64_t max, const char* what) const {
     auto s = str(f);
@@ -251,6 +289,7 @@ private:
   std::string file_;
   std::vector<std::string>& warnings_;
   std::map<std::string, Given, std::less<>> given_;
+  mutable std::set<std::string, std::less<>> read_;  // flags the mapping asked about
   std::string last_flag_;
 };
 
@@ -436,6 +475,16 @@ std::optional<std::int64_t> vocab_of(const Args& a) {
 }
 
 }  // namespace
+
+std::vector<std::string> megatron_known_flags() {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : known_flags()) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> megatron_no_effect_flags() {
+  return {no_effect_flags().begin(), no_effect_flags().end()};
+}
 
 bool looks_like_megatron_args(std::string_view text) {
   if (text.find("pretrain_gpt.py") != std::string_view::npos) return true;
@@ -751,8 +800,10 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   } else if (a.has("--offload-modules")) {
     rc.warnings.push_back("--offload-modules: has no effect without --fine-grained-activation-offloading");
   }
-  if (a.has("--cpu-offloading"))
+  if (a.has("--cpu-offloading")) {
     rc.warnings.push_back("--cpu-offloading: Transformer Engine's activation offload is not modelled for Megatron");
+    rc.unmodelled_settings.push_back("--cpu-offloading");
+  }
 
   // ---- kernels, dropout, optimizer
   plan.flash_attention = a.str("--attention-backend").value_or("auto") != "unfused";
@@ -765,6 +816,15 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   const std::string opt = a.choice("--optimizer", {"adam", "sgd"}).value_or("adam");
   plan.optimizer = opt == "sgd" ? Optimizer::sgd : Optimizer::adamw;  // Megatron's adam is AdamW
   if (auto s = a.integer("--save-interval", 1, limits::kMaxBatch, "steps")) rc.checkpoint_interval_steps = *s;
+
+  // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
+  for (const std::string& f : a.unread()) {
+    if (no_effect_flags().count(f) != 0) continue;
+    rc.unmodelled_settings.push_back(f);
+    rc.warnings.push_back(fmt::format("{}: accepted but not modelled; the step is simulated as if it were not given "
+                                      "(docs/importers.md, \"Accepted but not modelled\")", f));
+  }
+  std::sort(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end());
   return rc;
 }
 

@@ -29,4 +29,10 @@ std::vector<std::string> megatron_words(const std::string& path, const std::stri
 // ("--flag: ..."); malformed values are InputError(path, "--flag", reason).
 RunConfig import_megatron_args(const std::string& path, const std::string& text, const ImportOptions& opts = {});
 
+// Every flag the importer accepts, and of those the ones that change neither time nor memory
+// (optimizer values, data, logging, checkpoints: never reported). A flag given that the mapping
+// does not read and that is not of the second kind is named in RunConfig::unmodelled_settings.
+std::vector<std::string> megatron_known_flags();
+std::vector<std::string> megatron_no_effect_flags();
+
 }  // namespace meshplan

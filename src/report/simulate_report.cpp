@@ -91,6 +91,7 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   for (const auto& w : rc.warnings) warnings.push_back(w);
   for (const auto& w : c.warnings) warnings.push_back(w);
   j["warnings"] = warnings;
+  j["unmodelled_settings"] = rc.unmodelled_settings;
   j["n_tasks"] = r.n_tasks;
   return j;
 }

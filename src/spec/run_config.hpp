@@ -30,6 +30,9 @@ struct RunConfig {
   std::string cluster;             // hardware profile name; may be empty (CLI --cluster decides)
   std::int64_t n_gpus = 0;         // 0 when the file does not fix it (degrees -1 unresolved)
   std::vector<std::string> warnings;  // settings the runtime ignores, rewrites or rejects
+  // Settings the file gives that change the real run but not meshplan's model of it (their names
+  // as written: "--moe-grouped-gemm", "fsdp_config.forward_prefetch_limit"); each also has a warning.
+  std::vector<std::string> unmodelled_settings;
   // Steps between checkpoints the emitted config asks for (meshplan plan: Young/Daly's interval,
   // docs/goodput.md); 0 = the runtime's own default.
   std::int64_t checkpoint_interval_steps = 0;

@@ -29,6 +29,9 @@ struct RuntimeTraits {
   // FSDP2 always prefetches the next unit in backward (two gathered), whatever backward_prefetch
   // says; FSDP1 does only under BACKWARD_PRE.
   bool fsdp_always_prefetches_backward = false;
+  // torch FSDP1 reads forward_prefetch, limit_all_gathers and the two prefetch limits (Composer
+  // sets them per module); other runtimes bound their gathers themselves (FSDP2: two in flight).
+  bool fsdp1_prefetch_knobs = false;
   // FSDP2 reduce-scatters from a separate buffer even when the reduce dtype is the param dtype;
   // FSDP1 reduces in place then.
   bool fsdp_reduce_copies_grads = false;
@@ -94,6 +97,7 @@ inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Shar
     case Runtime::generic:
       t.fsdp_version = 1;
       t.foreach_adamw = true;
+      t.fsdp1_prefetch_knobs = true;
       break;
     case Runtime::megatron:
       t.fsdp_version = 0;

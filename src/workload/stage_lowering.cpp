@@ -2,6 +2,7 @@
 // the blocks (with what FSDP, recompute and offload add around each), the LM head and loss, and the
 // memory each op allocates and frees. What each concern adds lives in its own file (step_builder.hpp).
 #include <algorithm>
+#include <map>
 
 #include "workload/stage_params.hpp"
 #include "workload/step_builder.hpp"
@@ -149,6 +150,9 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     links_.fwd_first[{vstage, mb}] = id;
   }
   int last = -1;
+  // All-gathers FSDP1's forward_prefetch issued ahead of their unit: the gather and what the
+  // unit then waits for.
+  std::map<int, std::pair<int, std::vector<int>>> prefetched;
   for (int li = 0; li < chunk_layers(vstage); ++li) {
     const int layer = l0 + li;
     std::vector<int> deps = entry_deps;
@@ -159,7 +163,23 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       deps.push_back(it->second);
     // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
     // gathered unit after each backward.
-    const int ag = s_.fsdp && (!defers_fsdp_sync() || run_first) ? fsdp_gather_forward(st, layer, mb, deps) : -1;
+    int ag = -1;
+    if (s_.fsdp && (!defers_fsdp_sync() || run_first)) {
+      if (auto it = prefetched.find(layer); it != prefetched.end()) {
+        ag = it->second.first;
+        deps.insert(deps.end(), it->second.second.begin(), it->second.second.end());
+        prefetched.erase(it);
+      } else {
+        ag = fsdp_gather_forward(st, layer, mb, deps);
+      }
+      // The pre-forward hook issues the next units' gathers before this unit's kernels.
+      for (int k = 1; k <= s_.fwd_prefetch && li + k < chunk_layers(vstage); ++k) {
+        if (prefetched.count(layer + k) != 0) continue;
+        std::vector<int> waits;
+        const int id = fsdp_gather_forward(st, layer + k, mb, waits);
+        prefetched[layer + k] = {id, std::move(waits)};
+      }
+    }
     if (auto it = st.param_gather_of_layer.find(layer); it != st.param_gather_of_layer.end() && mb == 0)
       deps.push_back(it->second);
     auto [f, e] = layer_forward(stage, layer, mb, false, deps);

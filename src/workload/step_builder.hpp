@@ -45,7 +45,16 @@ struct StepShape {
   double unit = 0;                // one block's parameters on this rank (one FSDP unit)
   bool fsdp = false;
   bool reshard = true;
-  bool prefetch_two = false;      // two units gathered in backward
+  bool prefetch_two = false;      // the next unit prefetched in backward
+  // Units a backward all-gather may run ahead of: 1 + the backward prefetch depth (FSDP1's
+  // backward_prefetch_limit), 1 without prefetch.
+  int bwd_window = 1;
+  // FSDP1 forward_prefetch: the pre-forward hook also issues the next units' all-gathers (this many,
+  // forward_prefetch_limit) before the current unit runs; 0 without.
+  int fwd_prefetch = 0;
+  // At most two units gathered in forward: FSDP1's rate limiter (limit_all_gathers) holds an
+  // all-gather until the unit two back is freed; FSDP2 and Megatron-FSDP bound it themselves.
+  bool limit_gathers = true;
   bool hsdp = false;
   int dp_all = 1;
   MicroBatchShape mbs;

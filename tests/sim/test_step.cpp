@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -363,4 +365,108 @@ TEST_CASE("a group spanning trays of one NVLink domain (GB200 NVL72) moves over 
   h100_4.node.nvlink_domain_gpus = 4;
   h100_4.node.nics_per_node = h100.node.nics_per_node / 2;
   CHECK(simulate_step(m, p, j, h100_4).result.step_time_s > simulate_step(m, p, j, h100).result.step_time_s);
+}
+
+namespace {
+
+Plan fsdp1_plan() {
+  Plan p;
+  p.runtime = Runtime::composer_fsdp1;
+  p.mesh.dp_shard = 8;
+  p.sharding = Sharding::zero3;
+  p.backward_prefetch = BackwardPrefetch::backward_post;
+  p.root_unsharded = true;
+  return p;
+}
+
+// From the first start to the last end of the ops whose names start with `prefix`.
+double op_seconds(const SimulatedStep& s, const std::string& prefix) {
+  double from = 1e300, to = -1;
+  for (std::size_t i = 0; i < s.program.ops.size(); ++i)
+    if (s.program.ops[i].name.rfind(prefix, 0) == 0) {
+      from = std::min(from, s.timings[i].start_seconds);
+      to = std::max(to, s.timings[i].end_seconds);
+    }
+  if (to < 0) FAIL("no op " << prefix);
+  return to - from;
+}
+
+std::size_t op_index(const SimulatedStep& s, const std::string& prefix) {
+  for (std::size_t i = 0; i < s.program.ops.size(); ++i)
+    if (s.program.ops[i].name.rfind(prefix, 0) == 0) return i;
+  FAIL("no op " << prefix);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP1 limit_all_gathers: two units gathered with the rate limiter, as many as run ahead without") {
+  // Llama-2 7B on one 8-GPU A100 node: a block's all-gather (A) is shorter than its forward (C),
+  // and the host issues faster than both. Hand trace without the limiter: the gathers run back to
+  // back, unit i in [iA, (i+1)A]; unit i's forward ends at A + (i+1)C and frees it. When the last
+  // gather starts, at (L-1)A, the L - floor((L-2)A/C) units whose forward has not ended are all
+  // gathered. With the limiter a gather waits for the unit two back to be freed: two at a time.
+  const auto c = load_cluster("a100-80gb");
+  const auto m = load_model("llama2-7b");
+  const Job j{2048, 64, 1, 8};
+  Plan limited = fsdp1_plan();
+  Plan free = limited;
+  free.limit_all_gathers = false;
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimulatedStep a = simulate_step(m, limited, j, c, keep);
+  const SimulatedStep b = simulate_step(m, free, j, c, keep);
+  const double unit = fsdp_unit_gathered_bytes(m, limited);
+  const double A = op_seconds(b, "fsdp_ag.fwd.L1.mb0");
+  const double C = op_seconds(b, "fwd.L1.mb0.");
+  REQUIRE(A < C);
+  const int L = m.n_layers;
+  const int hand_units = L - static_cast<int>(std::floor((L - 2) * A / C));
+  const double root = a.result.stages[0].term_peaks.unsharded_params - 2 * unit;
+  INFO("A " << A << " s, C " << C << " s, hand " << hand_units << " units");
+  CHECK(root >= 0);
+  CHECK(b.result.stages[0].term_peaks.unsharded_params / unit - root / unit ==
+        doctest::Approx(hand_units).epsilon(1.5 / hand_units));
+  CHECK(hand_units > 4);
+  // The gathers were never what the forward waited for here: the step is the same within 1 %.
+  CHECK(b.result.step_time_s == doctest::Approx(a.result.step_time_s).epsilon(0.01));
+}
+
+TEST_CASE("FSDP1 forward_prefetch: the next unit's all-gather is issued before this unit's kernels") {
+  auto c = load_cluster("a100-80gb");
+  const auto m = load_model("llama2-7b");
+  const Job j{2048, 64, 1, 8};
+  SimOptions keep;
+  keep.keep_timeline = true;
+  Plan base = fsdp1_plan();
+  Plan pre = base;
+  pre.forward_prefetch = true;
+  // Program order is the host's issue order: with forward_prefetch, unit 2's gather comes before
+  // unit 1's forward; without, after it.
+  const SimulatedStep s0 = simulate_step(m, base, j, c, keep);
+  const SimulatedStep s1 = simulate_step(m, pre, j, c, keep);
+  CHECK(op_index(s0, "fsdp_ag.fwd.L2.mb0") > op_index(s0, "fwd.L1.mb0."));
+  CHECK(op_index(s1, "fsdp_ag.fwd.L2.mb0") < op_index(s1, "fwd.L1.mb0."));
+  // Hand trace: the gather of unit i+1 is needed when unit i+1's first kernel is issued. Without
+  // prefetch it leaves the host just before that kernel, whose own issue (the attention block's
+  // launches) takes longer than the gather runs, so it is done in time either way; with the host
+  // ahead of the GPU it was issued long before. The step and its peak do not move, whatever the
+  // host's speed, for this shape.
+  for (double host_factor : {1.0, 10.0, 25.0}) {
+    ClusterSpec slow = c;
+    slow.host.op_seconds *= host_factor;
+    const auto r0 = simulate_step(m, base, j, slow).result;
+    const auto r1 = simulate_step(m, pre, j, slow).result;
+    CAPTURE(host_factor);
+    CHECK(r1.step_time_s == doctest::Approx(r0.step_time_s).epsilon(1e-3));
+    CHECK(r1.stages[0].peak_bytes == doctest::Approx(r0.stages[0].peak_bytes).epsilon(1e-9));
+  }
+  // Without the rate limiter forward_prefetch_limit units are issued ahead: with 3, unit 4's gather
+  // precedes unit 1's forward.
+  Plan ahead = pre;
+  ahead.limit_all_gathers = false;
+  ahead.forward_prefetch_limit = 3;
+  const SimulatedStep s2 = simulate_step(m, ahead, j, c, keep);
+  CHECK(op_index(s2, "fsdp_ag.fwd.L4.mb0") < op_index(s2, "fwd.L1.mb0."));
+  CHECK(op_index(s2, "fsdp_ag.fwd.L5.mb0") > op_index(s2, "fwd.L1.mb0."));
 }

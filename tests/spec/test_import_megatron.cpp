@@ -3,6 +3,7 @@
 // and bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "spec/error.hpp"
 #include "import/import_megatron.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
 #include "workload/memory_estimate.hpp"
 
@@ -408,4 +410,59 @@ TEST_CASE("Megatron --fp8-dot-product-attention: read, emitted back, warned or r
   CHECK(warns(bf16, "--fp8-dot-product-attention: has no effect"));
   // NVFP4 linears with FP8 attention: not modelled, refused naming the flag.
   CHECK(error_of(kSmall + "--fp4-format e2m1 --fp8-dot-product-attention").key() == "--fp8-dot-product-attention");
+}
+
+TEST_CASE("every Megatron flag the importer accepts is modelled, changes nothing meshplan computes, or is named") {
+  const std::vector<std::string> no_effect = megatron_no_effect_flags();
+  auto is_no_effect = [&](const std::string& f) { return std::find(no_effect.begin(), no_effect.end(), f) != no_effect.end(); };
+  const std::string dense = kSmall;
+  const std::string moe = kSmall + "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 "
+                                   "--expert-model-parallel-size 1 ";
+  const std::string base_dense = to_plan_toml(import_text(dense));
+  const std::string base_moe = to_plan_toml(import_text(moe));
+  int modelled = 0, named = 0, silent = 0;
+  for (const std::string& f : megatron_known_flags()) {
+    CAPTURE(f);
+    bool handled = false;
+    for (const std::string& value : {std::string(" "), std::string(" 2 "), std::string(" 1 ")}) {
+      for (const auto* ctx : {&dense, &moe}) {
+        const std::string& base = ctx == &dense ? base_dense : base_moe;
+        RunConfig rc;
+        try {
+          rc = import_text(*ctx + f + value);
+        } catch (const InputError& e) {
+          // The importer read the flag and refused its value or its context.
+          if (e.key() == f || e.reason().find(f) != std::string::npos) handled = true;
+          continue;
+        }
+        const bool in_list = std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), f) !=
+                             rc.unmodelled_settings.end();
+        const bool warned = std::any_of(rc.warnings.begin(), rc.warnings.end(),
+                                        [&](const std::string& w) { return w.rfind(f + ":", 0) == 0; });
+        const bool changed = to_plan_toml(rc) != base;
+        if (in_list) ++named;
+        if (changed) ++modelled;
+        if (in_list || warned || changed) handled = true;
+        // A no-effect flag never changes the plan and is never reported.
+        if (is_no_effect(f)) {
+          CHECK_FALSE(in_list);
+          if (f != "--max-position-embeddings" && f != "--save-interval") CHECK_FALSE(changed);
+        }
+      }
+      if (handled) break;
+    }
+    if (!handled && !is_no_effect(f)) ++silent;
+    CHECK_MESSAGE((handled || is_no_effect(f)), f << " is accepted, changes nothing and is not named");
+  }
+  CHECK(silent == 0);
+  CHECK(named > 10);
+  // The flags the issue found silently accepted are named.
+  const RunConfig rc = import_text(kSmall + "--num-distributed-optimizer-instances 2 --distribute-saved-activations "
+                                            "--moe-grouped-gemm --no-gradient-accumulation-fusion "
+                                            "--overlap-p2p-communication --lr 3e-4 --seed 7");
+  for (const char* f : {"--distribute-saved-activations", "--moe-grouped-gemm", "--no-gradient-accumulation-fusion",
+                        "--num-distributed-optimizer-instances", "--overlap-p2p-communication"})
+    CHECK_MESSAGE(std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), f) !=
+                      rc.unmodelled_settings.end(), f);
+  CHECK(std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), "--lr") == rc.unmodelled_settings.end());
 }
