@@ -1,9 +1,7 @@
 #pragma once
-// torchtitan job-config keys per pinned TOML version, as dotted "section.key", written down from
-// torchtitan/config/job_config.py at 238fa9953e4a and at 8570415c3 (the mid-2025 spellings).
-// The emitter checks every key it writes against this list; the importer
-// (src/import/import_torchtitan.cpp) keeps its own list, and the round-trip tests run emitted files
-// through it, so the two derivations are checked against each other.
+// torchtitan job-config keys per pinned TOML version, as dotted "section.key": the importer's table
+// (src/import/import_torchtitan.cpp, torchtitan/config/job_config.py at 238fa9953e4a and at
+// 8570415c3), so that what the emitter writes and what the importer reads are one list.
 #include <string>
 #include <string_view>
 #include <vector>

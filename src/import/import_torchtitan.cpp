@@ -26,6 +26,8 @@ struct SectionSpec {
   std::vector<std::string> both, early, mid;
 };
 
+Tag tag_of_layout(TorchtitanLayout l) { return l == TorchtitanLayout::early_2026 ? Tag::early : Tag::mid; }
+
 // Section path -> keys. Sub-sections ("training.dataloader", "quantize.linear.float8") are their
 // own entries; "quantize", "quantize.linear", "quantize.grouped_mm" are pure containers.
 const std::map<std::string, SectionSpec>& sections() {
@@ -44,10 +46,11 @@ const std::map<std::string, SectionSpec>& sections() {
                                  "early_step_in_backward"}, {}, {}}},
       {"lr_scheduler", {Tag::both, {"warmup_steps", "decay_ratio", "decay_type"},
                         {"total_steps", "min_lr_factor"}, {"lr_min"}}},
+      // training.dtype (pure-bf16 state) came after the mid-2025 layout.
       {"training", {Tag::both, {"dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len",
-                                "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
+                                "max_norm", "steps", "enable_cpu_offload", "mixed_precision_param",
                                 "mixed_precision_reduce", "gc_freq", "gc_debug"},
-                    {}, {"compile", "seed", "deterministic"}}},
+                    {"dtype"}, {"compile", "seed", "deterministic"}}},
       {"training.dataloader", {Tag::early, {"num_workers", "persistent_workers", "pin_memory",
                                             "prefetch_factor"}, {}, {}}},
       {"parallelism", {Tag::both, {"data_parallel_replicate_degree", "data_parallel_shard_degree",
@@ -124,6 +127,23 @@ const std::map<std::string, std::string>& renames() {
   };
   return r;
 }
+
+}  // namespace
+
+std::vector<std::string> torchtitan_layout_keys(TorchtitanLayout l) {
+  const Tag mine = tag_of_layout(l);
+  std::vector<std::string> out;
+  for (const auto& [section, spec] : sections()) {
+    if (spec.tag != Tag::both && spec.tag != mine) continue;
+    for (const auto* keys : {&spec.both, mine == Tag::early ? &spec.early : &spec.mid})
+      for (const auto& k : *keys) out.push_back(section + "." + k);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
 
 std::string layout_name(TorchtitanLayout l) {
   return l == TorchtitanLayout::early_2026 ? "early-2026 layout (torchtitan 238fa9953e4a)"

@@ -4,6 +4,7 @@
 // mid 2025 (commit 8570415c3: [training] compile, [float8], tokenizer_path). Unknown keys are
 // fatal in torchtitan, so they are InputErrors here. See docs/importers.md.
 #include <string>
+#include <vector>
 
 #include "spec/import_common.hpp"
 #include "spec/run_config.hpp"
@@ -14,6 +15,10 @@ enum class TorchtitanLayout { early_2026, mid_2025 };
 
 // Which layout a parsed file uses (by its layout-specific keys); early_2026 when it has none.
 TorchtitanLayout detect_torchtitan_layout(const toml::table& t);
+
+// Every key (sorted "section.key") the layout's job_config accepts: the importer's one table, which
+// the emitter checks the keys it writes against.
+std::vector<std::string> torchtitan_layout_keys(TorchtitanLayout l);
 
 // The result is unresolved: n_gpus is 0 (torchtitan files do not fix it), the shard degree may
 // be -1, and global_batch is 0 for global_batch_size = -1 (resolve_layout derives it).

@@ -18,6 +18,7 @@
 #include "emit/megatron_emitter.hpp"
 #include "emit/torchtitan_emitter.hpp"
 #include "emit/torchtitan_keys.hpp"
+#include "import/import_torchtitan.hpp"
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
@@ -969,4 +970,13 @@ TEST_CASE("torchtitan mid-2025: no training.dtype (that layout has none), and th
   pure.plan.param_dtype = pure.plan.compute_dtype = Dtype::bf16;
   CHECK(refusal([&] { emit_torchtitan_toml(pure, TorchtitanVersion::mid_2025); }).find("training.dtype") !=
         std::string::npos);
+}
+
+TEST_CASE("one torchtitan key table: the emitter's keys are the importer's, training.dtype only in the early-2026 layout") {
+  CHECK(torchtitan_keys(TorchtitanVersion::early_2026) == torchtitan_layout_keys(TorchtitanLayout::early_2026));
+  CHECK(torchtitan_keys(TorchtitanVersion::mid_2025) == torchtitan_layout_keys(TorchtitanLayout::mid_2025));
+  CHECK(torchtitan_key_known(TorchtitanVersion::early_2026, "training.dtype"));
+  CHECK_FALSE(torchtitan_key_known(TorchtitanVersion::mid_2025, "training.dtype"));
+  CHECK(torchtitan_key_known(TorchtitanVersion::mid_2025, "training.compile"));
+  CHECK_FALSE(torchtitan_key_known(TorchtitanVersion::early_2026, "training.compile"));
 }
