@@ -14,6 +14,7 @@
 
 #include "import/shell_words.hpp"
 #include "spec/error.hpp"
+#include "spec/framework_defaults.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/offload_modules.hpp"
@@ -625,6 +626,19 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   if (a.has("--tp-comm-overlap") && !plan.sequence_parallel)
     rc.warnings.push_back("--tp-comm-overlap: needs --sequence-parallel and tp > 1; no effect");
   plan.tp_style = TpStyle::full;
+  {
+    // Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
+    const std::int64_t by = a.integer("--make-vocab-size-divisible-by", 1, limits::kMaxVocab, "tokens").value_or(128);
+    const std::int64_t padded = megatron_padded_vocab(rc.model.vocab, by, mesh.tp);
+    if (padded > limits::kMaxVocab)
+      a.fail("--make-vocab-size-divisible-by", fmt::format("the padded vocabulary {} is above the maximum {} "
+                                                           "(docs/limits.md)", padded, limits::kMaxVocab));
+    if (padded != rc.model.vocab) {
+      rc.warnings.push_back(fmt::format("--vocab-size: {} padded to {} (a multiple of --make-vocab-size-divisible-by "
+                                        "{} x tp {}, as Megatron pads it)", rc.model.vocab, padded, by, mesh.tp));
+      rc.model.vocab = padded;
+    }
+  }
 
   // Pipeline split (TransformerConfig; spec/pipeline_split.hpp).
   PipelineSplit& split = plan.pipeline_split;

@@ -86,4 +86,9 @@ std::optional<PpBatchSplit> split_pp_batch(PpMicrobatchRule rule, std::int64_t l
   return refuse("unknown rule");
 }
 
+std::int64_t megatron_padded_vocab(std::int64_t vocab, std::int64_t divisible_by, int tp) {
+  const std::int64_t unit = std::max<std::int64_t>(1, divisible_by) * std::max(1, tp);
+  return (vocab + unit - 1) / unit * unit;
+}
+
 }  // namespace meshplan

@@ -62,4 +62,9 @@ std::optional<PpBatchSplit> split_pp_batch(PpMicrobatchRule rule, std::int64_t l
                                            std::int64_t seq_len, std::string* why = nullptr,
                                            std::int64_t tokens_per_microbatch = 16384);
 
+// Megatron-LM pads the vocabulary so every tensor-parallel shard of the embedding and the head is
+// equal: ceil(V / (divisible_by x tp)) x (divisible_by x tp), --make-vocab-size-divisible-by
+// defaulting to 128 (megatron/training/tokenizer vocab_size_with_padding). The one rule for it.
+std::int64_t megatron_padded_vocab(std::int64_t vocab, std::int64_t divisible_by = 128, int tp = 1);
+
 }  // namespace meshplan

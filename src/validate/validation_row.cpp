@@ -413,8 +413,7 @@ std::optional<std::int64_t> default_vocab(const std::string& source, const Model
   if (m.pos_emb == PosEmb::learned && m.mlp == MlpKind::gelu) {
     // Megatron/NeMo GPT: the GPT-2 BPE (50257 tokens) padded to a multiple of
     // make_vocab_size_divisible_by (128) x tp, so every TP shard of the embedding is equal.
-    const std::int64_t unit = 128LL * std::max(1, tp);
-    const std::int64_t padded = (50257 + unit - 1) / unit * unit;
+    const std::int64_t padded = megatron_padded_vocab(50257, 128, tp);
     why = fmt::format("GPT-2 BPE 50257 padded to a multiple of 128 x tp {} (Megatron/NeMo rule)", tp);
     return padded;
   }

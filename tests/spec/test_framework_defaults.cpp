@@ -47,3 +47,12 @@ TEST_CASE("a local batch split into pipeline micro-batches, by hand") {
   CHECK_FALSE(split_pp_batch(PpMicrobatchRule::pp_degree, 12, 8, 2048, &why));
   CHECK(why.find("12 sequences") != std::string::npos);
 }
+
+TEST_CASE("Megatron's vocabulary padding, by hand") {
+  CHECK(megatron_padded_vocab(50257) == 50304);              // GPT-2 BPE: 393 x 128
+  CHECK(megatron_padded_vocab(50257, 128, 8) == 51200);      // 50 x 1024
+  CHECK(megatron_padded_vocab(128256, 128, 8) == 129024);    // 126 x 1024
+  CHECK(megatron_padded_vocab(128256, 128, 1) == 128256);    // already 1002 x 128
+  CHECK(megatron_padded_vocab(32000, 128, 4) == 32256);      // 63 x 512
+  CHECK(megatron_padded_vocab(32000, 1, 1) == 32000);
+}

@@ -88,7 +88,11 @@ TEST_CASE("the 405B Megatron launch script: detected, shipped model picked by sh
   CHECK(rc.job.micro_batch == 1);
   CHECK(rc.job.global_batch == 512);
   CHECK(rc.job.seq_len == 8192);
-  CHECK(rc.warnings.empty());
+  // Megatron pads Llama 3's 128256 tokens to a multiple of 128 x tp 8 = 1024: 125 x 1024 = 128000
+  // is too few, so 126 x 1024 = 129024 (its log's "768 dummy tokens").
+  CHECK(rc.model.vocab == 129024);
+  REQUIRE(rc.warnings.size() == 1);
+  CHECK(rc.warnings[0].rfind("--vocab-size: 128256 padded to 129024", 0) == 0);
   resolve_layout(rc, std::nullopt);
   CHECK(rc.plan.mesh.dp_replicate == 8);
   CHECK(rc.job.grad_accum == 64);  // 512 / (8 x 1)
