@@ -284,9 +284,17 @@ void tp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
   }
 }
 
+// Whether the runtime can place the model's layers on pp x vpp chunks: torchtitan's uneven split,
+// or for Megatron the rule it needs (megatron_split_for).
+bool splits(const Grid& g, int pp, int vpp) {
+  const ModelSpec& m = g.rq.model;
+  if (g.rq.runtime == Runtime::megatron) return megatron_split_for(m.n_layers, pp, vpp, m.n_mtp_layers).has_value();
+  return split_layers(m.n_layers, pp * vpp).has_value();
+}
+
 void pp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
   for (int pp : divisors_upto(g.rq.n_gpus / l.tp, g.foundry ? 1 : kMaxPipelineStages)) {
-    if (!split_layers(g.rq.model.n_layers, pp)) continue;
+    if (!splits(g, pp, 1)) continue;
     Layout c = l;
     c.pp = pp;
     out.push_back(c);
@@ -350,7 +358,7 @@ void vpp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
   out.push_back(l);
   if (l.pp == 1 || g.foundry) return;
   for (int v : kVirtualStages) {
-    if (!split_layers(g.rq.model.n_layers, l.pp * v)) continue;
+    if (!splits(g, l.pp, v)) continue;
     Layout c = l;
     c.vpp = v;
     out.push_back(c);
@@ -400,6 +408,10 @@ std::optional<Plan> make_plan(const Grid& g, const Layout& l, const Setting& s) 
     p.reshard_after_forward = !s.zero2 && !(g.titan && l.pp > 1);
   } else {
     p.sharding = l.replicate > 1 ? Sharding::zero1 : Sharding::none;
+    // Megatron splits unevenly only when told how: the rule its flags give.
+    const auto split = megatron_split_for(g.rq.model.n_layers, l.pp, l.vpp, g.rq.model.n_mtp_layers);
+    if (!split) return std::nullopt;
+    p.pipeline_split = *split;
   }
   if (s.zero2 && shard_group <= 1) return std::nullopt;
   p.ac = s.ac;

@@ -144,6 +144,34 @@ std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, co
   return chunks;
 }
 
+std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, int mtp_layers, std::string* how) {
+  const int chunks = pp * vpp;
+  PipelineSplit s;
+  if (n_layers <= 0 || chunks <= 0) return std::nullopt;
+  if (chunks == 1 || n_layers % chunks == 0) {
+    if (how != nullptr) *how = "an even split";
+    return s;
+  }
+  if ((n_layers + 2) % chunks == 0 && (n_layers + 2) / chunks >= 1) {
+    s.embedding_as_layer = s.loss_as_layer = true;
+    if (split_pipeline(n_layers, pp, vpp, s)) {
+      if (how != nullptr)
+        *how = "embedding and loss counted as layers (Megatron's --account-for-embedding/loss-in-pipeline-split, "
+               "the only split that runs it)";
+      return s;
+    }
+    s = {};
+  }
+  const auto l = ceil_split_layout(n_layers, chunks, mtp_layers);
+  if (!l) return std::nullopt;
+  set_layout(s, *l);
+  if (!split_pipeline(n_layers, pp, vpp, s)) return std::nullopt;
+  if (how != nullptr)
+    *how = fmt::format("Megatron-Bridge's layout rule, ceil(L / stages) layers per stage and the remainder last: "
+                       "--pipeline-model-parallel-layout \"{}\"", format_pipeline_layout(*l));
+  return s;
+}
+
 PipelineLayout layout_of(const PipelineSplit& s) { return {s.chunk_layers, s.mtp_chunk, s.mtp_layers}; }
 
 void set_layout(PipelineSplit& s, const PipelineLayout& l) {

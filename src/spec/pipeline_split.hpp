@@ -43,6 +43,13 @@ std::optional<std::vector<int>> split_pipeline(int n_layers, int pp, int vpp, co
 PipelineLayout layout_of(const PipelineSplit& s);
 void set_layout(PipelineSplit& s, const PipelineLayout& l);
 
+// The split rule Megatron needs to run `n_layers` over pp x vpp chunks: none when they divide;
+// the embedding and the loss counted as layers when n_layers + 2 divides (the only flags that run
+// it); else Megatron-Bridge's ceil(L / stages) layout (ceil_split_layout, MTP layers with the
+// loss). nullopt when none places the layers. `how` gets a phrase naming the rule.
+std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, int mtp_layers = 0,
+                                                std::string* how = nullptr);
+
 // One model chunk's layers: [first_layer, first_layer + n_layers).
 struct LayerRange {
   int first_layer = 0;

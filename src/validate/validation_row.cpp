@@ -578,29 +578,22 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     rc.n_gpus = n_gpus;
 
     rc.model = map_model(r, fw, mesh.tp, notes);
-    // Megatron runs a layer count that pp x vpp does not divide only with the embedding and the loss
-    // counted as layers (--account-for-embedding-in-pipeline-split / -loss-: Megatron-Core's
-    // transformer_layer_count checks); a published run of that shape used them.
+    // Megatron runs a layer count that pp x vpp does not divide only when told how: with the
+    // embedding and the loss counted as layers where that divides (Megatron-Core's
+    // transformer_layer_count checks), else with a --pipeline-model-parallel-layout, which
+    // Megatron-Bridge's recipes for such models (DeepSeek-V3, Kimi-K2: 61 layers) write as
+    // ceil(L / stages) layers per stage with the remainder last. A published run of that shape
+    // used one of them.
     const std::int64_t chunks = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
-    if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0 &&
-        (rc.model.n_layers + 2) % chunks == 0) {
-      p.pipeline_split.embedding_as_layer = p.pipeline_split.loss_as_layer = true;
-      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: embedding and loss counted as layers (Megatron's "
-                                  "--account-for-embedding/loss-in-pipeline-split, the only split that runs it)",
-                                  rc.model.n_layers, mesh.pp, mesh.vpp));
-    } else if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0) {
-      // Neither even nor with the embedding and loss counted: Megatron runs it only with a
-      // --pipeline-model-parallel-layout, and Megatron-Bridge's recipes for such models (DeepSeek-V3,
-      // Kimi-K2: 61 layers) write ceil(L / stages) layers per stage with the remainder last.
-      const auto l = ceil_split_layout(rc.model.n_layers, static_cast<int>(chunks), rc.model.n_mtp_layers);
-      if (!l)
+    if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0) {
+      std::string how;
+      const auto split = megatron_split_for(rc.model.n_layers, mesh.pp, mesh.vpp, rc.model.n_mtp_layers, &how);
+      if (!split)
         throw Skip{fmt::format("{} layers on pp {} x vpp {}: no even split, none with the embedding and loss counted, "
                                "and ceil(L / stages) leaves the last stage empty",
                                rc.model.n_layers, mesh.pp, mesh.vpp)};
-      set_layout(p.pipeline_split, *l);
-      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: Megatron-Bridge's layout rule, ceil(L / stages) layers "
-                                  "per stage and the remainder last: --pipeline-model-parallel-layout \"{}\"",
-                                  rc.model.n_layers, mesh.pp, mesh.vpp, format_pipeline_layout(*l)));
+      p.pipeline_split = *split;
+      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: {}", rc.model.n_layers, mesh.pp, mesh.vpp, how));
     }
     if (mesh.ep > 1 && !rc.model.moe.enabled())
       throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};

@@ -10,6 +10,7 @@
 #include "plan/step_fingerprint.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 
 using namespace meshplan;
 
@@ -105,4 +106,50 @@ TEST_CASE("a search without twins lists each row's own setting alone") {
   for (const PlanCandidate& r : s.ranked) CHECK(r.equivalent_plans.size() == 1);
   CHECK(s.merged == 0);
   CHECK(s.dropped.empty());
+}
+
+TEST_CASE("plan --runtime megatron: uneven pipelines carry the split rule Megatron needs") {
+  // Llama-3.1-405B's 126 layers on pp 16: Megatron runs them only with the embedding and the loss
+  // counted as layers ((126 + 2) / 16 = 8 per stage, 7 on the first and last); DeepSeek-V3's 61 on
+  // pp 16 only with a layout, ceil(61 / 16) = 4 per stage and 1 on the last.
+  for (const auto& [name, layers] : {std::pair{"llama3.1-405b", 126}, std::pair{"deepseek-v3", 61}}) {
+    CAPTURE(name);
+    const ModelSpec m = load_model(name);
+    for (int pp : {16, 32}) {
+      CAPTURE(pp);
+      const auto split = megatron_split_for(m.n_layers, pp, 1, m.n_mtp_layers);
+      if (layers == 61 && pp == 32) {
+        CHECK_FALSE(split);  // 2 x 31 = 62 > 61 leaves the last stage empty
+        continue;
+      }
+      REQUIRE(split);
+      const auto chunks = split_pipeline(m.n_layers, pp, 1, *split);
+      REQUIRE(chunks);
+      int total = 0;
+      for (int c : *chunks) total += c;
+      CHECK(total == layers);
+      if (layers == 126) CHECK((split->embedding_as_layer && split->loss_as_layer));
+      if (layers == 61) CHECK(chunks->back() == 1);
+    }
+  }
+  PlanRequest rq;
+  rq.model = load_model("deepseek-v3");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 1024;
+  rq.seq_len = 4096;
+  rq.global_batch_tokens = 16LL << 20;
+  rq.runtime = Runtime::megatron;
+  rq.top_k = 4;
+  rq.simulate_budget = 4;
+  const PlanSearch s = search_plans(rq);
+  REQUIRE_FALSE(s.ranked.empty());
+  bool uneven = false;
+  for (const PlanCandidate& r : s.ranked) {
+    const int chunks = r.plan.mesh.pp * r.plan.mesh.vpp;
+    if (chunks > 1 && 61 % chunks != 0) {
+      uneven = true;
+      CHECK(r.plan.pipeline_split.given());  // the emitter can write it
+    }
+  }
+  CHECK(uneven);
 }
