@@ -437,3 +437,24 @@ TEST_CASE("plan --model mixtral-8x7b --gpus 64 considers ep > 1 and says why it 
   CHECK(ep_gt_1);
   CHECK(why);
 }
+
+TEST_CASE("simulate --json names the Megatron flags it accepts but does not model") {
+  const std::string args = write_temp("unmodelled.args",
+                                      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                                      "--vocab-size 32000 --micro-batch-size 2 --global-batch-size 64 --bf16 "
+                                      "--num-distributed-optimizer-instances 2 --distribute-saved-activations "
+                                      "--moe-grouped-gemm --no-gradient-accumulation-fusion "
+                                      "--overlap-p2p-communication --lr 3e-4 --seed 1\n")
+                               .string();
+  const Run r = run("simulate --config " + args + " --gpus 8 --json");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  const std::vector<std::string> want = {"--distribute-saved-activations", "--moe-grouped-gemm",
+                                         "--no-gradient-accumulation-fusion", "--num-distributed-optimizer-instances",
+                                         "--overlap-p2p-communication"};
+  CHECK(j.at("unmodelled_settings").get<std::vector<std::string>>() == want);
+  // A plan file has nothing unmodelled: the field is there, empty.
+  const Run p = run("simulate --config " + write_temp("plain.toml", kPlan).string() + " --json");
+  REQUIRE_MESSAGE(p.exit_code == 0, p.err);
+  CHECK(nlohmann::json::parse(p.out).at("unmodelled_settings").empty());
+}
