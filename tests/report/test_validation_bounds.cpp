@@ -126,11 +126,7 @@ ValidationReport run(const char* name) {
 
 }  // namespace
 
-TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev.csv: tokens/s MAPE within the current bound" * SKIP_UNLESS_SHARED("validation/dev.csv")) {
   const ValidationReport rep = run("dev.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   CHECK(rep.summary.n >= kDevRowsCompared);
@@ -148,11 +144,8 @@ TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
   }
 }
 
-TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "memory.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound" *
+          SKIP_UNLESS_SHARED("validation/memory.csv")) {
   const ValidationReport rep = run("memory.csv");
   REQUIRE(rep.summary.memory_mape_pct.has_value());
   CHECK(rep.summary.memory_rows > 0);
@@ -168,11 +161,8 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
   CHECK(torchtune_rows == 8);
 }
 
-TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-vtrain.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds" *
+          SKIP_UNLESS_SHARED("validation/dev-vtrain.csv")) {
   const ValidationReport rep = run("dev-vtrain.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   REQUIRE(rep.summary.mean_error_pct.has_value());
@@ -181,11 +171,8 @@ TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
   CHECK(std::abs(*rep.summary.mean_error_pct) <= kVtrainBiasBoundPct);
 }
 
-TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-moe.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound" *
+          SKIP_UNLESS_SHARED("validation/dev-moe.csv")) {
   const ValidationReport rep = run("dev-moe.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   CHECK(rep.summary.skipped <= kMoeRowsSkippedBound);
