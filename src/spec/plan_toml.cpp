@@ -200,40 +200,19 @@ bool looks_like_plan_toml(const toml::table& t) {
   return false;
 }
 
-RunConfig read_plan_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
-  const TomlView root(path, t);
-  root.require_known(kSections, kStrict);
-  for (const auto& s : kSections) (void)root.sub(s);  // each must be a table
+namespace {
 
-  RunConfig rc;
-  rc.source_file = path;
-  rc.format = ConfigFormat::meshplan_plan;
-  Plan& plan = rc.plan;
-  const toml::table empty;
-  auto section = [&](const std::string& name, const std::vector<std::string>& keys) {
-    TomlView v = root.sub(name).value_or(TomlView(path, empty, name));
-    v.require_known(keys, kStrict);
-    return v;
-  };
-
-  // [model]
-  if (opts.model) rc.model = *opts.model;
-  else {
-    auto m = root.sub("model");
-    if (!m) throw InputError(path, "model", "required: a [model] section");
-    rc.model = read_model(path, *m);
-  }
-
-  // [cluster]
-  const TomlView cluster = section("cluster", kClusterKeys);
+// [cluster]
+void read_cluster(RunConfig& rc, const TomlView& cluster, const std::string& path) {
   rc.cluster = cluster.get_string("profile").value_or("");
   if (auto g = cluster.get_int("gpus")) {
     if (*g <= 0) cluster.fail("gpus", fmt::format("must be positive, got {}", *g));
     rc.n_gpus = limits::check_count(path, cluster.key("gpus"), *g, 1, limits::kMaxGpus, "GPUs");
   }
+}
 
-  // [layout]
-  const TomlView layout = section("layout", kLayoutKeys);
+// [layout]: the mesh degrees (-1 absorbs the rest of the GPUs), TP and pipeline settings.
+void read_layout(Plan& plan, const TomlView& layout, const std::string& path) {
   auto degree = [&](const char* k, int dflt) {
     const std::int64_t v = layout.get_int(k).value_or(dflt);
     if (v == -1) return -1;
@@ -275,9 +254,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       *field = static_cast<int>(limits::check_count(path, layout.key(key), *n, 0, limits::kMaxLayers, "layers"));
     }
   }
+}
 
-  // [sharding]
-  const TomlView sh = section("sharding", kShardingKeys);
+// [sharding]
+void read_sharding(Plan& plan, const TomlView& sh) {
   plan.sharding = get_enum(sh, "strategy", Sharding::zero3, parse_sharding, "none, zero1, zero2, zero3");
   plan.reshard_after_forward = sh.get_bool("reshard_after_forward").value_or(plan.sharding == Sharding::zero3);
   plan.root_unsharded = sh.get_bool("root_unsharded").value_or(false);
@@ -288,9 +268,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.backward_prefetch_limit = static_cast<int>(positive(sh, "backward_prefetch_limit", 1, limits::kMaxLayers, "prefetched layers (the layer maximum)"));
   plan.limit_all_gathers = sh.get_bool("limit_all_gathers").value_or(true);
   plan.grad_sync_every_microbatch = sh.get_bool("grad_sync_every_microbatch").value_or(true);
+}
 
-  // [precision]
-  const TomlView pr = section("precision", kPrecisionKeys);
+// [precision]
+void read_precision(Plan& plan, const TomlView& pr) {
   plan.param_dtype = get_dtype(pr, "param", Dtype::bf16);
   plan.compute_dtype = get_dtype(pr, "compute", plan.param_dtype);
   plan.reduce_dtype = get_dtype(pr, "reduce", Dtype::fp32);
@@ -307,9 +288,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     pr.fail("fp8_attention", fmt::format("needs a Transformer Engine recipe whose attention runs in FP8 "
                                          "(te-delayed, te-current, mxfp8), not fp8 = \"{}\"",
                                          to_string(plan.fp8)));
+}
 
-  // [activation_checkpoint]
-  const TomlView ac = section("activation_checkpoint", kAcKeys);
+// [activation_checkpoint]
+void read_activation_checkpoint(Plan& plan, const TomlView& ac) {
   plan.ac = get_enum(ac, "mode", AcMode::none, parse_ac_mode,
                      "none, full, selective-layer, selective-op, selective-attn");
   plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1, limits::kMaxLayers, "layers"));
@@ -325,9 +307,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (plan.ac == AcMode::full && plan.recompute_modules.any())
       ac.fail("recompute_modules", "full recompute already recomputes every module");
   }
+}
 
-  // [offload]
-  const TomlView off = section("offload", kOffloadKeys);
+// [offload]
+void read_offload(Plan& plan, const TomlView& off) {
   plan.act_offload = off.get_bool("activations").value_or(false);
   plan.param_offload = off.get_bool("params").value_or(false);
   if (auto mods = off.get_string_array("activation_modules")) {
@@ -337,9 +320,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       if (!apply_offload_module(name, plan.offload_modules))
         off.fail("activation_modules", fmt::format("'{}' is not an offload module ({})", name, offload_module_list()));
   }
+}
 
-  // [batch]
-  const TomlView bt = section("batch", kBatchKeys);
+// [batch]
+void read_batch(RunConfig& rc, const TomlView& bt) {
   if (!bt.has("seq_len")) bt.fail("seq_len", "required");
   rc.job.seq_len = positive(bt, "seq_len", 0, limits::kMaxSeqLen, "the sequence length");
   if (const toml::node* mb = bt.table().get("micro_batch"); mb != nullptr && mb->is_string()) {
@@ -354,9 +338,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   if (rc.job.global_batch == 0 && rc.job.grad_accum == 0)
     bt.fail("global_batch", "required (or grad_accum, from which global = dp x micro_batch x grad_accum)");
   rc.job.pp_microbatches = bt.has("pp_microbatches") ? positive(bt, "pp_microbatches", 0, limits::kMaxGradAccum, "micro-batches per step") : 0;
+}
 
-  // [runtime]
-  const TomlView rt = section("runtime", kRuntimeKeys);
+// [runtime]: the framework and its kernels.
+void read_runtime(Plan& plan, const TomlView& rt) {
   plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
                           "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
@@ -395,6 +380,12 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (*n < 1 || *n > 1024) rt.fail("loss_chunks", fmt::format("must be 1 to 1024, got {}", *n));
     plan.loss_chunks = static_cast<int>(*n);
   }
+}
+
+// The [runtime] keys that depend on other sections (grad_accum, the runtime, the sharding and pp),
+// and the runtime's limits on those sections, read once all of them are.
+void read_runtime_across_sections(RunConfig& rc, const TomlView& rt, const TomlView& sh) {
+  Plan& plan = rc.plan;
   plan.optimizer_in_backward = rt.get_bool("optimizer_in_backward").value_or(false);
   if (plan.optimizer_in_backward && rc.job.grad_accum > 1)
     rt.fail("optimizer_in_backward", "steps the optimizer inside every backward: needs grad_accum = 1");
@@ -408,6 +399,45 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       (plan.sharding == Sharding::zero2 || plan.sharding == Sharding::zero3))
     rt.fail("deepspeed", fmt::format("DeepSpeed's pipeline engine runs ZeRO stages 0 and 1 only, not {} with pp {}",
                                      to_string(plan.sharding), plan.mesh.pp));
+}
+
+}  // namespace
+
+RunConfig read_plan_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
+  const TomlView root(path, t);
+  root.require_known(kSections, kStrict);
+  for (const auto& s : kSections) (void)root.sub(s);  // each must be a table
+
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::meshplan_plan;
+  Plan& plan = rc.plan;
+  const toml::table empty;
+  auto section = [&](const std::string& name, const std::vector<std::string>& keys) {
+    TomlView v = root.sub(name).value_or(TomlView(path, empty, name));
+    v.require_known(keys, kStrict);
+    return v;
+  };
+
+  // [model]
+  if (opts.model) rc.model = *opts.model;
+  else {
+    auto m = root.sub("model");
+    if (!m) throw InputError(path, "model", "required: a [model] section");
+    rc.model = read_model(path, *m);
+  }
+
+  read_cluster(rc, section("cluster", kClusterKeys), path);
+  read_layout(plan, section("layout", kLayoutKeys), path);
+  const TomlView sh = section("sharding", kShardingKeys);
+  read_sharding(plan, sh);
+  read_precision(plan, section("precision", kPrecisionKeys));
+  read_activation_checkpoint(plan, section("activation_checkpoint", kAcKeys));
+  read_offload(plan, section("offload", kOffloadKeys));
+  read_batch(rc, section("batch", kBatchKeys));
+  const TomlView rt = section("runtime", kRuntimeKeys);
+  read_runtime(plan, rt);
+  read_runtime_across_sections(rc, rt, sh);
   return rc;
 }
 
