@@ -28,117 +28,133 @@ constexpr std::string_view kOps =
 
 std::string size_label(double bytes) { return fmt::format("{:.0f}", bytes); }
 
+struct CollectiveCliOptions {
+  std::string cluster;
+  std::string op = "all_reduce";
+  int gpus = 0;
+  int gpus_per_node = 0;
+  std::string sizes = "1K:8G";
+  std::vector<std::string> algos;
+  std::vector<std::string> protos;
+  bool collnet = false;
+  std::string nccl = std::string(kDefaultNcclVersion);
+  bool json = false;
+};
+
+void add_collective_options(CLI::App& app, CollectiveCliOptions& o) {
+  app.add_option("--cluster", o.cluster, "hardware profile name or path (hardware_profiles/*.toml)")->required();
+  app.add_option("--op", o.op, std::string("collective: ") + std::string(kOps))->capture_default_str();
+  app.add_option("--gpus", o.gpus, "ranks in the group")->required()->check(positive_integer(limits::kMaxGpus));
+  app.add_option("--gpus-per-node", o.gpus_per_node,
+                 "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)")
+      ->check(positive_integer(limits::kMaxGpusPerNode));
+  app.add_option("--sizes", o.sizes, "LO:HI, doubling from LO to HI (binary K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--algo", o.algos, "restrict algorithms, like NCCL_ALGO (ring, tree, nvls, nvlstree, pat, "
+                                    "collnet_direct, collnet_chain)")->delimiter(',');
+  app.add_option("--proto", o.protos, "restrict protocols, like NCCL_PROTO (LL, LL128, Simple)")->delimiter(',');
+  app.add_flag("--collnet", o.collnet, "the fabric has IB SHARP / CollNet (enables the CollNet algorithms)");
+  app.add_option("--nccl", o.nccl, "NCCL constants version or TOML path (hardware_profiles/nccl/)")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "machine-readable output: {\"rows\": [...]} (docs/collectives.md)");
+}
+
+// --algo and --proto as NCCL_ALGO / NCCL_PROTO masks; a CollNet algorithm implies --collnet.
+CollectiveOptions restrictions(const CollectiveCliOptions& o) {
+  CollectiveOptions opts;
+  if (!o.algos.empty()) {
+    opts.algorithm_mask = 0;
+    for (const auto& a : o.algos) {
+      NcclAlgo algo{};
+      if (!parse_nccl_algo(a, algo))
+        throw InputError("", "--algo", "unknown algorithm '" + a +
+                                           "' (known: ring, tree, nvls, nvlstree, pat, collnet_direct, collnet_chain)");
+      opts.algorithm_mask |= algorithm_bit(algo);
+      if (algo == NcclAlgo::collnet_direct || algo == NcclAlgo::collnet_chain) opts.collnet = true;
+    }
+  }
+  if (!o.protos.empty()) {
+    opts.protocol_mask = 0;
+    for (const auto& p : o.protos) {
+      NcclProto proto{};
+      if (!parse_nccl_proto(p, proto))
+        throw InputError("", "--proto", "unknown protocol '" + p + "' (known: LL, LL128, Simple)");
+      opts.protocol_mask |= protocol_bit(proto);
+    }
+  }
+  opts.collnet = opts.collnet || o.collnet;
+  return opts;
+}
+
+// The group: --gpus ranks in whole nodes of --gpus-per-node.
+GroupPlacement placement(const CollectiveCliOptions& o, CollectiveOp op, const ClusterSpec& cluster) {
+  const int node_gpus = cluster.node.gpus_per_node;
+  if (o.gpus < 1) throw InputError("", "--gpus", "must be at least 1");
+  if (op == CollectiveOp::send_recv && o.gpus != 2)
+    throw InputError("", "--gpus", "send_recv is between 2 ranks (got " + std::to_string(o.gpus) + ")");
+  int per_node = o.gpus_per_node > 0 ? o.gpus_per_node : std::min(o.gpus, node_gpus);
+  if (o.gpus_per_node < 0) throw InputError("", "--gpus-per-node", "must be at least 1");
+  if (per_node > node_gpus)
+    throw InputError("", "--gpus-per-node",
+                     std::to_string(per_node) + " exceeds the " + std::to_string(node_gpus) + " GPUs of a " +
+                         cluster.name + " node");
+  if (o.gpus % per_node != 0)
+    throw InputError("", "--gpus",
+                     std::to_string(o.gpus) + " GPUs do not divide into nodes of " + std::to_string(per_node) +
+                         " (--gpus-per-node)");
+  return GroupPlacement{o.gpus, per_node};
+}
+
+int run_collective(const CollectiveCliOptions& o) {
+  CollectiveOp op{};
+  if (!parse_collective_op(o.op, op))
+    throw InputError("", "--op", "unknown collective '" + o.op + "' (known: " + std::string(kOps) + ")");
+  CollectiveOptions opts = restrictions(o);
+  const std::vector<double> sizes = parse_size_range(o.sizes, "--sizes");
+  const ClusterSpec cluster = load_cluster(o.cluster);
+  const NcclTable table = load_nccl_table(o.nccl);
+  opts.nccl = &table;
+  const GroupPlacement g = placement(o, op, cluster);
+
+  nlohmann::json rows = nlohmann::json::array();
+  std::string text = fmt::format(
+      "# meshplan collective: {} on {}, {} GPUs ({} node{} x {}), NCCL {} cost model (predicted, not measured)\n"
+      "#\n#{:>14} {:>13} {:>7} {:>11} {:>8} {:>8}  {:<14} {}\n#{:>14} {:>13} {:>7} {:>11} {:>8} {:>8}\n",
+      to_string(op), cluster.name, o.gpus, g.n_nodes(), g.n_nodes() == 1 ? "" : "s", g.ranks_per_node, table.version,
+      "size", "count", "type", "time", "algbw", "busbw", "algorithm", "protocol", "(B)", "(elements)", "", "(us)",
+      "(GB/s)", "(GB/s)");
+  for (double bytes : sizes) {
+    const CollectiveEstimate e = estimate_collective(cluster, op, bytes, g, opts);
+    const double time_us = e.seconds * 1e6;
+    const double algbw = e.seconds > 0 ? bytes / e.seconds / 1e9 : 0.0;
+    const double busbw = algbw * bus_bandwidth_factor(op, o.gpus);
+    rows.push_back({{"op", std::string(to_string(op))},
+                    {"gpus", o.gpus},
+                    {"size_bytes", static_cast<std::int64_t>(bytes)},
+                    {"time_us", time_us},
+                    {"algbw_gbps", algbw},
+                    {"busbw_gbps", busbw},
+                    {"algorithm", e.algorithm},
+                    {"protocol", e.protocol}});
+    text += fmt::format(" {:>14} {:>13} {:>7} {:>11.2f} {:>8.2f} {:>8.2f}  {:<14} {}\n", size_label(bytes),
+                        size_label(bytes / 4), "float", time_us, algbw, busbw, e.algorithm, e.protocol);
+  }
+  if (o.json) fmt::print("{}\n", nlohmann::json{{"rows", rows}}.dump(2));
+  else fmt::print("{}", text);
+  return 0;
+}
+
 }  // namespace
 
 Command add_collective_command(CLI::App& root) {
-  struct Options {
-    std::string cluster;
-    std::string op = "all_reduce";
-    int gpus = 0;
-    int gpus_per_node = 0;
-    std::string sizes = "1K:8G";
-    std::vector<std::string> algos;
-    std::vector<std::string> protos;
-    bool collnet = false;
-    std::string nccl = std::string(kDefaultNcclVersion);
-    bool json = false;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<CollectiveCliOptions>();
   Command c;
   c.app = root.add_subcommand(
       "collective",
       "Predicted time and bus bandwidth of one NCCL collective over a range of sizes, printed like "
       "nccl-tests output, with the algorithm and protocol the model picks. Model: docs/collectives.md.");
-  c.app->add_option("--cluster", o->cluster, "hardware profile name or path (hardware_profiles/*.toml)")->required();
-  c.app->add_option("--op", o->op, std::string("collective: ") + std::string(kOps))->capture_default_str();
-  c.app->add_option("--gpus", o->gpus, "ranks in the group")->required()->check(positive_integer(limits::kMaxGpus));
-  c.app->add_option("--gpus-per-node", o->gpus_per_node,
-                    "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)")
-      ->check(positive_integer(limits::kMaxGpusPerNode));
-  c.app->add_option("--sizes", o->sizes, "LO:HI, doubling from LO to HI (binary K/M/G suffixes)")
-      ->capture_default_str();
-  c.app->add_option("--algo", o->algos, "restrict algorithms, like NCCL_ALGO (ring, tree, nvls, nvlstree, pat, "
-                                        "collnet_direct, collnet_chain)")->delimiter(',');
-  c.app->add_option("--proto", o->protos, "restrict protocols, like NCCL_PROTO (LL, LL128, Simple)")->delimiter(',');
-  c.app->add_flag("--collnet", o->collnet, "the fabric has IB SHARP / CollNet (enables the CollNet algorithms)");
-  c.app->add_option("--nccl", o->nccl, "NCCL constants version or TOML path (hardware_profiles/nccl/)")
-      ->capture_default_str();
-  c.app->add_flag("--json", o->json, "machine-readable output: {\"rows\": [...]} (docs/collectives.md)");
-
-  c.run = [o] {
-    CollectiveOp op{};
-    if (!parse_collective_op(o->op, op))
-      throw InputError("", "--op", "unknown collective '" + o->op + "' (known: " + std::string(kOps) + ")");
-    CollectiveOptions opts;
-    if (!o->algos.empty()) {
-      opts.algorithm_mask = 0;
-      for (const auto& a : o->algos) {
-        NcclAlgo algo{};
-        if (!parse_nccl_algo(a, algo))
-          throw InputError("", "--algo", "unknown algorithm '" + a +
-                                             "' (known: ring, tree, nvls, nvlstree, pat, collnet_direct, collnet_chain)");
-        opts.algorithm_mask |= algorithm_bit(algo);
-        if (algo == NcclAlgo::collnet_direct || algo == NcclAlgo::collnet_chain) opts.collnet = true;
-      }
-    }
-    if (!o->protos.empty()) {
-      opts.protocol_mask = 0;
-      for (const auto& p : o->protos) {
-        NcclProto proto{};
-        if (!parse_nccl_proto(p, proto))
-          throw InputError("", "--proto", "unknown protocol '" + p + "' (known: LL, LL128, Simple)");
-        opts.protocol_mask |= protocol_bit(proto);
-      }
-    }
-    opts.collnet = opts.collnet || o->collnet;
-    const std::vector<double> sizes = parse_size_range(o->sizes, "--sizes");
-    const ClusterSpec cluster = load_cluster(o->cluster);
-    const NcclTable table = load_nccl_table(o->nccl);
-    opts.nccl = &table;
-
-    const int node_gpus = cluster.node.gpus_per_node;
-    if (o->gpus < 1) throw InputError("", "--gpus", "must be at least 1");
-    if (op == CollectiveOp::send_recv && o->gpus != 2)
-      throw InputError("", "--gpus", "send_recv is between 2 ranks (got " + std::to_string(o->gpus) + ")");
-    int per_node = o->gpus_per_node > 0 ? o->gpus_per_node : std::min(o->gpus, node_gpus);
-    if (o->gpus_per_node < 0) throw InputError("", "--gpus-per-node", "must be at least 1");
-    if (per_node > node_gpus)
-      throw InputError("", "--gpus-per-node",
-                       std::to_string(per_node) + " exceeds the " + std::to_string(node_gpus) + " GPUs of a " +
-                           cluster.name + " node");
-    if (o->gpus % per_node != 0)
-      throw InputError("", "--gpus",
-                       std::to_string(o->gpus) + " GPUs do not divide into nodes of " + std::to_string(per_node) +
-                           " (--gpus-per-node)");
-    const GroupPlacement g{o->gpus, per_node};
-
-    nlohmann::json rows = nlohmann::json::array();
-    std::string text = fmt::format(
-        "# meshplan collective: {} on {}, {} GPUs ({} node{} x {}), NCCL {} cost model (predicted, not measured)\n"
-        "#\n#{:>14} {:>13} {:>7} {:>11} {:>8} {:>8}  {:<14} {}\n#{:>14} {:>13} {:>7} {:>11} {:>8} {:>8}\n",
-        to_string(op), cluster.name, o->gpus, g.n_nodes(), g.n_nodes() == 1 ? "" : "s", per_node, table.version,
-        "size", "count", "type", "time", "algbw", "busbw", "algorithm", "protocol", "(B)", "(elements)", "", "(us)",
-        "(GB/s)", "(GB/s)");
-    for (double bytes : sizes) {
-      const CollectiveEstimate e = estimate_collective(cluster, op, bytes, g, opts);
-      const double time_us = e.seconds * 1e6;
-      const double algbw = e.seconds > 0 ? bytes / e.seconds / 1e9 : 0.0;
-      const double busbw = algbw * bus_bandwidth_factor(op, o->gpus);
-      rows.push_back({{"op", std::string(to_string(op))},
-                      {"gpus", o->gpus},
-                      {"size_bytes", static_cast<std::int64_t>(bytes)},
-                      {"time_us", time_us},
-                      {"algbw_gbps", algbw},
-                      {"busbw_gbps", busbw},
-                      {"algorithm", e.algorithm},
-                      {"protocol", e.protocol}});
-      text += fmt::format(" {:>14} {:>13} {:>7} {:>11.2f} {:>8.2f} {:>8.2f}  {:<14} {}\n", size_label(bytes),
-                          size_label(bytes / 4), "float", time_us, algbw, busbw, e.algorithm, e.protocol);
-    }
-    if (o->json) fmt::print("{}\n", nlohmann::json{{"rows", rows}}.dump(2));
-    else fmt::print("{}", text);
-    return 0;
-  };
+  add_collective_options(*c.app, *o);
+  c.run = [o] { return run_collective(*o); };
   return c;
 }
 

@@ -147,132 +147,155 @@ std::string fallback_note(const Described& d, Dtype dtype) {
          "its dtype's peak)";
 }
 
+struct KernelOptions {
+  std::string cluster = kDefaultCluster;
+  std::string gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
+  std::string cudnn_version;
+  double memory_bytes = 0;
+  bool json = false, burst = false;
+};
+
+void add_kernel_options(CLI::App& app, KernelOptions& o) {
+  app.add_option("--cluster", o.cluster, "hardware profile name or TOML path")->capture_default_str();
+  auto* gemm = app.add_option("--gemm", o.gemm, "GEMM shape MxNxK (or BATCHxMxNxK): C[M,N] = A[M,K] B[K,N]");
+  auto* attention = app.add_option(
+      "--attention", o.attention,
+      "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
+  auto* memory = app.add_option("--memory-bytes", o.memory_bytes, "bytes read + written by a memory-bound kernel");
+  gemm->excludes(attention)->excludes(memory);
+  attention->excludes(memory);
+  app.add_option("--dtype", o.dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();
+  app.add_option("--pass", o.pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
+  app.add_option("--runtime", o.runtime,
+                 "whose attention API picks the kernel: megatron (Transformer Engine -> cuDNN from sm90), "
+                 "torchtitan-fsdp2 (torch SDPA -> cuDNN from sm100, else flash), composer-*/generic (flash-attn 2)")
+      ->capture_default_str();
+  app.add_option("--attention-kernel", o.attention_kernel, "attention kernel family, overriding the runtime's pick")
+      ->check(CLI::IsMember({"framework", "fa2", "fa3", "fa4", "cudnn"}))
+      ->capture_default_str();
+  app.add_option("--cudnn-version", o.cudnn_version,
+                 "cuDNN release whose fused-attention curves to use, e.g. 9.17 (default: the newest the profile "
+                 "measured; profiles without release-tagged curves ignore it)");
+  app.add_flag("--burst", o.burst,
+               "tensor cores at the rate of the (short) microbenchmarks behind the curves: the profile's "
+               "sustained_clock_fraction is not applied");
+  app.add_flag("--json", o.json, R"(machine-readable: {"time_us", "tflops", "efficiency", ...})");
+}
+
+// An estimate with what both outputs derive from it.
+struct KernelReport {
+  Described d;
+  Dtype dtype;
+  double tflops, achieved_bw, sustained;
+  std::string bound, note;
+};
+
+void print_kernel_json(const KernelReport& k, const ClusterSpec& cluster) {
+  const KernelEstimate& e = k.d.estimate;
+  json j{{"time_us", e.seconds * 1e6},
+         {"tflops", k.tflops},
+         {"efficiency", e.efficiency},
+         {"bound", k.bound},
+         {"kind", k.d.kind},
+         {"shape", k.d.shape},
+         {"cluster", cluster.name},
+         {"dtype", std::string(to_string(k.dtype))},
+         {"flops", e.flops},
+         {"bytes", e.bytes},
+         {"compute_us", e.compute_seconds * 1e6},
+         {"memory_us", e.memory_seconds * 1e6},
+         {"launch_us", e.launch_seconds * 1e6},
+         {"peak_tflops", e.peak_flops_per_s / 1e12},
+         {"achieved_hbm_gb_per_s", k.achieved_bw / 1e9},
+         {"curve_fallback", e.curve_fallback},
+         {"sustained_clock_fraction", k.sustained},
+         {"note", k.note.empty() ? json(nullptr) : json(k.note)}};
+  if (k.d.kind == "attention") {
+    j["kernel"] = std::string(to_string(e.attention_kernel));
+    j["curve_source"] = std::string(e.curve_source);
+    j["curve_pass"] = std::string(e.curve_pass);
+    j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+    j["curve_version"] = e.curve_version > 0 ? json(library_version_text(e.curve_version)) : json(nullptr);
+  } else if (k.d.kind == "gemm") {
+    j["curve_source"] = std::string(e.curve_source);
+    j["curve_dtype"] = std::string(to_string(e.curve_dtype));
+    j["equivalent_square_dim"] = e.equivalent_square_dim;
+    j["tile_overhead_k"] = cluster.gpu.gemm_tile_overhead_k;
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
+  const Described& d = k.d;
+  const KernelEstimate& e = d.estimate;
+  fmt::print("{} ({}): {} {}{}\n", cluster.name, cluster.gpu.model, d.kind, d.shape,
+             d.kind == "memory" ? "" : fmt::format(" {}", to_string(k.dtype)));
+  fmt::print("  time        {:.2f} us\n", e.seconds * 1e6);
+  if (d.kind != "memory")
+    fmt::print("  throughput  {:.1f} TFLOP/s = efficiency {:.3f} of the {:.1f} TFLOP/s dense peak\n", k.tflops,
+               e.efficiency, e.peak_flops_per_s / 1e12);
+  fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", k.achieved_bw / 1e9, e.bytes);
+  fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", k.bound,
+             e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
+  if (d.kind == "gemm" && e.flops > 0)
+    fmt::print("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; each tile pays {:g} K "
+               "beside its K loop)\n",
+               e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source, cluster.gpu.gemm_tile_overhead_k);
+  if (d.kind == "attention")
+    fmt::print("  kernel      {} ({} {} curve{}, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
+               e.curve_pass,
+               e.curve_version > 0 ? fmt::format(" of release {}", library_version_text(e.curve_version)) : "",
+               e.curve_source);
+  if (d.kind != "memory" && k.sustained < 1)
+    fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
+               k.sustained);
+  if (!k.note.empty()) fmt::print("  note        {}\n", k.note);
+}
+
+int run_kernel(const KernelOptions& o) {
+  if (o.gemm.empty() && o.attention.empty() && o.memory_bytes == 0)
+    throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
+  const std::optional<Dtype> dtype = parse_dtype(o.dtype);
+  if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)", o.dtype));
+  const std::optional<Runtime> runtime = parse_runtime(o.runtime);
+  if (!runtime)
+    throw InputError("", "--runtime",
+                     fmt::format("unknown runtime '{}' (generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, "
+                                 "megatron)", o.runtime));
+  int cudnn_version = 0;
+  if (!o.cudnn_version.empty()) {
+    const std::optional<int> v = parse_library_version(o.cudnn_version);
+    if (!v) throw InputError("", "--cudnn-version", fmt::format("must be a release like 9.17, got '{}'", o.cudnn_version));
+    cudnn_version = *v;
+  }
+  ClusterSpec cluster = load_cluster(o.cluster);
+  if (o.burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
+  KernelReport k{estimate(cluster, o.gemm, o.attention, o.memory_bytes, o.pass, *dtype,
+                          runtime_traits(*runtime, false).attention_backend,
+                          *parse_attention_kernel(o.attention_kernel), cudnn_version),
+                 *dtype, 0, 0, 0, "", ""};
+  const KernelEstimate& e = k.d.estimate;
+  k.tflops = e.seconds > 0 ? e.flops / e.seconds / 1e12 : 0.0;
+  k.achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
+  k.bound = e.memory_bound ? "memory" : "compute";
+  k.note = fallback_note(k.d, *dtype);
+  k.sustained = k.d.kind == "attention" ? cluster.gpu.attention_sustained_fraction() : cluster.gpu.sustained_clock_fraction;
+  if (o.json) print_kernel_json(k, cluster);
+  else print_kernel_text(k, cluster);
+  return 0;
+}
+
 }  // namespace
 
 Command add_kernel_command(CLI::App& root) {
-  struct Options {
-    std::string cluster = kDefaultCluster;
-    std::string gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
-    std::string cudnn_version;
-    double memory_bytes = 0;
-    bool json = false, burst = false;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<KernelOptions>();
   Command c;
   c.app = root.add_subcommand(
       "kernel",
       "Predicted time of one kernel on one GPU: max(FLOPs / (peak x measured efficiency), bytes / "
       "achieved HBM bandwidth) + launch. Formulas: docs/compute.md.");
-  c.app->add_option("--cluster", o->cluster, "hardware profile name or TOML path")->capture_default_str();
-  auto* gemm = c.app->add_option("--gemm", o->gemm, "GEMM shape MxNxK (or BATCHxMxNxK): C[M,N] = A[M,K] B[K,N]");
-  auto* attention = c.app->add_option(
-      "--attention", o->attention,
-      "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
-  auto* memory = c.app->add_option("--memory-bytes", o->memory_bytes, "bytes read + written by a memory-bound kernel");
-  gemm->excludes(attention)->excludes(memory);
-  attention->excludes(memory);
-  c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();
-  c.app->add_option("--pass", o->pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
-  c.app->add_option("--runtime", o->runtime,
-                    "whose attention API picks the kernel: megatron (Transformer Engine -> cuDNN from sm90), "
-                    "torchtitan-fsdp2 (torch SDPA -> cuDNN from sm100, else flash), composer-*/generic (flash-attn 2)")
-      ->capture_default_str();
-  c.app->add_option("--attention-kernel", o->attention_kernel, "attention kernel family, overriding the runtime's pick")
-      ->check(CLI::IsMember({"framework", "fa2", "fa3", "fa4", "cudnn"}))
-      ->capture_default_str();
-  c.app->add_option("--cudnn-version", o->cudnn_version,
-                    "cuDNN release whose fused-attention curves to use, e.g. 9.17 (default: the newest the profile "
-                    "measured; profiles without release-tagged curves ignore it)");
-  c.app->add_flag("--burst", o->burst,
-                  "tensor cores at the rate of the (short) microbenchmarks behind the curves: the profile's "
-                  "sustained_clock_fraction is not applied");
-  c.app->add_flag("--json", o->json, R"(machine-readable: {"time_us", "tflops", "efficiency", ...})");
-  c.run = [o] {
-    if (o->gemm.empty() && o->attention.empty() && o->memory_bytes == 0)
-      throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
-    const std::optional<Dtype> dtype = parse_dtype(o->dtype);
-    if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)", o->dtype));
-    const std::optional<Runtime> runtime = parse_runtime(o->runtime);
-    if (!runtime)
-      throw InputError("", "--runtime",
-                       fmt::format("unknown runtime '{}' (generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, "
-                                   "megatron)", o->runtime));
-    int cudnn_version = 0;
-    if (!o->cudnn_version.empty()) {
-      const std::optional<int> v = parse_library_version(o->cudnn_version);
-      if (!v) throw InputError("", "--cudnn-version", fmt::format("must be a release like 9.17, got '{}'", o->cudnn_version));
-      cudnn_version = *v;
-    }
-    ClusterSpec cluster = load_cluster(o->cluster);
-    if (o->burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
-    const Described d = estimate(cluster, o->gemm, o->attention, o->memory_bytes, o->pass, *dtype,
-                                 runtime_traits(*runtime, false).attention_backend,
-                                 *parse_attention_kernel(o->attention_kernel), cudnn_version);
-    const KernelEstimate& e = d.estimate;
-    const double tflops = e.seconds > 0 ? e.flops / e.seconds / 1e12 : 0.0;
-    const double achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
-    const std::string bound = e.memory_bound ? "memory" : "compute";
-    const std::string note = fallback_note(d, *dtype);
-    const double sustained =
-        d.kind == "attention" ? cluster.gpu.attention_sustained_fraction() : cluster.gpu.sustained_clock_fraction;
-    if (o->json) {
-      json j{{"time_us", e.seconds * 1e6},
-             {"tflops", tflops},
-             {"efficiency", e.efficiency},
-             {"bound", bound},
-             {"kind", d.kind},
-             {"shape", d.shape},
-             {"cluster", cluster.name},
-             {"dtype", std::string(to_string(*dtype))},
-             {"flops", e.flops},
-             {"bytes", e.bytes},
-             {"compute_us", e.compute_seconds * 1e6},
-             {"memory_us", e.memory_seconds * 1e6},
-             {"launch_us", e.launch_seconds * 1e6},
-             {"peak_tflops", e.peak_flops_per_s / 1e12},
-             {"achieved_hbm_gb_per_s", achieved_bw / 1e9},
-             {"curve_fallback", e.curve_fallback},
-             {"sustained_clock_fraction", sustained},
-             {"note", note.empty() ? json(nullptr) : json(note)}};
-      if (d.kind == "attention") {
-        j["kernel"] = std::string(to_string(e.attention_kernel));
-        j["curve_source"] = std::string(e.curve_source);
-        j["curve_pass"] = std::string(e.curve_pass);
-        j["curve_dtype"] = std::string(to_string(e.curve_dtype));
-        j["curve_version"] = e.curve_version > 0 ? json(library_version_text(e.curve_version)) : json(nullptr);
-      } else if (d.kind == "gemm") {
-        j["curve_source"] = std::string(e.curve_source);
-        j["curve_dtype"] = std::string(to_string(e.curve_dtype));
-        j["equivalent_square_dim"] = e.equivalent_square_dim;
-        j["tile_overhead_k"] = cluster.gpu.gemm_tile_overhead_k;
-      }
-      fmt::print("{}\n", j.dump(2));
-      return 0;
-    }
-    fmt::print("{} ({}): {} {}{}\n", cluster.name, cluster.gpu.model, d.kind, d.shape,
-               d.kind == "memory" ? "" : fmt::format(" {}", to_string(*dtype)));
-    fmt::print("  time        {:.2f} us\n", e.seconds * 1e6);
-    if (d.kind != "memory")
-      fmt::print("  throughput  {:.1f} TFLOP/s = efficiency {:.3f} of the {:.1f} TFLOP/s dense peak\n", tflops,
-                 e.efficiency, e.peak_flops_per_s / 1e12);
-    fmt::print("  HBM         {:.1f} GB/s achieved ({:.3g} bytes)\n", achieved_bw / 1e9, e.bytes);
-    fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", bound,
-               e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
-    if (d.kind == "gemm" && e.flops > 0)
-      fmt::print("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; each tile pays {:g} K "
-                 "beside its K loop)\n",
-                 e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source, cluster.gpu.gemm_tile_overhead_k);
-    if (d.kind == "attention")
-      fmt::print("  kernel      {} ({} {} curve{}, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
-                 e.curve_pass,
-                 e.curve_version > 0 ? fmt::format(" of release {}", library_version_text(e.curve_version)) : "",
-                 e.curve_source);
-    if (d.kind != "memory" && sustained < 1)
-      fmt::print("  clock       tensor cores at {:.2f} of the microbenchmarks' rate (sustained training load)\n",
-                 sustained);
-    if (!note.empty()) fmt::print("  note        {}\n", note);
-    return 0;
-  };
+  add_kernel_options(*c.app, *o);
+  c.run = [o] { return run_kernel(*o); };
   return c;
 }
 

@@ -84,14 +84,10 @@ struct Settings {
   std::string float8_recipe;          // "" (tensorwise default) | rowwise
 };
 
-Settings check(const RunConfig& rc) {
-  emit::require_resolved(rc, kRt);
+// Expert, tensor and async-tensor parallelism as torchtitan's parallel_dims accepts them.
+void check_parallelism(const RunConfig& rc) {
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
-  const Job& j = rc.job;
-  Settings s;
-  s.info = flavor_info(rc.model);
-
   if (m.ep > 1) {
     if (!rc.model.moe.enabled())
       refuse(kRt, "ep", fmt::format("{} is dense; expert parallelism has nothing to shard", rc.model.name));
@@ -116,8 +112,12 @@ Settings check(const RunConfig& rc) {
   }
   if (p.async_tp && (m.tp == 1 || !p.compile))
     refuse(kRt, "async_tp", "async TP takes effect only with tp > 1 and compile");
+}
 
-  // FSDP2 shards over dp_shard x cp; with no such dimension the model is replicated (DDP).
+// FSDP2 shards over dp_shard x cp; with no such dimension the model is replicated (DDP).
+void check_sharding(const RunConfig& rc, Settings& s) {
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
   s.fsdp = static_cast<std::int64_t>(m.dp_shard) * m.cp > 1;
   if (s.fsdp) {
     if (p.sharding == Sharding::none)
@@ -134,8 +134,11 @@ Settings check(const RunConfig& rc) {
       refuse(kRt, "sharding", fmt::format("{} needs a shard group, but dp_shard x cp is 1", to_string(p.sharding)));
     s.reshard = "default";
   }
+}
 
-  // Precision: MixedPrecisionPolicy(param, reduce) + training.dtype.
+// Precision: MixedPrecisionPolicy(param, reduce) + training.dtype, and the float8 / mx converter.
+void check_precision(const RunConfig& rc, Settings& s) {
+  const Plan& p = rc.plan;
   if (p.reduce_dtype != Dtype::fp32)
     refuse(kRt, "reduce_dtype", "torchtitan's mixed_precision_reduce accepts only float32");
   if (p.param_dtype != Dtype::bf16 && p.param_dtype != Dtype::fp32)
@@ -160,7 +163,11 @@ Settings check(const RunConfig& rc) {
   if (p.fp8_all_gather && p.fp8 != Fp8Recipe::torchao_tensorwise)
     refuse(kRt, "fp8_all_gather", "float8 all-gather works only with the tensorwise float8 recipe");
   if (p.fp8_all_gather && !s.fsdp) refuse(kRt, "fp8_all_gather", "needs FSDP (dp_shard x cp > 1)");
+}
 
+// Activation checkpointing, and what torchtitan's llama3 has no option for.
+void check_recompute_and_features(const RunConfig& rc, Settings& s) {
+  const Plan& p = rc.plan;
   switch (p.ac) {
     case AcMode::none: s.ac_mode = "none"; break;
     case AcMode::full: s.ac_mode = "full"; break;
@@ -182,8 +189,12 @@ Settings check(const RunConfig& rc) {
   if (p.dropout) refuse(kRt, "dropout", "torchtitan's llama3 has no dropout");
   if (p.optimizer != Optimizer::adamw)
     refuse(kRt, "optimizer", fmt::format("{} is not one of torchtitan's optimizers (AdamW)", to_string(p.optimizer)));
+}
 
-  // Pipeline: vpp stages per rank need a multi-stage schedule; the layer split is explicit.
+// Pipeline: vpp stages per rank need a multi-stage schedule; the layer split is explicit.
+void check_pipeline(const RunConfig& rc) {
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
   if (m.pp > 1) {
     if (m.vpp > 1 && p.schedule != PipelineSchedule::interleaved_1f1b)
       refuse(kRt, "schedule", fmt::format("vpp {} needs Interleaved1F1B, not {}", m.vpp, schedule_name(p.schedule)));
@@ -198,9 +209,13 @@ Settings check(const RunConfig& rc) {
   } else if (m.vpp != 1) {
     refuse(kRt, "vpp", "virtual stages need pp > 1");
   }
+}
 
-  // Batch (train.py): local_batch_size per DP rank per step of accumulation; with PP it is split
-  // into local / pipeline_parallel_microbatch_size microbatches, one schedule run per local batch.
+// Batch (train.py): local_batch_size per DP rank per step of accumulation; with PP it is split
+// into local / pipeline_parallel_microbatch_size microbatches, one schedule run per local batch.
+void check_batch(const RunConfig& rc, Settings& s) {
+  const Mesh& m = rc.plan.mesh;
+  const Job& j = rc.job;
   const std::int64_t dp = m.dp();
   if (j.global_batch != dp * j.micro_batch * j.grad_accum)
     refuse(kRt, "global_batch", fmt::format("{} != data-parallel {} x micro {} x accumulation {}", j.global_batch, dp,
@@ -218,6 +233,19 @@ Settings check(const RunConfig& rc) {
   const std::int64_t seq_div = (m.cp > 1 ? 2 * m.cp : 1) * m.tp;
   if (j.seq_len % seq_div != 0)
     refuse(kRt, "seq_len", fmt::format("{} is not divisible by {} (torchtitan needs seq % (2 x cp x tp) == 0)", j.seq_len, seq_div));
+}
+
+// What torchtitan cannot express is refused, in the order of the sections of its job config.
+Settings check(const RunConfig& rc) {
+  emit::require_resolved(rc, kRt);
+  Settings s;
+  s.info = flavor_info(rc.model);
+  check_parallelism(rc);
+  check_sharding(rc, s);
+  check_precision(rc, s);
+  check_recompute_and_features(rc, s);
+  check_pipeline(rc);
+  check_batch(rc, s);
   return s;
 }
 
@@ -254,27 +282,10 @@ std::string string_array(const std::vector<std::string>& v) {
 
 std::string torchtitan_flavor(const ModelSpec& m) { return flavor_info(m).flavor; }
 
-std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
-  if (v == TorchtitanVersion::registry)
-    refuse(kRt, "version", "the registry era (after 9810191bb) has no TOML job files; use emit_torchtitan_registry_args");
-  const Settings s = check(rc);
-  const Plan& p = rc.plan;
-  const Mesh& m = p.mesh;
-  const bool early = v == TorchtitanVersion::early_2026;
-  if (s.info.model_name != "llama3" && !early)
-    refuse(kRt, "model", fmt::format("torchtitan's {} family is emitted for the early-2026 layout (238fa9953e4a) "
-                                     "only; its mid-2025 flavors are not pinned", s.info.model_name));
-  if (p.state_dtype == Dtype::bf16 && !early)
-    refuse(kRt, "state_dtype", "pure-bf16 state needs training.dtype, which the mid-2025 layout does not have");
+namespace {
 
-  TomlDoc d(v);
-  d.comment(fmt::format("torchtitan job config for torchtitan commit {} ({} TOML layout), written by meshplan.",
-                        to_string(v), early ? "early-2026" : "mid-2025"));
-  d.comment(fmt::format("{} GPUs: pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}. {}", rc.n_gpus, m.pp,
-                        m.dp_replicate, m.dp_shard, m.cp, m.tp,
-                        early ? "Unknown keys are fatal in this torchtitan (ValueError): edit only the keys present."
-                              : "This torchtitan ignores keys it does not know, so a misspelled key is silently "
-                                "dropped: edit only the keys present."));
+// The job, metrics, model and optimizer sections: what the run is.
+void write_job_and_model(TomlDoc& d, const Settings& s, bool early) {
   d.section("job");
   d.key("dump_folder", quoted("./outputs"));
   d.key("description", quoted(fmt::format("{} {} training (meshplan plan)", s.info.title, s.info.flavor)));
@@ -304,7 +315,10 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
 
   d.section("lr_scheduler");
   d.key("warmup_steps", std::to_string(s.info.warmup_steps));
+}
 
+void write_training(TomlDoc& d, const RunConfig& rc, const Settings& s, bool early) {
+  const Plan& p = rc.plan;
   d.section("training");
   d.key("local_batch_size", std::to_string(s.local_batch));
   d.key("global_batch_size", std::to_string(rc.job.global_batch));
@@ -317,7 +331,37 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   d.key("mixed_precision_reduce", quoted("float32"));
   d.key("enable_cpu_offload", boolean(p.param_offload));
   if (!early) d.key("compile", boolean(p.compile));
+}
 
+// The pipeline schedule and how the layers split into stages, in each layout's own keys.
+void write_pipeline_stages(TomlDoc& d, const RunConfig& rc, bool early) {
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
+  d.key("pipeline_parallel_schedule", quoted(schedule_name(p.schedule)));
+  d.key("pipeline_parallel_microbatch_size", std::to_string(rc.job.micro_batch));
+  const int stages = m.pp * m.vpp;
+  const std::vector<int> split = *split_layers(rc.model.n_layers, stages);
+  const bool even = rc.model.n_layers % stages == 0;
+  if (early) {
+    // Even split: the embedding and output are not counted as layers (less_layers = 0).
+    // Uneven: torchtitan's default counts each as one layer, so the end stages get one fewer.
+    d.key("pipeline_parallel_layers_per_stage", std::to_string(even ? split[0] : split[1]));
+    d.key("pipeline_parallel_first_stage_less_layers", even ? "0" : "1");
+    d.key("pipeline_parallel_last_stage_less_layers", even ? "0" : "1");
+  } else {
+    std::vector<std::string> splits;
+    int at = 0;
+    for (int i = 0; i + 1 < stages; ++i) {
+      at += split[static_cast<std::size_t>(i)];
+      splits.push_back(fmt::format("layers.{}", at));
+    }
+    d.key("pipeline_parallel_split_points", string_array(splits), even ? "equal stages" : "end stages one layer fewer");
+  }
+}
+
+void write_parallelism(TomlDoc& d, const RunConfig& rc, const Settings& s, bool early) {
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
   d.section("parallelism");
   d.key("data_parallel_replicate_degree", std::to_string(m.dp_replicate));
   d.key("data_parallel_shard_degree", std::to_string(m.dp_shard));
@@ -325,35 +369,18 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
   d.key("tensor_parallel_degree", std::to_string(m.tp));
   d.key("enable_async_tensor_parallel", boolean(p.async_tp));
   d.key("pipeline_parallel_degree", std::to_string(m.pp));
-  if (m.pp > 1) {
-    d.key("pipeline_parallel_schedule", quoted(schedule_name(p.schedule)));
-    d.key("pipeline_parallel_microbatch_size", std::to_string(rc.job.micro_batch));
-    const int stages = m.pp * m.vpp;
-    const std::vector<int> split = *split_layers(rc.model.n_layers, stages);
-    const bool even = rc.model.n_layers % stages == 0;
-    if (early) {
-      // Even split: the embedding and output are not counted as layers (less_layers = 0).
-      // Uneven: torchtitan's default counts each as one layer, so the end stages get one fewer.
-      d.key("pipeline_parallel_layers_per_stage", std::to_string(even ? split[0] : split[1]));
-      d.key("pipeline_parallel_first_stage_less_layers", even ? "0" : "1");
-      d.key("pipeline_parallel_last_stage_less_layers", even ? "0" : "1");
-    } else {
-      std::vector<std::string> splits;
-      int at = 0;
-      for (int i = 0; i + 1 < stages; ++i) {
-        at += split[static_cast<std::size_t>(i)];
-        splits.push_back(fmt::format("layers.{}", at));
-      }
-      d.key("pipeline_parallel_split_points", string_array(splits), even ? "equal stages" : "end stages one layer fewer");
-    }
-  }
+  if (m.pp > 1) write_pipeline_stages(d, rc, early);
   d.key("context_parallel_degree", std::to_string(m.cp));
   if (m.ep > 1) {
     d.key("expert_parallel_degree", std::to_string(m.ep));
-    d.key("expert_tensor_parallel_degree", std::to_string(m.expert_tp()));  // early-2026 layout only (above)
+    d.key("expert_tensor_parallel_degree", std::to_string(m.expert_tp()));  // early-2026 only: MoE models are refused for mid-2025
     if (p.moe_dispatcher == MoeDispatcher::deepep) d.key("expert_parallel_comm_backend", quoted("deepep"));
   }
+}
 
+// Checkpointing, activation checkpointing, compile and the float8 converter's section.
+void write_checkpoint_to_float8(TomlDoc& d, const RunConfig& rc, const Settings& s, bool early) {
+  const Plan& p = rc.plan;
   d.section("checkpoint");
   d.key(early ? "enable" : "enable_checkpoint", "false");
   d.key("folder", quoted("checkpoint"));
@@ -382,6 +409,35 @@ std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
     if (!s.float8_recipe.empty()) d.key("recipe_name", quoted(s.float8_recipe));
     d.key("filter_fqns", string_array({"output"}), "the LM head stays in bf16, as torchtitan's presets do");
   }
+}
+
+}  // namespace
+
+std::string emit_torchtitan_toml(const RunConfig& rc, TorchtitanVersion v) {
+  if (v == TorchtitanVersion::registry)
+    refuse(kRt, "version", "the registry era (after 9810191bb) has no TOML job files; use emit_torchtitan_registry_args");
+  const Settings s = check(rc);
+  const Plan& p = rc.plan;
+  const Mesh& m = p.mesh;
+  const bool early = v == TorchtitanVersion::early_2026;
+  if (s.info.model_name != "llama3" && !early)
+    refuse(kRt, "model", fmt::format("torchtitan's {} family is emitted for the early-2026 layout (238fa9953e4a) "
+                                     "only; its mid-2025 flavors are not pinned", s.info.model_name));
+  if (p.state_dtype == Dtype::bf16 && !early)
+    refuse(kRt, "state_dtype", "pure-bf16 state needs training.dtype, which the mid-2025 layout does not have");
+
+  TomlDoc d(v);
+  d.comment(fmt::format("torchtitan job config for torchtitan commit {} ({} TOML layout), written by meshplan.",
+                        to_string(v), early ? "early-2026" : "mid-2025"));
+  d.comment(fmt::format("{} GPUs: pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}. {}", rc.n_gpus, m.pp,
+                        m.dp_replicate, m.dp_shard, m.cp, m.tp,
+                        early ? "Unknown keys are fatal in this torchtitan (ValueError): edit only the keys present."
+                              : "This torchtitan ignores keys it does not know, so a misspelled key is silently "
+                                "dropped: edit only the keys present."));
+  write_job_and_model(d, s, early);
+  write_training(d, rc, s, early);
+  write_parallelism(d, rc, s, early);
+  write_checkpoint_to_float8(d, rc, s, early);
   return d.text();
 }
 

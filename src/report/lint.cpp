@@ -79,6 +79,122 @@ std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64
                      base.peak_bytes / kGiB, alt.peak_bytes / kGiB);
 }
 
+// What every check reads: the document, its evaluation and the plan the checks look at (the
+// evaluated one, or the imported one when the layout could not be evaluated).
+struct LintInputs {
+  const ConfigDocument& doc;
+  const RunSource& src;
+  std::int64_t fallback;
+  const Variant& base;
+  Keys keys;
+  const Plan& p;
+  bool composer1;
+  // The same config with KEY=VALUE simulated beside it ("" when it cannot be).
+  std::string simulated_with(const std::string& key, const std::string& value) const {
+    return quantify(doc, src, fallback, base, key, value);
+  }
+};
+
+// Findings that need the simulated run: the batch split, bf16 reduction, fit and headroom.
+void check_simulated_run(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Variant& base = in.base;
+  const Plan& p = in.p;
+  const Keys& keys = in.keys;
+  const RunConfig& rc = base.run;
+  const Mesh& m = rc.plan.mesh;
+  // Micro-batches that do not divide the per-rank batch (Composer: device batch = global / world).
+  if (p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2) {
+    const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
+    if (rc.job.micro_batch > 0 && device % rc.job.micro_batch != 0)
+      f.push_back({keys.micro, "warning",
+                   fmt::format("{} does not divide the per-rank batch {} (global {} / {} GPUs): {} micro-batches, the "
+                               "last with {} sequences; each one still pays full FSDP all-gathers and a reduce-scatter",
+                               rc.job.micro_batch, device, rc.job.global_batch, rc.n_gpus, rc.job.grad_accum,
+                               device % rc.job.micro_batch)});
+  }
+  // bf16 gradient reduction over a large group.
+  const std::int64_t reduce_group = gradient_reduce_ranks(m);
+  if (low_precision_reduce_is_risky(p))
+    f.push_back({keys.reduce, "warning",
+                 fmt::format("gradients are summed in {} over {} data-parallel ranks: an 8-bit mantissa loses low "
+                             "bits as the sum grows with the group; fp32 reduction (DEFAULT) is safer at 2x the "
+                             "reduce-scatter bytes ({} per step now)",
+                             to_string(p.reduce_dtype), reduce_group,
+                             format_gb(base.result.comm_bytes.count("fsdp_reduce_scatter")
+                                           ? base.result.comm_bytes.at("fsdp_reduce_scatter")
+                                           : 0.0)) +
+                     in.simulated_with(in.doc.format == ConfigFormat::llm_foundry_yaml ? keys.reduce : "", "DEFAULT")});
+  // Fit and headroom.
+  if (!base.fits)
+    f.push_back({"", "error",
+                 fmt::format("does not fit: simulated peak {:.2f} GiB per GPU exceeds the {:.2f} GiB of {} (largest "
+                             "terms: activations {:.2f} GiB, optimizer {:.2f} GiB)",
+                             base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name,
+                             base.peak_breakdown.activations / kGiB, base.peak_breakdown.optimizer / kGiB)});
+  else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
+    f.push_back({"", "warning",
+                 fmt::format("simulated peak {:.2f} GiB is within 10% of the {:.2f} GiB GPU: allocator fragmentation "
+                             "can trigger cudaMalloc retries or OOM",
+                             base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB)});
+  if (in.composer1 && m.tp > 1)
+    f.push_back({"tp_config.strategy", "info",
+                 "llm-foundry's ffn strategy makes only the MLP tensor-parallel: attention and embeddings stay "
+                 "replicated over the TP ranks, and each TP rank still brings its own micro-batch"});
+}
+
+// FSDP1 scheduling knobs (Composer).
+void check_fsdp1_knobs(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Plan& p = in.p;
+  const Keys& keys = in.keys;
+  if (!p.limit_all_gathers)
+    f.push_back({keys.limit, "warning",
+                 "false lets the CPU run ahead and allocate many units' unsharded parameters at once (memory spikes, "
+                 "fragmentation); the rate limiter's CPU waits do not delay GPU kernels (FSDP1 docstring)" +
+                     in.simulated_with(keys.limit, "true")});
+  if (p.backward_prefetch == BackwardPrefetch::backward_post)
+    f.push_back({keys.prefetch, "info",
+                 "BACKWARD_POST (Composer's default) issues the next unit's all-gather after the current gradient "
+                 "computation; BACKWARD_PRE (torch's default) overlaps it with that computation at the cost of one "
+                 "more gathered unit" + in.simulated_with(keys.prefetch, "BACKWARD_PRE")});
+  if (p.backward_prefetch == BackwardPrefetch::none)
+    f.push_back({keys.prefetch, "warning",
+                 "NONE: backward all-gathers are not overlapped with gradient computation" +
+                     in.simulated_with(keys.prefetch, "BACKWARD_PRE")});
+  if (p.sharding == Sharding::zero2)
+    f.push_back({keys.sharding, "info",
+                 "SHARD_GRAD_OP does not save memory over FULL_SHARD: unsharded parameters stay alive from forward "
+                 "to backward (the whole model's bf16 copy); it saves the backward all-gather" +
+                     in.simulated_with(keys.sharding, "FULL_SHARD")});
+  if (p.keep_low_precision_grads)
+    f.push_back({"fsdp_config.keep_low_precision_grads", "info",
+                 "does not halve gradient memory: sharded gradients are still accumulated in fp32 and only cast "
+                 "down just before the optimizer step"});
+}
+
+// Recompute, replication and offload settings whose cost is not what their name suggests.
+void check_recompute_and_offload(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Plan& p = in.p;
+  if (in.composer1 && p.ac != AcMode::none && p.ac_reentrant) {
+    // The importer already explains the reentrant default; add what switching costs or saves.
+    const std::string q = in.simulated_with("fsdp_config.activation_checkpointing_reentrant", "false");
+    for (auto& x : f)
+      if (x.key == "fsdp_config.activation_checkpointing_reentrant") x.message += q;
+  }
+  if (p.runtime == Runtime::composer_fsdp1 && p.sharding == Sharding::none && in.base.ok() && in.base.run.n_gpus > 1)
+    f.push_back({in.keys.sharding, "info",
+                 "NO_SHARD replicates the whole fp32 model state (params, grads, optimizer) on every GPU and all-reduces "
+                 "fp32 gradients; FULL_SHARD divides that state by the group size"});
+  if (p.act_offload && p.ac != AcMode::none)
+    f.push_back({"fsdp_config.activation_cpu_offload", "info",
+                 "with checkpointing on, only the checkpointed blocks' inputs go to host memory; the forward copies "
+                 "are blocking (save_on_cpu), so the saving is small and the stall is not hidden"});
+  if (in.doc.format == ConfigFormat::torchtitan_toml && p.ac == AcMode::selective_layer &&
+      value_of(in.doc, "activation_checkpoint.selective_ac_option").empty())
+    f.push_back({"activation_checkpoint.selective_ac_option", "info",
+                 fmt::format("not set: torchtitan's code default is \"2\" (every second block), not per-op \"op\"{}",
+                             in.simulated_with(in.keys.ac_option, "op"))});
+}
+
 }  // namespace
 
 LintReport lint_config(const RunSource& src) {
@@ -119,100 +235,11 @@ LintReport lint_config(const RunSource& src) {
         f.push_back(from_warning(w));
   }
 
-  const Keys keys = keys_for(doc.format);
   const Plan& p = base.ok() ? base.run.plan : imported.plan;
-  const bool composer1 = p.runtime == Runtime::composer_fsdp1;
-  const bool fsdp = p.sharding != Sharding::none;
-
-  if (base.ok()) {
-    const RunConfig& rc = base.run;
-    const Mesh& m = rc.plan.mesh;
-    // Micro-batches that do not divide the per-rank batch (Composer: device batch = global / world).
-    if (p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2) {
-      const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
-      if (rc.job.micro_batch > 0 && device % rc.job.micro_batch != 0)
-        f.push_back({keys.micro, "warning",
-                     fmt::format("{} does not divide the per-rank batch {} (global {} / {} GPUs): {} micro-batches, the "
-                                 "last with {} sequences; each one still pays full FSDP all-gathers and a reduce-scatter",
-                                 rc.job.micro_batch, device, rc.job.global_batch, rc.n_gpus, rc.job.grad_accum,
-                                 device % rc.job.micro_batch)});
-    }
-    // bf16 gradient reduction over a large group.
-    const std::int64_t reduce_group = gradient_reduce_ranks(m);
-    if (low_precision_reduce_is_risky(p))
-      f.push_back({keys.reduce, "warning",
-                   fmt::format("gradients are summed in {} over {} data-parallel ranks: an 8-bit mantissa loses low "
-                               "bits as the sum grows with the group; fp32 reduction (DEFAULT) is safer at 2x the "
-                               "reduce-scatter bytes ({} per step now)",
-                               to_string(p.reduce_dtype), reduce_group,
-                               format_gb(base.result.comm_bytes.count("fsdp_reduce_scatter")
-                                             ? base.result.comm_bytes.at("fsdp_reduce_scatter")
-                                             : 0.0)) +
-                       quantify(doc, src, fallback, base, doc.format == ConfigFormat::llm_foundry_yaml ? keys.reduce : "",
-                                "DEFAULT")});
-    // Fit and headroom.
-    if (!base.fits)
-      f.push_back({"", "error",
-                   fmt::format("does not fit: simulated peak {:.2f} GiB per GPU exceeds the {:.2f} GiB of {} (largest "
-                               "terms: activations {:.2f} GiB, optimizer {:.2f} GiB)",
-                               base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name,
-                               base.peak_breakdown.activations / kGiB, base.peak_breakdown.optimizer / kGiB)});
-    else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
-      f.push_back({"", "warning",
-                   fmt::format("simulated peak {:.2f} GiB is within 10% of the {:.2f} GiB GPU: allocator fragmentation "
-                               "can trigger cudaMalloc retries or OOM",
-                               base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB)});
-    if (composer1 && m.tp > 1)
-      f.push_back({"tp_config.strategy", "info",
-                   "llm-foundry's ffn strategy makes only the MLP tensor-parallel: attention and embeddings stay "
-                   "replicated over the TP ranks, and each TP rank still brings its own micro-batch"});
-  }
-
-  // FSDP1 scheduling knobs (Composer).
-  if (composer1 && fsdp) {
-    if (!p.limit_all_gathers)
-      f.push_back({keys.limit, "warning",
-                   "false lets the CPU run ahead and allocate many units' unsharded parameters at once (memory spikes, "
-                   "fragmentation); the rate limiter's CPU waits do not delay GPU kernels (FSDP1 docstring)" +
-                       quantify(doc, src, fallback, base, keys.limit, "true")});
-    if (p.backward_prefetch == BackwardPrefetch::backward_post)
-      f.push_back({keys.prefetch, "info",
-                   "BACKWARD_POST (Composer's default) issues the next unit's all-gather after the current gradient "
-                   "computation; BACKWARD_PRE (torch's default) overlaps it with that computation at the cost of one "
-                   "more gathered unit" + quantify(doc, src, fallback, base, keys.prefetch, "BACKWARD_PRE")});
-    if (p.backward_prefetch == BackwardPrefetch::none)
-      f.push_back({keys.prefetch, "warning",
-                   "NONE: backward all-gathers are not overlapped with gradient computation" +
-                       quantify(doc, src, fallback, base, keys.prefetch, "BACKWARD_PRE")});
-    if (p.sharding == Sharding::zero2)
-      f.push_back({keys.sharding, "info",
-                   "SHARD_GRAD_OP does not save memory over FULL_SHARD: unsharded parameters stay alive from forward "
-                   "to backward (the whole model's bf16 copy); it saves the backward all-gather" +
-                       quantify(doc, src, fallback, base, keys.sharding, "FULL_SHARD")});
-    if (p.keep_low_precision_grads)
-      f.push_back({"fsdp_config.keep_low_precision_grads", "info",
-                   "does not halve gradient memory: sharded gradients are still accumulated in fp32 and only cast "
-                   "down just before the optimizer step"});
-  }
-  if (composer1 && p.ac != AcMode::none && p.ac_reentrant) {
-    // The importer already explains the reentrant default; add what switching costs or saves.
-    const std::string q = quantify(doc, src, fallback, base, "fsdp_config.activation_checkpointing_reentrant", "false");
-    for (auto& x : f)
-      if (x.key == "fsdp_config.activation_checkpointing_reentrant") x.message += q;
-  }
-  if (p.runtime == Runtime::composer_fsdp1 && p.sharding == Sharding::none && base.ok() && base.run.n_gpus > 1)
-    f.push_back({keys.sharding, "info",
-                 "NO_SHARD replicates the whole fp32 model state (params, grads, optimizer) on every GPU and all-reduces "
-                 "fp32 gradients; FULL_SHARD divides that state by the group size"});
-  if (p.act_offload && p.ac != AcMode::none)
-    f.push_back({"fsdp_config.activation_cpu_offload", "info",
-                 "with checkpointing on, only the checkpointed blocks' inputs go to host memory; the forward copies "
-                 "are blocking (save_on_cpu), so the saving is small and the stall is not hidden"});
-  if (doc.format == ConfigFormat::torchtitan_toml && p.ac == AcMode::selective_layer &&
-      value_of(doc, "activation_checkpoint.selective_ac_option").empty())
-    f.push_back({"activation_checkpoint.selective_ac_option", "info",
-                 fmt::format("not set: torchtitan's code default is \"2\" (every second block), not per-op \"op\"{}",
-                             quantify(doc, src, fallback, base, keys.ac_option, "op"))});
+  const LintInputs in{doc, src, fallback, base, keys_for(doc.format), p, p.runtime == Runtime::composer_fsdp1};
+  if (base.ok()) check_simulated_run(f, in);
+  if (in.composer1 && p.sharding != Sharding::none) check_fsdp1_knobs(f, in);
+  check_recompute_and_offload(f, in);
 
   std::stable_sort(f.begin(), f.end(), [](const LintFinding& a, const LintFinding& b) {
     auto rank = [](const std::string& s) { return s == "error" ? 0 : s == "warning" ? 1 : 2; };

@@ -105,100 +105,133 @@ struct Event {
 
 }  // namespace
 
-RunResult Engine::run() {
-  const std::size_t n = tasks_.size();
-  RunResult result;
-  result.timings.assign(n, {});
-  result.memory.reserve(memory_pool_.size());
-  std::vector<Running> st(n);
-  std::vector<int> unfinished_deps(n, 0);
-  // Dependents of task d: dependents[dependents_begin[d] .. dependents_begin[d + 1]), in the
-  // order the tasks naming d were added (one flat array instead of a vector per task).
-  std::vector<std::uint32_t> dependents_begin(n + 1, 0);
-  int max_owner = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    max_owner = std::max(max_owner, tasks_[i].owner);
-    for (TaskId d : deps_of(tasks_[i])) {
-      if (d < 0 || static_cast<std::size_t>(d) >= n || static_cast<std::size_t>(d) == i)
-        throw std::logic_error("task '" + name_of(static_cast<TaskId>(i)) + "' depends on an unknown task");
-      ++unfinished_deps[i];
-      ++dependents_begin[static_cast<std::size_t>(d) + 1];
-    }
+// One run of the engine: every task's progress, the event heap and the incremental rate state
+// (SimGrid's lazy updates: only what an event touches is recomputed). The engine's tasks, links
+// and streams are read through e_.
+class Engine::Run {
+public:
+  explicit Run(const Engine& e)
+      : e_(e), n_(e.tasks_.size()), st_(n_), unfinished_deps_(n_, 0), dependents_begin_(n_ + 1, 0),
+        stream_head_(e.stream_tasks_.size(), 0), flows_on_link_(e.links_.size()), link_seen_(e.links_.size(), 0),
+        collected_(n_, 0), slowed_(1.0 / (1.0 + e.options_.interference_factor)) {
+    result_.timings.assign(n_, {});
+    result_.memory.reserve(e.memory_pool_.size());
+    index_dependents();
   }
-  for (std::size_t i = 0; i < n; ++i) dependents_begin[i + 1] += dependents_begin[i];
-  std::vector<TaskId> dependents(dep_pool_.size());
-  {
-    std::vector<std::uint32_t> fill(dependents_begin.begin(), dependents_begin.end() - 1);
-    for (std::size_t i = 0; i < n; ++i)
-      for (TaskId d : deps_of(tasks_[i])) dependents[fill[static_cast<std::size_t>(d)]++] = static_cast<TaskId>(i);
-  }
-  const auto owners = static_cast<std::size_t>(max_owner + 1);
-  std::vector<std::size_t> stream_head(stream_tasks_.size(), 0);
-  // Incremental state: only what an event touches is recomputed (SimGrid's lazy updates).
-  std::vector<std::vector<TaskId>> flows_on_link(links_.size());  // flows moving bytes
-  std::vector<int> owner_flows(owners, 0);                         // flows (any phase) per owner
-  std::vector<std::vector<TaskId>> owner_work(owners);             // running work tasks per owner
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> heap;
-  std::uint64_t seq = 0;
-  double now = 0;
-  std::size_t finished = 0;
-  std::vector<LinkId> dirty_links;
-  std::vector<int> dirty_owners;
-  std::vector<TaskId> fresh;  // started or phase-changed: need a first rate
 
-  auto erase_one = [](std::vector<TaskId>& v, TaskId id) {
+  RunResult run() {
+    for (std::size_t s = 0; s < e_.stream_tasks_.size(); ++s) try_start(static_cast<StreamId>(s));
+    for (TaskId id : e_.floating_)
+      if (unfinished_deps_[static_cast<std::size_t>(id)] == 0) start(id);
+    update_rates();
+    while (!heap_.empty()) {
+      const Event ev = heap_.top();
+      heap_.pop();
+      Running& r = st_[static_cast<std::size_t>(ev.task)];
+      if (ev.version != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
+      ++result_.events_processed;
+      now_ = ev.time;
+      const StoredTask& t = e_.tasks_[static_cast<std::size_t>(ev.task)];
+      r.remaining = 0;
+      r.updated_at = now_;
+      if (r.phase == Phase::latency && t.bytes > 0) {
+        r.phase = Phase::active;  // latency paid; now the bytes move
+        r.remaining = t.bytes;
+        r.rate = 0;
+        ++r.version;
+        activate_flow(ev.task);
+      } else {
+        finish(ev.task);
+      }
+      update_rates();
+    }
+    if (finished_ != n_) throw_deadlock();
+    result_.makespan_seconds = now_;
+    return std::move(result_);
+  }
+
+private:
+  // Dependents of task d: dependents_[dependents_begin_[d] .. dependents_begin_[d + 1]), in the
+  // order the tasks naming d were added (one flat array instead of a vector per task).
+  void index_dependents() {
+    int max_owner = 0;
+    for (std::size_t i = 0; i < n_; ++i) {
+      max_owner = std::max(max_owner, e_.tasks_[i].owner);
+      for (TaskId d : e_.deps_of(e_.tasks_[i])) {
+        if (d < 0 || static_cast<std::size_t>(d) >= n_ || static_cast<std::size_t>(d) == i)
+          throw std::logic_error("task '" + e_.name_of(static_cast<TaskId>(i)) + "' depends on an unknown task");
+        ++unfinished_deps_[i];
+        ++dependents_begin_[static_cast<std::size_t>(d) + 1];
+      }
+    }
+    for (std::size_t i = 0; i < n_; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
+    dependents_.resize(e_.dep_pool_.size());
+    std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+    for (std::size_t i = 0; i < n_; ++i)
+      for (TaskId d : e_.deps_of(e_.tasks_[i])) dependents_[fill[static_cast<std::size_t>(d)]++] = static_cast<TaskId>(i);
+    const auto owners = static_cast<std::size_t>(max_owner + 1);
+    owner_flows_.assign(owners, 0);
+    owner_work_.resize(owners);
+  }
+
+  static void erase_one(std::vector<TaskId>& v, TaskId id) {
     auto it = std::find(v.begin(), v.end(), id);
     if (it != v.end()) {
       *it = v.back();
       v.pop_back();
     }
-  };
-  auto advance = [&](TaskId id) {
-    Running& r = st[static_cast<std::size_t>(id)];
-    r.remaining = std::max(0.0, r.remaining - r.rate * (now - r.updated_at));
-    r.updated_at = now;
-  };
-  auto schedule = [&](TaskId id) {
-    Running& r = st[static_cast<std::size_t>(id)];
+  }
+
+  void advance(TaskId id) {
+    Running& r = st_[static_cast<std::size_t>(id)];
+    r.remaining = std::max(0.0, r.remaining - r.rate * (now_ - r.updated_at));
+    r.updated_at = now_;
+  }
+
+  void schedule(TaskId id) {
+    Running& r = st_[static_cast<std::size_t>(id)];
     ++r.version;
     if (r.rate <= 0) return;  // stalled: rescheduled when rates change
-    heap.push({now + r.remaining / r.rate, seq++, id, r.version});
-  };
-  auto set_rate = [&](TaskId id, double rate) {
-    Running& r = st[static_cast<std::size_t>(id)];
+    heap_.push({now_ + r.remaining / r.rate, seq_++, id, r.version});
+  }
+
+  void set_rate(TaskId id, double rate) {
+    Running& r = st_[static_cast<std::size_t>(id)];
     if (r.rate == rate && r.version != 0) return;
     advance(id);
     r.rate = rate;
     schedule(id);
-  };
-  auto activate_flow = [&](TaskId id) {
-    const auto task_links = links_of(tasks_[static_cast<std::size_t>(id)]);
-    if (task_links.empty()) fresh.push_back(id);  // only its cap limits it
-    for (LinkId l : task_links) {
-      flows_on_link[static_cast<std::size_t>(l)].push_back(id);
-      dirty_links.push_back(l);
-    }
-  };
-  auto deactivate_flow = [&](TaskId id) {
-    for (LinkId l : links_of(tasks_[static_cast<std::size_t>(id)])) {
-      erase_one(flows_on_link[static_cast<std::size_t>(l)], id);
-      dirty_links.push_back(l);
-    }
-  };
+  }
 
-  auto start = [&](TaskId id) {
-    const StoredTask& t = tasks_[static_cast<std::size_t>(id)];
-    Running& r = st[static_cast<std::size_t>(id)];
-    result.timings[static_cast<std::size_t>(id)].start_seconds = now;
-    for (const auto& ch : changes(t.at_start)) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
-    r.updated_at = now;
+  void activate_flow(TaskId id) {
+    const auto task_links = e_.links_of(e_.tasks_[static_cast<std::size_t>(id)]);
+    if (task_links.empty()) fresh_.push_back(id);  // only its cap limits it
+    for (LinkId l : task_links) {
+      flows_on_link_[static_cast<std::size_t>(l)].push_back(id);
+      dirty_links_.push_back(l);
+    }
+  }
+
+  void deactivate_flow(TaskId id) {
+    for (LinkId l : e_.links_of(e_.tasks_[static_cast<std::size_t>(id)])) {
+      erase_one(flows_on_link_[static_cast<std::size_t>(l)], id);
+      dirty_links_.push_back(l);
+    }
+  }
+
+  void start(TaskId id) {
+    const StoredTask& t = e_.tasks_[static_cast<std::size_t>(id)];
+    Running& r = st_[static_cast<std::size_t>(id)];
+    result_.timings[static_cast<std::size_t>(id)].start_seconds = now_;
+    for (const auto& ch : e_.changes(t.at_start)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
+    r.updated_at = now_;
     const auto owner = static_cast<std::size_t>(t.owner);
     if (t.kind == TaskKind::flow) {
-      if (owner_flows[owner]++ == 0) dirty_owners.push_back(t.owner);
+      if (owner_flows_[owner]++ == 0) dirty_owners_.push_back(t.owner);
       if (t.latency_seconds > 0) {
         r.phase = Phase::latency;
         r.remaining = t.latency_seconds;
-        fresh.push_back(id);
+        fresh_.push_back(id);
       } else {
         r.phase = Phase::active;
         r.remaining = t.bytes;
@@ -207,149 +240,152 @@ RunResult Engine::run() {
     } else {
       r.phase = Phase::active;
       r.remaining = t.work_seconds;
-      owner_work[owner].push_back(id);
-      fresh.push_back(id);
+      owner_work_[owner].push_back(id);
+      fresh_.push_back(id);
     }
-  };
+  }
 
   // A stream's head starts once every dependency has finished; only streams whose head or whose
   // dependencies changed need a look.
-  auto try_start = [&](StreamId s) {
+  void try_start(StreamId s) {
     const auto su = static_cast<std::size_t>(s);
-    if (stream_head[su] >= stream_tasks_[su].size()) return;
-    const TaskId id = stream_tasks_[su][stream_head[su]];
+    if (stream_head_[su] >= e_.stream_tasks_[su].size()) return;
+    const TaskId id = e_.stream_tasks_[su][stream_head_[su]];
     // The small dependency counts first: most looks find the head still waiting on one.
-    if (unfinished_deps[static_cast<std::size_t>(id)] > 0 || st[static_cast<std::size_t>(id)].phase != Phase::waiting)
+    if (unfinished_deps_[static_cast<std::size_t>(id)] > 0 || st_[static_cast<std::size_t>(id)].phase != Phase::waiting)
       return;
     start(id);
-  };
+  }
+
+  // A task done: its end, its frees, and a look at the streams it and its dependents sit on.
+  void finish(TaskId id) {
+    Running& r = st_[static_cast<std::size_t>(id)];
+    const StoredTask& t = e_.tasks_[static_cast<std::size_t>(id)];
+    const bool was_moving = r.phase == Phase::active && t.kind == TaskKind::flow;
+    r.phase = Phase::done;
+    result_.timings[static_cast<std::size_t>(id)].end_seconds = now_;
+    for (const auto& ch : e_.changes(t.at_end)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
+    const auto owner = static_cast<std::size_t>(t.owner);
+    if (t.kind == TaskKind::flow) {
+      if (was_moving) deactivate_flow(id);
+      if (--owner_flows_[owner] == 0) dirty_owners_.push_back(t.owner);
+    } else {
+      erase_one(owner_work_[owner], id);
+    }
+    ++finished_;
+    candidates_.clear();
+    if (t.stream != kNoStream) {
+      ++stream_head_[static_cast<std::size_t>(t.stream)];
+      candidates_.push_back(t.stream);
+    }
+    const auto task_index = static_cast<std::size_t>(id);
+    for (std::uint32_t k = dependents_begin_[task_index]; k < dependents_begin_[task_index + 1]; ++k) {
+      const TaskId d = dependents_[k];
+      const auto du = static_cast<std::size_t>(d);
+      --unfinished_deps_[du];
+      if (e_.tasks_[du].stream != kNoStream) {
+        candidates_.push_back(e_.tasks_[du].stream);
+      } else if (unfinished_deps_[du] == 0) {
+        start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
+      }
+    }
+    std::sort(candidates_.begin(), candidates_.end());
+    candidates_.erase(std::unique(candidates_.begin(), candidates_.end()), candidates_.end());
+    for (StreamId s : candidates_) try_start(s);
+  }
 
   // New rates for what the last event touched: flows in the link components it changed
   // (max-min), work tasks of owners whose communication started or stopped (interference),
   // and freshly started tasks. The working vectors live across events: no allocation per event.
-  MaxMinShare solver;
-  std::vector<double> shares;
-  std::vector<TaskId> component;
-  std::vector<char> link_seen(links_.size(), 0);
-  std::vector<char> collected(n, 0);
-  std::vector<LinkId> queue;
-  const double slowed = 1.0 / (1.0 + options_.interference_factor);
-  auto update_rates = [&]() {
-    if (!dirty_links.empty()) {
-      component.clear();
-      // Every flow reachable from a dirty link through shared links; `queue` ends up holding
-      // each link seen once, so it also says which marks to clear.
-      queue.assign(dirty_links.begin(), dirty_links.end());
-      for (LinkId l : queue) link_seen[static_cast<std::size_t>(l)] = 1;
-      for (std::size_t qi = 0; qi < queue.size(); ++qi) {
-        for (TaskId f : flows_on_link[static_cast<std::size_t>(queue[qi])]) {
-          if (collected[static_cast<std::size_t>(f)]) continue;
-          collected[static_cast<std::size_t>(f)] = 1;
-          component.push_back(f);
-          for (LinkId l2 : links_of(tasks_[static_cast<std::size_t>(f)])) {
-            if (link_seen[static_cast<std::size_t>(l2)]) continue;
-            link_seen[static_cast<std::size_t>(l2)] = 1;
-            queue.push_back(l2);
-          }
-        }
-      }
-      for (LinkId l : queue) link_seen[static_cast<std::size_t>(l)] = 0;
-      std::sort(component.begin(), component.end());  // deterministic order
-      for (TaskId f : component) {
-        collected[static_cast<std::size_t>(f)] = 0;
-        const StoredTask& t = tasks_[static_cast<std::size_t>(f)];
-        solver.add_flow(links_of(t), t.max_rate_bytes_per_s);
-      }
-      solver.solve(links_, shares);
-      for (std::size_t k = 0; k < component.size(); ++k) set_rate(component[k], shares[k]);
+  void update_rates() {
+    if (!dirty_links_.empty()) share_dirty_components();
+    for (int o : dirty_owners_) {
+      const double rate = owner_flows_[static_cast<std::size_t>(o)] > 0 ? slowed_ : 1.0;
+      for (TaskId w : owner_work_[static_cast<std::size_t>(o)]) set_rate(w, rate);
     }
-    for (int o : dirty_owners) {
-      const double rate = owner_flows[static_cast<std::size_t>(o)] > 0 ? slowed : 1.0;
-      for (TaskId w : owner_work[static_cast<std::size_t>(o)]) set_rate(w, rate);
-    }
-    for (TaskId id : fresh) {
-      const StoredTask& t = tasks_[static_cast<std::size_t>(id)];
-      if (st[static_cast<std::size_t>(id)].phase == Phase::latency) {
+    for (TaskId id : fresh_) {
+      const StoredTask& t = e_.tasks_[static_cast<std::size_t>(id)];
+      if (st_[static_cast<std::size_t>(id)].phase == Phase::latency) {
         set_rate(id, 1.0);
       } else if (t.kind == TaskKind::flow) {
         set_rate(id, t.max_rate_bytes_per_s);
       } else if (t.kind == TaskKind::work) {
-        const double rate = owner_flows[static_cast<std::size_t>(t.owner)] > 0 ? slowed : 1.0;
+        const double rate = owner_flows_[static_cast<std::size_t>(t.owner)] > 0 ? slowed_ : 1.0;
         set_rate(id, rate);
       }
     }
-    dirty_links.clear();
-    dirty_owners.clear();
-    fresh.clear();
-  };
+    dirty_links_.clear();
+    dirty_owners_.clear();
+    fresh_.clear();
+  }
 
-  for (std::size_t s = 0; s < stream_tasks_.size(); ++s) try_start(static_cast<StreamId>(s));
-  for (TaskId id : floating_)
-    if (unfinished_deps[static_cast<std::size_t>(id)] == 0) start(id);
-  update_rates();
-  std::vector<StreamId> candidates;
-  while (!heap.empty()) {
-    const Event ev = heap.top();
-    heap.pop();
-    Running& r = st[static_cast<std::size_t>(ev.task)];
-    if (ev.version != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
-    ++result.events_processed;
-    now = ev.time;
-    const StoredTask& t = tasks_[static_cast<std::size_t>(ev.task)];
-    r.remaining = 0;
-    r.updated_at = now;
-    if (r.phase == Phase::latency && t.bytes > 0) {
-      r.phase = Phase::active;  // latency paid; now the bytes move
-      r.remaining = t.bytes;
-      r.rate = 0;
-      ++r.version;
-      activate_flow(ev.task);
-    } else {
-      const bool was_moving = r.phase == Phase::active && t.kind == TaskKind::flow;
-      r.phase = Phase::done;
-      result.timings[static_cast<std::size_t>(ev.task)].end_seconds = now;
-      for (const auto& ch : changes(t.at_end)) result.memory.push_back({now, t.owner, ch.bytes, ch.tag});
-      const auto owner = static_cast<std::size_t>(t.owner);
-      if (t.kind == TaskKind::flow) {
-        if (was_moving) deactivate_flow(ev.task);
-        if (--owner_flows[owner] == 0) dirty_owners.push_back(t.owner);
-      } else {
-        erase_one(owner_work[owner], ev.task);
-      }
-      ++finished;
-      candidates.clear();
-      if (t.stream != kNoStream) {
-        ++stream_head[static_cast<std::size_t>(t.stream)];
-        candidates.push_back(t.stream);
-      }
-      const auto task_index = static_cast<std::size_t>(ev.task);
-      for (std::uint32_t k = dependents_begin[task_index]; k < dependents_begin[task_index + 1]; ++k) {
-        const TaskId d = dependents[k];
-        const auto du = static_cast<std::size_t>(d);
-        --unfinished_deps[du];
-        if (tasks_[du].stream != kNoStream) {
-          candidates.push_back(tasks_[du].stream);
-        } else if (unfinished_deps[du] == 0) {
-          start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
+  // Every flow reachable from a dirty link through shared links, re-shared by max-min; `queue_`
+  // ends up holding each link seen once, so it also says which marks to clear.
+  void share_dirty_components() {
+    component_.clear();
+    queue_.assign(dirty_links_.begin(), dirty_links_.end());
+    for (LinkId l : queue_) link_seen_[static_cast<std::size_t>(l)] = 1;
+    for (std::size_t qi = 0; qi < queue_.size(); ++qi) {
+      for (TaskId f : flows_on_link_[static_cast<std::size_t>(queue_[qi])]) {
+        if (collected_[static_cast<std::size_t>(f)]) continue;
+        collected_[static_cast<std::size_t>(f)] = 1;
+        component_.push_back(f);
+        for (LinkId l2 : e_.links_of(e_.tasks_[static_cast<std::size_t>(f)])) {
+          if (link_seen_[static_cast<std::size_t>(l2)]) continue;
+          link_seen_[static_cast<std::size_t>(l2)] = 1;
+          queue_.push_back(l2);
         }
       }
-      std::sort(candidates.begin(), candidates.end());
-      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-      for (StreamId s : candidates) try_start(s);
     }
-    update_rates();
+    for (LinkId l : queue_) link_seen_[static_cast<std::size_t>(l)] = 0;
+    std::sort(component_.begin(), component_.end());  // deterministic order
+    for (TaskId f : component_) {
+      collected_[static_cast<std::size_t>(f)] = 0;
+      const StoredTask& t = e_.tasks_[static_cast<std::size_t>(f)];
+      solver_.add_flow(e_.links_of(t), t.max_rate_bytes_per_s);
+    }
+    solver_.solve(e_.links_, shares_);
+    for (std::size_t k = 0; k < component_.size(); ++k) set_rate(component_[k], shares_[k]);
   }
-  if (finished != n) {
-    for (std::size_t s = 0; s < stream_tasks_.size(); ++s) {
-      if (stream_head[s] < stream_tasks_[s].size()) {
-        throw std::logic_error("simulation deadlock: stream '" + stream_names_[s] + "' waits on task '" +
-                               name_of(stream_tasks_[s][stream_head[s]]) + "' whose dependencies never finish");
+
+  [[noreturn]] void throw_deadlock() const {
+    for (std::size_t s = 0; s < e_.stream_tasks_.size(); ++s) {
+      if (stream_head_[s] < e_.stream_tasks_[s].size()) {
+        throw std::logic_error("simulation deadlock: stream '" + e_.stream_names_[s] + "' waits on task '" +
+                               e_.name_of(e_.stream_tasks_[s][stream_head_[s]]) + "' whose dependencies never finish");
       }
     }
     throw std::logic_error("simulation deadlock");
   }
-  result.makespan_seconds = now;
-  return result;
-}
+
+  const Engine& e_;
+  const std::size_t n_;
+  RunResult result_;
+  std::vector<Running> st_;
+  std::vector<int> unfinished_deps_;
+  std::vector<std::uint32_t> dependents_begin_;
+  std::vector<TaskId> dependents_;
+  std::vector<std::size_t> stream_head_;
+  std::vector<std::vector<TaskId>> flows_on_link_;  // flows moving bytes
+  std::vector<int> owner_flows_;                    // flows (any phase) per owner
+  std::vector<std::vector<TaskId>> owner_work_;     // running work tasks per owner
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
+  std::uint64_t seq_ = 0;
+  double now_ = 0;
+  std::size_t finished_ = 0;
+  std::vector<LinkId> dirty_links_;
+  std::vector<int> dirty_owners_;
+  std::vector<TaskId> fresh_;  // started or phase-changed: need a first rate
+  std::vector<StreamId> candidates_;
+  MaxMinShare solver_;
+  std::vector<double> shares_;
+  std::vector<TaskId> component_;
+  std::vector<char> link_seen_;
+  std::vector<char> collected_;
+  std::vector<LinkId> queue_;
+  const double slowed_;
+};
+
+RunResult Engine::run() { return Run(*this).run(); }
 
 }  // namespace meshplan::sim

@@ -100,6 +100,7 @@ public:
   RunResult run();
 
 private:
+  class Run;  // one run's state (engine.cpp)
   // A task as the engine keeps it: its lists are ranges [begin, end) of the shared pools below
   // (one allocation per pool instead of four vectors per task).
   struct Range {

@@ -250,181 +250,224 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
   return out;
 }
 
-}  // namespace
-
-SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
-                            SimOptions options) {
-  SimulatedStep out;
-  StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline});
-  const int gpn = std::max(1, c.node.gpus_per_node);
-  sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
-
-  // Ranks simulated per stage: one representative (symmetric mode), or every rank (`full`),
-  // where each rank has its own links and streams and a collective starts on all members once
-  // all of them are ready (a barrier task per group instance).
-  const Mesh& mesh = p.mesh;
-  const int per_stage = options.full ? static_cast<int>(mesh.world() / std::max(1, mesh.pp)) : 1;
-  const auto R = static_cast<std::size_t>(per_stage);
-  const auto n_st = static_cast<std::size_t>(prog.n_stages);
+// The engine's resources of every simulated rank: its links, its GPU streams and its host thread.
+struct RankResources {
   std::vector<Links> links;
+  std::vector<std::array<sim::StreamId, kStreamKinds>> streams;
+  std::vector<sim::StreamId> host_streams;
+};
+
+// Ranks simulated per stage (R): one representative (symmetric mode), or every rank (`full`),
+// each with its own links and streams.
+RankResources add_rank_resources(sim::Engine& engine, const ClusterSpec& c, std::size_t n_st, std::size_t R,
+                                 bool full) {
+  const int gpn = std::max(1, c.node.gpus_per_node);
+  RankResources out;
   const double nic_per_gpu = c.node.nics_per_node * c.node.nic_bandwidth_bytes_per_s *
                              (c.node.nic_efficiency > 0 ? c.node.nic_efficiency : 1.0) / gpn;
   const double nvlink = c.node.nvlink_bandwidth_bytes_per_s *
                         (c.node.nvlink_efficiency > 0 ? c.node.nvlink_efficiency : 1.0);
-  std::vector<std::array<sim::StreamId, kStreamKinds>> streams;
-  std::vector<sim::StreamId> host_streams;  // one CPU thread per simulated rank
   for (std::size_t s = 0; s < n_st; ++s)
     for (std::size_t k = 0; k < R; ++k) {
-      const std::string rank = options.full ? fmt::format("rank{}", s * R + k) : fmt::format("stage{}", s);
-      links.push_back({engine.add_link({rank + ".nvlink", nvlink}), engine.add_link({rank + ".nic", nic_per_gpu}),
-                       engine.add_link({rank + ".h2d", c.node.host_h2d_bytes_per_s}),
-                       engine.add_link({rank + ".d2h", c.node.host_d2h_bytes_per_s})});
+      const std::string rank = full ? fmt::format("rank{}", s * R + k) : fmt::format("stage{}", s);
+      out.links.push_back({engine.add_link({rank + ".nvlink", nvlink}), engine.add_link({rank + ".nic", nic_per_gpu}),
+                           engine.add_link({rank + ".h2d", c.node.host_h2d_bytes_per_s}),
+                           engine.add_link({rank + ".d2h", c.node.host_d2h_bytes_per_s})});
       std::array<sim::StreamId, kStreamKinds> ids{};
       for (int kind = 0; kind < kStreamKinds; ++kind)
         ids[static_cast<std::size_t>(kind)] =
             engine.add_stream(fmt::format("{}.{}", rank, to_string(static_cast<StreamKind>(kind))));
-      streams.push_back(ids);
-      host_streams.push_back(engine.add_stream(rank + ".host"));
+      out.streams.push_back(ids);
+      out.host_streams.push_back(engine.add_stream(rank + ".host"));
     }
-  // Members of the group of kind g around rank k of a stage, as indices within that stage
-  // (pp is the outermost rank dimension, so a stage's ranks are one contiguous block).
-  auto members = [&](std::size_t stage, std::size_t k, GroupKind g) {
-    std::vector<std::size_t> out;
-    for (std::int64_t r : group_members(mesh, mesh_group(g), static_cast<std::int64_t>(stage * R + k)))
-      out.push_back(static_cast<std::size_t>(r) % R);
-    return out;
-  };
-  auto task_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>(op * R + k); };
-  // The host thread's issue of op `op` on rank k: a task on that rank's host stream (after every
-  // GPU task, so ids are known before they are added).
-  const std::size_t n_ops = prog.ops.size();
-  auto host_id = [&](std::size_t op, std::size_t k) { return static_cast<sim::TaskId>((n_ops + op) * R + k); };
+  return out;
+}
 
+// What the report reads of every op, kept compact: its passes would otherwise stream the whole
+// program (hundreds of bytes per op) through the cache again and again.
+struct OpBrief {
+  int stage;
+  StreamKind stream;
+  OpCategory category;
+};
+
+// What instantiating the program's GPU tasks gathered on the way, for the report.
+struct GpuTasks {
+  std::vector<OpBrief> brief;
+  double model_flops = 0, hardware_flops = 0;
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
   std::array<bool, kOpCategories> has_comm_bytes{};
-  ComputeCosts compute_costs(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)});
-  CollectiveCosts collective_costs(c);
-  // Placement per group kind, worked out the first time an op needs it.
-  std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of;
-  auto placement = [&](GroupKind g) {
-    auto& slot = placement_of[static_cast<std::size_t>(g)];
-    if (!slot) slot = group_placement(mesh, g, gpn);
-    return *slot;
-  };
-  engine.reserve_tasks(2 * n_ops * R);
+  // Full mode's barriers, added after the host tasks (their ids follow every other task's).
   std::vector<sim::Task> barriers;
-  std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of;  // (op, first member)
-  const auto first_barrier = static_cast<sim::TaskId>(2 * n_ops * R);
-  // What the report reads of every op, kept compact: its passes below would otherwise stream the
-  // whole program (hundreds of bytes per op) through the cache again and again.
-  struct OpBrief {
-    int stage;
-    StreamKind stream;
-    OpCategory category;
-  };
-  std::vector<OpBrief> brief(prog.ops.size());
-  double model_flops = 0, hardware_flops = 0;
-  sim::Task t;  // names stay in the program; the engine only needs indices
-  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-    const Op& op = prog.ops[i];
-    brief[i] = {op.stage, op.stream, op.category};
-    model_flops += op.model_flops;
-    hardware_flops += op.hardware_flops;
-    for (std::size_t k = 0; k < R; ++k) {
-      const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
-      t.reset();
-      t.stream = streams[slot][static_cast<std::size_t>(op.stream)];
-      for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
-      t.deps.push_back(host_id(i, k));  // never before the host has issued it
-      t.owner = static_cast<int>(slot);
-      for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
-      for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
-      const Links& l = links[slot];
-      switch (op.kind) {
-        case OpKind::compute:
-          t.kind = sim::TaskKind::work;
-          t.work_seconds = compute_costs.seconds(op);
-          if (options.full && slot < options.rank_speed.size()) t.work_seconds /= options.rank_speed[slot];
-          break;
-        case OpKind::collective:
-        case OpKind::p2p: {
-          const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, placement(GroupKind::pp).ranks_per_node}
-                                                           : placement(op.group);
-          if (gp.n_ranks <= 1) {
-            t.kind = sim::TaskKind::work;  // a group of one moves nothing
-            break;
-          }
-          const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
-          const PricedCollective& est =
-              collective_costs.estimate(cop, op.bytes, gp, op.a2a_dedup_top_k, op.a2a_dedup_experts);
-          t.kind = sim::TaskKind::flow;
-          t.latency_seconds = est.latency_seconds;
-          // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or
-          // tree with r members per domain crosses the network on only 1/r of those hops (the
-          // rest are NVLink), so the rank's NIC share carries bus_bytes / r: 8 GPUs of a node in
-          // one ring reach the node's whole NIC bandwidth, one GPU per node only its own rail.
-          // Nodes of one NVLink domain (GB200 NVL72 trays) talk over NVLink, not their NICs.
-          const double on_link = est.uses_network ? std::max(1, est.ranks_per_domain) : 1;
-          t.bytes = est.bus_bytes / on_link;
-          t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s / on_link;
-          t.links.push_back(est.uses_network ? l.nic : l.nvlink);
-          if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
-            t.kind = sim::TaskKind::work;
-            t.work_seconds = est.seconds;
-          }
-          if (k == 0) {
-            comm_bytes[static_cast<std::size_t>(op.category)] += op.bytes;
-            has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
-          }
-          if (options.full && op.kind == OpKind::collective) {
-            // Every member must be ready: one barrier per group instance gates all members.
-            const auto group = members(static_cast<std::size_t>(op.stage), k, op.group);
-            auto [it, inserted] = barrier_of.try_emplace({i, group.front()}, 0);
-            if (inserted) {
-              sim::Task b;
-              b.stream = sim::kNoStream;
-              b.owner = t.owner;
-              for (std::size_t mk : group) {
-                for (int d : op.deps) b.deps.push_back(task_id(static_cast<std::size_t>(d), mk));
-                b.deps.push_back(host_id(i, mk));
-              }
-              it->second = first_barrier + static_cast<sim::TaskId>(barriers.size());
-              barriers.push_back(std::move(b));
-            }
-            t.deps = {it->second};
-          }
-          break;
-        }
-        case OpKind::host_copy:
-          t.kind = sim::TaskKind::flow;
-          t.bytes = op.bytes;
-          t.links.push_back(op.host_to_device ? l.h2d : l.d2h);
-          break;
-      }
-      engine.add_task(t);
-    }
-  }
-  const HostModel host = host_model(c, p);
-  const HostTasks host_tasks = add_host_tasks(engine, prog, host, host_streams, R);
-  for (const auto& b : barriers) engine.add_task(b);
+};
 
-  const sim::RunResult full_run = engine.run();
-  // The report follows rank 0 of each stage (every rank of a stage does the same work).
+// The program's ops as engine tasks, R per op (op i of rank k is task i * R + k), each priced by
+// the cost models. In full mode a collective starts on all members once all are ready: one
+// barrier task per group instance gates them.
+class GpuTaskAdder {
+public:
+  GpuTaskAdder(sim::Engine& engine, const StepProgram& prog, const Plan& p, const ClusterSpec& c,
+               const SimOptions& options, const RankResources& ranks, std::size_t R)
+      : engine_(engine), prog_(prog), mesh_(p.mesh), options_(options), ranks_(ranks), R_(R),
+        gpn_(std::max(1, c.node.gpus_per_node)), n_ops_(prog.ops.size()),
+        compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}),
+        collective_costs_(c), first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
+
+  GpuTasks add() {
+    engine_.reserve_tasks(2 * n_ops_ * R_);
+    out_.brief.resize(n_ops_);
+    sim::Task t;  // names stay in the program; the engine only needs indices
+    for (std::size_t i = 0; i < n_ops_; ++i) {
+      const Op& op = prog_.ops[i];
+      out_.brief[i] = {op.stage, op.stream, op.category};
+      out_.model_flops += op.model_flops;
+      out_.hardware_flops += op.hardware_flops;
+      for (std::size_t k = 0; k < R_; ++k) {
+        const std::size_t slot = static_cast<std::size_t>(op.stage) * R_ + k;
+        t.reset();
+        t.stream = ranks_.streams[slot][static_cast<std::size_t>(op.stream)];
+        for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
+        t.deps.push_back(host_id(i, k));  // never before the host has issued it
+        t.owner = static_cast<int>(slot);
+        for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
+        for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
+        const Links& l = ranks_.links[slot];
+        switch (op.kind) {
+          case OpKind::compute:
+            t.kind = sim::TaskKind::work;
+            t.work_seconds = compute_costs_.seconds(op);
+            if (options_.full && slot < options_.rank_speed.size()) t.work_seconds /= options_.rank_speed[slot];
+            break;
+          case OpKind::collective:
+          case OpKind::p2p: communication(t, op, i, k, l); break;
+          case OpKind::host_copy:
+            t.kind = sim::TaskKind::flow;
+            t.bytes = op.bytes;
+            t.links.push_back(op.host_to_device ? l.h2d : l.d2h);
+            break;
+        }
+        engine_.add_task(t);
+      }
+    }
+    return std::move(out_);
+  }
+
+private:
+  sim::TaskId task_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>(op * R_ + k); }
+  // The host thread's issue of op `op` on rank k: a task on that rank's host stream (after every
+  // GPU task, so ids are known before they are added).
+  sim::TaskId host_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>((n_ops_ + op) * R_ + k); }
+
+  // Members of the group of kind g around rank k of a stage, as indices within that stage
+  // (pp is the outermost rank dimension, so a stage's ranks are one contiguous block).
+  std::vector<std::size_t> members(std::size_t stage, std::size_t k, GroupKind g) const {
+    std::vector<std::size_t> out;
+    for (std::int64_t r : group_members(mesh_, mesh_group(g), static_cast<std::int64_t>(stage * R_ + k)))
+      out.push_back(static_cast<std::size_t>(r) % R_);
+    return out;
+  }
+
+  // Placement per group kind, worked out the first time an op needs it.
+  GroupPlacement placement(GroupKind g) {
+    auto& slot = placement_of_[static_cast<std::size_t>(g)];
+    if (!slot) slot = group_placement(mesh_, g, gpn_);
+    return *slot;
+  }
+
+  void communication(sim::Task& t, const Op& op, std::size_t i, std::size_t k, const Links& l) {
+    const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, placement(GroupKind::pp).ranks_per_node}
+                                                     : placement(op.group);
+    if (gp.n_ranks <= 1) {
+      t.kind = sim::TaskKind::work;  // a group of one moves nothing
+      return;
+    }
+    const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
+    const PricedCollective& est = collective_costs_.estimate(cop, op.bytes, gp, op.a2a_dedup_top_k, op.a2a_dedup_experts);
+    t.kind = sim::TaskKind::flow;
+    t.latency_seconds = est.latency_seconds;
+    // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or
+    // tree with r members per domain crosses the network on only 1/r of those hops (the
+    // rest are NVLink), so the rank's NIC share carries bus_bytes / r: 8 GPUs of a node in
+    // one ring reach the node's whole NIC bandwidth, one GPU per node only its own rail.
+    // Nodes of one NVLink domain (GB200 NVL72 trays) talk over NVLink, not their NICs.
+    const double on_link = est.uses_network ? std::max(1, est.ranks_per_domain) : 1;
+    t.bytes = est.bus_bytes / on_link;
+    t.max_rate_bytes_per_s = est.bus_bandwidth_bytes_per_s / on_link;
+    t.links.push_back(est.uses_network ? l.nic : l.nvlink);
+    if (t.bytes <= 0 || t.max_rate_bytes_per_s <= 0) {
+      t.kind = sim::TaskKind::work;
+      t.work_seconds = est.seconds;
+    }
+    if (k == 0) {
+      out_.comm_bytes[static_cast<std::size_t>(op.category)] += op.bytes;
+      out_.has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
+    }
+    if (options_.full && op.kind == OpKind::collective) t.deps = {barrier(t, op, i, k)};
+  }
+
+  // Every member must be ready: one barrier per group instance gates all members.
+  sim::TaskId barrier(const sim::Task& t, const Op& op, std::size_t i, std::size_t k) {
+    const auto group = members(static_cast<std::size_t>(op.stage), k, op.group);
+    auto [it, inserted] = barrier_of_.try_emplace({i, group.front()}, 0);
+    if (inserted) {
+      sim::Task b;
+      b.stream = sim::kNoStream;
+      b.owner = t.owner;
+      for (std::size_t mk : group) {
+        for (int d : op.deps) b.deps.push_back(task_id(static_cast<std::size_t>(d), mk));
+        b.deps.push_back(host_id(i, mk));
+      }
+      it->second = first_barrier_ + static_cast<sim::TaskId>(out_.barriers.size());
+      out_.barriers.push_back(std::move(b));
+    }
+    return it->second;
+  }
+
+  sim::Engine& engine_;
+  const StepProgram& prog_;
+  const Mesh& mesh_;
+  const SimOptions& options_;
+  const RankResources& ranks_;
+  const std::size_t R_;
+  const int gpn_;
+  const std::size_t n_ops_;
+  ComputeCosts compute_costs_;
+  CollectiveCosts collective_costs_;
+  std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of_;
+  std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of_;  // (op, first member)
+  const sim::TaskId first_barrier_;
+  GpuTasks out_;
+};
+
+// The report follows rank 0 of each stage (every rank of a stage does the same work): its GPU
+// tasks' timings, its host thread's, and its memory events (owner = stage).
+struct RankZero {
   sim::RunResult run;
+  std::vector<sim::TaskTiming> host_timings;
+};
+
+RankZero rank_zero(const sim::RunResult& full_run, std::size_t n_ops, std::size_t R) {
+  RankZero out;
+  sim::RunResult& run = out.run;
   run.makespan_seconds = full_run.makespan_seconds;
   run.events_processed = full_run.events_processed;
-  run.timings.resize(prog.ops.size());
-  for (std::size_t i = 0; i < prog.ops.size(); ++i) run.timings[i] = full_run.timings[i * R];
-  std::vector<sim::TaskTiming> host_timings(n_ops);
-  for (std::size_t i = 0; i < n_ops; ++i) host_timings[i] = full_run.timings[static_cast<std::size_t>(host_id(i, 0))];
+  run.timings.resize(n_ops);
+  for (std::size_t i = 0; i < n_ops; ++i) run.timings[i] = full_run.timings[i * R];
+  out.host_timings.resize(n_ops);
+  for (std::size_t i = 0; i < n_ops; ++i) out.host_timings[i] = full_run.timings[(n_ops + i) * R];
   for (const auto& ev : full_run.memory)
     if (static_cast<std::size_t>(ev.owner) % R == 0) {
       sim::MemoryEvent e = ev;
       e.owner = static_cast<int>(static_cast<std::size_t>(ev.owner) / R);
       run.memory.push_back(e);
     }
-  StepResult& r = out.result;
+  return out;
+}
+
+// Throughput, FLOP utilisation and bytes moved per category.
+void headline_figures(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
+                      const StepProgram& prog, const GpuTasks& gpu, const sim::RunResult& run) {
   r.step_time_s = run.makespan_seconds;
   r.n_tasks = static_cast<std::int64_t>(prog.ops.size());
   r.n_events = run.events_processed;
@@ -435,80 +478,110 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   r.flops_formula = "6*(N - embedding) + 12*L*(heads*head_dim)*seq per token (PaLM/torchtitan), over dense peak";
   const double peak = c.peak_flops_per_s(p.compute_dtype);
   r.mfu = peak > 0 ? r.model_flops_per_token * r.tokens_per_s_per_gpu / peak : 0;
-  r.hfu = model_flops > 0 ? r.mfu * hardware_flops / model_flops : 0;
+  r.hfu = gpu.model_flops > 0 ? r.mfu * gpu.hardware_flops / gpu.model_flops : 0;
   for (int cat = 0; cat < kOpCategories; ++cat)
-    if (has_comm_bytes[static_cast<std::size_t>(cat)])
-      r.comm_bytes[std::string(to_string(static_cast<OpCategory>(cat)))] = comm_bytes[static_cast<std::size_t>(cat)];
+    if (gpu.has_comm_bytes[static_cast<std::size_t>(cat)])
+      r.comm_bytes[std::string(to_string(static_cast<OpCategory>(cat)))] = gpu.comm_bytes[static_cast<std::size_t>(cat)];
+}
 
-  // Breakdown: walk the compute stream of the stage that finishes last. Busy time goes to the op's
-  // category; each idle gap goes to whatever the next compute op was waiting for.
-  for (const char* k : kBreakdownKeys) r.breakdown_s[k] = 0;
-  std::vector<double> compute_end(static_cast<std::size_t>(prog.n_stages), 0.0);
-  for (std::size_t i = 0; i < brief.size(); ++i)
-    if (brief[i].stream == StreamKind::compute)
-      compute_end[static_cast<std::size_t>(brief[i].stage)] =
-          std::max(compute_end[static_cast<std::size_t>(brief[i].stage)], run.timings[i].end_seconds);
-  r.critical_stage = static_cast<int>(std::max_element(compute_end.begin(), compute_end.end()) - compute_end.begin());
-  auto charge = [&](OpCategory cat, bool other_stage, double seconds) {
+// Breakdown: walk the compute stream of the stage that finishes last. Busy time goes to the op's
+// category; each idle gap goes to whatever the next compute op was waiting for.
+class Breakdown {
+public:
+  Breakdown(StepResult& r, const StepProgram& prog, const std::vector<OpBrief>& brief, const RankZero& rank0,
+            const HostTasks& host_tasks)
+      : r_(r), prog_(prog), brief_(brief), timings_(rank0.run.timings), host_timings_(rank0.host_timings),
+        host_tasks_(host_tasks) {}
+
+  void charge_step() {
+    for (const char* k : kBreakdownKeys) r_.breakdown_s[k] = 0;
+    std::vector<double> compute_end(static_cast<std::size_t>(prog_.n_stages), 0.0);
+    for (std::size_t i = 0; i < brief_.size(); ++i)
+      if (brief_[i].stream == StreamKind::compute)
+        compute_end[static_cast<std::size_t>(brief_[i].stage)] =
+            std::max(compute_end[static_cast<std::size_t>(brief_[i].stage)], timings_[i].end_seconds);
+    r_.critical_stage = static_cast<int>(std::max_element(compute_end.begin(), compute_end.end()) - compute_end.begin());
+    double cursor = 0;
+    bool any = false;
+    for (std::size_t i = 0; i < brief_.size(); ++i) {
+      const OpBrief& op = brief_[i];
+      if (op.stage != r_.critical_stage || op.stream != StreamKind::compute) continue;
+      const auto& tm = timings_[i];
+      if (tm.start_seconds > cursor) charge_wait(i, cursor);
+      const double busy = tm.end_seconds - tm.start_seconds;
+      const char* key = op.category == OpCategory::recompute ? "recompute"
+                        : op.category == OpCategory::optimizer ? "optimizer"
+                                                               : "compute";
+      r_.breakdown_s[key] += busy;
+      cursor = tm.end_seconds;
+      any = true;
+    }
+    if (any && r_.step_time_s > cursor) charge_tail(cursor);
+  }
+
+private:
+  void charge(OpCategory cat, bool other_stage, double seconds) {
     if (seconds <= 0) return;
     if (cat == OpCategory::pp || other_stage) {
-      r.breakdown_s["bubble"] += seconds;
+      r_.breakdown_s["bubble"] += seconds;
     } else if (cat == OpCategory::offload) {
-      r.breakdown_s["offload_stall"] += seconds;
+      r_.breakdown_s["offload_stall"] += seconds;
     } else if (is_communication(cat)) {
-      r.breakdown_s["exposed_comm"] += seconds;
-      r.exposed_comm_s[std::string(to_string(cat))] += seconds;
+      r_.breakdown_s["exposed_comm"] += seconds;
+      r_.exposed_comm_s[std::string(to_string(cat))] += seconds;
     } else {
-      r.breakdown_s["other"] += seconds;
+      r_.breakdown_s["other"] += seconds;
     }
-  };
+  }
+
+  // The host thread gates an op when its issue ended after every dependency.
+  bool host_gate(std::size_t op, double deps_end) const {
+    return host_timings_[op].end_seconds > deps_end && host_tasks_.seconds[op] > 0;
+  }
+
+  // The dependency of `deps` that finished last, and when (-1 for none).
+  std::pair<int, double> last_to_finish(const auto& deps) const {
+    int gate = -1;
+    double gate_end = -1;
+    for (int d : deps) {
+      const double e = timings_[static_cast<std::size_t>(d)].end_seconds;
+      if (e > gate_end) {
+        gate_end = e;
+        gate = d;
+      }
+    }
+    return {gate, gate_end};
+  }
+
   // An idle gap [from, to) on the compute stream is blamed along the critical chain: the
   // dependency that finished last owns the part of the gap it was running; whatever it was
   // itself waiting for owns the part before it started, and so on.
-  // The host thread gates an op when its issue ended after every dependency: the part of the gap
-  // while the host was issuing (or had not reached it) is host_wait, unless the host was itself
-  // blocked on the GPU at a synchronizing op, whose own wait is then followed.
-  auto host_gate = [&](std::size_t op, double deps_end) {
-    return host_timings[op].end_seconds > deps_end && host_tasks.seconds[op] > 0;
-  };
-  auto charge_wait = [&](std::size_t waiting_op, double from) {
-    double to = run.timings[waiting_op].start_seconds;
+  // The part of the gap while the host was issuing (or had not reached it) is host_wait, unless
+  // the host was itself blocked on the GPU at a synchronizing op, whose own wait is then followed.
+  void charge_wait(std::size_t waiting_op, double from) {
+    double to = timings_[waiting_op].start_seconds;
     std::size_t op = waiting_op;
     for (int depth = 0; to > from && depth < 64; ++depth) {
-      int gate = -1;
-      double gate_end = -1;
-      for (int d : prog.ops[op].deps) {
-        const double e = run.timings[static_cast<std::size_t>(d)].end_seconds;
-        if (e > gate_end) {
-          gate_end = e;
-          gate = d;
-        }
-      }
+      auto [gate, gate_end] = last_to_finish(prog_.ops[op].deps);
       if (host_gate(op, gate_end)) {
-        const double h_start = host_timings[op].start_seconds;
-        r.breakdown_s["host_wait"] += std::max(0.0, std::min(to, host_timings[op].end_seconds) - std::max(from, h_start));
+        const double h_start = host_timings_[op].start_seconds;
+        r_.breakdown_s["host_wait"] += std::max(0.0, std::min(to, host_timings_[op].end_seconds) - std::max(from, h_start));
         to = std::min(to, std::max(from, h_start));
-        if (!host_tasks.syncs[op]) {
-          r.breakdown_s["host_wait"] += std::max(0.0, to - from);  // the host was busy before it
+        if (!host_tasks_.syncs[op]) {
+          r_.breakdown_s["host_wait"] += std::max(0.0, to - from);  // the host was busy before it
           to = from;
           break;
         }
         // A synchronizing host waited for the GPU work it had issued: that work gates the rest.
         gate = -1;
         gate_end = -1;
-        if (const auto it = host_tasks.sync_deps.find(op); it != host_tasks.sync_deps.end())
-          for (int d : it->second) {
-            const double e = run.timings[static_cast<std::size_t>(d)].end_seconds;
-            if (e > gate_end) {
-              gate_end = e;
-              gate = d;
-            }
-          }
+        if (const auto it = host_tasks_.sync_deps.find(op); it != host_tasks_.sync_deps.end())
+          std::tie(gate, gate_end) = last_to_finish(it->second);
       }
       if (gate < 0) break;
-      const OpBrief& g = brief[static_cast<std::size_t>(gate)];
-      const bool other_stage = g.stage != brief[waiting_op].stage;
-      const double g_start = run.timings[static_cast<std::size_t>(gate)].start_seconds;
+      const OpBrief& g = brief_[static_cast<std::size_t>(gate)];
+      const bool other_stage = g.stage != brief_[waiting_op].stage;
+      const double g_start = timings_[static_cast<std::size_t>(gate)].start_seconds;
       const double own = std::min(to, gate_end) - std::max(from, g_start);
       if (g.stream == StreamKind::compute && !other_stage) {
         // Waiting on our own compute cannot leave a gap; anything left is scheduling slack.
@@ -522,47 +595,40 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
       }
       op = static_cast<std::size_t>(gate);
     }
-    if (to > from) r.breakdown_s["other"] += to - from;
-  };
-  double cursor = 0;
-  bool any = false;
-  for (std::size_t i = 0; i < brief.size(); ++i) {
-    const OpBrief& op = brief[i];
-    if (op.stage != r.critical_stage || op.stream != StreamKind::compute) continue;
-    const auto& tm = run.timings[i];
-    if (tm.start_seconds > cursor) charge_wait(i, cursor);
-    const double busy = tm.end_seconds - tm.start_seconds;
-    const char* key = op.category == OpCategory::recompute ? "recompute"
-                      : op.category == OpCategory::optimizer ? "optimizer"
-                                                             : "compute";
-    r.breakdown_s[key] += busy;
-    cursor = tm.end_seconds;
-    any = true;
+    if (to > from) r_.breakdown_s["other"] += to - from;
   }
-  if (any && r.step_time_s > cursor) {
-    // Communication still draining after the critical stage's last compute op.
-    double tail = r.step_time_s - cursor;
+
+  // Communication still draining after the critical stage's last compute op.
+  void charge_tail(double cursor) {
+    double tail = r_.step_time_s - cursor;
     OpCategory cat = OpCategory::compute;
     double latest = -1;
-    for (std::size_t i = 0; i < brief.size(); ++i)
-      if (run.timings[i].end_seconds > latest) {
-        latest = run.timings[i].end_seconds;
-        cat = brief[i].category;
+    for (std::size_t i = 0; i < brief_.size(); ++i)
+      if (timings_[i].end_seconds > latest) {
+        latest = timings_[i].end_seconds;
+        cat = brief_[i].category;
       }
     if (is_communication(cat)) {
-      r.breakdown_s["exposed_comm"] += tail;
-      r.exposed_comm_s[std::string(to_string(cat))] += tail;
+      r_.breakdown_s["exposed_comm"] += tail;
+      r_.exposed_comm_s[std::string(to_string(cat))] += tail;
     } else {
-      r.breakdown_s["other"] += tail;
+      r_.breakdown_s["other"] += tail;
     }
   }
 
-  for (std::size_t i = 0; i < n_ops; ++i)
-    if (brief[i].stage == r.critical_stage) r.host_busy_s += host_tasks.seconds[i];
-  r.host_bound = r.step_time_s > 0 && r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
+  StepResult& r_;
+  const StepProgram& prog_;
+  const std::vector<OpBrief>& brief_;
+  const std::vector<sim::TaskTiming>& timings_;
+  const std::vector<sim::TaskTiming>& host_timings_;
+  const HostTasks& host_tasks_;
+};
 
-  // Memory along the timeline: the state every moment holds from the memory model, the
-  // transients from the events the lowering attached to the ops (the same terms).
+// Memory along the timeline: the state every moment holds from the memory model, the
+// transients from the events the lowering attached to the ops (the same terms).
+void track_memory(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
+                  const StepProgram& prog, const std::vector<OpBrief>& brief, const sim::RunResult& run) {
+  const auto n_st = static_cast<std::size_t>(prog.n_stages);
   const MemoryEstimate est = estimate_memory(m, p, j, c);
   // One pass over the memory events, tracking every stage's live bytes and its peak; host memory
   // (activation offload) is tracked beside the device's and has its own peak.
@@ -624,11 +690,35 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     tl.compute_busy_seconds = busy[static_cast<std::size_t>(s)];
     r.stages.push_back(tl);
   }
+}
+
+}  // namespace
+
+SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
+                            SimOptions options) {
+  SimulatedStep out;
+  StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline});
+  sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
+  const int per_stage = options.full ? static_cast<int>(p.mesh.world() / std::max(1, p.mesh.pp)) : 1;
+  const auto R = static_cast<std::size_t>(per_stage);
+  const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
+  const GpuTasks gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add();
+  const HostTasks host_tasks = add_host_tasks(engine, prog, host_model(c, p), ranks.host_streams, R);
+  for (const auto& b : gpu.barriers) engine.add_task(b);
+
+  RankZero rank0 = rank_zero(engine.run(), prog.ops.size(), R);
+  StepResult& r = out.result;
+  headline_figures(r, m, p, j, c, prog, gpu, rank0.run);
+  Breakdown(r, prog, gpu.brief, rank0, host_tasks).charge_step();
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (gpu.brief[i].stage == r.critical_stage) r.host_busy_s += host_tasks.seconds[i];
+  r.host_bound = r.step_time_s > 0 && r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
+  track_memory(r, m, p, j, c, prog, gpu.brief, rank0.run);
 
   if (options.keep_timeline) {
     out.program = std::move(prog);
-    out.timings = run.timings;
-    out.host_timings = std::move(host_timings);
+    out.timings = std::move(rank0.run.timings);
+    out.host_timings = std::move(rank0.host_timings);
   }
   return out;
 }

@@ -202,40 +202,19 @@ bool looks_like_plan_toml(const toml::table& t) {
   return false;
 }
 
-RunConfig read_plan_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
-  const TomlView root(path, t);
-  root.require_known(kSections, kStrict);
-  for (const auto& s : kSections) (void)root.sub(s);  // each must be a table
+namespace {
 
-  RunConfig rc;
-  rc.source_file = path;
-  rc.format = ConfigFormat::meshplan_plan;
-  Plan& plan = rc.plan;
-  const toml::table empty;
-  auto section = [&](const std::string& name, const std::vector<std::string>& keys) {
-    TomlView v = root.sub(name).value_or(TomlView(path, empty, name));
-    v.require_known(keys, kStrict);
-    return v;
-  };
-
-  // [model]
-  if (opts.model) rc.model = *opts.model;
-  else {
-    auto m = root.sub("model");
-    if (!m) throw InputError(path, "model", "required: a [model] section");
-    rc.model = read_model(path, *m);
-  }
-
-  // [cluster]
-  const TomlView cluster = section("cluster", kClusterKeys);
+// [cluster]
+void read_cluster(RunConfig& rc, const TomlView& cluster, const std::string& path) {
   rc.cluster = cluster.get_string("profile").value_or("");
   if (auto g = cluster.get_int("gpus")) {
     if (*g <= 0) cluster.fail("gpus", fmt::format("must be positive, got {}", *g));
     rc.n_gpus = limits::check_count(path, cluster.key("gpus"), *g, 1, limits::kMaxGpus, "GPUs");
   }
+}
 
-  // [layout]
-  const TomlView layout = section("layout", kLayoutKeys);
+// [layout]: the mesh degrees (-1 absorbs the rest of the GPUs), TP and pipeline settings.
+void read_layout(Plan& plan, const TomlView& layout, const std::string& path) {
   auto degree = [&](const char* k, int dflt) {
     const std::int64_t v = layout.get_int(k).value_or(dflt);
     if (v == -1) return -1;
@@ -283,9 +262,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (!pl) layout.fail("pipeline_layout", fmt::format("'{}': {}", *text, why));
     set_layout(split, *pl);
   }
+}
 
-  // [sharding]
-  const TomlView sh = section("sharding", kShardingKeys);
+// [sharding]
+void read_sharding(Plan& plan, const TomlView& sh) {
   plan.sharding = get_enum(sh, "strategy", Sharding::zero3, parse_sharding, "none, zero1, zero2, zero3");
   plan.reshard_after_forward = sh.get_bool("reshard_after_forward").value_or(plan.sharding == Sharding::zero3);
   plan.root_unsharded = sh.get_bool("root_unsharded").value_or(false);
@@ -296,9 +276,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   plan.backward_prefetch_limit = static_cast<int>(positive(sh, "backward_prefetch_limit", 1, limits::kMaxLayers, "prefetched layers (the layer maximum)"));
   plan.limit_all_gathers = sh.get_bool("limit_all_gathers").value_or(true);
   plan.grad_sync_every_microbatch = sh.get_bool("grad_sync_every_microbatch").value_or(true);
+}
 
-  // [precision]
-  const TomlView pr = section("precision", kPrecisionKeys);
+// [precision]
+void read_precision(Plan& plan, const TomlView& pr) {
   plan.param_dtype = get_dtype(pr, "param", Dtype::bf16);
   plan.compute_dtype = get_dtype(pr, "compute", plan.param_dtype);
   plan.reduce_dtype = get_dtype(pr, "reduce", Dtype::fp32);
@@ -315,9 +296,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     pr.fail("fp8_attention", fmt::format("needs a Transformer Engine recipe whose attention runs in FP8 "
                                          "(te-delayed, te-current, mxfp8), not fp8 = \"{}\"",
                                          to_string(plan.fp8)));
+}
 
-  // [activation_checkpoint]
-  const TomlView ac = section("activation_checkpoint", kAcKeys);
+// [activation_checkpoint]
+void read_activation_checkpoint(Plan& plan, const TomlView& ac) {
   plan.ac = get_enum(ac, "mode", AcMode::none, parse_ac_mode,
                      "none, full, selective-layer, selective-op, selective-attn");
   plan.ac_every_n = static_cast<int>(positive(ac, "every_n", 1, limits::kMaxLayers, "layers"));
@@ -333,9 +315,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (plan.ac == AcMode::full && plan.recompute_modules.any())
       ac.fail("recompute_modules", "full recompute already recomputes every module");
   }
+}
 
-  // [offload]
-  const TomlView off = section("offload", kOffloadKeys);
+// [offload]
+void read_offload(Plan& plan, const TomlView& off) {
   plan.act_offload = off.get_bool("activations").value_or(false);
   plan.param_offload = off.get_bool("params").value_or(false);
   if (auto mods = off.get_string_array("activation_modules")) {
@@ -345,9 +328,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       if (!apply_offload_module(name, plan.offload_modules))
         off.fail("activation_modules", fmt::format("'{}' is not an offload module ({})", name, offload_module_list()));
   }
+}
 
-  // [batch]
-  const TomlView bt = section("batch", kBatchKeys);
+// [batch]
+void read_batch(RunConfig& rc, const TomlView& bt) {
   if (!bt.has("seq_len")) bt.fail("seq_len", "required");
   rc.job.seq_len = positive(bt, "seq_len", 0, limits::kMaxSeqLen, "the sequence length");
   if (const toml::node* mb = bt.table().get("micro_batch"); mb != nullptr && mb->is_string()) {
@@ -362,9 +346,10 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   if (rc.job.global_batch == 0 && rc.job.grad_accum == 0)
     bt.fail("global_batch", "required (or grad_accum, from which global = dp x micro_batch x grad_accum)");
   rc.job.pp_microbatches = bt.has("pp_microbatches") ? positive(bt, "pp_microbatches", 0, limits::kMaxGradAccum, "micro-batches per step") : 0;
+}
 
-  // [runtime]
-  const TomlView rt = section("runtime", kRuntimeKeys);
+// [runtime]: the framework and its kernels.
+void read_runtime(Plan& plan, const TomlView& rt) {
   plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
                           "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
@@ -403,6 +388,12 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
     if (*n < 1 || *n > 1024) rt.fail("loss_chunks", fmt::format("must be 1 to 1024, got {}", *n));
     plan.loss_chunks = static_cast<int>(*n);
   }
+}
+
+// The [runtime] keys that depend on other sections (grad_accum, the runtime, the sharding and pp),
+// and the runtime's limits on those sections, read once all of them are.
+void read_runtime_across_sections(RunConfig& rc, const TomlView& rt, const TomlView& sh) {
+  Plan& plan = rc.plan;
   plan.optimizer_in_backward = rt.get_bool("optimizer_in_backward").value_or(false);
   if (plan.optimizer_in_backward && rc.job.grad_accum > 1)
     rt.fail("optimizer_in_backward", "steps the optimizer inside every backward: needs grad_accum = 1");
@@ -416,149 +407,218 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
       (plan.sharding == Sharding::zero2 || plan.sharding == Sharding::zero3))
     rt.fail("deepspeed", fmt::format("DeepSpeed's pipeline engine runs ZeRO stages 0 and 1 only, not {} with pp {}",
                                      to_string(plan.sharding), plan.mesh.pp));
+}
+
+}  // namespace
+
+RunConfig read_plan_toml(const std::string& path, const toml::table& t, const ImportOptions& opts) {
+  const TomlView root(path, t);
+  root.require_known(kSections, kStrict);
+  for (const auto& s : kSections) (void)root.sub(s);  // each must be a table
+
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::meshplan_plan;
+  Plan& plan = rc.plan;
+  const toml::table empty;
+  auto section = [&](const std::string& name, const std::vector<std::string>& keys) {
+    TomlView v = root.sub(name).value_or(TomlView(path, empty, name));
+    v.require_known(keys, kStrict);
+    return v;
+  };
+
+  // [model]
+  if (opts.model) rc.model = *opts.model;
+  else {
+    auto m = root.sub("model");
+    if (!m) throw InputError(path, "model", "required: a [model] section");
+    rc.model = read_model(path, *m);
+  }
+
+  read_cluster(rc, section("cluster", kClusterKeys), path);
+  read_layout(plan, section("layout", kLayoutKeys), path);
+  const TomlView sh = section("sharding", kShardingKeys);
+  read_sharding(plan, sh);
+  read_precision(plan, section("precision", kPrecisionKeys));
+  read_activation_checkpoint(plan, section("activation_checkpoint", kAcKeys));
+  read_offload(plan, section("offload", kOffloadKeys));
+  read_batch(rc, section("batch", kBatchKeys));
+  const TomlView rt = section("runtime", kRuntimeKeys);
+  read_runtime(plan, rt);
+  read_runtime_across_sections(rc, rt, sh);
   return rc;
 }
 
-std::string to_plan_toml(const RunConfig& rc) {
-  const Plan& p = rc.plan;
-  const ModelSpec& m = rc.model;
-  std::string o;
-  auto line = [&](const std::string& s) { o += s + "\n"; };
-  line("# meshplan plan (format: docs/plan_format.md)");
-  if (!rc.source_file.empty()) line("# from " + rc.source_file);
-  line("");
-  line("[model]");
-  line("name = " + quote(m.name));
-  line(fmt::format("n_layers = {}", m.n_layers));
-  line(fmt::format("d_model = {}", m.d_model));
-  line(fmt::format("n_heads = {}", m.n_heads));
-  line(fmt::format("n_kv_heads = {}", m.n_kv_heads));
-  line(fmt::format("head_dim = {}", m.head_dim));
-  line(fmt::format("ffn_hidden = {}", m.ffn_hidden));
-  line(fmt::format("mlp = {}", quote(std::string(to_string(m.mlp)))));
-  line(fmt::format("vocab = {}", m.vocab));
-  line(fmt::format("tied_embeddings = {}", b(m.tied_embeddings)));
-  line(fmt::format("pos_emb = {}", quote(std::string(to_string(m.pos_emb)))));
-  line(fmt::format("norm = {}", quote(std::string(to_string(m.norm)))));
-  line(fmt::format("linear_bias = {}", b(m.linear_bias)));
-  line(fmt::format("norm_bias = {}", b(m.norm_bias)));
-  line(fmt::format("max_seq_len = {}", m.max_seq_len));
-  line(fmt::format("moe_experts = {}", m.moe.n_experts));
-  line(fmt::format("moe_top_k = {}", m.moe.top_k));
-  line(fmt::format("moe_expert_ffn = {}", m.moe.expert_ffn));
-  line(fmt::format("moe_shared_experts = {}", m.moe.n_shared_experts));
-  if (m.moe.n_dense_layers > 0) line(fmt::format("moe_dense_layers = {}", m.moe.n_dense_layers));
-  if (m.moe.capacity_factor > 0) line(fmt::format("moe_capacity_factor = {}", m.moe.capacity_factor));
-  if (m.qk_norm) line("qk_norm = true");
+namespace {
+
+// The plan TOML as written, one line at a time.
+struct TomlLines {
+  std::string text;
+  void line(const std::string& s) { text += s + "\n"; }
+};
+
+// [model]: the whole architecture, so the file stands without the shipped models.
+void write_model(TomlLines& t, const ModelSpec& m) {
+  t.line("[model]");
+  t.line("name = " + quote(m.name));
+  t.line(fmt::format("n_layers = {}", m.n_layers));
+  t.line(fmt::format("d_model = {}", m.d_model));
+  t.line(fmt::format("n_heads = {}", m.n_heads));
+  t.line(fmt::format("n_kv_heads = {}", m.n_kv_heads));
+  t.line(fmt::format("head_dim = {}", m.head_dim));
+  t.line(fmt::format("ffn_hidden = {}", m.ffn_hidden));
+  t.line(fmt::format("mlp = {}", quote(std::string(to_string(m.mlp)))));
+  t.line(fmt::format("vocab = {}", m.vocab));
+  t.line(fmt::format("tied_embeddings = {}", b(m.tied_embeddings)));
+  t.line(fmt::format("pos_emb = {}", quote(std::string(to_string(m.pos_emb)))));
+  t.line(fmt::format("norm = {}", quote(std::string(to_string(m.norm)))));
+  t.line(fmt::format("linear_bias = {}", b(m.linear_bias)));
+  t.line(fmt::format("norm_bias = {}", b(m.norm_bias)));
+  t.line(fmt::format("max_seq_len = {}", m.max_seq_len));
+  t.line(fmt::format("moe_experts = {}", m.moe.n_experts));
+  t.line(fmt::format("moe_top_k = {}", m.moe.top_k));
+  t.line(fmt::format("moe_expert_ffn = {}", m.moe.expert_ffn));
+  t.line(fmt::format("moe_shared_experts = {}", m.moe.n_shared_experts));
+  if (m.moe.n_dense_layers > 0) t.line(fmt::format("moe_dense_layers = {}", m.moe.n_dense_layers));
+  if (m.moe.capacity_factor > 0) t.line(fmt::format("moe_capacity_factor = {}", m.moe.capacity_factor));
+  if (m.qk_norm) t.line("qk_norm = true");
   if (m.attention == AttentionKind::mla) {
-    line("attention = \"mla\"");
-    line(fmt::format("mla_q_lora_rank = {}", m.mla.q_lora_rank));
-    line(fmt::format("mla_kv_lora_rank = {}", m.mla.kv_lora_rank));
-    line(fmt::format("mla_rope_head_dim = {}", m.mla.rope_head_dim));
-    line(fmt::format("mla_v_head_dim = {}", m.mla.v_head_dim));
+    t.line("attention = \"mla\"");
+    t.line(fmt::format("mla_q_lora_rank = {}", m.mla.q_lora_rank));
+    t.line(fmt::format("mla_kv_lora_rank = {}", m.mla.kv_lora_rank));
+    t.line(fmt::format("mla_rope_head_dim = {}", m.mla.rope_head_dim));
+    t.line(fmt::format("mla_v_head_dim = {}", m.mla.v_head_dim));
   }
-  if (m.n_mtp_layers > 0) line(fmt::format("n_mtp_layers = {}", m.n_mtp_layers));
-  if (m.n_params_published) line(fmt::format("n_params_published = {}", *m.n_params_published));
-  if (!m.n_params_source.empty()) line("n_params_source = " + quote(m.n_params_source));
-  line("");
-  line("[cluster]");
-  if (!rc.cluster.empty()) line("profile = " + quote(rc.cluster));
-  if (rc.n_gpus > 0) line(fmt::format("gpus = {}", rc.n_gpus));
-  line("");
-  line("[layout]");
-  line(fmt::format("pp = {}", p.mesh.pp));
-  line(fmt::format("vpp = {}", p.mesh.vpp));
-  line(fmt::format("dp_replicate = {}", p.mesh.dp_replicate));
-  line(fmt::format("dp_shard = {}", p.mesh.dp_shard));
-  line(fmt::format("cp = {}", p.mesh.cp));
-  line(fmt::format("tp = {}", p.mesh.tp));
-  line(fmt::format("ep = {}", p.mesh.ep));
-  if (p.mesh.etp > 0) line(fmt::format("etp = {}", p.mesh.etp));
-  line(fmt::format("tp_style = {}", quote(std::string(to_string(p.tp_style)))));
-  line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
-  line(fmt::format("async_tp = {}", b(p.async_tp)));
-  line(fmt::format("schedule = {}", quote(std::string(to_string(p.schedule)))));
-  if (p.pipeline_split.embedding_as_layer) line("account_for_embedding_in_pipeline_split = true");
-  if (p.pipeline_split.loss_as_layer) line("account_for_loss_in_pipeline_split = true");
+  if (m.n_mtp_layers > 0) t.line(fmt::format("n_mtp_layers = {}", m.n_mtp_layers));
+  if (m.n_params_published) t.line(fmt::format("n_params_published = {}", *m.n_params_published));
+  if (!m.n_params_source.empty()) t.line("n_params_source = " + quote(m.n_params_source));
+}
+
+void write_cluster_and_layout(TomlLines& t, const RunConfig& rc) {
+  const Plan& p = rc.plan;
+  t.line("[cluster]");
+  if (!rc.cluster.empty()) t.line("profile = " + quote(rc.cluster));
+  if (rc.n_gpus > 0) t.line(fmt::format("gpus = {}", rc.n_gpus));
+  t.line("");
+  t.line("[layout]");
+  t.line(fmt::format("pp = {}", p.mesh.pp));
+  t.line(fmt::format("vpp = {}", p.mesh.vpp));
+  t.line(fmt::format("dp_replicate = {}", p.mesh.dp_replicate));
+  t.line(fmt::format("dp_shard = {}", p.mesh.dp_shard));
+  t.line(fmt::format("cp = {}", p.mesh.cp));
+  t.line(fmt::format("tp = {}", p.mesh.tp));
+  t.line(fmt::format("ep = {}", p.mesh.ep));
+  if (p.mesh.etp > 0) t.line(fmt::format("etp = {}", p.mesh.etp));
+  t.line(fmt::format("tp_style = {}", quote(std::string(to_string(p.tp_style)))));
+  t.line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
+  t.line(fmt::format("async_tp = {}", b(p.async_tp)));
+  t.line(fmt::format("schedule = {}", quote(std::string(to_string(p.schedule)))));
+  if (p.pipeline_split.embedding_as_layer) t.line("account_for_embedding_in_pipeline_split = true");
+  if (p.pipeline_split.loss_as_layer) t.line("account_for_loss_in_pipeline_split = true");
   if (p.pipeline_split.first_stage_layers >= 0)
-    line(fmt::format("decoder_first_pipeline_num_layers = {}", p.pipeline_split.first_stage_layers));
+    t.line(fmt::format("decoder_first_pipeline_num_layers = {}", p.pipeline_split.first_stage_layers));
   if (p.pipeline_split.last_stage_layers >= 0)
-    line(fmt::format("decoder_last_pipeline_num_layers = {}", p.pipeline_split.last_stage_layers));
+    t.line(fmt::format("decoder_last_pipeline_num_layers = {}", p.pipeline_split.last_stage_layers));
   if (!p.pipeline_split.chunk_layers.empty())
-    line(fmt::format("pipeline_layout = \"{}\"", format_pipeline_layout(layout_of(p.pipeline_split))));
-  line("");
-  line("[sharding]");
-  line(fmt::format("strategy = {}", quote(std::string(to_string(p.sharding)))));
-  line(fmt::format("reshard_after_forward = {}", b(p.reshard_after_forward)));
-  line(fmt::format("root_unsharded = {}", b(p.root_unsharded)));
-  line(fmt::format("backward_prefetch = {}", quote(std::string(to_string(p.backward_prefetch)))));
-  line(fmt::format("forward_prefetch = {}", b(p.forward_prefetch)));
-  line(fmt::format("forward_prefetch_limit = {}", p.forward_prefetch_limit));
-  line(fmt::format("backward_prefetch_limit = {}", p.backward_prefetch_limit));
-  line(fmt::format("limit_all_gathers = {}", b(p.limit_all_gathers)));
-  line(fmt::format("grad_sync_every_microbatch = {}", b(p.grad_sync_every_microbatch)));
-  line("");
-  line("[precision]");
-  line(fmt::format("param = {}", quote(std::string(to_string(p.param_dtype)))));
-  line(fmt::format("compute = {}", quote(std::string(to_string(p.compute_dtype)))));
-  line(fmt::format("reduce = {}", quote(std::string(to_string(p.reduce_dtype)))));
-  line(fmt::format("state = {}", quote(std::string(to_string(p.state_dtype)))));
-  line("name = " + quote(p.mixed_precision_name));
-  line(fmt::format("keep_low_precision_grads = {}", b(p.keep_low_precision_grads)));
-  line(fmt::format("fp8 = {}", quote(std::string(to_string(p.fp8)))));
-  line(fmt::format("fp8_all_gather = {}", b(p.fp8_all_gather)));
-  if (p.fp8_attention) line("fp8_attention = true");
-  line("");
-  line("[activation_checkpoint]");
-  line(fmt::format("mode = {}", quote(std::string(to_string(p.ac)))));
-  line(fmt::format("every_n = {}", p.ac_every_n));
-  line(fmt::format("reentrant = {}", b(p.ac_reentrant)));
+    t.line(fmt::format("pipeline_layout = \"{}\"", format_pipeline_layout(layout_of(p.pipeline_split))));
+}
+
+void write_sharding_and_precision(TomlLines& t, const Plan& p) {
+  t.line("[sharding]");
+  t.line(fmt::format("strategy = {}", quote(std::string(to_string(p.sharding)))));
+  t.line(fmt::format("reshard_after_forward = {}", b(p.reshard_after_forward)));
+  t.line(fmt::format("root_unsharded = {}", b(p.root_unsharded)));
+  t.line(fmt::format("backward_prefetch = {}", quote(std::string(to_string(p.backward_prefetch)))));
+  t.line(fmt::format("forward_prefetch = {}", b(p.forward_prefetch)));
+  t.line(fmt::format("forward_prefetch_limit = {}", p.forward_prefetch_limit));
+  t.line(fmt::format("backward_prefetch_limit = {}", p.backward_prefetch_limit));
+  t.line(fmt::format("limit_all_gathers = {}", b(p.limit_all_gathers)));
+  t.line(fmt::format("grad_sync_every_microbatch = {}", b(p.grad_sync_every_microbatch)));
+  t.line("");
+  t.line("[precision]");
+  t.line(fmt::format("param = {}", quote(std::string(to_string(p.param_dtype)))));
+  t.line(fmt::format("compute = {}", quote(std::string(to_string(p.compute_dtype)))));
+  t.line(fmt::format("reduce = {}", quote(std::string(to_string(p.reduce_dtype)))));
+  t.line(fmt::format("state = {}", quote(std::string(to_string(p.state_dtype)))));
+  t.line("name = " + quote(p.mixed_precision_name));
+  t.line(fmt::format("keep_low_precision_grads = {}", b(p.keep_low_precision_grads)));
+  t.line(fmt::format("fp8 = {}", quote(std::string(to_string(p.fp8)))));
+  t.line(fmt::format("fp8_all_gather = {}", b(p.fp8_all_gather)));
+  if (p.fp8_attention) t.line("fp8_attention = true");
+}
+
+void write_recompute_offload_and_batch(TomlLines& t, const RunConfig& rc) {
+  const Plan& p = rc.plan;
+  t.line("[activation_checkpoint]");
+  t.line(fmt::format("mode = {}", quote(std::string(to_string(p.ac)))));
+  t.line(fmt::format("every_n = {}", p.ac_every_n));
+  t.line(fmt::format("reentrant = {}", b(p.ac_reentrant)));
   if (p.recompute_modules.any()) {
     std::string mods;
     for (auto [on, name] : {std::pair{p.recompute_modules.norms, "layernorm"}, std::pair{p.recompute_modules.moe_act, "moe_act"},
                             std::pair{p.recompute_modules.moe, "moe"}})
       if (on) mods += (mods.empty() ? "\"" : ", \"") + std::string(name) + "\"";
-    line("recompute_modules = [" + mods + "]");
+    t.line("recompute_modules = [" + mods + "]");
   }
-  line("");
-  line("[offload]");
-  line(fmt::format("activations = {}", b(p.act_offload)));
-  line(fmt::format("params = {}", b(p.param_offload)));
+  t.line("");
+  t.line("[offload]");
+  t.line(fmt::format("activations = {}", b(p.act_offload)));
+  t.line(fmt::format("params = {}", b(p.param_offload)));
   if (p.act_offload && p.offload_modules.any())
-    line("activation_modules = [" + offload_modules_text(p.offload_modules, "\"") + "]");
-  line("");
-  line("[batch]");
-  line(fmt::format("seq_len = {}", rc.job.seq_len));
-  if (rc.job.global_batch > 0) line(fmt::format("global_batch = {}", rc.job.global_batch));
-  if (rc.job.micro_batch > 0) line(fmt::format("micro_batch = {}", rc.job.micro_batch));
-  else line("micro_batch = \"auto\"");
-  if (rc.job.grad_accum > 0) line(fmt::format("grad_accum = {}", rc.job.grad_accum));
-  if (rc.job.pp_microbatches > 0) line(fmt::format("pp_microbatches = {}", rc.job.pp_microbatches));
-  line("");
-  line("[runtime]");
-  line(fmt::format("name = {}", quote(std::string(to_string(p.runtime)))));
-  line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
+    t.line("activation_modules = [" + offload_modules_text(p.offload_modules, "\"") + "]");
+  t.line("");
+  t.line("[batch]");
+  t.line(fmt::format("seq_len = {}", rc.job.seq_len));
+  if (rc.job.global_batch > 0) t.line(fmt::format("global_batch = {}", rc.job.global_batch));
+  if (rc.job.micro_batch > 0) t.line(fmt::format("micro_batch = {}", rc.job.micro_batch));
+  else t.line("micro_batch = \"auto\"");
+  if (rc.job.grad_accum > 0) t.line(fmt::format("grad_accum = {}", rc.job.grad_accum));
+  if (rc.job.pp_microbatches > 0) t.line(fmt::format("pp_microbatches = {}", rc.job.pp_microbatches));
+}
+
+void write_runtime(TomlLines& t, const Plan& p) {
+  t.line("[runtime]");
+  t.line(fmt::format("name = {}", quote(std::string(to_string(p.runtime)))));
+  t.line(fmt::format("optimizer = {}", quote(std::string(to_string(p.optimizer)))));
   if (p.optimizer_impl != OptimizerImpl::framework)
-    line(fmt::format("optimizer_implementation = {}", quote(std::string(to_string(p.optimizer_impl)))));
+    t.line(fmt::format("optimizer_implementation = {}", quote(std::string(to_string(p.optimizer_impl)))));
   if (p.moe_dispatcher != MoeDispatcher::alltoall)
-    line(fmt::format("moe_dispatcher = {}", quote(std::string(to_string(p.moe_dispatcher)))));
-  line(fmt::format("compile = {}", b(p.compile)));
-  if (p.cuda_graphs) line("cuda_graphs = true");
-  line(fmt::format("flash_attention = {}", b(p.flash_attention)));
+    t.line(fmt::format("moe_dispatcher = {}", quote(std::string(to_string(p.moe_dispatcher)))));
+  t.line(fmt::format("compile = {}", b(p.compile)));
+  if (p.cuda_graphs) t.line("cuda_graphs = true");
+  t.line(fmt::format("flash_attention = {}", b(p.flash_attention)));
   if (p.flash_attention && p.flash_attention_version != 2)
-    line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
+    t.line(fmt::format("flash_attention_version = {}", p.flash_attention_version));
   if (p.attention_kernel != AttentionKernel::framework)
-    line(fmt::format("attention_kernel = \"{}\"", to_string(p.attention_kernel)));
-  if (p.cudnn_version > 0) line(fmt::format("cudnn_version = \"{}\"", library_version_text(p.cudnn_version)));
-  line(fmt::format("dropout = {}", b(p.dropout)));
-  if (p.fused_cross_entropy) line("fused_cross_entropy = true");
+    t.line(fmt::format("attention_kernel = \"{}\"", to_string(p.attention_kernel)));
+  if (p.cudnn_version > 0) t.line(fmt::format("cudnn_version = \"{}\"", library_version_text(p.cudnn_version)));
+  t.line(fmt::format("dropout = {}", b(p.dropout)));
+  if (p.fused_cross_entropy) t.line("fused_cross_entropy = true");
   if (p.chunked_cross_entropy) {
-    line("loss_kernel = \"chunked\"");
-    if (p.loss_chunks != 8) line(fmt::format("loss_chunks = {}", p.loss_chunks));
+    t.line("loss_kernel = \"chunked\"");
+    if (p.loss_chunks != 8) t.line(fmt::format("loss_chunks = {}", p.loss_chunks));
   }
-  if (p.optimizer_in_backward) line("optimizer_in_backward = true");
-  if (p.deepspeed_engine) line("deepspeed = true");
-  return o;
+  if (p.optimizer_in_backward) t.line("optimizer_in_backward = true");
+  if (p.deepspeed_engine) t.line("deepspeed = true");
+}
+
+}  // namespace
+
+std::string to_plan_toml(const RunConfig& rc) {
+  TomlLines t;
+  t.line("# meshplan plan (format: docs/plan_format.md)");
+  if (!rc.source_file.empty()) t.line("# from " + rc.source_file);
+  t.line("");
+  write_model(t, rc.model);
+  t.line("");
+  write_cluster_and_layout(t, rc);
+  t.line("");
+  write_sharding_and_precision(t, rc.plan);
+  t.line("");
+  write_recompute_offload_and_batch(t, rc);
+  t.line("");
+  write_runtime(t, rc.plan);
+  return t.text;
 }
 
 }  // namespace meshplan

@@ -33,7 +33,7 @@ int Builder::copy_out(int stage, int all_gather, std::string name, double bytes)
 
 int Builder::fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std::vector<int>& deps) {
   Op g = collective_op(st.stage, op_name("fsdp_ag.fwd.L{}.mb{}", layer, mb), StreamKind::fsdp_all_gather,
-                       OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp, s_.gather_b * s_.unit);
+                       OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp, s_.unit_gathered);
   // At most two units gathered: this one waits until the unit two back is done (without FSDP1's
   // rate limiter the gathers run as far ahead as the host issues them).
   auto two_back = st.fwd_end_of_layer.find({layer - 2, mb});
@@ -48,7 +48,7 @@ int Builder::fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std
 
 void Builder::fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, int last, std::vector<int>& deps) {
   Op g = collective_op(st.stage, op_name("fsdp_ag.bwd.L{}.mb{}", layer, mb), StreamKind::fsdp_all_gather,
-                       OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp, s_.gather_b * s_.unit);
+                       OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp, s_.unit_gathered);
   // BACKWARD_PRE / FSDP2 prefetch one unit ahead (two gathered; FSDP1 without its rate limiter
   // backward_prefetch_limit ahead); POST/none gather on use.
   const int window = s_.bwd_window;

@@ -94,7 +94,8 @@ struct RootGathering {
 };
 RootGathering root_gathering(const Plan& p);
 
-// One block unit as all-gathered (float8 all-gather: 1-byte linears, 16-bit norms).
+// One block unit as all-gathered (float8 all-gather: 1-byte linears, 16-bit norms): the one size
+// the memory model counts and the lowering's all-gathers send, allocate and free.
 double fsdp_unit_gathered_bytes(const ModelSpec& m, const Plan& p);
 // What a unit's gradient reduction holds from its backward until its reduce-scatter is done: the
 // unsharded grad in the param dtype, the reduce-dtype copy (FSDP2 always, FSDP1 when the dtypes

@@ -336,7 +336,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, s_.mbs)});
   if (modules_bytes > 0) end.at_end.push_back({MemoryTerm::recompute, -modules_bytes});
   if (s_.fsdp && (!defers_fsdp_sync() || run_last))
-    end.at_end.push_back({MemoryTerm::unsharded_params, -s_.gather_b * s_.unit});  // resharded after backward
+    end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});  // resharded after backward
   st.bwd_end_of_layer[{layer, mb}] = be;
   last = be;
   // Gradient reduction of this unit.

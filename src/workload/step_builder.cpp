@@ -76,7 +76,6 @@ void Builder::set_up_step() {
     throw std::invalid_argument(fmt::format(
         "the interleaved schedule needs micro-batches per schedule ({}) divisible by pp ({})", s.per_run, s.pp));
 
-  s.gather_b = p_.fp8_all_gather ? 1.0 : bytes_per_element(p_.param_dtype);
   s.reduce_b = bytes_per_element(p_.reduce_dtype);
   s.unit = block_params_per_rank(m_, p_);
   s.fsdp = fsdp_units(p_, traits_);

@@ -41,7 +41,7 @@ struct StepShape {
   std::vector<int> chunk_first;   // first (global) layer of each virtual stage
   std::int64_t microbatches = 1;
   std::int64_t per_run = 1;       // micro-batches per pipeline schedule run
-  double gather_b = 2, reduce_b = 4;
+  double reduce_b = 4;
   double unit = 0;                // one block's parameters on this rank (one FSDP unit)
   bool fsdp = false;
   bool reshard = true;
@@ -67,7 +67,9 @@ struct StepShape {
   // The memory model's terms (memory_estimate.hpp), attached to the ops that allocate and free them.
   StateBytesPerParam state;
   RootGathering root;
-  double unit_gathered = 0;       // one unit as all-gathered
+  // One unit as all-gathered: what its all-gather sends and allocates and what resharding frees
+  // (float8 all-gather: the linears in 1 byte, the norms in the param dtype).
+  double unit_gathered = 0;
   // Activation offload on its own stream with one layer of look-ahead (torchtune, torchtitan,
   // Megatron); false: torch's save_on_cpu (Composer), a blocking copy on the compute stream.
   bool offload_stream = false;

@@ -236,11 +236,8 @@ TEST_CASE("memory answers for every shipped model (FSDP over one node)") {
   }
 }
 
-TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the exported plan simulates the same") {
-  if (!meshplan::test::have_shared()) {
-    MESSAGE("../shared/validation is absent; skipping");
-    return;
-  }
+TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the exported plan simulates the same" *
+          SKIP_UNLESS_SHARED("validation/dev.csv")) {
   const std::string dev = (meshplan::test::shared_root() / "validation" / "dev.csv").string();
   const std::string id = "kor22-gpt22b-selective-sp";
   const fs::path dir = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid()));

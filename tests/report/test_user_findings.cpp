@@ -41,8 +41,7 @@ bool mentions(const std::vector<std::string>& notes, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("lint: a converter name that torchtitan raises KeyError on is an error, not info") {
-  if (!test::have_shared()) return;  // the shared examples are not in the repository
+TEST_CASE("lint: a converter name that torchtitan raises KeyError on is an error, not info" * SKIP_UNLESS_SHARED()) {
   const auto toml = (test::shared_root() / "examples" / "torchtitan" / "238fa9953e4a" / "llama3_405b.toml").string();
   const LintReport r = lint_config(source(toml, 512, "h100-sxm-80gb"));
   bool found = false;
@@ -80,8 +79,8 @@ TEST_CASE("diagnose: an observation above the dense peak is a measurement error,
   CHECK(mentions(fast.notes, "pessimistic"));
 }
 
-TEST_CASE("validate --cluster-dir: a gpu name the folder defines is valid, and runs on that profile") {
-  if (!test::have_shared()) return;
+TEST_CASE("validate --cluster-dir: a gpu name the folder defines is valid, and runs on that profile" *
+          SKIP_UNLESS_SHARED("validation/dev.csv")) {
   CsvTable t = read_csv_table((test::shared_root() / "validation" / "dev.csv").string());
   const auto col = [&](const std::string& name) {
     return static_cast<std::size_t>(std::find(t.header.begin(), t.header.end(), name) - t.header.begin());
@@ -148,8 +147,8 @@ TEST_CASE("HTML report: the Pareto front holds only plans that fit, and point la
   CHECK(positions.size() == 4);
 }
 
-TEST_CASE("whatif: varying torchtitan's TP keeps the global batch, so step times compare like for like") {
-  if (!test::have_shared()) return;
+TEST_CASE("whatif: varying torchtitan's TP keeps the global batch, so step times compare like for like" *
+          SKIP_UNLESS_SHARED()) {
   const auto toml = (test::shared_root() / "examples" / "torchtitan" / "238fa9953e4a" / "llama3_70b.toml").string();
   // local_batch_size 8 per data-parallel rank: TP 8 on 64 GPUs is 8 ranks x 8 = 64 sequences;
   // TP 1 would be 64 x 8 = 512 unless the batch is held.

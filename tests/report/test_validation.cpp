@@ -23,7 +23,6 @@ namespace {
 
 std::filesystem::path dev_csv() { return test::shared_root() / "validation" / "dev.csv"; }
 std::filesystem::path memory_csv() { return test::shared_root() / "validation" / "memory.csv"; }
-bool have_validation() { return std::filesystem::exists(dev_csv()) && std::filesystem::exists(memory_csv()); }
 
 // The index of row `id` in `t`.
 std::size_t row_index(const CsvTable& t, const std::string& id) {
@@ -221,11 +220,7 @@ TEST_CASE("summary statistics on a hand-made set") {
   CHECK(percentile({1, 2, 3, 4}, 0.5) == doctest::Approx(2.5));
 }
 
-TEST_CASE("real rows mapped field by field") {
-  if (!have_validation()) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("real rows mapped field by field" * SKIP_UNLESS_SHARED("validation")) {
   const CsvTable dev = read_csv_table(dev_csv().string());
   REQUIRE(dev.header.size() == 44);
 
@@ -343,11 +338,8 @@ TEST_CASE("real rows mapped field by field") {
   }
 }
 
-TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a reason") {
-  if (!have_validation()) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a reason" *
+          SKIP_UNLESS_SHARED("validation")) {
   for (const auto& file : {dev_csv(), memory_csv()}) {
     ValidationReport rep;
     REQUIRE_NOTHROW(rep = run_validation_file(file.string(), ValidationOptions{}));
@@ -379,11 +371,8 @@ TEST_CASE("every row of dev.csv and memory.csv simulates or is skipped with a re
   }
 }
 
-TEST_CASE("memory_metric unknown: compared with the point of [allocated, reserved] nearest the measurement") {
-  if (!have_validation()) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("memory_metric unknown: compared with the point of [allocated, reserved] nearest the measurement" *
+          SKIP_UNLESS_SHARED("validation/memory.csv")) {
   const CsvTable mem = read_csv_table(memory_csv().string());
   const ValidationRowRun rr = validation_row_run(mem, "tune-readme-l31-70b-8xa100-fsdp-cpuoffload", {});
   const ValidationCase& vc = rr.vc;

@@ -1,7 +1,9 @@
 // The current accuracy of meshplan against the published measurements in ../shared/validation.
 // The bounds are the values measured when this test was last tightened plus a margin of about a
 // tenth (so that an unrelated change in the last digit does not fail it); they may only be
-// tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %).
+// tightened (issue 5: targets 10 % overall, 15 % per source, memory 10 %). The test
+// validation_bounds_tightest holds them to the tightest each has had
+// (validation_bounds_tightest.txt): a bound above it is one whose raise, and why, is recorded there.
 // Measured (2026-12-01, second session): dev.csv tokens/s MAPE 6.2 % over 184 rows; per source
 // llm-foundry 5.2, korthikanti2022 4.4, megatron-sc21 4.2, megatron-lm-h100 9.8, nemo-24.07 7.3,
 // bloom-176b 46.5; memory.csv peak-memory MAPE 12.3 % over 41 runs (worst row -49.6 %, the 2D
@@ -54,8 +56,10 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // attention was priced as FA2, is the suspect; docs/validation.md). nemo-24.07 8.3 %, then 9.0 %
 // with the FP8 casts at copy bandwidth (its FP8 rows' bias -4 -> -1.6 %), 8.9 % with delayed
 // scaling's amax all-reduce.
+// megatron-sc21, raised to 4.5 when GEMMs were priced with their tile overhead, is back at its
+// tightest 4.3 (4.16 % on 2026-12-03).
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
-    {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.5},
+    {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.3},
     {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
 };
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
@@ -126,11 +130,7 @@ ValidationReport run(const char* name) {
 
 }  // namespace
 
-TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev.csv: tokens/s MAPE within the current bound" * SKIP_UNLESS_SHARED("validation/dev.csv")) {
   const ValidationReport rep = run("dev.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   CHECK(rep.summary.n >= kDevRowsCompared);
@@ -148,11 +148,8 @@ TEST_CASE("dev.csv: tokens/s MAPE within the current bound") {
   }
 }
 
-TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "memory.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound" *
+          SKIP_UNLESS_SHARED("validation/memory.csv")) {
   const ValidationReport rep = run("memory.csv");
   REQUIRE(rep.summary.memory_mape_pct.has_value());
   CHECK(rep.summary.memory_rows > 0);
@@ -168,11 +165,8 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound") {
   CHECK(torchtune_rows == 8);
 }
 
-TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-vtrain.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds" *
+          SKIP_UNLESS_SHARED("validation/dev-vtrain.csv")) {
   const ValidationReport rep = run("dev-vtrain.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   REQUIRE(rep.summary.mean_error_pct.has_value());
@@ -181,11 +175,8 @@ TEST_CASE("dev-vtrain.csv: small-model runs within the host-model bounds") {
   CHECK(std::abs(*rep.summary.mean_error_pct) <= kVtrainBiasBoundPct);
 }
 
-TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound") {
-  if (!std::filesystem::exists(test::shared_root() / "validation" / "dev-moe.csv")) {
-    MESSAGE("skipped: ../shared/validation is absent");
-    return;
-  }
+TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound" *
+          SKIP_UNLESS_SHARED("validation/dev-moe.csv")) {
   const ValidationReport rep = run("dev-moe.csv");
   REQUIRE(rep.summary.mape_pct.has_value());
   CHECK(rep.summary.skipped <= kMoeRowsSkippedBound);

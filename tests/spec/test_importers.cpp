@@ -104,11 +104,7 @@ std::vector<fs::path> files_in(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("every shared example imports, resolves and round-trips") {
-  if (!test::have_shared()) {
-    MESSAGE("../shared/examples is absent; skipping the shared example imports");
-    return;
-  }
+TEST_CASE("every shared example imports, resolves and round-trips" * SKIP_UNLESS_SHARED()) {
   int n = 0;
   for (const auto& p : files_in(test::shared_root() / "examples")) {
     const std::string ext = p.extension().string();
@@ -151,11 +147,7 @@ TEST_CASE("every shared example imports, resolves and round-trips") {
   CHECK(n == 13);
 }
 
-TEST_CASE("llm-foundry mpt-7b.yaml values") {
-  if (!test::have_shared()) {
-    MESSAGE("../shared/examples is absent; skipping");
-    return;
-  }
+TEST_CASE("llm-foundry mpt-7b.yaml values" * SKIP_UNLESS_SHARED()) {
   RunConfig rc = load_run_config((test::shared_root() / "examples/llm-foundry/mpt-7b.yaml").string());
   CHECK(rc.format == ConfigFormat::llm_foundry_yaml);
   CHECK(rc.plan.runtime == Runtime::composer_fsdp1);
@@ -183,11 +175,7 @@ TEST_CASE("llm-foundry mpt-7b.yaml values") {
   CHECK(rc.job.grad_accum == 16);  // 1024 / 8 = 128 per device, micro 8
 }
 
-TEST_CASE("llm-foundry hf-llama-3.1-8B.yaml: interpolated hf id, BACKWARD_PRE") {
-  if (!test::have_shared()) {
-    MESSAGE("../shared/examples is absent; skipping");
-    return;
-  }
+TEST_CASE("llm-foundry hf-llama-3.1-8B.yaml: interpolated hf id, BACKWARD_PRE" * SKIP_UNLESS_SHARED()) {
   RunConfig rc = load_run_config((test::shared_root() / "examples/llm-foundry/hf-llama-3.1-8B.yaml").string());
   CHECK(rc.model.n_layers == 32);
   CHECK(rc.model.n_kv_heads == 8);
@@ -199,11 +187,7 @@ TEST_CASE("llm-foundry hf-llama-3.1-8B.yaml: interpolated hf id, BACKWARD_PRE") 
   CHECK(rc.job.grad_accum == 1);
 }
 
-TEST_CASE("torchtitan presets: values") {
-  if (!test::have_shared()) {
-    MESSAGE("../shared/examples is absent; skipping");
-    return;
-  }
+TEST_CASE("torchtitan presets: values" * SKIP_UNLESS_SHARED()) {
   const fs::path tt = test::shared_root() / "examples/torchtitan";
   SUBCASE("70B, early-2026 layout") {
     RunConfig rc = load_run_config((tt / "238fa9953e4a/llama3_70b.toml").string());
@@ -251,11 +235,7 @@ TEST_CASE("torchtitan presets: values") {
   }
 }
 
-TEST_CASE("both torchtitan layouts give the same plan for the same preset") {
-  if (!test::have_shared()) {
-    MESSAGE("../shared/examples is absent; skipping");
-    return;
-  }
+TEST_CASE("both torchtitan layouts give the same plan for the same preset" * SKIP_UNLESS_SHARED()) {
   const fs::path tt = test::shared_root() / "examples/torchtitan";
   for (const char* f : {"llama3_8b.toml", "llama3_70b.toml", "llama3_405b.toml"}) {
     CAPTURE(f);

@@ -493,10 +493,10 @@ TEST_CASE("HF import: llm-foundry mpt_causal_lm YAML node reproduces the benchma
   CHECK(g.ffn_hidden == 11008);
 }
 
-TEST_CASE("llm-foundry benchmark rows: every MPT n_params reproduces exactly") {
-  if (!meshplan::test::have_shared()) return;
+TEST_CASE("llm-foundry benchmark rows: every MPT n_params reproduces exactly" *
+          SKIP_UNLESS_SHARED("validation/dev.csv")) {
   std::ifstream csv(meshplan::test::shared_root() / "validation" / "dev.csv");
-  if (!csv) return;
+  REQUIRE(csv);
   std::string line;
   // header: id,source,model,n_params,n_layers,d_model,n_heads,n_kv_heads,ffn_hidden,vocab,seq_len,...
   std::getline(csv, line);

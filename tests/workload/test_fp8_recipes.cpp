@@ -4,8 +4,10 @@
 // delayed scaling's amax all-reduce.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "cost/compute_cost.hpp"
 #include "sim/step_simulator.hpp"
@@ -18,6 +20,7 @@
 #include <toml++/toml.h>
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
+#include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
 
 using namespace meshplan;
@@ -203,4 +206,72 @@ TEST_CASE("delayed scaling all-reduces the amaxes once per chunk, micro-batch an
   // The stage group is every rank of one pipeline stage.
   CHECK(group_shape(p.mesh, MeshGroup::stage).n_ranks == 4);
   CHECK(group_shape(p.mesh, MeshGroup::stage).stride == 1);
+}
+
+namespace {
+
+// What a step leaves allocated per stage and term: the sum of every op's allocations and frees
+// (the simulator applies each once, at its op's start or end), so the timeline's allocation after
+// the step minus the one before it.
+std::vector<std::array<double, kMemoryTerms>> net_allocation(const StepProgram& prog) {
+  std::vector<std::array<double, kMemoryTerms>> net(static_cast<std::size_t>(prog.n_stages));
+  for (const Op& op : prog.ops)
+    for (const auto* changes : {&op.at_start, &op.at_end})
+      for (const auto& [term, bytes] : *changes)
+        net[static_cast<std::size_t>(op.stage)][static_cast<std::size_t>(term)] += bytes;
+  return net;
+}
+
+// torchtitan with torchao's float8 linears on 8-way FSDP2: two micro-batches, so a unit is
+// gathered in forward, again in backward, and the second micro-batch reuses what the first freed.
+Plan torchao_fsdp_plan(bool fp8_all_gather) {
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.sharding = Sharding::zero3;
+  p.mesh.dp_shard = 8;
+  p.param_dtype = p.compute_dtype = Dtype::bf16;
+  p.reduce_dtype = Dtype::fp32;
+  p.fp8 = Fp8Recipe::torchao_tensorwise;
+  p.fp8_all_gather = fp8_all_gather;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("float8 all-gather: every gathered unit is freed, so a step ends with the allocation it began with") {
+  ModelSpec m = small_dense();
+  m.n_layers = 8;
+  const Job job{4096, 16, 1, 2};
+  const ParamCounts pc = param_counts(m);
+  for (const bool reshard : {true, false})
+    for (const int pp : {1, 2}) {
+      CAPTURE(reshard);
+      CAPTURE(pp);
+      Plan p = torchao_fsdp_plan(true);
+      p.reshard_after_forward = reshard;
+      p.mesh.pp = pp;
+      p.mesh.dp_shard = 8 / pp;
+      const StepProgram prog = lower_step(m, p, job);
+      for (const auto& stage : net_allocation(prog))
+        for (const MemoryTerm t : {MemoryTerm::unsharded_params, MemoryTerm::activations, MemoryTerm::recompute,
+                                   MemoryTerm::reduce_buffers, MemoryTerm::host}) {
+          CAPTURE(static_cast<int>(t));
+          // A leak of one unit's norms (16 bits each, 1 byte freed) is 2 x 2048 bytes.
+          CHECK(std::abs(stage[static_cast<std::size_t>(t)]) < 1.0);
+        }
+      // The all-gather sends what it allocates: the linears in 1 byte, the norms in bf16.
+      const double unit = block_params_per_rank(m, p);
+      const double expected = 1.0 * (unit - static_cast<double>(pc.norm_per_layer)) + 2.0 * pc.norm_per_layer;
+      int gathers = 0;
+      for (const Op& op : prog.ops) {
+        if (op.category != OpCategory::fsdp_all_gather || op.name.find(".L") == std::string::npos) continue;
+        CAPTURE(op.name);
+        CHECK(op.bytes == doctest::Approx(expected).epsilon(1e-12));
+        ++gathers;
+      }
+      CHECK(gathers > 0);
+    }
+  // Without float8 all-gather the unit is all bf16, and the step ends where it began too.
+  for (const auto& stage : net_allocation(lower_step(m, torchao_fsdp_plan(false), job)))
+    CHECK(std::abs(stage[static_cast<std::size_t>(MemoryTerm::unsharded_params)]) < 1.0);
 }
