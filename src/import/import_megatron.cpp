@@ -475,46 +475,8 @@ std::optional<std::int64_t> vocab_of(const Args& a) {
   return std::nullopt;
 }
 
-}  // namespace
-
-std::vector<std::string> megatron_known_flags() {
-  std::vector<std::string> out;
-  for (const auto& [name, _] : known_flags()) out.push_back(name);
-  return out;
-}
-
-std::vector<std::string> megatron_no_effect_flags() {
-  return {no_effect_flags().begin(), no_effect_flags().end()};
-}
-
-bool looks_like_megatron_args(std::string_view text) {
-  if (text.find("pretrain_gpt.py") != std::string_view::npos) return true;
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  for (std::string_view flag : {"--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size"})
-    for (std::size_t at = text.find(flag); at != std::string_view::npos; at = text.find(flag, at + 1)) {
-      const std::size_t end = at + flag.size();
-      if ((at == 0 || space(text[at - 1])) && (end == text.size() || space(text[end]) || text[end] == '='))
-        return true;
-    }
-  return false;
-}
-
-std::vector<std::string> megatron_words(const std::string& path, const std::string& text,
-                                        std::vector<std::string>* launcher) {
-  std::vector<std::string> out;
-  for (const Word& w : command_words(path, text, launcher)) out.push_back(w.text);
-  return out;
-}
-
-RunConfig import_megatron_args(const std::string& path, const std::string& text, const ImportOptions& opts) {
-  RunConfig rc;
-  rc.source_file = path;
-  rc.format = ConfigFormat::megatron_args;
-  std::vector<std::string> launcher;
-  const Args a(path, command_words(path, text, &launcher), rc.warnings);
-
-  // ---- GPU count from a torchrun prefix (--nnodes x --nproc-per-node).
-  {
+// The GPU count from a torchrun prefix (--nnodes x --nproc-per-node).
+void read_launcher_gpus(const std::string& path, const std::vector<std::string>& launcher, RunConfig& rc) {
     std::optional<std::int64_t> nodes, per_node;
     bool unknown = false;
     for (std::size_t i = 0; i < launcher.size(); ++i) {
@@ -542,13 +504,9 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
                                                      limits::kMaxGpus));
   }
 
-  Plan& plan = rc.plan;
-  Mesh& mesh = plan.mesh;
+// The batch and the sequence.
+void read_batch(const Args& a, RunConfig& rc) {
   Job& job = rc.job;
-  plan.runtime = Runtime::megatron;
-  plan.backward_prefetch = BackwardPrefetch::none;  // Megatron's DDP / distributed optimizer: no FSDP prefetch
-  plan.limit_all_gathers = false;
-
   // ---- batch and sequence
   if (!a.has("--seq-length")) a.fail("--seq-length", "required (the training sequence length)");
   job.seq_len = *a.integer("--seq-length", 1, limits::kMaxSeqLen, "the sequence length");
@@ -570,7 +528,11 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   if (a.has("--rampup-batch-size"))
     rc.warnings.push_back("--rampup-batch-size: modelled at the final --global-batch-size");
   job.pp_microbatches = 0;  // every micro-batch of a step in one pipeline schedule run
+}
 
+// The model: a shipped one of the same shape, else the one the flags build.
+void read_model(const Args& a, const std::string& path, const ImportOptions& opts, RunConfig& rc) {
+  Job& job = rc.job;
   // ---- model
   if (opts.model) {
     rc.model = *opts.model;
@@ -599,7 +561,12 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
       rc.model = built;
     }
   }
+}
 
+// The mesh degrees, the MoE dispatcher, sequence parallelism and async TP.
+void read_parallelism(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
   // ---- parallelism. Data parallel = world / (tp x pp x cp): the -1 degree.
   auto degree = [&](const char* f) {
     return static_cast<int>(a.integer(f, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)").value_or(1));
@@ -626,6 +593,12 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   if (a.has("--tp-comm-overlap") && !plan.sequence_parallel)
     rc.warnings.push_back("--tp-comm-overlap: needs --sequence-parallel and tp > 1; no effect");
   plan.tp_style = TpStyle::full;
+}
+
+// Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
+void pad_vocab(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
   {
     // Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
     const std::int64_t by = a.integer("--make-vocab-size-divisible-by", 1, limits::kMaxVocab, "tokens").value_or(128);
@@ -639,7 +612,12 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
       rc.model.vocab = padded;
     }
   }
+}
 
+// The pipeline split, the virtual stages and the schedule.
+void read_pipeline(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
   // Pipeline split (TransformerConfig; spec/pipeline_split.hpp).
   PipelineSplit& split = plan.pipeline_split;
   split.embedding_as_layer = a.has("--account-for-embedding-in-pipeline-split");
@@ -689,7 +667,12 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   if (mesh.vpp > 1 && mesh.pp == 1)
     a.fail("--num-virtual-stages-per-pipeline-rank", "virtual pipeline stages need --pipeline-model-parallel-size > 1");
   plan.schedule = mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+}
 
+// Data-parallel sharding: DDP, the distributed optimizer (ZeRO-1) or Megatron-FSDP.
+void read_sharding(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
   // ---- data-parallel sharding: DDP, the distributed optimizer (ZeRO-1) or Megatron-FSDP.
   const bool mfsdp = a.has("--use-megatron-fsdp") || a.has("--use-custom-fsdp");
   if (a.has("--deepspeed"))
@@ -731,7 +714,11 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     rc.warnings.push_back("--overlap-grad-reduce: not given, so Megatron reduces gradients after the backward pass; "
                           "meshplan overlaps the reduction with backward as this flag does (the step time is a "
                           "lower bound)");
+}
 
+// Params, gradients and the low-precision recipes.
+void read_precision(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
   // ---- precision
   if (a.has("--bf16") && a.has("--fp16")) a.fail("--fp16", "contradicts --bf16");
   if (a.has("--bf16")) {
@@ -770,7 +757,11 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   }
   if (a.has("--fp8-param-gather") && plan.fp8 == Fp8Recipe::none)
     rc.warnings.push_back("--fp8-param-gather: has no effect without --fp8-format");
+}
 
+// Activation recompute and offload.
+void read_recompute(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
   // ---- activation recompute
   const auto granularity = a.choice("--recompute-granularity", {"full", "selective"});
   if (granularity == "full") {
@@ -818,7 +809,11 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
     rc.warnings.push_back("--cpu-offloading: Transformer Engine's activation offload is not modelled for Megatron");
     rc.unmodelled_settings.push_back("--cpu-offloading");
   }
+}
 
+// Kernels, dropout, the optimizer and checkpoints.
+void read_kernels(const Args& a, RunConfig& rc) {
+  Plan& plan = rc.plan;
   // ---- kernels, dropout, optimizer
   plan.flash_attention = a.str("--attention-backend").value_or("auto") != "unfused";
   plan.cuda_graphs = a.has("--enable-cuda-graph") || a.has("--external-cuda-graph");
@@ -830,7 +825,10 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
   const std::string opt = a.choice("--optimizer", {"adam", "sgd"}).value_or("adam");
   plan.optimizer = opt == "sgd" ? Optimizer::sgd : Optimizer::adamw;  // Megatron's adam is AdamW
   if (auto s = a.integer("--save-interval", 1, limits::kMaxBatch, "steps")) rc.checkpoint_interval_steps = *s;
+}
 
+// Every flag given is modelled above, changes nothing meshplan computes, or is named here.
+void name_unmodelled(const Args& a, RunConfig& rc) {
   // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
   for (const std::string& f : a.unread()) {
     if (no_effect_flags().count(f) != 0) continue;
@@ -839,6 +837,61 @@ RunConfig import_megatron_args(const std::string& path, const std::string& text,
                                       "(docs/importers.md, \"Accepted but not modelled\")", f));
   }
   std::sort(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end());
+}
+
+}  // namespace
+
+std::vector<std::string> megatron_known_flags() {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : known_flags()) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> megatron_no_effect_flags() {
+  return {no_effect_flags().begin(), no_effect_flags().end()};
+}
+
+bool looks_like_megatron_args(std::string_view text) {
+  if (text.find("pretrain_gpt.py") != std::string_view::npos) return true;
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  for (std::string_view flag : {"--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size"})
+    for (std::size_t at = text.find(flag); at != std::string_view::npos; at = text.find(flag, at + 1)) {
+      const std::size_t end = at + flag.size();
+      if ((at == 0 || space(text[at - 1])) && (end == text.size() || space(text[end]) || text[end] == '='))
+        return true;
+    }
+  return false;
+}
+
+std::vector<std::string> megatron_words(const std::string& path, const std::string& text,
+                                        std::vector<std::string>* launcher) {
+  std::vector<std::string> out;
+  for (const Word& w : command_words(path, text, launcher)) out.push_back(w.text);
+  return out;
+}
+
+RunConfig import_megatron_args(const std::string& path, const std::string& text, const ImportOptions& opts) {
+  RunConfig rc;
+  rc.source_file = path;
+  rc.format = ConfigFormat::megatron_args;
+  std::vector<std::string> launcher;
+  const Args a(path, command_words(path, text, &launcher), rc.warnings);
+
+  read_launcher_gpus(path, launcher, rc);
+  Plan& plan = rc.plan;
+  plan.runtime = Runtime::megatron;
+  plan.backward_prefetch = BackwardPrefetch::none;  // Megatron's DDP / distributed optimizer: no FSDP prefetch
+  plan.limit_all_gathers = false;
+  read_batch(a, rc);
+  read_model(a, path, opts, rc);
+  read_parallelism(a, rc);
+  pad_vocab(a, rc);
+  read_pipeline(a, rc);
+  read_sharding(a, rc);
+  read_precision(a, rc);
+  read_recompute(a, rc);
+  read_kernels(a, rc);
+  name_unmodelled(a, rc);
   return rc;
 }
 
