@@ -185,6 +185,94 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
   for (const auto& n : s.notes) fmt::print("note: {}\n", n);
 }
 
+void add_plan_options(CLI::App& app, Options& o) {
+  app.add_option("--model", o.model, "model name (meshplan model --list) or HF config.json")->required();
+  app.add_option("--cluster", o.cluster, "hardware profile")->capture_default_str();
+  app.add_option("--gpus", o.gpus, "total GPUs")->required()->check(positive_integer(limits::kMaxGpus));
+  auto* tok = app.add_option("--global-batch-tokens", o.tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
+  auto* gb = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step")->check(positive_integer(limits::kMaxBatch));
+  tok->excludes(gb);
+  app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
+  app.add_option("--top", o.top, "plans to show")->capture_default_str()->check(positive_integer());
+  app.add_option("--runtime", o.runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
+      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  app.add_option("--headroom", o.headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
+  app.add_option("--out", o.out,
+                 "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "
+                 "when multi-node, plan.md)");
+  app.add_option("--torchtitan-version", o.torchtitan_version,
+                 "torchtitan commit the bundle targets: 8570415c3 (mid-2025 TOML), 238fa9953e4a (early-2026 "
+                 "TOML), or registry (Python-registry era)")
+      ->capture_default_str();
+  app.add_option("--simulate-budget", o.budget,
+                 "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
+      ->capture_default_str()
+      ->check(positive_integer());
+  app.add_option("--threads", o.threads,
+                 "threads simulating plans (the answer is the same for any count; only search_seconds changes)")
+      ->capture_default_str()
+      ->check(positive_integer(64));
+  app.add_flag("--json", o.json, "machine-readable output");
+}
+
+// The search asked for, its inputs checked: a batch given one way, within the limits.
+PlanRequest plan_request(const Options& o) {
+  // CLI::Range lets NaN through (every comparison with it is false).
+  if (!(o.headroom_pct >= 0 && o.headroom_pct <= 90))
+    throw InputError("", "--headroom", fmt::format("must be between 0 and 90 percent, got {}", o.headroom_pct));
+  if (o.tokens.empty() && o.global_batch == 0)
+    throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
+  PlanRequest rq;
+  rq.model = load_model(o.model);
+  rq.cluster = load_cluster(o.cluster);
+  rq.n_gpus = o.gpus;
+  rq.seq_len = o.seq;
+  rq.global_batch = o.global_batch;
+  if (!o.tokens.empty()) {
+    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
+        parse_token_count(o.tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
+    if (rq.global_batch_tokens < rq.seq_len)
+      throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
+                                                                rq.global_batch_tokens, rq.seq_len));
+  }
+  if (rq.global_batch > 0 && rq.global_batch * rq.seq_len > limits::kMaxTokensPerStep)
+    throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "
+                                                       "step (docs/limits.md)", rq.global_batch, rq.seq_len,
+                                                       limits::kMaxTokensPerStep));
+  rq.runtime = o.runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
+               : o.runtime == "megatron"  ? Runtime::megatron
+                                          : Runtime::composer_fsdp1;
+  rq.headroom_fraction = o.headroom_pct / 100.0;
+  rq.top_k = o.top;
+  rq.simulate_budget = o.budget;
+  rq.threads = o.threads;
+  return rq;
+}
+
+int run_plan(const Options& o) {
+  const PlanRequest rq = plan_request(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool drew = false;
+  const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
+    // A progress bar only when the search is slow enough to wonder about.
+    if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
+    const int width = 30;
+    const int filled = total ? static_cast<int>(width * done / total) : width;
+    fmt::print(stderr, "\rsimulating plans [{:<{}}] {}/{}", std::string(static_cast<std::size_t>(filled), '#'), width,
+               done, total);
+    std::fflush(stderr);
+    drew = true;
+  });
+  if (drew) fmt::print(stderr, "\n");
+  if (!o.out.empty() && !s.ranked.empty()) write_winner_bundle(o, rq, s);
+  if (o.json) {
+    print_json(s, o.top);
+  } else {
+    print_table(o, rq, s);
+  }
+  return s.ranked.empty() ? 3 : 0;
+}
+
 }  // namespace
 
 Command add_plan_command(CLI::App& root) {
@@ -196,84 +284,8 @@ Command add_plan_command(CLI::App& root) {
       "sharding x AC x precision plan the runtime supports, drops what does not fit (with --headroom), simulates "
       "the most promising and ranks them by tokens/s. Prints the top plans, the Pareto front of tokens/s vs memory, "
       "and why the winner wins.");
-  c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
-  c.app->add_option("--cluster", o->cluster, "hardware profile")->capture_default_str();
-  c.app->add_option("--gpus", o->gpus, "total GPUs")->required()->check(positive_integer(limits::kMaxGpus));
-  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
-  auto* gb = c.app->add_option("--global-batch", o->global_batch, "sequences per optimizer step")->check(positive_integer(limits::kMaxBatch));
-  tok->excludes(gb);
-  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
-  c.app->add_option("--top", o->top, "plans to show")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
-      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
-  c.app->add_option("--headroom", o->headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
-  c.app->add_option("--out", o->out,
-                    "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "
-                    "when multi-node, plan.md)");
-  c.app->add_option("--torchtitan-version", o->torchtitan_version,
-                    "torchtitan commit the bundle targets: 8570415c3 (mid-2025 TOML), 238fa9953e4a (early-2026 "
-                    "TOML), or registry (Python-registry era)")
-      ->capture_default_str();
-  c.app->add_option("--simulate-budget", o->budget,
-                    "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
-      ->capture_default_str()
-      ->check(positive_integer());
-  c.app->add_option("--threads", o->threads,
-                    "threads simulating plans (the answer is the same for any count; only search_seconds changes)")
-      ->capture_default_str()
-      ->check(positive_integer(64));
-  c.app->add_flag("--json", o->json, "machine-readable output");
-  c.run = [o] {
-    // CLI::Range lets NaN through (every comparison with it is false).
-    if (!(o->headroom_pct >= 0 && o->headroom_pct <= 90))
-      throw InputError("", "--headroom", fmt::format("must be between 0 and 90 percent, got {}", o->headroom_pct));
-    if (o->tokens.empty() && o->global_batch == 0)
-      throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
-    PlanRequest rq;
-    rq.model = load_model(o->model);
-    rq.cluster = load_cluster(o->cluster);
-    rq.n_gpus = o->gpus;
-    rq.seq_len = o->seq;
-    rq.global_batch = o->global_batch;
-    if (!o->tokens.empty()) {
-      rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
-          parse_token_count(o->tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
-      if (rq.global_batch_tokens < rq.seq_len)
-        throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
-                                                                  rq.global_batch_tokens, rq.seq_len));
-    }
-    if (rq.global_batch > 0 && rq.global_batch * rq.seq_len > limits::kMaxTokensPerStep)
-      throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "
-                                                         "step (docs/limits.md)", rq.global_batch, rq.seq_len,
-                                                         limits::kMaxTokensPerStep));
-    rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
-                 : o->runtime == "megatron"  ? Runtime::megatron
-                                             : Runtime::composer_fsdp1;
-    rq.headroom_fraction = o->headroom_pct / 100.0;
-    rq.top_k = o->top;
-    rq.simulate_budget = o->budget;
-    rq.threads = o->threads;
-    const auto t0 = std::chrono::steady_clock::now();
-    bool drew = false;
-    const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
-      // A progress bar only when the search is slow enough to wonder about.
-      if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
-      const int width = 30;
-      const int filled = total ? static_cast<int>(width * done / total) : width;
-      fmt::print(stderr, "\rsimulating plans [{:<{}}] {}/{}", std::string(static_cast<std::size_t>(filled), '#'), width,
-                 done, total);
-      std::fflush(stderr);
-      drew = true;
-    });
-    if (drew) fmt::print(stderr, "\n");
-    if (!o->out.empty() && !s.ranked.empty()) write_winner_bundle(*o, rq, s);
-    if (o->json) {
-      print_json(s, o->top);
-    } else {
-      print_table(*o, rq, s);
-    }
-    return s.ranked.empty() ? 3 : 0;
-  };
+  add_plan_options(*c.app, *o);
+  c.run = [o] { return run_plan(*o); };
   return c;
 }
 

@@ -18,93 +18,124 @@
 
 namespace meshplan::cli {
 
+namespace {
+
+struct SimulateOptions {
+  RunInputOptions in;
+  bool json = false;
+  bool full = false;
+  std::string trace;
+  double observed_tokens_per_s = 0;  // per GPU; > 0: explain the gap (report/diagnose.hpp)
+  std::string straggler, gpu_speeds;
+  std::uint64_t seed = 1;
+};
+
+void add_simulate_options(CLI::App& app, SimulateOptions& o) {
+  add_run_input_options(app, o.in);
+  app.add_flag("--json", o.json, "machine-readable output");
+  app.add_option("--trace", o.trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
+  app.add_flag("--full", o.full,
+               "simulate every rank with its own links and streams (up to 512 GPUs) instead of one "
+               "representative rank per pipeline stage");
+  app.add_option("--observed-tokens-per-s", o.observed_tokens_per_s,
+                 "tokens/s per GPU the real run achieved: rank causes of the gap, simulate fixes")
+      ->check(CLI::PositiveNumber);
+  auto* st = app.add_option("--straggler", o.straggler,
+                            "with --full: FRACTION:SPEED, e.g. 0.01:0.9 = 1 % of the GPUs (drawn with --seed) run "
+                            "compute at 0.9x; reports the step time with and without them");
+  auto* gs = app.add_option("--gpu-speeds", o.gpu_speeds,
+                            "with --full: a file of 'RANK FACTOR' lines (unlisted ranks at 1), e.g. measured per-GPU "
+                            "GEMM rates over the fleet median");
+  st->excludes(gs);
+  app.add_option("--seed", o.seed, "seed of the --straggler draw (same seed, same ranks)")->capture_default_str();
+}
+
+// With per-GPU speeds: the step without them, the rank that sets the pace and how many are slow.
+struct Stragglers {
+  StepResult ideal;
+  std::int64_t pace = 0;
+  std::int64_t n_slow = 0;
+  double pace_speed = 1;
+};
+
+// The simulation asked for; with --straggler / --gpu-speeds also the same step at full speed.
+SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std::optional<Stragglers>& stragglers) {
+  SimOptions so;
+  so.keep_timeline = !o.trace.empty();
+  so.full = o.full;
+  if (o.full && in.run.n_gpus > 512)
+    throw InputError("", "--full", fmt::format("instantiates every rank and is limited to 512 GPUs; this run has {}",
+                                                in.run.n_gpus));
+  const bool speeds = !o.straggler.empty() || !o.gpu_speeds.empty();
+  if (speeds && !o.full)
+    throw InputError("", o.straggler.empty() ? "--gpu-speeds" : "--straggler",
+                     "per-GPU speeds need --full (every rank simulated at its own speed)");
+  if (!speeds) return so;
+  so.rank_speed = o.straggler.empty() ? load_gpu_speeds(o.gpu_speeds, in.run.n_gpus)
+                                      : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o.straggler), o.seed);
+  SimOptions plain = so;
+  plain.rank_speed.clear();
+  plain.keep_timeline = false;
+  Stragglers s;
+  s.ideal = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, plain).result;
+  s.pace = slowest_rank(so.rank_speed);
+  for (double v : so.rank_speed) s.n_slow += v < 1 ? 1 : 0;
+  s.pace_speed = so.rank_speed[static_cast<std::size_t>(s.pace)];
+  stragglers = s;
+  return so;
+}
+
+void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepResult& result,
+                    const std::optional<Diagnosis>& gap, const std::optional<Stragglers>& slow) {
+  if (o.json) {
+    nlohmann::json j = simulate_json(in.run, in.cluster, result);
+    if (gap) j["diagnosis"] = diagnosis_json(*gap);
+    if (slow) {
+      j["step_time_ideal_s"] = slow->ideal.step_time_s;
+      j["straggler_slowdown_fraction"] = result.step_time_s / slow->ideal.step_time_s - 1;
+      j["pace_rank"] = slow->pace;
+      j["pace_rank_speed"] = slow->pace_speed;
+      j["slow_ranks"] = slow->n_slow;
+    }
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("{}", simulate_text(in.run, in.cluster, result));
+  if (gap) fmt::print("{}", diagnosis_text(*gap));
+  if (slow)
+    fmt::print("\nper-GPU speeds: {} of {} ranks below 1; rank {} (speed {:g}) sets the pace of the synchronous step\n"
+               "  step time {:.4f} s with them, {:.4f} s without ({:+.2f} %)\n",
+               slow->n_slow, in.run.n_gpus, slow->pace, slow->pace_speed, result.step_time_s, slow->ideal.step_time_s,
+               100 * (result.step_time_s / slow->ideal.step_time_s - 1));
+}
+
+int run_simulate(const SimulateOptions& o) {
+  const RunInputs in = load_run_inputs(o.in);
+  std::optional<Stragglers> stragglers;
+  const SimOptions so = simulation_options(o, in, stragglers);
+  const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, so);
+  if (!o.trace.empty()) {
+    write_file_atomic(o.trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
+  }
+  std::optional<Diagnosis> gap;
+  if (o.observed_tokens_per_s > 0)
+    gap = diagnose_gap(run_source(o.in), in.run, in.cluster, step.result, o.observed_tokens_per_s);
+  print_simulate(o, in, step.result, gap, stragglers);
+  return 0;
+}
+
+}  // namespace
+
 Command add_simulate_command(CLI::App& root) {
-  struct Options {
-    RunInputOptions in;
-    bool json = false;
-    bool full = false;
-    std::string trace;
-    double observed_tokens_per_s = 0;  // per GPU; > 0: explain the gap (report/diagnose.hpp)
-    std::string straggler, gpu_speeds;
-    std::uint64_t seed = 1;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<SimulateOptions>();
   Command c;
   c.app = root.add_subcommand(
       "simulate",
       "Discrete-event simulation of one optimizer step: step time, tokens/s (global and per GPU), "
       "MFU/HFU, a breakdown that adds up to the step time (compute, recompute, exposed communication "
       "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage.");
-  add_run_input_options(*c.app, o->in);
-  c.app->add_flag("--json", o->json, "machine-readable output");
-  c.app->add_option("--trace", o->trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
-  c.app->add_flag("--full", o->full,
-                  "simulate every rank with its own links and streams (up to 512 GPUs) instead of one "
-                  "representative rank per pipeline stage");
-  c.app->add_option("--observed-tokens-per-s", o->observed_tokens_per_s,
-                    "tokens/s per GPU the real run achieved: rank causes of the gap, simulate fixes")
-      ->check(CLI::PositiveNumber);
-  auto* st = c.app->add_option("--straggler", o->straggler,
-                               "with --full: FRACTION:SPEED, e.g. 0.01:0.9 = 1 % of the GPUs (drawn with --seed) run "
-                               "compute at 0.9x; reports the step time with and without them");
-  auto* gs = c.app->add_option("--gpu-speeds", o->gpu_speeds,
-                               "with --full: a file of 'RANK FACTOR' lines (unlisted ranks at 1), e.g. measured per-GPU "
-                               "GEMM rates over the fleet median");
-  st->excludes(gs);
-  c.app->add_option("--seed", o->seed, "seed of the --straggler draw (same seed, same ranks)")->capture_default_str();
-  c.run = [o] {
-    const RunInputs in = load_run_inputs(o->in);
-    SimOptions so;
-    so.keep_timeline = !o->trace.empty();
-    so.full = o->full;
-    if (o->full && in.run.n_gpus > 512)
-      throw InputError("", "--full", fmt::format("instantiates every rank and is limited to 512 GPUs; this run has {}",
-                                                  in.run.n_gpus));
-    const bool speeds = !o->straggler.empty() || !o->gpu_speeds.empty();
-    if (speeds && !o->full)
-      throw InputError("", o->straggler.empty() ? "--gpu-speeds" : "--straggler",
-                       "per-GPU speeds need --full (every rank simulated at its own speed)");
-    std::optional<StepResult> ideal;
-    if (speeds) {
-      so.rank_speed = o->straggler.empty() ? load_gpu_speeds(o->gpu_speeds, in.run.n_gpus)
-                                           : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o->straggler), o->seed);
-      SimOptions plain = so;
-      plain.rank_speed.clear();
-      plain.keep_timeline = false;
-      ideal = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, plain).result;
-    }
-    const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, so);
-    const std::int64_t pace = speeds ? slowest_rank(so.rank_speed) : 0;
-    std::int64_t n_slow = 0;
-    for (double v : so.rank_speed) n_slow += v < 1 ? 1 : 0;
-    if (!o->trace.empty()) {
-      write_file_atomic(o->trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
-    }
-    std::optional<Diagnosis> gap;
-    if (o->observed_tokens_per_s > 0)
-      gap = diagnose_gap(run_source(o->in), in.run, in.cluster, step.result, o->observed_tokens_per_s);
-    if (o->json) {
-      nlohmann::json j = simulate_json(in.run, in.cluster, step.result);
-      if (gap) j["diagnosis"] = diagnosis_json(*gap);
-      if (ideal) {
-        j["step_time_ideal_s"] = ideal->step_time_s;
-        j["straggler_slowdown_fraction"] = step.result.step_time_s / ideal->step_time_s - 1;
-        j["pace_rank"] = pace;
-        j["pace_rank_speed"] = so.rank_speed[static_cast<std::size_t>(pace)];
-        j["slow_ranks"] = n_slow;
-      }
-      fmt::print("{}\n", j.dump(2));
-    } else {
-      fmt::print("{}", simulate_text(in.run, in.cluster, step.result));
-      if (gap) fmt::print("{}", diagnosis_text(*gap));
-      if (ideal)
-        fmt::print("\nper-GPU speeds: {} of {} ranks below 1; rank {} (speed {:g}) sets the pace of the synchronous step\n"
-                   "  step time {:.4f} s with them, {:.4f} s without ({:+.2f} %)\n",
-                   n_slow, in.run.n_gpus, pace, so.rank_speed[static_cast<std::size_t>(pace)], step.result.step_time_s,
-                   ideal->step_time_s, 100 * (step.result.step_time_s / ideal->step_time_s - 1));
-    }
-    return 0;
-  };
+  add_simulate_options(*c.app, *o);
+  c.run = [o] { return run_simulate(*o); };
   return c;
 }
 

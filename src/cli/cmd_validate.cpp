@@ -20,19 +20,89 @@
 
 namespace meshplan::cli {
 
+namespace {
+
+struct ValidateOptions {
+  std::string file;
+  std::string collectives;
+  std::string cluster;
+  std::string by = "source";
+  std::vector<std::string> cluster_dirs;
+  std::vector<std::string> rows;
+  std::string trace;
+  std::string export_plan;
+  bool json = false;
+};
+
+void add_validate_options(CLI::App& app, ValidateOptions& o) {
+  app.add_option("file", o.file, "validation CSV (columns: ../shared/validation/README.md)");
+  app.add_option("--collectives", o.collectives,
+                 "nccl-tests-style CSV (op, gpus, gpus_per_node, size_bytes, time_us or busbw_gbps); needs --cluster");
+  app.add_option("--cluster", o.cluster, "hardware profile for --collectives (name or TOML path)");
+  app.add_option("--by", o.by, "group the summary by source, framework or gpu")
+      ->check(CLI::IsMember({"source", "framework", "gpu"}))
+      ->capture_default_str();
+  app.add_option("--cluster-dir", o.cluster_dirs,
+                 "folder of extra hardware profiles (NAME.toml), looked up by the gpu column before the shipped ones");
+  app.add_option("--row", o.rows, "compare only the row(s) with this id (repeatable)");
+  app.add_option("--trace", o.trace,
+                 "with one --row: write that row's simulated step as a Chrome trace (open in ui.perfetto.dev)");
+  app.add_option("--export-plan", o.export_plan,
+                 "with one --row: write that row as a meshplan plan TOML, to rerun with simulate/whatif/memory");
+  app.add_flag("--json", o.json, "machine-readable output (docs/validation.md)");
+}
+
+// --collectives FILE --cluster NAME: an nccl-tests-style CSV against the collective cost model.
+int validate_collectives(const ValidateOptions& o) {
+  if (!o.file.empty())
+    throw InputError("", "file", "give either a validation CSV or --collectives FILE, not both");
+  if (o.cluster.empty()) throw InputError("", "--cluster", "required with --collectives");
+  std::vector<std::filesystem::path> dirs(o.cluster_dirs.begin(), o.cluster_dirs.end());
+  const ClusterSpec cluster = load_cluster_search(o.cluster, dirs);
+  const CollectiveValidation v = run_collective_validation(read_csv_table(o.collectives), cluster);
+  if (o.json) fmt::print("{}\n", collective_validation_json(v).dump(2));
+  else fmt::print("{}", collective_validation_text(v));
+  return 0;
+}
+
+// With one --row: that row's plan TOML and/or its simulated step as a trace.
+void write_row_files(const ValidateOptions& o, const CsvTable& table, const ValidationOptions& opts) {
+  const ValidationRowRun row = validation_row_run(table, o.rows.front(), opts);
+  if (!o.export_plan.empty()) write_file_atomic(o.export_plan, to_plan_toml(row.vc.run), "--export-plan");
+  if (!o.trace.empty()) {
+    const SimulatedStep step =
+        simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
+    write_file_atomic(o.trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
+  }
+}
+
+int run_validate(const ValidateOptions& o) {
+  if (!o.collectives.empty()) return validate_collectives(o);
+  if (o.file.empty()) throw InputError("", "file", "required: a validation CSV (or --collectives FILE --cluster NAME)");
+  if (!o.cluster.empty())
+    throw InputError("", "--cluster", "applies only to --collectives; rows name their GPU in the gpu column");
+  ValidationOptions opts;
+  opts.by = *parse_group_by(o.by);
+  for (const auto& d : o.cluster_dirs) {
+    if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
+    opts.cluster_dirs.emplace_back(d);
+  }
+  opts.only_ids = o.rows;
+  const bool inspect = !o.trace.empty() || !o.export_plan.empty();
+  if (inspect && o.rows.size() != 1)
+    throw InputError("", o.trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
+  const CsvTable table = read_csv_table(o.file);
+  const ValidationReport rep = run_validation(table, opts);
+  if (inspect) write_row_files(o, table, opts);
+  if (o.json) fmt::print("{}\n", validation_json(rep).dump(2));
+  else fmt::print("{}", validation_text(rep));
+  return 0;
+}
+
+}  // namespace
+
 Command add_validate_command(CLI::App& root) {
-  struct Options {
-    std::string file;
-    std::string collectives;
-    std::string cluster;
-    std::string by = "source";
-    std::vector<std::string> cluster_dirs;
-    std::vector<std::string> rows;
-    std::string trace;
-    std::string export_plan;
-    bool json = false;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<ValidateOptions>();
   Command c;
   c.app = root.add_subcommand(
       "validate",
@@ -40,65 +110,8 @@ Command add_validate_command(CLI::App& root) {
       "tokens/s per GPU (or the source's own TFLOP/s / MFU) and peak memory with what was measured: per-row "
       "error, dominant term, and MAPE / median / p90 / max error per group. With --collectives, compares an "
       "nccl-tests-style CSV with the collective cost model. See docs/validation.md.");
-  c.app->add_option("file", o->file, "validation CSV (columns: ../shared/validation/README.md)");
-  c.app->add_option("--collectives", o->collectives,
-                    "nccl-tests-style CSV (op, gpus, gpus_per_node, size_bytes, time_us or busbw_gbps); needs --cluster");
-  c.app->add_option("--cluster", o->cluster, "hardware profile for --collectives (name or TOML path)");
-  c.app->add_option("--by", o->by, "group the summary by source, framework or gpu")
-      ->check(CLI::IsMember({"source", "framework", "gpu"}))
-      ->capture_default_str();
-  c.app->add_option("--cluster-dir", o->cluster_dirs,
-                    "folder of extra hardware profiles (NAME.toml), looked up by the gpu column before the shipped ones");
-  c.app->add_option("--row", o->rows, "compare only the row(s) with this id (repeatable)");
-  c.app->add_option("--trace", o->trace,
-                    "with one --row: write that row's simulated step as a Chrome trace (open in ui.perfetto.dev)");
-  c.app->add_option("--export-plan", o->export_plan,
-                    "with one --row: write that row as a meshplan plan TOML, to rerun with simulate/whatif/memory");
-  c.app->add_flag("--json", o->json, "machine-readable output (docs/validation.md)");
-
-  c.run = [o] {
-    if (!o->collectives.empty()) {
-      if (!o->file.empty())
-        throw InputError("", "file", "give either a validation CSV or --collectives FILE, not both");
-      if (o->cluster.empty()) throw InputError("", "--cluster", "required with --collectives");
-      std::vector<std::filesystem::path> dirs(o->cluster_dirs.begin(), o->cluster_dirs.end());
-      const ClusterSpec cluster = load_cluster_search(o->cluster, dirs);
-      const CollectiveValidation v = run_collective_validation(read_csv_table(o->collectives), cluster);
-      if (o->json) fmt::print("{}\n", collective_validation_json(v).dump(2));
-      else fmt::print("{}", collective_validation_text(v));
-      return 0;
-    }
-    if (o->file.empty()) throw InputError("", "file", "required: a validation CSV (or --collectives FILE --cluster NAME)");
-    if (!o->cluster.empty())
-      throw InputError("", "--cluster", "applies only to --collectives; rows name their GPU in the gpu column");
-    ValidationOptions opts;
-    opts.by = *parse_group_by(o->by);
-    for (const auto& d : o->cluster_dirs) {
-      if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
-      opts.cluster_dirs.emplace_back(d);
-    }
-    opts.only_ids = o->rows;
-    const bool inspect = !o->trace.empty() || !o->export_plan.empty();
-    if (inspect && o->rows.size() != 1)
-      throw InputError("", o->trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
-    const CsvTable table = read_csv_table(o->file);
-    const ValidationReport rep = run_validation(table, opts);
-    if (inspect) {
-      const ValidationRowRun row = validation_row_run(table, o->rows.front(), opts);
-      auto write = [](const std::string& path, const char* key, const std::string& text) {
-        write_file_atomic(path, text, key);
-      };
-      if (!o->export_plan.empty()) write(o->export_plan, "--export-plan", to_plan_toml(row.vc.run));
-      if (!o->trace.empty()) {
-        const SimulatedStep step =
-            simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
-        write(o->trace, "--trace", chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n");
-      }
-    }
-    if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));
-    else fmt::print("{}", validation_text(rep));
-    return 0;
-  };
+  add_validate_options(*c.app, *o);
+  c.run = [o] { return run_validate(*o); };
   return c;
 }
 
