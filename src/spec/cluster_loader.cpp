@@ -96,6 +96,8 @@ struct Context {
   std::string file;
   ClusterSpec* spec = nullptr;
   std::map<std::string, std::string> tag_kinds;  // tag -> kind
+  // Fitted sources: the bounds a fit may move the value within (what a fitting command searches).
+  std::map<std::string, std::pair<double, double>> fitted_bounds;
   std::set<std::string> used_tags;
 
   [[noreturn]] void fail(const std::string& key, const std::string& reason,
@@ -193,7 +195,13 @@ public:
       ctx_.fail(key(k), "must be a number, got " + std::string(type_name(n)), &n);
     const double v = n.value<double>().value_or(0.0);
     check_range(key(k), v, range, &n);
-    record(k, spec_field);
+    const std::string tag = record(k, spec_field);
+    if (auto b = ctx_.fitted_bounds.find(tag); b != ctx_.fitted_bounds.end() &&
+                                               (v < b->second.first || v > b->second.second))
+      ctx_.fail(key(k), "fitted value " + fmt_double(v) + " is outside its source's bounds [" +
+                            fmt_double(b->second.first) + ", " + fmt_double(b->second.second) + "] (sources." +
+                            tag + ".bounds)",
+                &n);
     return v * scale;
   }
 
@@ -259,7 +267,7 @@ public:
   }
 
   // Records the source of a value that is not a scalar key (a whole curve, say).
-  void record(std::string_view k, const std::string& spec_field) {
+  std::string record(std::string_view k, const std::string& spec_field) {
     std::string tag;
     if (auto it = key_src_.find(std::string(k)); it != key_src_.end()) {
       tag = it->second.first;
@@ -274,6 +282,7 @@ public:
     ctx_.used_tags.insert(tag);
     ctx_.spec->sources[spec_path_.empty() ? spec_field : spec_path_ + "." + spec_field] = tag;
     sourced_.insert(std::string(k));
+    return tag;
   }
 
   // Unknown keys and key_src entries that point at nothing are errors: a typo must not
@@ -349,8 +358,10 @@ void read_sources(Context& ctx, const toml::table& root) {
   if (n == nullptr) ctx.fail("sources", "missing required table [sources]", &root);
   const toml::table* t = n->as_table();
   if (t == nullptr) ctx.fail("sources", "must be a table, got " + std::string(type_name(*n)), n);
+  // fitted: set by a fit to whole runs (not a measurement of the quantity itself); it must give the
+  // bounds a fit may move it within and how it is fitted (docs/validation.md "Fitted parameters").
   static const std::vector<std::string> kinds = {"spec", "measured", "model", "derived",
-                                                 "estimate", "calibrated"};
+                                                 "estimate", "calibrated", "fitted"};
   for (auto&& [k, v] : *t) {
     const std::string tag(k.str());
     const std::string key = "sources." + tag;
@@ -358,13 +369,31 @@ void read_sources(Context& ctx, const toml::table& root) {
     if (e == nullptr)
       ctx.fail(key, "must be a table { kind = ..., ref = ... }, got " + std::string(type_name(v)),
                &v);
-    std::string kind, ref;
+    std::string kind, ref, fit;
+    std::optional<std::pair<double, double>> bounds;
     for (auto&& [ek, ev] : *e) {
       const std::string f(ek.str());
-      if (f != "kind" && f != "ref") ctx.fail(key + "." + f, "unknown key", &ev);
+      if (f == "bounds") {
+        const toml::array* a = ev.as_array();
+        if (a == nullptr || a->size() != 2 || !(*a)[0].is_number() || !(*a)[1].is_number())
+          ctx.fail(key + ".bounds", "must be [low, high], two numbers", &ev);
+        const double lo = (*a)[0].value<double>().value_or(0), hi = (*a)[1].value<double>().value_or(0);
+        if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo <= hi))
+          ctx.fail(key + ".bounds", "must be finite with low <= high", &ev);
+        bounds = std::pair{lo, hi};
+        continue;
+      }
+      if (f != "kind" && f != "ref" && f != "fit") ctx.fail(key + "." + f, "unknown key", &ev);
       if (!ev.is_string())
         ctx.fail(key + "." + f, "must be a string, got " + std::string(type_name(ev)), &ev);
-      (f == "kind" ? kind : ref) = ev.as_string()->get();
+      (f == "kind" ? kind : f == "ref" ? ref : fit) = ev.as_string()->get();
+    }
+    if (kind == "fitted") {
+      if (!bounds) ctx.fail(key + ".bounds", "a fitted source must give the bounds its fit searches", e);
+      if (fit.empty()) ctx.fail(key + ".fit", "a fitted source must say how it is fitted (the command, or the scan)", e);
+      ctx.fitted_bounds[tag] = *bounds;
+    } else if (bounds || !fit.empty()) {
+      ctx.fail(key + (bounds ? ".bounds" : ".fit"), "only a fitted source has bounds and a fit", e);
     }
     if (kind.empty()) ctx.fail(key + ".kind", "missing required key", e);
     if (ref.empty()) ctx.fail(key + ".ref", "missing required key (must say where the value comes from)", e);

@@ -436,6 +436,16 @@ TEST_CASE("bad profiles are rejected naming the file and the dotted key") {
     expect_error(s, edited(good, "sm_count = 132\n", "sm_count = 132\nsm_clock_mhz = 1830\n"),
                  "gpu.sm_clock_mhz", "unknown key");
   }
+  SUBCASE("fitted sources declare their bounds and fit, and their values stay inside the bounds") {
+    expect_error(s, edited(good, "sustained_clock_fraction = 0.9", "sustained_clock_fraction = 0.7"),
+                 "gpu.sustained_clock_fraction", "outside its source's bounds [0.75, 1]");
+    expect_error(s, edited(good, "bounds = [0.75, 1.0], ", ""), "sources.sustained_clock_fit.bounds",
+                 "must give the bounds");
+    expect_error(s, edited(good, "bounds = [0.75, 1.0], ", "bounds = [1.0, 0.75], "),
+                 "sources.sustained_clock_fit.bounds", "low <= high");
+    expect_error(s, edited(good, "kind = \"fitted\", ref = \"fitted, not measured: under", "kind = \"estimate\", ref = \"under"),
+                 "sources.sustained_clock_fit.bounds", "only a fitted source");
+  }
   SUBCASE("wrong type: string for an integer") {
     expect_error(s, edited(good, "sm_count = 132", "sm_count = \"132\""), "gpu.sm_count",
                  "must be an integer, got a string");
