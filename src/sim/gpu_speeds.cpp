@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
 
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan {
 
@@ -59,12 +59,11 @@ std::vector<double> sample_straggler_speeds(std::int64_t n_ranks, const Straggle
 }
 
 std::vector<double> load_gpu_speeds(const std::string& file, std::int64_t n_ranks) {
-  std::ifstream in(file);
-  if (!in) throw InputError(file, "", "cannot read the GPU speed file");
+  InputFile in(file, InputKind::gpu_speeds);
   std::vector<double> speeds(static_cast<std::size_t>(std::max<std::int64_t>(0, n_ranks)), 1.0);
   std::vector<bool> seen(speeds.size(), false);
   std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
+  for (int n = 1; in.getline(line); ++n) {
     if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
     std::istringstream ls(line);
     std::string rank_text, speed_text, extra;

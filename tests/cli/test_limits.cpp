@@ -43,9 +43,10 @@ fs::path scratch() {
   return d;
 }
 
-Run run(const std::string& args, const fs::path& cwd = {}) {
+// `prefix` goes before the binary ("timeout 20 " where a regression would hang).
+Run run(const std::string& args, const fs::path& cwd = {}, const std::string& prefix = "") {
   const fs::path err_file = scratch() / "stderr.txt";
-  std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
+  std::string cmd = prefix + meshplan_bin().string() + " " + args + " 2>" + err_file.string();
   if (!cwd.empty()) cmd = "cd " + cwd.string() + " && " + cmd;
   Run r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -121,11 +122,12 @@ micro_batch = 1
 struct Case {
   std::string args;
   std::vector<std::string> needles;  // the file or flag, the key, the reason (each must appear)
+  std::string prefix = {};           // before the binary (run's `prefix`)
 };
 
-void check_case(const Case& c) {
+Run check_case(const Case& c) {
   CAPTURE(c.args);
-  const Run r = run(c.args);
+  const Run r = run(c.args, {}, c.prefix);
   CAPTURE(r.err);
   CHECK(r.exit_code == 2);
   std::string err = r.err;
@@ -134,6 +136,7 @@ void check_case(const Case& c) {
   CHECK(err.find('\n') == std::string::npos);
   CHECK(err.size() < 600);  // one readable line, not a 400-digit echo or a repeated message
   for (const auto& n : c.needles) CHECK_MESSAGE(err.find(n) != std::string::npos, n);
+  return r;
 }
 
 }  // namespace
@@ -311,6 +314,63 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
   CHECK(cases.size() >= 80);
   for (const auto& c : cases) check_case(c);
   CHECK_FALSE(fs::exists(scratch() / "never.toml"));
+}
+
+TEST_CASE("inputs that are not regular files, or are too large, are refused at once (issue 36 findings 1, 2, 5)") {
+  // Before the one file-opening helper, a FIFO made `model` and `validate` wait forever and
+  // /dev/zero grew them to gigabytes: every case runs under `timeout`, so a hang fails (exit 124)
+  // instead of stalling the suite.
+  const fs::path dir = scratch() / "not-files";
+  fs::create_directories(dir);
+  auto fifo = [&](const std::string& name) {
+    const fs::path p = dir / name;
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    return p.string();
+  };
+  auto sparse = [&](const std::string& name, std::uintmax_t bytes) {
+    const fs::path p = dir / name;
+    std::ofstream(p, std::ios::binary) << "x";
+    fs::resize_file(p, bytes);  // a hole: the size is checked before any byte is read
+    return p.string();
+  };
+  const std::string plan = write("not-files/plan.toml", kPlan);
+  const std::string fit = (data_root() / "tests" / "calibrate" / "data" / "model_generated_h100.json").string();
+  const fs::path zero_link = dir / "zero.json";
+  fs::create_symlink("/dev/zero", zero_link);
+  const std::string t = "timeout 20 ";
+  const std::string fifo_reason = "is a named pipe (FIFO), not a regular file";
+  const std::string dev_reason = "is a character device, not a regular file";
+  const std::vector<Case> cases = {
+      // finding 1: FIFOs, devices, folders and links to them
+      {"model " + fifo("f.json"), {"f.json", fifo_reason}},
+      {"model " + fifo("f.toml"), {"f.toml", fifo_reason}},
+      {"validate " + fifo("f.csv"), {"f.csv", fifo_reason}},
+      {"memory --config " + fifo("cfg.yaml"), {"cfg.yaml", fifo_reason}},
+      {"memory --config " + plan + " --cluster " + fifo("prof.toml"), {"prof.toml", fifo_reason}},
+      {"simulate --config " + plan + " --full --gpu-speeds " + fifo("speeds.txt"), {"speeds.txt", fifo_reason}},
+      {"calibrate --fit " + fifo("m.json") + " --base h100-sxm-80gb --out " + (dir / "never.toml").string(),
+       {"m.json", fifo_reason}},
+      {"calibrate --fit " + fit + " --base " + fifo("base.toml") + " --out " + (dir / "never.toml").string(),
+       {"base.toml", fifo_reason}},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --nccl " + fifo("nccl.toml"), {"nccl.toml", fifo_reason}},
+      {"validate /dev/zero", {"/dev/zero", dev_reason}},
+      {"simulate --config " + plan + " --full --gpu-speeds /dev/zero", {"/dev/zero", dev_reason}},
+      {"model " + zero_link.string(), {"zero.json", "is a symbolic link to a character device"}},
+      // finding 5: what is wrong, not "empty file" or "no such file"
+      {"validate " + dir.string(), {dir.string(), "is a folder, not a file"}},
+      {"memory --config " + plan + " --cluster /dev/zero", {"/dev/zero", dev_reason}},
+      // finding 2: a size limit per format, before reading
+      {"model " + sparse("big.json", 50'000'000), {"big.json", "50000000 bytes", "maximum of 4 MiB", "config.json"}},
+      {"model " + sparse("big.toml", 2 * 1024 * 1024), {"big.toml", "maximum of 1 MiB", "model TOML"}},
+      {"memory --config " + sparse("big.yaml", 5 * 1024 * 1024), {"big.yaml", "maximum of 4 MiB", "training config"}},
+      {"memory --config " + plan + " --cluster " + sparse("bigprof.toml", 5 * 1024 * 1024),
+       {"bigprof.toml", "maximum of 4 MiB", "hardware profile"}},
+      {"validate " + sparse("big.csv", (std::uintmax_t{1} << 30) + 1), {"big.csv", "maximum of 1 GiB", "validation CSV"}},
+      {"simulate --config " + plan + " --full --gpu-speeds " + sparse("speeds-big.txt", 65 * 1024 * 1024),
+       {"speeds-big.txt", "maximum of 64 MiB"}},
+  };
+  for (const auto& c : cases) CHECK(check_case({c.args, c.needles, t}).seconds < 10.0);
+  CHECK_FALSE(fs::exists(dir / "never.toml"));
 }
 
 TEST_CASE("a count above its maximum is refused at once") {
