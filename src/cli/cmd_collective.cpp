@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "spec/limits.hpp"
@@ -51,10 +52,10 @@ Command add_collective_command(CLI::App& root) {
       "nccl-tests output, with the algorithm and protocol the model picks. Model: docs/collectives.md.");
   c.app->add_option("--cluster", o->cluster, "hardware profile name or path (hardware_profiles/*.toml)")->required();
   c.app->add_option("--op", o->op, std::string("collective: ") + std::string(kOps))->capture_default_str();
-  c.app->add_option("--gpus", o->gpus, "ranks in the group")->required()->check(positive_integer(limits::kMaxGpus));
+  c.app->add_option("--gpus", o->gpus, "ranks in the group")->required()->check(in_range("collective", "--gpus"));
   c.app->add_option("--gpus-per-node", o->gpus_per_node,
                     "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)")
-      ->check(positive_integer(limits::kMaxGpusPerNode));
+      ->check(in_range("collective", "--gpus-per-node"));
   c.app->add_option("--sizes", o->sizes, "LO:HI, doubling from LO to HI (binary K/M/G suffixes)")
       ->capture_default_str();
   c.app->add_option("--algo", o->algos, "restrict algorithms, like NCCL_ALGO (ring, tree, nvls, nvlstree, pat, "

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/quantity.hpp"
 #include "spec/limits.hpp"
 #include "cli/run_inputs.hpp"
@@ -168,7 +169,8 @@ Command add_kernel_command(CLI::App& root) {
   auto* attention = c.app->add_option(
       "--attention", o->attention,
       "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
-  auto* memory = c.app->add_option("--memory-bytes", o->memory_bytes, "bytes read + written by a memory-bound kernel");
+  auto* memory = c.app->add_option("--memory-bytes", o->memory_bytes, "bytes read + written by a memory-bound kernel")
+                     ->check(in_range("kernel", "--memory-bytes"));
   gemm->excludes(attention)->excludes(memory);
   attention->excludes(memory);
   c.app->add_option("--dtype", o->dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();

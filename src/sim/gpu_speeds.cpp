@@ -12,6 +12,7 @@
 
 #include "spec/error.hpp"
 #include "spec/input_file.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -30,8 +31,9 @@ StragglerSpec parse_straggler(const std::string& text, const std::string& flag) 
   }
   if (!(s.fraction >= 0 && s.fraction <= 1))
     throw InputError("", flag, fmt::format("fraction must be in [0, 1], got {:g}", s.fraction));
-  if (!(s.speed > 0) || !std::isfinite(s.speed))
-    throw InputError("", flag, fmt::format("speed factor must be > 0, got {:g}", s.speed));
+  if (!(s.speed >= limits::kMinSpeedFactor && s.speed <= limits::kMaxSpeedFactor))
+    throw InputError("", flag, fmt::format("speed factor must be between {:g} and {:g}, got {:g}", limits::kMinSpeedFactor,
+                                           limits::kMaxSpeedFactor, s.speed));
   return s;
 }
 
@@ -83,8 +85,9 @@ std::vector<double> load_gpu_speeds(const std::string& file, std::int64_t n_rank
     }
     if (rank < 0 || rank >= n_ranks)
       throw InputError(file, key, fmt::format("rank {} is outside this run's 0..{}", rank, n_ranks - 1));
-    if (!(speed > 0) || !std::isfinite(speed))
-      throw InputError(file, key, fmt::format("speed factor must be > 0, got {}", speed_text));
+    if (!(speed >= limits::kMinSpeedFactor && speed <= limits::kMaxSpeedFactor))
+      throw InputError(file, key, fmt::format("speed factor must be between {:g} and {:g}, got {}",
+                                              limits::kMinSpeedFactor, limits::kMaxSpeedFactor, speed_text));
     if (seen[static_cast<std::size_t>(rank)]) throw InputError(file, key, fmt::format("rank {} is listed twice", rank));
     seen[static_cast<std::size_t>(rank)] = true;
     speeds[static_cast<std::size_t>(rank)] = speed;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../test_paths.hpp"
+#include "cli/flag_ranges.hpp"
 
 namespace fs = std::filesystem;
 using meshplan::test::data_root;
@@ -186,7 +187,7 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
       {plan8 + "--global-batch-tokens -4M", {"--global-batch-tokens", "positive"}},
       {plan8 + "--global-batch-tokens 4Mx", {"--global-batch-tokens", "suffix 'Mx'"}},
       {plan8 + "--global-batch-tokens 100", {"--global-batch-tokens", "less than one sequence"}},
-      {plan8 + "--global-batch-tokens 4M --headroom nan", {"--headroom", "between 0 and 90"}},
+      {plan8 + "--global-batch-tokens 4M --headroom nan", {"--headroom", "range 0 .. 90 percent"}},
       {plan8 + "--global-batch-tokens 4M --seq 99999999999", {"--seq", "maximum"}},
       {plan8 + "--global-batch 16 --threads 0", {"--threads", "positive"}},
       {cap + "--tokens 1e30 --deadline 60d", {"--tokens", "maximum"}},
@@ -371,6 +372,76 @@ TEST_CASE("inputs that are not regular files, or are too large, are refused at o
   };
   for (const auto& c : cases) CHECK(check_case({c.args, c.needles, t}).seconds < 10.0);
   CHECK_FALSE(fs::exists(dir / "never.toml"));
+}
+
+TEST_CASE("numbers that are not numbers, or are out of range, are refused: FLAG: REASON (range ...) (issue 36 findings 4, 5)") {
+  const std::string plan = write("ranges/plan.toml", kPlan);
+  const std::string sim = "simulate --config " + plan + " ";
+  const std::string cap = "capacity --model llama3.1-8b --tokens 15T --gpus 64 --simulate-budget 1 ";
+  const std::string speeds = write("ranges/speeds.txt", "3 1e-300\n");
+  auto flag = [](const std::string& f, const std::string& range) {
+    // The message starts with the flag (no "<input>", no CLI11 range text of 300 digits).
+    return std::vector<std::string>{"meshplan: error: " + f + ": ", "(range " + range};
+  };
+  const std::string obs = "0 (excluded) .. 1000000000 tokens/s per GPU";
+  const std::vector<Case> cases = {
+      {sim + "--observed-tokens-per-s nan", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s inf", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s -1", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s 0", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s 1e30", flag("--observed-tokens-per-s", obs)},
+      {cap + "--price-per-gpu-hour nan", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {cap + "--price-per-gpu-hour -1", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {cap + "--price-per-gpu-hour inf", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {sim + "--full --straggler 0.01:0.9 --seed -1", flag("--seed", "0 .. 18446744073709551615")},
+      {sim + "--full --straggler 0.01:0.9 --seed 99999999999999999999", flag("--seed", "0 .. 18446744073709551615")},
+      {cap + "--checkpoint-interval 1e-300s", flag("--checkpoint-interval", "1 .. 3155760000 seconds")},
+      {cap + "--checkpoint-interval nan", flag("--checkpoint-interval", "1 .. 3155760000 seconds")},
+      {"capacity --model llama3.1-8b --gpus 64 --tokens 1e-300", flag("--tokens", "1 .. 1e18 tokens")},
+      {"kernel --memory-bytes 1e30", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes 1e-300", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes 0", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes nan", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {sim + "--full --straggler 0.5:1e-300", flag("--straggler", "0.01 .. 100 x")},
+      {sim + "--full --straggler 0.5:nan", flag("--straggler", "0.01 .. 100 x")},
+      {sim + "--full --straggler nan:0.9", flag("--straggler", "0 .. 1 of the GPUs")},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --headroom inf", flag("--headroom", "0 .. 90 percent")},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --threads 1.5", flag("--threads", "1 .. 64 threads")},
+      {"layout --gpus 8 --pp -2", flag("--pp", "1 .. 4096 stages")},
+      {sim + "--full --gpu-speeds " + speeds, {"speeds.txt", "line 1", "between 0.01 and 100"}},
+  };
+  for (const auto& c : cases) {
+    const Run r = check_case(c);
+    CHECK(r.err.find("17976931348623") == std::string::npos);
+  }
+  // The seed is the whole 64-bit range: its largest value is a seed, not a wrapped -1.
+  const std::string straggle = sim + "--full --straggler 0.25:0.9 --json --seed ";
+  const Run top = run(straggle + "18446744073709551615");
+  CAPTURE(top.err);
+  CHECK(top.exit_code == 0);
+  const Run one = run(straggle + "1");
+  CHECK(one.exit_code == 0);
+  CHECK(nlohmann::json::parse(top.out).at("pace_rank") != nlohmann::json::parse(one.out).at("pace_rank"));
+}
+
+TEST_CASE("docs/limits.md lists the flag range table row by row") {
+  const std::string doc = read(data_root() / "docs" / "limits.md");
+  REQUIRE_FALSE(doc.empty());
+  for (const auto& r : meshplan::cli::flag_ranges()) {
+    CAPTURE(r.flag);
+    CAPTURE(r.command);
+    const std::string range = meshplan::cli::range_text(r);
+    bool found = false;
+    for (std::size_t at = doc.find("\n| `" + std::string(r.flag) + "` |"); at != std::string::npos && !found;
+         at = doc.find("\n| `" + std::string(r.flag) + "` |", at + 1)) {
+      const std::string line = doc.substr(at + 1, doc.find('\n', at + 1) - at - 1);
+      bool command_ok = r.command.empty() ? line.find("every command") != std::string::npos : true;
+      for (const auto& cmd : {"plan", "capacity", "simulate", "kernel", "collective", "layout", "topology"})
+        if (meshplan::cli::lists(r.command, cmd)) command_ok = command_ok && line.find(std::string("`") + cmd + "`") != std::string::npos;
+      found = command_ok && line.ends_with("| " + range + " |");
+    }
+    CHECK_MESSAGE(found, range);
+  }
 }
 
 TEST_CASE("a count above its maximum is refused at once") {
