@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -561,6 +562,80 @@ TEST_CASE("written files: atomic, never replace a non-regular file, bare names a
     for (const auto& e : fs::directory_iterator(dir / "bundle"))
       CHECK(e.path().filename().string().find("tmp") == std::string::npos);
   }
+}
+
+TEST_CASE("plan --out swaps a whole bundle in or leaves the old one whole (issue 36 finding 3)") {
+  const fs::path dir = scratch() / "swap";
+  fs::create_directories(dir);
+  const fs::path bdl = dir / "bdl";
+  const std::string plan = "plan --model llama3.1-8b --global-batch-tokens 1M --simulate-budget 2 --out " + bdl.string();
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(bdl))
+      files[e.path().filename().string()] = e.is_regular_file() ? read(e.path()) : std::string("<folder>");
+    return files;
+  };
+  auto no_leftovers = [&] {
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string() == "bdl");
+  };
+  REQUIRE(run(plan + " --gpus 8").exit_code == 0);
+  const auto eight = snapshot();
+  CHECK(eight.size() == 3);  // llama3.1-8b.toml, launch.sh, plan.md
+  CHECK(eight.at("launch.sh").find("--nproc_per_node=8") != std::string::npos);
+
+  SUBCASE("the audit's case: plan.md replaced by a folder, then a 16-GPU bundle written over it") {
+    fs::remove(bdl / "plan.md");
+    fs::create_directory(bdl / "plan.md");
+    const Run r = run(plan + " --gpus 16");
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("plan.md") != std::string::npos);
+    auto after = snapshot();
+    CHECK(after.at("plan.md") == "<folder>");
+    after.erase("plan.md");
+    auto before = eight;
+    before.erase("plan.md");
+    CHECK(after == before);  // launch.sh and the TOML still describe 8 GPUs
+    no_leftovers();
+  }
+  SUBCASE("a failure while writing the new bundle leaves the old one and no temporary folder") {
+    // llm-foundry names the YAML after the model; an id with a slash cannot be a file name there.
+    const std::string hf = replaced(read(corpus("hf_config", "llama3.1-8b.json")), "\"hidden_size\"",
+                                    "\"_name_or_path\": \"meta-llama/Llama-3.1-8B\", \"hidden_size\"");
+    const Run r = run("plan --model " + write("swap-hf/config.json", hf) +
+                      " --gpus 16 --global-batch 128 --seq 8192 --simulate-budget 2 --runtime llm-foundry --out " +
+                      bdl.string());
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(".tmp-") == std::string::npos);
+    CHECK(snapshot() == eight);
+    no_leftovers();
+  }
+  SUBCASE("a bundle replaces the old one whole: no stale sbatch.slurm of a multi-node plan") {
+    REQUIRE(run(plan + " --gpus 16").exit_code == 0);
+    CHECK(fs::is_regular_file(bdl / "sbatch.slurm"));
+    REQUIRE(run(plan + " --gpus 8").exit_code == 0);
+    CHECK(snapshot() == eight);
+    no_leftovers();
+  }
+  SUBCASE("a folder holding other files is refused, not emptied") {
+    write("swap/bdl/notes.txt", "mine");
+    const Run r = run(plan + " --gpus 16");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("notes.txt") != std::string::npos);
+    auto with_notes = eight;
+    with_notes["notes.txt"] = "mine";
+    CHECK(snapshot() == with_notes);
+    fs::create_directories(dir / "other");
+    write("swap/other/data.csv", "a,b\n");
+    const Run o = run("plan --model llama3.1-8b --global-batch-tokens 1M --simulate-budget 2 --gpus 8 --out " +
+                      (dir / "other").string());
+    CHECK(o.exit_code == 2);
+    CHECK(o.err.find("not a meshplan bundle") != std::string::npos);
+    CHECK(read(dir / "other" / "data.csv") == "a,b\n");
+    fs::remove_all(dir / "other");
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("plan --json is byte-identical for 1 and 2 threads and across reruns (search_seconds aside)") {
