@@ -64,7 +64,8 @@ Command add_validate_command(CLI::App& root) {
       std::vector<std::filesystem::path> dirs(o->cluster_dirs.begin(), o->cluster_dirs.end());
       const ClusterSpec cluster = load_cluster_search(o->cluster, dirs);
       const CollectiveValidation v = run_collective_validation(read_csv_table(o->collectives), cluster);
-      if (o->json) fmt::print("{}\n", collective_validation_json(v).dump(2));
+      if (o->json)
+        fmt::print("{}\n", collective_validation_json(v).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       else fmt::print("{}", collective_validation_text(v));
       return 0;
     }
@@ -95,7 +96,8 @@ Command add_validate_command(CLI::App& root) {
         write(o->trace, "--trace", chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n");
       }
     }
-    if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));
+    // replace: a byte of the CSV that is not UTF-8 and escaped cleaning is printed as U+FFFD, not thrown.
+    if (o->json) fmt::print("{}\n", validation_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     else fmt::print("{}", validation_text(rep));
     return 0;
   };

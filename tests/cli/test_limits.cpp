@@ -428,6 +428,14 @@ TEST_CASE("numbers that are not numbers, or are out of range, are refused: FLAG:
 TEST_CASE("docs/limits.md lists the flag range table row by row") {
   const std::string doc = read(data_root() / "docs" / "limits.md");
   REQUIRE_FALSE(doc.empty());
+  // Finding 7: the --full cap is documented, and the refusal cites the page.
+  CHECK(doc.find("| GPUs of a `simulate --full` run") != std::string::npos);
+  const Run full = run("simulate --config " + write("full1024.toml", replaced(replaced(replaced(kPlan, "gpus = 8", "gpus = 1024"),
+                                                                            "dp_shard = 8", "dp_shard = 1024"),
+                                                                   "global_batch = 16", "global_batch = 1024")) +
+                       " --full");
+  CHECK(full.exit_code == 2);
+  CHECK(full.err.find("limited to 512 GPUs (docs/limits.md)") != std::string::npos);
   for (const auto& r : meshplan::cli::flag_ranges()) {
     CAPTURE(r.flag);
     CAPTURE(r.command);
@@ -636,6 +644,33 @@ TEST_CASE("plan --out swaps a whole bundle in or leaves the old one whole (issue
     fs::remove_all(dir / "other");
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("validate echoes a row's bytes cleaned, never raw (issue 36 finding 6)") {
+  std::string csv = read(corpus("validation_csv", "dev-5-rows.csv"));
+  const auto row = csv.find('\n') + 1;
+  csv.replace(row, csv.find(',', row) - row, std::string("bad\0id\xff\xfe\x1b[31m", 13));
+  const std::string file = write("raw-bytes.csv", csv);
+  auto raw_free = [](const std::string& out) {
+    for (const char c : out) {
+      const auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && c != '\n') || u == 0xff || u == 0xfe) return false;
+    }
+    return true;
+  };
+  const Run text = run("validate " + file);
+  CAPTURE(text.err);
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("bad?id???[31m") != std::string::npos);
+  CHECK(raw_free(text.out));
+  const Run js = run("validate --json " + file);
+  CAPTURE(js.err);
+  REQUIRE(js.exit_code == 0);
+  CHECK(raw_free(js.out));
+  const auto j = nlohmann::json::parse(js.out);
+  bool found = false;
+  for (const auto& r : j.at("rows")) found = found || r.at("id") == "bad?id???[31m";
+  CHECK(found);
 }
 
 TEST_CASE("plan --json is byte-identical for 1 and 2 threads and across reruns (search_seconds aside)") {

@@ -12,6 +12,7 @@
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/input_file.hpp"
+#include "spec/printable.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -314,4 +315,14 @@ TEST_CASE("InputFile reads lines and whole files; its size table is the one docs
                                                               : std::to_string(k.max_bytes / mib) + " MiB";
     CHECK(line.ends_with("| " + size + " |"));
   }
+}
+
+TEST_CASE("printable keeps UTF-8 and replaces control bytes and invalid sequences") {
+  CHECK(printable("M\xc3\xbcller \xe2\x80\x94 8\xc3\x97H100") == "M\xc3\xbcller \xe2\x80\x94 8\xc3\x97H100");
+  CHECK(printable(std::string("a\0b\x1b[0m\n", 8)) == "a?b?[0m?");
+  CHECK(printable("\xff\xfe") == "??");
+  CHECK(printable("\xc0\xaf") == "??");          // overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "???");     // a UTF-16 surrogate
+  CHECK(printable("\xe2\x80") == "??");          // truncated at the end
+  CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
 }
