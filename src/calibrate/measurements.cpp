@@ -11,6 +11,7 @@
 
 #include "spec/atomic_file.hpp"
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan::calibrate {
 namespace {
@@ -319,11 +320,10 @@ Measurements measurements_from_json(const json& j, const std::string& file) {
 }
 
 Measurements read_measurements(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "", "cannot read measurements file");
+  const std::string text = read_input_file(path, InputKind::measurements);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);

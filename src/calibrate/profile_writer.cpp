@@ -15,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan::calibrate {
 namespace {
@@ -99,9 +100,10 @@ std::string provenance_ref(const ProfileFit& f) {
 
 std::string calibrated_profile_toml(const ProfileFit& fit, const std::string& base_path,
                                     const std::string& profile_name) {
+  const std::string text = read_input_file(base_path, InputKind::hardware_profile);
   toml::table root;
   try {
-    root = toml::parse_file(base_path);
+    root = toml::parse(text, base_path);
   } catch (const toml::parse_error& e) {
     throw InputError(base_path, "", "TOML syntax error at line " + std::to_string(e.source().begin.line) + ": " +
                                         std::string(e.description()));

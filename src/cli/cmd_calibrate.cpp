@@ -37,7 +37,8 @@ struct CalibrateArgs {
 // A path to a profile TOML, or the name of a shipped profile.
 std::string resolve_profile_file(const std::string& base) {
   std::error_code ec;
-  if (fs::is_regular_file(base, ec)) return base;
+  // Anything at the path is the user's file: the loader says why a FIFO or a folder cannot be read.
+  if (fs::exists(fs::symlink_status(base, ec))) return base;
   const fs::path shipped = data_root() / "hardware_profiles" / (base + ".toml");
   if (base.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
   throw InputError(base, "--base", "no such profile file or shipped profile name");

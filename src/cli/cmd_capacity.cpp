@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/layout_json.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
@@ -19,27 +20,6 @@
 namespace meshplan::cli {
 
 namespace {
-
-// "600", "600s", "30m", "2h", "1d" -> seconds.
-double parse_interval_seconds(const std::string& s) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InputError("", "--checkpoint-interval", fmt::format("'{}' is not a duration (e.g. 30m)", s));
-  }
-  const std::string suffix = s.substr(pos);
-  double seconds = v;
-  if (suffix == "m") seconds = v * 60;
-  else if (suffix == "h") seconds = v * 3600;
-  else if (suffix == "d") seconds = v * 86400;
-  else if (!suffix.empty() && suffix != "s")
-    throw InputError("", "--checkpoint-interval", fmt::format("unknown unit '{}' (s, m, h, d)", suffix));
-  if (!(seconds > 0) || !std::isfinite(seconds))
-    throw InputError("", "--checkpoint-interval", fmt::format("must be positive, got '{}'", s));
-  return seconds;
-}
 
 std::string human_seconds(double s) {
   if (!std::isfinite(s)) return "never";
@@ -100,15 +80,15 @@ Command add_capacity_command(CLI::App& root) {
   c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
   c.app->add_option("--tokens", o->tokens, "training tokens, e.g. 15T (SI: 15e12)")->required();
   auto* d = c.app->add_option("--deadline", o->deadline, "wall-clock limit, e.g. 60d (also h, w)");
-  auto* g = c.app->add_option("--gpus", o->gpus, "GPU count to evaluate")->check(positive_integer(limits::kMaxGpus));
+  auto* g = c.app->add_option("--gpus", o->gpus, "GPU count to evaluate")->check(in_range("capacity", "--gpus"));
   d->excludes(g);
   c.app->add_option("--cluster", o->cluster, "hardware profile(s), comma-separated")->capture_default_str();
-  c.app->add_option("--price-per-gpu-hour", o->price, "price of one GPU-hour (for the cost column)")->check(CLI::NonNegativeNumber);
-  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
+  c.app->add_option("--price-per-gpu-hour", o->price, "price of one GPU-hour (for the cost column)")->check(in_range("capacity", "--price-per-gpu-hour"));
+  c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(in_range("capacity", "--seq"));
   c.app->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (SI: 4M = 4e6; 4Mi = 4 x 2^20)")->capture_default_str();
   c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
-  c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(positive_integer());
+  c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(in_range("capacity", "--simulate-budget"));
   c.app->add_flag("--no-failures", o->no_failures,
                   "the ideal: every step a perfect step (by default days include interruptions, checkpoints and "
                   "restarts from the profile's [reliability] table; docs/goodput.md)");
@@ -143,7 +123,7 @@ Command add_capacity_command(CLI::App& root) {
     rq.checkpoint_mode = o->checkpoint == "async" ? CheckpointMode::async : CheckpointMode::sync;
     if (!o->interval.empty()) {
       if (o->no_failures) throw InputError("", "--checkpoint-interval", "has no effect with --no-failures");
-      rq.checkpoint_interval_s = parse_interval_seconds(o->interval);
+      rq.checkpoint_interval_s = parse_duration_seconds(o->interval, "--checkpoint-interval");
     }
     const CapacityReport r = plan_capacity(rq);
     auto plan_json = [](const CapacityRow& x) -> nlohmann::json {

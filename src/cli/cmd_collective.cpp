@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
 #include "spec/limits.hpp"
@@ -44,10 +45,10 @@ struct CollectiveCliOptions {
 void add_collective_options(CLI::App& app, CollectiveCliOptions& o) {
   app.add_option("--cluster", o.cluster, "hardware profile name or path (hardware_profiles/*.toml)")->required();
   app.add_option("--op", o.op, std::string("collective: ") + std::string(kOps))->capture_default_str();
-  app.add_option("--gpus", o.gpus, "ranks in the group")->required()->check(positive_integer(limits::kMaxGpus));
+  app.add_option("--gpus", o.gpus, "ranks in the group")->required()->check(in_range("collective", "--gpus"));
   app.add_option("--gpus-per-node", o.gpus_per_node,
                  "ranks on each node (default: all of a node's GPUs, or --gpus if fewer)")
-      ->check(positive_integer(limits::kMaxGpusPerNode));
+      ->check(in_range("collective", "--gpus-per-node"));
   app.add_option("--sizes", o.sizes, "LO:HI, doubling from LO to HI (binary K/M/G suffixes)")
       ->capture_default_str();
   app.add_option("--algo", o.algos, "restrict algorithms, like NCCL_ALGO (ring, tree, nvls, nvlstree, pat, "

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/quantity.hpp"
 #include "spec/limits.hpp"
 #include "cli/run_inputs.hpp"
@@ -161,7 +162,8 @@ void add_kernel_options(CLI::App& app, KernelOptions& o) {
   auto* attention = app.add_option(
       "--attention", o.attention,
       "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
-  auto* memory = app.add_option("--memory-bytes", o.memory_bytes, "bytes read + written by a memory-bound kernel");
+  auto* memory = app.add_option("--memory-bytes", o.memory_bytes, "bytes read + written by a memory-bound kernel")
+                     ->check(in_range("kernel", "--memory-bytes"));
   gemm->excludes(attention)->excludes(memory);
   attention->excludes(memory);
   app.add_option("--dtype", o.dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();

@@ -4,15 +4,11 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/run_inputs.hpp"
 #include "report/layout_diagram.hpp"
 
 namespace meshplan::cli {
-
-// A drawing is read by a person: past a few thousand GPUs or a few hundred layers it is no longer
-// one, and drawing it costs time and memory in proportion (docs/limits.md).
-constexpr std::int64_t kMaxDrawnGpus = 4096;
-constexpr std::int64_t kMaxDrawnLayers = 1024;
 
 Command add_layout_command(CLI::App& root) {
   struct Options {
@@ -26,12 +22,12 @@ Command add_layout_command(CLI::App& root) {
       "layout",
       "Draw (as text) which GPU holds which shard of which layer and which process groups talk, for FSDP, TP, FSDP x TP, "
       "HSDP, HSDP x TP and PP meshes. Rank order: pp outermost, then dp_replicate, dp_shard, tp innermost.");
-  c.app->add_option("--gpus", o->gpus, "total GPUs (= pp x dp_replicate x dp_shard x tp)")->required()->check(positive_integer(kMaxDrawnGpus));
-  c.app->add_option("--pp", o->pp, "pipeline stages")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
-  c.app->add_option("--dp-replicate", o->dp_replicate, "replicas (DDP, or HSDP's replicate dim)")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
-  c.app->add_option("--dp-shard", o->dp_shard, "FSDP shard group size")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
-  c.app->add_option("--tp", o->tp, "tensor-parallel degree")->capture_default_str()->check(positive_integer(kMaxDrawnGpus));
-  c.app->add_option("--layers", o->layers, "transformer layers to draw")->capture_default_str()->check(positive_integer(kMaxDrawnLayers));
+  c.app->add_option("--gpus", o->gpus, "total GPUs (= pp x dp_replicate x dp_shard x tp)")->required()->check(in_range("layout", "--gpus"));
+  c.app->add_option("--pp", o->pp, "pipeline stages")->capture_default_str()->check(in_range("layout", "--pp"));
+  c.app->add_option("--dp-replicate", o->dp_replicate, "replicas (DDP, or HSDP's replicate dim)")->capture_default_str()->check(in_range("layout", "--dp-replicate"));
+  c.app->add_option("--dp-shard", o->dp_shard, "FSDP shard group size")->capture_default_str()->check(in_range("layout", "--dp-shard"));
+  c.app->add_option("--tp", o->tp, "tensor-parallel degree")->capture_default_str()->check(in_range("layout", "--tp"));
+  c.app->add_option("--layers", o->layers, "transformer layers to draw")->capture_default_str()->check(in_range("layout", "--layers"));
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.run = [o] {
     Mesh m;

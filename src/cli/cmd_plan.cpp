@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/layout_json.hpp"
 #include "cli/quantity.hpp"
 #include "cli/run_inputs.hpp"
@@ -188,15 +189,15 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
 void add_plan_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "model name (meshplan model --list) or HF config.json")->required();
   app.add_option("--cluster", o.cluster, "hardware profile")->capture_default_str();
-  app.add_option("--gpus", o.gpus, "total GPUs")->required()->check(positive_integer(limits::kMaxGpus));
+  app.add_option("--gpus", o.gpus, "total GPUs")->required()->check(in_range("plan", "--gpus"));
   auto* tok = app.add_option("--global-batch-tokens", o.tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
-  auto* gb = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step")->check(positive_integer(limits::kMaxBatch));
+  auto* gb = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step")->check(in_range("plan", "--global-batch"));
   tok->excludes(gb);
-  app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
-  app.add_option("--top", o.top, "plans to show")->capture_default_str()->check(positive_integer());
+  app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(in_range("plan", "--seq"));
+  app.add_option("--top", o.top, "plans to show")->capture_default_str()->check(in_range("plan", "--top"));
   app.add_option("--runtime", o.runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
       ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
-  app.add_option("--headroom", o.headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
+  app.add_option("--headroom", o.headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(in_range("plan", "--headroom"));
   app.add_option("--out", o.out,
                  "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "
                  "when multi-node, plan.md)");
@@ -207,19 +208,16 @@ void add_plan_options(CLI::App& app, Options& o) {
   app.add_option("--simulate-budget", o.budget,
                  "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
       ->capture_default_str()
-      ->check(positive_integer());
+      ->check(in_range("plan", "--simulate-budget"));
   app.add_option("--threads", o.threads,
                  "threads simulating plans (the answer is the same for any count; only search_seconds changes)")
       ->capture_default_str()
-      ->check(positive_integer(64));
+      ->check(in_range("plan", "--threads"));
   app.add_flag("--json", o.json, "machine-readable output");
 }
 
 // The search asked for, its inputs checked: a batch given one way, within the limits.
 PlanRequest plan_request(const Options& o) {
-  // CLI::Range lets NaN through (every comparison with it is false).
-  if (!(o.headroom_pct >= 0 && o.headroom_pct <= 90))
-    throw InputError("", "--headroom", fmt::format("must be between 0 and 90 percent, got {}", o.headroom_pct));
   if (o.tokens.empty() && o.global_batch == 0)
     throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
   PlanRequest rq;

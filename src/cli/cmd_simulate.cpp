@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "spec/atomic_file.hpp"
 #include "cli/run_inputs.hpp"
 #include "cli/run_source.hpp"
@@ -15,10 +16,25 @@
 #include "sim/gpu_speeds.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/error.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan::cli {
 
 namespace {
+
+// FRACTION:SPEED against the flag table before parse_straggler reads it, so that 1e-300 or nan is
+// refused with the range rather than simulated.
+void check_straggler(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return;  // parse_straggler says what the form is
+  const std::pair<std::string, const char*> parts[] = {{text.substr(0, colon), "FRACTION"},
+                                                       {text.substr(colon + 1), "SPEED"}};
+  for (const auto& [part, what] : parts) {
+    const std::string why = check_text(flag_range("simulate", std::string("--straggler ") + what), part);
+    if (!why.empty())
+      throw InputError("", "--straggler", fmt::format("{} {}", what == std::string_view("SPEED") ? "speed" : "fraction", why));
+  }
+}
 
 struct SimulateOptions {
   RunInputOptions in;
@@ -35,11 +51,12 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
   app.add_flag("--json", o.json, "machine-readable output");
   app.add_option("--trace", o.trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
   app.add_flag("--full", o.full,
-               "simulate every rank with its own links and streams (up to 512 GPUs) instead of one "
-               "representative rank per pipeline stage");
+               fmt::format("simulate every rank with its own links and streams (up to {} GPUs) instead of one "
+                           "representative rank per pipeline stage",
+                           limits::kMaxFullSimGpus));
   app.add_option("--observed-tokens-per-s", o.observed_tokens_per_s,
                  "tokens/s per GPU the real run achieved: rank causes of the gap, simulate fixes")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range("simulate", "--observed-tokens-per-s"));
   auto* st = app.add_option("--straggler", o.straggler,
                             "with --full: FRACTION:SPEED, e.g. 0.01:0.9 = 1 % of the GPUs (drawn with --seed) run "
                             "compute at 0.9x; reports the step time with and without them");
@@ -47,7 +64,9 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
                             "with --full: a file of 'RANK FACTOR' lines (unlisted ranks at 1), e.g. measured per-GPU "
                             "GEMM rates over the fleet median");
   st->excludes(gs);
-  app.add_option("--seed", o.seed, "seed of the --straggler draw (same seed, same ranks)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the --straggler draw (same seed, same ranks)")
+      ->capture_default_str()
+      ->check(in_range("simulate", "--seed"));
 }
 
 // With per-GPU speeds: the step without them, the rank that sets the pace and how many are slow.
@@ -63,9 +82,11 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
   SimOptions so;
   so.keep_timeline = !o.trace.empty();
   so.full = o.full;
-  if (o.full && in.run.n_gpus > 512)
-    throw InputError("", "--full", fmt::format("instantiates every rank and is limited to 512 GPUs; this run has {}",
-                                                in.run.n_gpus));
+  if (o.full && in.run.n_gpus > limits::kMaxFullSimGpus)
+    throw InputError("", "--full",
+                     fmt::format("instantiates every rank and is limited to {} GPUs (docs/limits.md); this run has {}",
+                                 limits::kMaxFullSimGpus, in.run.n_gpus));
+  if (!o.straggler.empty()) check_straggler(o.straggler);
   const bool speeds = !o.straggler.empty() || !o.gpu_speeds.empty();
   if (speeds && !o.full)
     throw InputError("", o.straggler.empty() ? "--gpu-speeds" : "--straggler",

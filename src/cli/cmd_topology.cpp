@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "cli/command.hpp"
+#include "cli/flag_ranges.hpp"
 #include "cli/run_inputs.hpp"
 #include "spec/limits.hpp"
 #include "spec/cluster_loader.hpp"
@@ -208,7 +209,7 @@ Command add_topology_command(CLI::App& root) {
       "tp innermost) and show, for each process group, the tier its traffic crosses. docs/topology.md.");
   c.app->add_option("--cluster", o->cluster, "hardware profile name or .toml path")->capture_default_str();
   CLI::Option* gpus_opt = c.app->add_option("--gpus", o->gpus, "number of GPUs (default: the mesh's world size)")
-                              ->check(positive_integer(limits::kMaxGpus));
+                              ->check(in_range("topology", "--gpus"));
   c.app->add_option("--mesh", o->mesh, "degrees, e.g. pp=2,dp_shard=64,tp=8 (keys: pp vpp dp_replicate dp_shard cp tp ep)");
   c.app->add_flag("--json", o->as_json, "print JSON instead of text");
   c.run = [o, gpus_opt]() -> int {

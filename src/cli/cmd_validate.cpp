@@ -60,7 +60,8 @@ int validate_collectives(const ValidateOptions& o) {
   std::vector<std::filesystem::path> dirs(o.cluster_dirs.begin(), o.cluster_dirs.end());
   const ClusterSpec cluster = load_cluster_search(o.cluster, dirs);
   const CollectiveValidation v = run_collective_validation(read_csv_table(o.collectives), cluster);
-  if (o.json) fmt::print("{}\n", collective_validation_json(v).dump(2));
+  if (o.json)
+    fmt::print("{}\n", collective_validation_json(v).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   else fmt::print("{}", collective_validation_text(v));
   return 0;
 }
@@ -94,7 +95,8 @@ int run_validate(const ValidateOptions& o) {
   const CsvTable table = read_csv_table(o.file);
   const ValidationReport rep = run_validation(table, opts);
   if (inspect) write_row_files(o, table, opts);
-  if (o.json) fmt::print("{}\n", validation_json(rep).dump(2));
+  // replace: a byte of the CSV that is not UTF-8 and escaped cleaning is printed as U+FFFD, not thrown.
+  if (o.json) fmt::print("{}\n", validation_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   else fmt::print("{}", validation_text(rep));
   return 0;
 }

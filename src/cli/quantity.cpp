@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "cli/flag_ranges.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 
@@ -38,13 +39,14 @@ bool leading_number(const std::string& text, double& v, std::string& suffix) {
   return true;
 }
 
-std::string shown(const std::string& text) {
-  // A 400-digit argument is echoed shortened and control characters (a newline in a quoted
-  // argument) as '?': the message stays one readable line.
-  std::string s = text.size() <= 40 ? text : text.substr(0, 37) + "...";
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
+std::string shown(const std::string& text) { return shown_text(text); }
+
+// " (range ...)" from the flag table (flag_ranges.hpp) for the flags it lists; the parsers below
+// also serve flags outside it (the fuzz target's).
+std::string range_note(const std::string& flag) {
+  for (const auto& r : flag_ranges())
+    if (r.flag == flag) return fmt::format(" (range {})", range_text(r));
+  return "";
 }
 
 }  // namespace
@@ -53,7 +55,8 @@ double parse_token_count(const std::string& text, const std::string& flag, doubl
   double v = 0;
   std::string suffix;
   if (!leading_number(text, v, suffix))
-    throw InputError("", flag, fmt::format("'{}' is not a number (e.g. 4M, 15T, 4Mi or 4194304)", shown(text)));
+    throw InputError("", flag, fmt::format("'{}' is not a number (e.g. 4M, 15T, 4Mi or 4194304){}", shown(text),
+                                           range_note(flag)));
   double mult = 1;
   const bool binary = suffix.size() == 2 && suffix[1] == 'i';
   const char unit = suffix.empty() ? '\0' : suffix[0];
@@ -69,9 +72,12 @@ double parse_token_count(const std::string& text, const std::string& flag, doubl
     throw InputError("", flag, fmt::format("unknown suffix '{}' in '{}' (K, M, G or B, T: powers of 1000; Ki, Mi, "
                                            "Gi, Ti: powers of 1024)", shown(suffix), shown(text)));
   const double n = v * mult;
-  if (!(n > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", shown(text)));
+  if (!(n > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'{}", shown(text), range_note(flag)));
+  // A fraction of a token (1e-300) is no count: the smallest is one.
+  if (n < 1) throw InputError("", flag, fmt::format("'{}' is less than one token{}", shown(text), range_note(flag)));
   if (!(n <= max))
-    throw InputError("", flag, fmt::format("'{}' is above the maximum {:.4g} (docs/limits.md)", shown(text), max));
+    throw InputError("", flag, fmt::format("'{}' is above the maximum {:.4g}{} (docs/limits.md)", shown(text), max,
+                                           range_note(flag)));
   return n;
 }
 
@@ -79,17 +85,34 @@ double parse_deadline_days(const std::string& text, const std::string& flag) {
   double v = 0;
   std::string suffix;
   if (!leading_number(text, v, suffix))
-    throw InputError("", flag, fmt::format("'{}' is not a duration (e.g. 60d)", shown(text)));
+    throw InputError("", flag, fmt::format("'{}' is not a duration (e.g. 60d){}", shown(text), range_note(flag)));
   double days = v;
   if (suffix == "h") days = v / 24;
   else if (suffix == "w") days = v * 7;
   else if (!suffix.empty() && suffix != "d")
     throw InputError("", flag, fmt::format("unknown unit '{}' (h, d, w)", shown(suffix)));
-  if (!(days > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'", shown(text)));
+  if (!(days > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'{}", shown(text), range_note(flag)));
   if (days < limits::kMinDeadlineDays || !(days <= limits::kMaxDeadlineDays))
     throw InputError("", flag, fmt::format("'{}' is outside one minute .. {:g} days (docs/limits.md)", shown(text),
                                            limits::kMaxDeadlineDays));
   return days;
+}
+
+double parse_duration_seconds(const std::string& text, const std::string& flag) {
+  double v = 0;
+  std::string suffix;
+  if (!leading_number(text, v, suffix))
+    throw InputError("", flag, fmt::format("'{}' is not a duration (e.g. 30m){}", shown(text), range_note(flag)));
+  double seconds = v;
+  if (suffix == "m") seconds = v * 60;
+  else if (suffix == "h") seconds = v * 3600;
+  else if (suffix == "d") seconds = v * 86400;
+  else if (!suffix.empty() && suffix != "s")
+    throw InputError("", flag, fmt::format("unknown unit '{}' (s, m, h, d){}", shown(suffix), range_note(flag)));
+  if (!(seconds > 0)) throw InputError("", flag, fmt::format("must be positive, got '{}'{}", shown(text), range_note(flag)));
+  for (const auto& r : flag_ranges())
+    if (r.flag == flag) return check_value(r, seconds, text);
+  return seconds;
 }
 
 double parse_size_bytes(const std::string& text, const std::string& flag) {
@@ -116,7 +139,8 @@ double parse_size_bytes(const std::string& text, const std::string& flag) {
     else scale = 1;
   }
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-    throw InputError("", flag, "'" + shown(text) + "' is not a size (an integer with an optional K, M, G or T suffix)");
+    throw InputError("", flag, "'" + shown(text) + "' is not a size (an integer with an optional K, M, G or T suffix)" +
+                                   range_note(flag));
   // Past 16 digits the count is above the maximum anyway; strtod never throws.
   const double v = s.size() > 16 ? HUGE_VAL : std::strtod(s.c_str(), nullptr) * scale;
   if (!(v >= 1)) throw InputError("", flag, "'" + shown(text) + "' must be at least 1 byte");

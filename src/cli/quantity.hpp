@@ -18,6 +18,9 @@ double parse_token_count(const std::string& text, const std::string& flag, doubl
 // "60d", "60" (days), "36h", "12w" -> days, within [limits::kMinDeadlineDays, limits::kMaxDeadlineDays].
 double parse_deadline_days(const std::string& text, const std::string& flag);
 
+// "600", "600s", "30m", "2h", "1d" -> seconds, within the flag's range (flag_ranges.hpp).
+double parse_duration_seconds(const std::string& text, const std::string& flag);
+
 // "1K", "8G", "64MiB", "4096" -> bytes (binary suffixes), 1 .. limits::kMaxSizeBytes.
 double parse_size_bytes(const std::string& text, const std::string& flag);
 // "LO:HI" or "S": the sizes doubling from LO up to HI.

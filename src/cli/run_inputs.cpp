@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "cli/flag_ranges.hpp"
 #include "spec/cluster_loader.hpp"
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
@@ -19,30 +20,6 @@ bool mesh_is_explicit(const Mesh& m) {
 }
 }  // namespace
 
-CLI::Validator positive_integer(std::int64_t max) {
-  return CLI::Validator(
-      [max](std::string& v) -> std::string {
-        std::size_t pos = 0;
-        long long n = 0;
-        bool too_big = false;
-        try {
-          n = std::stoll(v, &pos);
-        } catch (const std::out_of_range&) {
-          too_big = v.find_first_not_of("0123456789") == std::string::npos;
-          pos = too_big ? v.size() : 0;
-        } catch (...) {
-          pos = 0;
-        }
-        std::string shown = v.size() <= 40 ? v : v.substr(0, 37) + "...";
-        for (char& ch : shown)
-          if (static_cast<unsigned char>(ch) < 0x20) ch = '?';  // the message stays one line
-        if (!too_big && (pos != v.size() || v.empty() || n <= 0)) return "must be a positive integer, got '" + shown + "'";
-        if (too_big || n > max) return fmt::format("{} is above the maximum {} (docs/limits.md)", shown, max);
-        return {};
-      },
-      fmt::format("POSITIVE <= {}", max));
-}
-
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {
   app.add_option("-c,--config", o.config,
                  "run config: llm-foundry/Composer YAML, torchtitan TOML, Megatron-LM arguments (args file or launch script) or meshplan plan TOML")
@@ -53,7 +30,7 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
                  fmt::format("hardware profile name or TOML path (default: the config's, else {})",
                              kDefaultCluster));
   app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
-      ->check(positive_integer(limits::kMaxGpus));
+      ->check(in_range("", "--gpus"));
 }
 
 RunInputs load_run_inputs(const RunInputOptions& o) {

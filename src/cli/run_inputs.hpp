@@ -19,10 +19,6 @@ struct RunInputOptions {
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o);
 
-// A CLI11 validator whose message fits on one line: "must be a positive integer, got 'x'";
-// above `max` (the documented maximum, docs/limits.md) it is refused before anything is sized by it.
-CLI::Validator positive_integer(std::int64_t max = 2147483647);
-
 struct RunInputs {
   RunConfig run;
   ClusterSpec cluster;

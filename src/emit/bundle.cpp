@@ -1,10 +1,20 @@
 #include "emit/bundle.hpp"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
-#include <fstream>
+#include <optional>
+#include <set>
 
 #include "emit/foundry_emitter.hpp"
 #include "spec/atomic_file.hpp"
+#include "spec/error.hpp"
+#include "spec/input_file.hpp"
 #include "emit/launch_emitter.hpp"
 #include "emit/megatron_emitter.hpp"
 #include "emit/torchtitan_emitter.hpp"
@@ -153,34 +163,155 @@ std::vector<BundleFile> render_bundle(const RunConfig& rc, const ClusterSpec& cl
   return files;
 }
 
-std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir, const RunConfig& rc,
+namespace {
+
+namespace fs = std::filesystem;
+
+// The names a previous bundle's plan.md lists under "## Files" ("- `launch.sh`"); nullopt when
+// the folder holds no plan.md that meshplan wrote.
+std::optional<std::set<std::string>> bundle_listing(const fs::path& dir) {
+  std::string md;
+  try {
+    md = read_input_file((dir / "plan.md").string(), InputKind::run_config);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  const auto files = md.find("\n## Files\n");
+  if (md.rfind("# ", 0) != 0 || md.find("\n## Prediction (meshplan simulate)\n") == std::string::npos ||
+      files == std::string::npos)
+    return std::nullopt;
+  std::set<std::string> names;
+  for (std::size_t at = md.find("\n- `", files); at != std::string::npos && md.compare(at, 4, "\n- `") == 0;
+       at = md.find('\n', at + 1)) {
+    const auto close = md.find('`', at + 4);
+    if (close == std::string::npos) break;
+    names.insert(md.substr(at + 4, close - at - 4));
+  }
+  return names;
+}
+
+// "" when `dir` may be replaced by a new bundle: an empty folder, or a bundle meshplan wrote
+// (every entry a regular file its plan.md lists, or a hidden temporary file of an interrupted
+// write). Anything else is the user's, and replacing the folder would delete it.
+std::string replace_refusal(const fs::path& dir) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return "cannot read the folder: " + ec.message();
+  std::optional<std::optional<std::set<std::string>>> listing;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return "cannot read the folder: " + ec.message();
+    const std::string name = it->path().filename().string();
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos) continue;
+    if (!listing) listing = bundle_listing(dir);
+    if (!*listing && fs::exists(fs::symlink_status(dir / "plan.md", ec)) && !fs::is_regular_file(dir / "plan.md", ec))
+      return fmt::format("holds 'plan.md', which is {}, not the plan.md of a meshplan bundle; the folder is not "
+                         "replaced (give a new or empty folder, or move it away)",
+                         describe_non_regular((dir / "plan.md").string()).empty()
+                             ? std::string("a symbolic link")
+                             : describe_non_regular((dir / "plan.md").string()));
+    if (!*listing)
+      return fmt::format("is a folder that is not a meshplan bundle (it holds '{}' and no plan.md meshplan wrote); "
+                         "give a new or empty folder",
+                         name);
+    if (!it->is_regular_file(ec) || !(*listing)->contains(name))
+      return fmt::format("holds '{}', which is not a file of the meshplan bundle there; give a new or empty folder, "
+                         "or move it away",
+                         name);
+  }
+  return "";
+}
+
+void sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir_in, const RunConfig& rc,
                                                 const ClusterSpec& cluster, EmitRuntime runtime,
                                                 TorchtitanVersion version, const PlanSummary& summary) {
-  // Render everything first: an inexpressible plan must not leave a half-written bundle.
+  // Render everything first: an inexpressible plan must not touch the folder.
   const std::vector<BundleFile> files = render_bundle(rc, cluster, runtime, version, summary);
-  namespace fs = std::filesystem;
   std::error_code ec;
-  const bool existed = fs::exists(dir, ec);
-  if (existed && !fs::is_directory(dir, ec))
-    throw InputError(dir.string(), "--out", "exists and is not a folder");
-  fs::create_directories(dir, ec);
-  if (ec) throw InputError(dir.string(), "--out", "cannot create the bundle folder: " + ec.message());
-  // Each file is written atomically; when one fails, the files this call created are removed
-  // again (and the folder, when this call created it), so a failure leaves no partial bundle.
-  std::vector<fs::path> written, created;
-  try {
-    for (const auto& f : files) {
-      const auto path = dir / f.name;
-      if (!fs::exists(path, ec)) created.push_back(path);
-      write_file_atomic(path.string(), f.content, "--out", AtomicWriteOptions{.executable = f.executable, .check = {}});
-      written.push_back(path);
-    }
-  } catch (const InputError& e) {
-    for (const auto& p : created) fs::remove(p, ec);
-    if (!existed) fs::remove(dir, ec);
-    throw InputError(e.file(), "--out", e.reason());
+  fs::path dir = dir_in.filename().empty() ? dir_in.parent_path() : dir_in;  // "bdl/" is "bdl"
+  const std::string shown = dir_in.string();
+  auto fail = [&](const std::string& reason) { throw InputError(shown, "--out", reason); };
+  // A link to a folder: the bundle replaces the folder it points to, and the link stays.
+  if (fs::is_symlink(fs::symlink_status(dir, ec))) {
+    const fs::path target = fs::canonical(dir, ec);
+    if (ec) fail("is a symbolic link to a missing folder");
+    dir = target;
   }
-  return written;
+  const fs::file_status st = fs::status(dir, ec);
+  const bool existed = fs::exists(st);
+  if (existed && !fs::is_directory(st)) fail("exists and is not a folder");
+  if (existed)
+    if (const std::string why = replace_refusal(dir); !why.empty()) fail(why);
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec) fail("cannot create the bundle folder: " + ec.message());
+
+  // The bundle is written whole into a fresh folder beside the target (same filesystem), then
+  // swapped in by one rename: a failure at any point leaves the old bundle as it was and no
+  // mixture of old and new files (issue 36 finding 3).
+  std::string tmpl = (parent / ("." + dir.filename().string() + ".tmp-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    fail(fmt::format("cannot create a folder in '{}': {}", parent.string(), std::strerror(errno)));
+  const fs::path tmp = tmpl;
+  auto cleanup = [&] {
+    std::error_code ignore;
+    fs::remove_all(tmp, ignore);
+  };
+  const mode_t umask_now = ::umask(0);
+  ::umask(umask_now);
+  const mode_t mode = existed ? static_cast<mode_t>(st.permissions()) : (0777 & ~umask_now);
+  std::vector<fs::path> written;
+  try {
+    if (::chmod(tmp.c_str(), mode) != 0) fail(fmt::format("cannot set the folder's mode: {}", std::strerror(errno)));
+    for (const auto& f : files) {
+      write_file_atomic((tmp / f.name).string(), f.content, "--out",
+                        AtomicWriteOptions{.executable = f.executable, .check = {}});
+      written.push_back(dir / f.name);
+    }
+    sync_dir(tmp);
+    if (!existed && ::rename(tmp.c_str(), dir.c_str()) == 0) {
+      sync_dir(parent);
+      return written;
+    }
+    // The target exists (or appeared meanwhile): exchange the two folders in one step, so that a
+    // concurrent reader or writer always finds a whole bundle there, then drop the old one.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      cleanup();  // `tmp` now holds the old bundle
+      sync_dir(parent);
+      return written;
+    }
+    if (errno != EINVAL && errno != ENOSYS)
+      fail(fmt::format("cannot move the bundle into place: {}", std::strerror(errno)));
+    // No atomic exchange on this filesystem: the old bundle moves aside as a backup, the new one
+    // takes its name, and the backup is restored should that fail.
+    std::string bak = (parent / ("." + dir.filename().string() + ".old.tmp-XXXXXX")).string();
+    if (::mkdtemp(bak.data()) == nullptr || ::rename(dir.c_str(), bak.c_str()) != 0)
+      fail(fmt::format("cannot move the old bundle aside: {}", std::strerror(errno)));
+    if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+      const int err = errno;
+      (void)::rename(bak.c_str(), dir.c_str());
+      fail(fmt::format("cannot move the bundle into place: {}", std::strerror(err)));
+    }
+    fs::remove_all(bak, ec);
+    sync_dir(parent);
+    return written;
+  } catch (const InputError& e) {
+    cleanup();
+    // A file's own error names the temporary folder; the user gave `dir`.
+    std::string reason = e.reason();
+    if (e.file() != shown) reason = fmt::format("{}: {}", fs::path(e.file()).filename().string(), reason);
+    for (auto at = reason.find(tmp.string()); at != std::string::npos; at = reason.find(tmp.string(), at))
+      reason.replace(at, tmp.string().size(), dir.string());
+    throw InputError(shown, "--out", reason);
+  }
 }
 
 }  // namespace meshplan

@@ -32,7 +32,10 @@ struct BundleFile {
 std::vector<BundleFile> render_bundle(const RunConfig& rc, const ClusterSpec& cluster, EmitRuntime runtime,
                                       TorchtitanVersion version, const PlanSummary& summary);
 
-// render_bundle, written into `dir` (created if needed; files of the same name are replaced).
+// render_bundle, written whole into a new folder beside `dir` and swapped in by one rename, so a
+// failure leaves `dir` as it was. An existing `dir` must be empty or a bundle meshplan wrote
+// (every file listed by its plan.md): it is replaced whole, so no stale file of an earlier bundle
+// (an sbatch.slurm of a multi-node plan) stays beside the new files. Anything else is refused.
 // Returns the written paths. Nothing is written when the plan cannot be expressed.
 std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir, const RunConfig& rc,
                                                 const ClusterSpec& cluster, EmitRuntime runtime,

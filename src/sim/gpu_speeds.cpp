@@ -5,13 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
 
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
+#include "spec/limits.hpp"
 
 namespace meshplan {
 
@@ -30,8 +31,9 @@ StragglerSpec parse_straggler(const std::string& text, const std::string& flag) 
   }
   if (!(s.fraction >= 0 && s.fraction <= 1))
     throw InputError("", flag, fmt::format("fraction must be in [0, 1], got {:g}", s.fraction));
-  if (!(s.speed > 0) || !std::isfinite(s.speed))
-    throw InputError("", flag, fmt::format("speed factor must be > 0, got {:g}", s.speed));
+  if (!(s.speed >= limits::kMinSpeedFactor && s.speed <= limits::kMaxSpeedFactor))
+    throw InputError("", flag, fmt::format("speed factor must be between {:g} and {:g}, got {:g}", limits::kMinSpeedFactor,
+                                           limits::kMaxSpeedFactor, s.speed));
   return s;
 }
 
@@ -59,12 +61,11 @@ std::vector<double> sample_straggler_speeds(std::int64_t n_ranks, const Straggle
 }
 
 std::vector<double> load_gpu_speeds(const std::string& file, std::int64_t n_ranks) {
-  std::ifstream in(file);
-  if (!in) throw InputError(file, "", "cannot read the GPU speed file");
+  InputFile in(file, InputKind::gpu_speeds);
   std::vector<double> speeds(static_cast<std::size_t>(std::max<std::int64_t>(0, n_ranks)), 1.0);
   std::vector<bool> seen(speeds.size(), false);
   std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
+  for (int n = 1; in.getline(line); ++n) {
     if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
     std::istringstream ls(line);
     std::string rank_text, speed_text, extra;
@@ -84,8 +85,9 @@ std::vector<double> load_gpu_speeds(const std::string& file, std::int64_t n_rank
     }
     if (rank < 0 || rank >= n_ranks)
       throw InputError(file, key, fmt::format("rank {} is outside this run's 0..{}", rank, n_ranks - 1));
-    if (!(speed > 0) || !std::isfinite(speed))
-      throw InputError(file, key, fmt::format("speed factor must be > 0, got {}", speed_text));
+    if (!(speed >= limits::kMinSpeedFactor && speed <= limits::kMaxSpeedFactor))
+      throw InputError(file, key, fmt::format("speed factor must be between {:g} and {:g}, got {}",
+                                              limits::kMinSpeedFactor, limits::kMaxSpeedFactor, speed_text));
     if (seen[static_cast<std::size_t>(rank)]) throw InputError(file, key, fmt::format("rank {} is listed twice", rank));
     seen[static_cast<std::size_t>(rank)] = true;
     speeds[static_cast<std::size_t>(rank)] = speed;

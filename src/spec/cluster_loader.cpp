@@ -26,6 +26,7 @@
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan {
 namespace {
@@ -656,8 +657,9 @@ void read_reliability(Context& ctx, const toml::table& t) {
 }
 
 toml::table parse_toml(const std::string& file) {
+  const std::string text = read_input_file(file, InputKind::hardware_profile);
   try {
-    return toml::parse_file(file);
+    return toml::parse(text, file);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     throw InputError(file, "",
@@ -667,9 +669,6 @@ toml::table parse_toml(const std::string& file) {
 }
 
 ClusterSpec read_profile(const std::string& file, const std::string& expected_name) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec))
-    throw InputError(file, "", "cannot read hardware profile: no such file");
   const toml::table root = parse_toml(file);
 
   ClusterSpec spec;

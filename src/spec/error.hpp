@@ -19,8 +19,10 @@ public:
 private:
   static std::string format(const std::string& file, const std::string& key,
                             const std::string& reason) {
-    std::string s = file.empty() ? std::string("<input>") : file;
-    if (!key.empty()) s += ": " + key;
+    // A command-line flag names itself ("--tokens: ..."); only a key with no file needs "<input>".
+    const bool flag = file.empty() && key.size() > 1 && key[0] == '-';
+    std::string s = flag ? key : (file.empty() ? std::string("<input>") : file);
+    if (!key.empty() && !flag) s += ": " + key;
     s += ": " + reason;
     // One line whatever the input held: a key or reason quoting the file's own text (a YAML scalar
     // folded over lines, a stray control byte) must not break the message.

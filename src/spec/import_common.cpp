@@ -3,23 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan::importer {
 
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError(path, "", "cannot read the file (missing or not a regular file)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open the file for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const std::string& path) { return read_input_file(path, InputKind::run_config); }
 
 std::string one_line(std::string_view s) {
   std::string out;

@@ -30,6 +30,13 @@ inline constexpr double kMinDeadlineDays = 1.0 / 1440;  // one minute
 inline constexpr double kMaxDeadlineDays = 36525;       // a century
 inline constexpr double kMaxSizeBytes = 1125899906842624.0;  // 2^50 B = 1 PiB (collective sizes)
 inline constexpr std::int64_t kMaxKernelDim = std::int64_t{1} << 24;  // kernel --gemm / --attention
+// A per-GPU speed factor (--straggler SPEED, --gpu-speeds): a hundredth of the fleet's speed to a
+// hundred times it. Past that it is no longer a straggler but a typo, and 1e-300 made a step of
+// 300 digits.
+// `simulate --full` instantiates every rank with its own links and streams.
+inline constexpr std::int64_t kMaxFullSimGpus = 512;
+inline constexpr double kMinSpeedFactor = 0.01;
+inline constexpr double kMaxSpeedFactor = 100;
 
 // v when min <= v <= max; otherwise InputError(file, key, "... must be between MIN and MAX (the
 // maximum for WHAT, docs/limits.md)").

@@ -7,16 +7,15 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <span>
-#include <sstream>
 #include <toml++/toml.h>
 
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
 #include "spec/limits.hpp"
 
 namespace meshplan {
@@ -35,14 +34,6 @@ std::string lower(std::string_view s) {
   std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string(), "", "cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,10 +252,10 @@ ModelSpec model_from_toml(const toml::table& root, const std::string& file, cons
 
 ModelSpec load_model_toml(const fs::path& path) {
   const std::string file = path.string();
-  if (!fs::exists(path)) throw InputError(file, "", "no such file");
+  const std::string text = read_input_file(file, InputKind::model_toml);
   toml::table root;
   try {
-    root = toml::parse(read_file(path), file);
+    root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
     throw InputError(file, "", fmt::format("TOML syntax error at line {}, column {}: {}",
                                            e.source().begin.line, e.source().begin.column,
@@ -275,10 +266,10 @@ ModelSpec load_model_toml(const fs::path& path) {
 
 ModelSpec load_model_json(const fs::path& path) {
   const std::string file = path.string();
-  if (!fs::exists(path)) throw InputError(file, "", "no such file");
+  const std::string text = read_input_file(file, InputKind::hf_config);
   json config;
   try {
-    config = json::parse(read_file(path));
+    config = json::parse(text);
   } catch (const json::parse_error& e) {
     // e.what() carries "parse error at line L, column C: ..."; drop the library's "[json.exception...]" tag.
     std::string what = e.what();

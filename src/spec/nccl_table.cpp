@@ -21,6 +21,7 @@
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
+#include "spec/input_file.hpp"
 
 namespace meshplan {
 namespace {
@@ -258,10 +259,10 @@ NcclTable read_table(const fs::path& path) {
   NcclTable out;
   out.source_file = path.string();
   Context ctx{path.string(), &out, {}, {}};
-  if (!fs::exists(path)) ctx.fail("", "no such NCCL constants file");
+  const std::string text = read_input_file(path.string(), InputKind::nccl_table);
   toml::table root;
   try {
-    root = toml::parse_file(path.string());
+    root = toml::parse(text, path.string());
   } catch (const toml::parse_error& e) {
     ctx.fail("", std::string("TOML syntax error: ") + importer::one_line(e.description()) + " (line " +
                      std::to_string(e.source().begin.line) + ")");

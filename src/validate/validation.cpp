@@ -2,6 +2,8 @@
 // No result is adjusted here: the numbers are the simulator's and the memory model's as they are.
 #include "validate/validation.hpp"
 
+#include "spec/printable.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -199,6 +201,11 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
   out.skipped = vc.skipped;
   auto finish = [&] {
     out.sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // Everything a row echoes came from the CSV (or quotes it): printed as printable text.
+    for (std::string* t : {&out.id, &out.source, &out.framework, &out.gpu, &out.cluster, &out.run, &out.metric_definition,
+                           &out.skipped, &out.throughput_skipped, &out.dominant_term, &out.dominant_memory_term})
+      *t = printable(*t);
+    for (auto& a : out.assumptions) a = printable(a);
     return out;
   };
   if (!out.skipped.empty()) return finish();

@@ -18,6 +18,7 @@
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/framework_defaults.hpp"
+#include "spec/input_file.hpp"
 #include "spec/limits.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/recompute_modules.hpp"
@@ -143,11 +144,7 @@ CsvTable parse_csv_table(std::string_view text, const std::string& file) {
 }
 
 CsvTable read_csv_table(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(path, "", "cannot open for reading");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_csv_table(ss.str(), path);
+  return parse_csv_table(read_input_file(path, InputKind::validation_csv), path);
 }
 
 CsvRow::CsvRow(const CsvTable& t, std::size_t index) : table_(&t), index_(index) {

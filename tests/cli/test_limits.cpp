@@ -15,11 +15,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "../test_paths.hpp"
+#include "cli/flag_ranges.hpp"
 
 namespace fs = std::filesystem;
 using meshplan::test::data_root;
@@ -43,9 +45,10 @@ fs::path scratch() {
   return d;
 }
 
-Run run(const std::string& args, const fs::path& cwd = {}) {
+// `prefix` goes before the binary ("timeout 20 " where a regression would hang).
+Run run(const std::string& args, const fs::path& cwd = {}, const std::string& prefix = "") {
   const fs::path err_file = scratch() / "stderr.txt";
-  std::string cmd = meshplan_bin().string() + " " + args + " 2>" + err_file.string();
+  std::string cmd = prefix + meshplan_bin().string() + " " + args + " 2>" + err_file.string();
   if (!cwd.empty()) cmd = "cd " + cwd.string() + " && " + cmd;
   Run r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -121,11 +124,12 @@ micro_batch = 1
 struct Case {
   std::string args;
   std::vector<std::string> needles;  // the file or flag, the key, the reason (each must appear)
+  std::string prefix = {};           // before the binary (run's `prefix`)
 };
 
-void check_case(const Case& c) {
+Run check_case(const Case& c) {
   CAPTURE(c.args);
-  const Run r = run(c.args);
+  const Run r = run(c.args, {}, c.prefix);
   CAPTURE(r.err);
   CHECK(r.exit_code == 2);
   std::string err = r.err;
@@ -134,6 +138,7 @@ void check_case(const Case& c) {
   CHECK(err.find('\n') == std::string::npos);
   CHECK(err.size() < 600);  // one readable line, not a 400-digit echo or a repeated message
   for (const auto& n : c.needles) CHECK_MESSAGE(err.find(n) != std::string::npos, n);
+  return r;
 }
 
 }  // namespace
@@ -183,7 +188,7 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
       {plan8 + "--global-batch-tokens -4M", {"--global-batch-tokens", "positive"}},
       {plan8 + "--global-batch-tokens 4Mx", {"--global-batch-tokens", "suffix 'Mx'"}},
       {plan8 + "--global-batch-tokens 100", {"--global-batch-tokens", "less than one sequence"}},
-      {plan8 + "--global-batch-tokens 4M --headroom nan", {"--headroom", "between 0 and 90"}},
+      {plan8 + "--global-batch-tokens 4M --headroom nan", {"--headroom", "range 0 .. 90 percent"}},
       {plan8 + "--global-batch-tokens 4M --seq 99999999999", {"--seq", "maximum"}},
       {plan8 + "--global-batch 16 --threads 0", {"--threads", "positive"}},
       {cap + "--tokens 1e30 --deadline 60d", {"--tokens", "maximum"}},
@@ -313,6 +318,141 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
   CHECK_FALSE(fs::exists(scratch() / "never.toml"));
 }
 
+TEST_CASE("inputs that are not regular files, or are too large, are refused at once (issue 36 findings 1, 2, 5)") {
+  // Before the one file-opening helper, a FIFO made `model` and `validate` wait forever and
+  // /dev/zero grew them to gigabytes: every case runs under `timeout`, so a hang fails (exit 124)
+  // instead of stalling the suite.
+  const fs::path dir = scratch() / "not-files";
+  fs::create_directories(dir);
+  auto fifo = [&](const std::string& name) {
+    const fs::path p = dir / name;
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    return p.string();
+  };
+  auto sparse = [&](const std::string& name, std::uintmax_t bytes) {
+    const fs::path p = dir / name;
+    std::ofstream(p, std::ios::binary) << "x";
+    fs::resize_file(p, bytes);  // a hole: the size is checked before any byte is read
+    return p.string();
+  };
+  const std::string plan = write("not-files/plan.toml", kPlan);
+  const std::string fit = (data_root() / "tests" / "calibrate" / "data" / "model_generated_h100.json").string();
+  const fs::path zero_link = dir / "zero.json";
+  fs::create_symlink("/dev/zero", zero_link);
+  const std::string t = "timeout 20 ";
+  const std::string fifo_reason = "is a named pipe (FIFO), not a regular file";
+  const std::string dev_reason = "is a character device, not a regular file";
+  const std::vector<Case> cases = {
+      // finding 1: FIFOs, devices, folders and links to them
+      {"model " + fifo("f.json"), {"f.json", fifo_reason}},
+      {"model " + fifo("f.toml"), {"f.toml", fifo_reason}},
+      {"validate " + fifo("f.csv"), {"f.csv", fifo_reason}},
+      {"memory --config " + fifo("cfg.yaml"), {"cfg.yaml", fifo_reason}},
+      {"memory --config " + plan + " --cluster " + fifo("prof.toml"), {"prof.toml", fifo_reason}},
+      {"simulate --config " + plan + " --full --gpu-speeds " + fifo("speeds.txt"), {"speeds.txt", fifo_reason}},
+      {"calibrate --fit " + fifo("m.json") + " --base h100-sxm-80gb --out " + (dir / "never.toml").string(),
+       {"m.json", fifo_reason}},
+      {"calibrate --fit " + fit + " --base " + fifo("base.toml") + " --out " + (dir / "never.toml").string(),
+       {"base.toml", fifo_reason}},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --nccl " + fifo("nccl.toml"), {"nccl.toml", fifo_reason}},
+      {"validate /dev/zero", {"/dev/zero", dev_reason}},
+      {"simulate --config " + plan + " --full --gpu-speeds /dev/zero", {"/dev/zero", dev_reason}},
+      {"model " + zero_link.string(), {"zero.json", "is a symbolic link to a character device"}},
+      // finding 5: what is wrong, not "empty file" or "no such file"
+      {"validate " + dir.string(), {dir.string(), "is a folder, not a file"}},
+      {"memory --config " + plan + " --cluster /dev/zero", {"/dev/zero", dev_reason}},
+      // finding 2: a size limit per format, before reading
+      {"model " + sparse("big.json", 50'000'000), {"big.json", "50000000 bytes", "maximum of 4 MiB", "config.json"}},
+      {"model " + sparse("big.toml", 2 * 1024 * 1024), {"big.toml", "maximum of 1 MiB", "model TOML"}},
+      {"memory --config " + sparse("big.yaml", 5 * 1024 * 1024), {"big.yaml", "maximum of 4 MiB", "training config"}},
+      {"memory --config " + plan + " --cluster " + sparse("bigprof.toml", 5 * 1024 * 1024),
+       {"bigprof.toml", "maximum of 4 MiB", "hardware profile"}},
+      {"validate " + sparse("big.csv", (std::uintmax_t{1} << 30) + 1), {"big.csv", "maximum of 1 GiB", "validation CSV"}},
+      {"simulate --config " + plan + " --full --gpu-speeds " + sparse("speeds-big.txt", 65 * 1024 * 1024),
+       {"speeds-big.txt", "maximum of 64 MiB"}},
+  };
+  for (const auto& c : cases) CHECK(check_case({c.args, c.needles, t}).seconds < 10.0);
+  CHECK_FALSE(fs::exists(dir / "never.toml"));
+}
+
+TEST_CASE("numbers that are not numbers, or are out of range, are refused: FLAG: REASON (range ...) (issue 36 findings 4, 5)") {
+  const std::string plan = write("ranges/plan.toml", kPlan);
+  const std::string sim = "simulate --config " + plan + " ";
+  const std::string cap = "capacity --model llama3.1-8b --tokens 15T --gpus 64 --simulate-budget 1 ";
+  const std::string speeds = write("ranges/speeds.txt", "3 1e-300\n");
+  auto flag = [](const std::string& f, const std::string& range) {
+    // The message starts with the flag (no "<input>", no CLI11 range text of 300 digits).
+    return std::vector<std::string>{"meshplan: error: " + f + ": ", "(range " + range};
+  };
+  const std::string obs = "0 (excluded) .. 1000000000 tokens/s per GPU";
+  const std::vector<Case> cases = {
+      {sim + "--observed-tokens-per-s nan", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s inf", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s -1", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s 0", flag("--observed-tokens-per-s", obs)},
+      {sim + "--observed-tokens-per-s 1e30", flag("--observed-tokens-per-s", obs)},
+      {cap + "--price-per-gpu-hour nan", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {cap + "--price-per-gpu-hour -1", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {cap + "--price-per-gpu-hour inf", flag("--price-per-gpu-hour", "0 .. 1000000 per GPU-hour")},
+      {sim + "--full --straggler 0.01:0.9 --seed -1", flag("--seed", "0 .. 18446744073709551615")},
+      {sim + "--full --straggler 0.01:0.9 --seed 99999999999999999999", flag("--seed", "0 .. 18446744073709551615")},
+      {cap + "--checkpoint-interval 1e-300s", flag("--checkpoint-interval", "1 .. 3155760000 seconds")},
+      {cap + "--checkpoint-interval nan", flag("--checkpoint-interval", "1 .. 3155760000 seconds")},
+      {"capacity --model llama3.1-8b --gpus 64 --tokens 1e-300", flag("--tokens", "1 .. 1e18 tokens")},
+      {"kernel --memory-bytes 1e30", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes 1e-300", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes 0", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {"kernel --memory-bytes nan", flag("--memory-bytes", "1 .. 1125899906842624 bytes")},
+      {sim + "--full --straggler 0.5:1e-300", flag("--straggler", "0.01 .. 100 x")},
+      {sim + "--full --straggler 0.5:nan", flag("--straggler", "0.01 .. 100 x")},
+      {sim + "--full --straggler nan:0.9", flag("--straggler", "0 .. 1 of the GPUs")},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --headroom inf", flag("--headroom", "0 .. 90 percent")},
+      {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --threads 1.5", flag("--threads", "1 .. 64 threads")},
+      {"layout --gpus 8 --pp -2", flag("--pp", "1 .. 4096 stages")},
+      {sim + "--full --gpu-speeds " + speeds, {"speeds.txt", "line 1", "between 0.01 and 100"}},
+  };
+  for (const auto& c : cases) {
+    const Run r = check_case(c);
+    CHECK(r.err.find("17976931348623") == std::string::npos);
+  }
+  // The seed is the whole 64-bit range: its largest value is a seed, not a wrapped -1.
+  const std::string straggle = sim + "--full --straggler 0.25:0.9 --json --seed ";
+  const Run top = run(straggle + "18446744073709551615");
+  CAPTURE(top.err);
+  CHECK(top.exit_code == 0);
+  const Run one = run(straggle + "1");
+  CHECK(one.exit_code == 0);
+  CHECK(nlohmann::json::parse(top.out).at("pace_rank") != nlohmann::json::parse(one.out).at("pace_rank"));
+}
+
+TEST_CASE("docs/limits.md lists the flag range table row by row") {
+  const std::string doc = read(data_root() / "docs" / "limits.md");
+  REQUIRE_FALSE(doc.empty());
+  // Finding 7: the --full cap is documented, and the refusal cites the page.
+  CHECK(doc.find("| GPUs of a `simulate --full` run") != std::string::npos);
+  const Run full = run("simulate --config " + write("full1024.toml", replaced(replaced(replaced(kPlan, "gpus = 8", "gpus = 1024"),
+                                                                            "dp_shard = 8", "dp_shard = 1024"),
+                                                                   "global_batch = 16", "global_batch = 1024")) +
+                       " --full");
+  CHECK(full.exit_code == 2);
+  CHECK(full.err.find("limited to 512 GPUs (docs/limits.md)") != std::string::npos);
+  for (const auto& r : meshplan::cli::flag_ranges()) {
+    CAPTURE(r.flag);
+    CAPTURE(r.command);
+    const std::string range = meshplan::cli::range_text(r);
+    bool found = false;
+    for (std::size_t at = doc.find("\n| `" + std::string(r.flag) + "` |"); at != std::string::npos && !found;
+         at = doc.find("\n| `" + std::string(r.flag) + "` |", at + 1)) {
+      const std::string line = doc.substr(at + 1, doc.find('\n', at + 1) - at - 1);
+      bool command_ok = r.command.empty() ? line.find("every command") != std::string::npos : true;
+      for (const auto& cmd : {"plan", "capacity", "simulate", "kernel", "collective", "layout", "topology"})
+        if (meshplan::cli::lists(r.command, cmd)) command_ok = command_ok && line.find(std::string("`") + cmd + "`") != std::string::npos;
+      found = command_ok && line.ends_with("| " + range + " |");
+    }
+    CHECK_MESSAGE(found, range);
+  }
+}
+
 TEST_CASE("a count above its maximum is refused at once") {
   // The audit saw these run for seconds to minutes and gigabytes; refused before any allocation
   // they take a process start. The bound is loose for loaded CI machines and sanitizer builds.
@@ -430,6 +570,107 @@ TEST_CASE("written files: atomic, never replace a non-regular file, bare names a
     for (const auto& e : fs::directory_iterator(dir / "bundle"))
       CHECK(e.path().filename().string().find("tmp") == std::string::npos);
   }
+}
+
+TEST_CASE("plan --out swaps a whole bundle in or leaves the old one whole (issue 36 finding 3)") {
+  const fs::path dir = scratch() / "swap";
+  fs::create_directories(dir);
+  const fs::path bdl = dir / "bdl";
+  const std::string plan = "plan --model llama3.1-8b --global-batch-tokens 1M --simulate-budget 2 --out " + bdl.string();
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(bdl))
+      files[e.path().filename().string()] = e.is_regular_file() ? read(e.path()) : std::string("<folder>");
+    return files;
+  };
+  auto no_leftovers = [&] {
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string() == "bdl");
+  };
+  REQUIRE(run(plan + " --gpus 8").exit_code == 0);
+  const auto eight = snapshot();
+  CHECK(eight.size() == 3);  // llama3.1-8b.toml, launch.sh, plan.md
+  CHECK(eight.at("launch.sh").find("--nproc_per_node=8") != std::string::npos);
+
+  SUBCASE("the audit's case: plan.md replaced by a folder, then a 16-GPU bundle written over it") {
+    fs::remove(bdl / "plan.md");
+    fs::create_directory(bdl / "plan.md");
+    const Run r = run(plan + " --gpus 16");
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("plan.md") != std::string::npos);
+    auto after = snapshot();
+    CHECK(after.at("plan.md") == "<folder>");
+    after.erase("plan.md");
+    auto before = eight;
+    before.erase("plan.md");
+    CHECK(after == before);  // launch.sh and the TOML still describe 8 GPUs
+    no_leftovers();
+  }
+  SUBCASE("a failure while writing the new bundle leaves the old one and no temporary folder") {
+    // llm-foundry names the YAML after the model; an id with a slash cannot be a file name there.
+    const std::string hf = replaced(read(corpus("hf_config", "llama3.1-8b.json")), "\"hidden_size\"",
+                                    "\"_name_or_path\": \"meta-llama/Llama-3.1-8B\", \"hidden_size\"");
+    const Run r = run("plan --model " + write("swap-hf/config.json", hf) +
+                      " --gpus 16 --global-batch 128 --seq 8192 --simulate-budget 2 --runtime llm-foundry --out " +
+                      bdl.string());
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(".tmp-") == std::string::npos);
+    CHECK(snapshot() == eight);
+    no_leftovers();
+  }
+  SUBCASE("a bundle replaces the old one whole: no stale sbatch.slurm of a multi-node plan") {
+    REQUIRE(run(plan + " --gpus 16").exit_code == 0);
+    CHECK(fs::is_regular_file(bdl / "sbatch.slurm"));
+    REQUIRE(run(plan + " --gpus 8").exit_code == 0);
+    CHECK(snapshot() == eight);
+    no_leftovers();
+  }
+  SUBCASE("a folder holding other files is refused, not emptied") {
+    write("swap/bdl/notes.txt", "mine");
+    const Run r = run(plan + " --gpus 16");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("notes.txt") != std::string::npos);
+    auto with_notes = eight;
+    with_notes["notes.txt"] = "mine";
+    CHECK(snapshot() == with_notes);
+    fs::create_directories(dir / "other");
+    write("swap/other/data.csv", "a,b\n");
+    const Run o = run("plan --model llama3.1-8b --global-batch-tokens 1M --simulate-budget 2 --gpus 8 --out " +
+                      (dir / "other").string());
+    CHECK(o.exit_code == 2);
+    CHECK(o.err.find("not a meshplan bundle") != std::string::npos);
+    CHECK(read(dir / "other" / "data.csv") == "a,b\n");
+    fs::remove_all(dir / "other");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("validate echoes a row's bytes cleaned, never raw (issue 36 finding 6)") {
+  std::string csv = read(corpus("validation_csv", "dev-5-rows.csv"));
+  const auto row = csv.find('\n') + 1;
+  csv.replace(row, csv.find(',', row) - row, std::string("bad\0id\xff\xfe\x1b[31m", 13));
+  const std::string file = write("raw-bytes.csv", csv);
+  auto raw_free = [](const std::string& out) {
+    for (const char c : out) {
+      const auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && c != '\n') || u == 0xff || u == 0xfe) return false;
+    }
+    return true;
+  };
+  const Run text = run("validate " + file);
+  CAPTURE(text.err);
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("bad?id???[31m") != std::string::npos);
+  CHECK(raw_free(text.out));
+  const Run js = run("validate --json " + file);
+  CAPTURE(js.err);
+  REQUIRE(js.exit_code == 0);
+  CHECK(raw_free(js.out));
+  const auto j = nlohmann::json::parse(js.out);
+  bool found = false;
+  for (const auto& r : j.at("rows")) found = found || r.at("id") == "bad?id???[31m";
+  CHECK(found);
 }
 
 TEST_CASE("plan --json is byte-identical for 1 and 2 threads and across reruns (search_seconds aside)") {

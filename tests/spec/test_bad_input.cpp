@@ -11,6 +11,9 @@
 
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/input_file.hpp"
+#include "spec/printable.hpp"
+#include "test_paths.hpp"
 
 using namespace meshplan;
 namespace fs = std::filesystem;
@@ -262,4 +265,64 @@ TEST_CASE("an InputError's message is one line even when the key or reason quote
   CHECK(what == "f.yaml: run_name: interpolation ${variables.ru _name}: 'variables.ru  _name' is not defined");
   // The parts stay as given, for callers that compare them.
   CHECK(e.reason().find('\n') != std::string::npos);
+}
+
+TEST_CASE("InputFile reads lines and whole files; its size table is the one docs/limits.md lists") {
+  const fs::path p = temp_dir() / "lines.txt";
+  std::ofstream(p, std::ios::binary) << "a\r\nbb\n\nccc";
+  {
+    InputFile f(p.string(), InputKind::gpu_speeds);
+    std::string line;
+    std::vector<std::string> lines;
+    while (f.getline(line)) lines.push_back(line);
+    CHECK(lines == std::vector<std::string>{"a", "bb", "", "ccc"});
+    CHECK(f.consumed() == f.size());
+  }
+  CHECK(read_input_file(p.string(), InputKind::gpu_speeds) == "a\r\nbb\n\nccc");
+  // A line longer than the reader's 64 KiB chunk comes back whole.
+  const std::string long_line(200'000, 'x');
+  std::ofstream(p, std::ios::binary) << long_line << "\nend\n";
+  {
+    InputFile f(p.string(), InputKind::gpu_speeds);
+    std::string line;
+    REQUIRE(f.getline(line));
+    CHECK(line == long_line);
+    REQUIRE(f.getline(line));
+    CHECK(line == "end");
+    CHECK_FALSE(f.getline(line));
+  }
+  // The key given names the flag in the message.
+  try {
+    (void)read_input_file((temp_dir() / "absent.toml").string(), InputKind::run_config, "--config");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(e.key() == "--config");
+    CHECK(e.reason() == "no such file");
+  }
+
+  std::ifstream d(meshplan::test::data_root() / "docs" / "limits.md");
+  const std::string doc{std::istreambuf_iterator<char>(d), std::istreambuf_iterator<char>()};
+  REQUIRE_FALSE(doc.empty());
+  CHECK(input_kinds().size() == 8);
+  for (const auto& k : input_kinds()) {
+    CAPTURE(k.what);
+    CHECK(&input_kind_info(k.kind) == &k);
+    const auto row = doc.find("\n| " + std::string(k.what));
+    REQUIRE(row != std::string::npos);
+    const std::string line = doc.substr(row + 1, doc.find('\n', row + 1) - row - 1);
+    const std::uint64_t mib = 1024 * 1024;
+    const std::string size = k.max_bytes % (1024 * mib) == 0 ? std::to_string(k.max_bytes / (1024 * mib)) + " GiB"
+                                                              : std::to_string(k.max_bytes / mib) + " MiB";
+    CHECK(line.ends_with("| " + size + " |"));
+  }
+}
+
+TEST_CASE("printable keeps UTF-8 and replaces control bytes and invalid sequences") {
+  CHECK(printable("M\xc3\xbcller \xe2\x80\x94 8\xc3\x97H100") == "M\xc3\xbcller \xe2\x80\x94 8\xc3\x97H100");
+  CHECK(printable(std::string("a\0b\x1b[0m\n", 8)) == "a?b?[0m?");
+  CHECK(printable("\xff\xfe") == "??");
+  CHECK(printable("\xc0\xaf") == "??");          // overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "???");     // a UTF-16 surrogate
+  CHECK(printable("\xe2\x80") == "??");          // truncated at the end
+  CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
 }
