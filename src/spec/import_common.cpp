@@ -1,6 +1,7 @@
 #include "spec/import_common.hpp"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -21,36 +22,67 @@ std::string one_line(std::string_view s) {
 }
 
 namespace {
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+// Levenshtein distance of a and b when it is at most `cap`, else cap + 1. Unknown keys are
+// compared with every known one (the Megatron importer: a few hundred flags, for each unknown
+// flag of a script), so the distance is computed only as far as it can matter: the length
+// difference and the letters one string has more of than the other are lower bounds, and only
+// the diagonal band |i - j| <= cap of the table can hold a distance within the cap.
+std::size_t edit_distance_within(std::string_view a, std::string_view b, std::size_t cap) {
+  const std::size_t diff = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  if (diff > cap) return cap + 1;
+  std::array<int, 256> count{};
+  for (const char c : a) ++count[static_cast<unsigned char>(c)];
+  for (const char c : b) --count[static_cast<unsigned char>(c)];
+  // Summed over the letters the two strings hold (each cleared once counted), not all 256.
+  std::size_t more_a = 0, more_b = 0;
+  for (const char c : a) {
+    int& n = count[static_cast<unsigned char>(c)];
+    if (n > 0) more_a += static_cast<std::size_t>(n);
+    n = n > 0 ? 0 : n;
+  }
+  for (const char c : b) {
+    int& n = count[static_cast<unsigned char>(c)];
+    if (n < 0) more_b += static_cast<std::size_t>(-n);
+    n = n < 0 ? 0 : n;
+  }
+  if (std::max(more_a, more_b) > cap) return cap + 1;
+  const std::size_t far = cap + 1;
+  std::vector<std::size_t> prev(b.size() + 1, far), cur(b.size() + 1, far);
+  for (std::size_t j = 0; j <= std::min(b.size(), cap); ++j) prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
+    const std::size_t lo = i > cap ? i - cap : 1, hi = std::min(b.size(), i + cap);
+    std::fill(cur.begin(), cur.end(), far);
+    if (i <= cap) cur[0] = i;
+    std::size_t row_min = cur[0];
+    for (std::size_t j = lo; j <= hi; ++j) {
       const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub, far});
+      row_min = std::min(row_min, cur[j]);
     }
+    if (row_min > cap) return far;
     std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return std::min(prev[b.size()], far);
 }
 }  // namespace
 
 std::optional<std::string> closest(std::string_view key, const std::vector<std::string>& candidates) {
+  // A third of the length catches transpositions and dropped words' letters in long snake_case
+  // keys without proposing unrelated keys for short ones.
+  const std::size_t limit = std::max<std::size_t>(2, key.size() / 3);
+  // The first candidate at the smallest distance, when that distance is within the limit: only
+  // distances below the best so far can change the answer, so each is computed up to there.
   std::optional<std::string> best;
-  std::size_t best_d = 0;
+  std::size_t best_d = limit + 1;
   for (const auto& c : candidates) {
-    const std::size_t d = edit_distance(key, c);
-    if (!best || d < best_d) {
+    if (best_d == 0) break;
+    const std::size_t d = edit_distance_within(key, c, best_d - 1);
+    if (d < best_d) {
       best = c;
       best_d = d;
     }
   }
-  // A third of the length catches transpositions and dropped words' letters in long snake_case
-  // keys without proposing unrelated keys for short ones.
-  const std::size_t limit = std::max<std::size_t>(2, key.size() / 3);
-  if (best && best_d <= limit) return best;
-  return std::nullopt;
+  return best;
 }
 
 std::string did_you_mean(std::string_view key, const std::vector<std::string>& candidates) {

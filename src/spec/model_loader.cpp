@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <span>
@@ -729,6 +731,31 @@ std::vector<std::string> list_models_in(const fs::path& dir) {
   return names;
 }
 
+// The shipped models are data that does not change while meshplan runs, and the Megatron
+// importer compares an args file's shape with every one of them: listing the folder and parsing
+// 15 TOMLs per input was nearly all of its cost (issue 36 finding 9). Both are kept per path.
+const std::vector<std::string>& shipped_names(const fs::path& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<std::string>> cache;
+  const std::lock_guard lock(mu);
+  auto it = cache.find(dir.string());
+  if (it == cache.end()) it = cache.emplace(dir.string(), list_models_in(dir)).first;
+  return it->second;
+}
+
+ModelSpec shipped_model(const fs::path& file) {
+  static std::mutex mu;
+  static std::map<std::string, ModelSpec> cache;
+  {
+    const std::lock_guard lock(mu);
+    if (const auto it = cache.find(file.string()); it != cache.end()) return it->second;
+  }
+  ModelSpec m = load_model_toml(file);  // a broken file throws every time: only loaded models are kept
+  const std::lock_guard lock(mu);
+  cache.emplace(file.string(), m);
+  return m;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -756,7 +783,7 @@ ModelSpec import_hf_config(const json& config, const std::string& file) {
   return m;
 }
 
-std::vector<std::string> list_models() { return list_models_in(data_root() / "models"); }
+std::vector<std::string> list_models() { return shipped_names(data_root() / "models"); }
 
 ModelSpec load_model(const std::string& name_or_path) {
   if (name_or_path.empty()) throw InputError("", "model", "empty model name");
@@ -764,7 +791,7 @@ ModelSpec load_model(const std::string& name_or_path) {
   if (ends_with(name_or_path, ".json")) return load_model_json(fs::path(name_or_path));
 
   const fs::path dir = data_root() / "models";
-  const std::vector<std::string> names = list_models_in(dir);
+  const std::vector<std::string>& names = shipped_names(dir);
   const bool bare = name_or_path.find('/') == std::string::npos && name_or_path.find('\\') == std::string::npos;
   if (!bare || std::find(names.begin(), names.end(), name_or_path) == names.end()) {
     std::string hint;
@@ -779,7 +806,7 @@ ModelSpec load_model(const std::string& name_or_path) {
                                  names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")),
                                  hint));
   }
-  return load_model_toml(dir / (name_or_path + ".toml"));
+  return shipped_model(dir / (name_or_path + ".toml"));
 }
 
 std::optional<std::string> shipped_model_for_hf_id(std::string_view hf_id) {

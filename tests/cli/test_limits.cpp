@@ -367,7 +367,7 @@ TEST_CASE("inputs that are not regular files, or are too large, are refused at o
       {"memory --config " + sparse("big.yaml", 5 * 1024 * 1024), {"big.yaml", "maximum of 4 MiB", "training config"}},
       {"memory --config " + plan + " --cluster " + sparse("bigprof.toml", 5 * 1024 * 1024),
        {"bigprof.toml", "maximum of 4 MiB", "hardware profile"}},
-      {"validate " + sparse("big.csv", (std::uintmax_t{1} << 30) + 1), {"big.csv", "maximum of 1 GiB", "validation CSV"}},
+      {"validate " + sparse("big.csv", 128 * 1024 * 1024 + 1), {"big.csv", "maximum of 128 MiB", "validation CSV"}},
       {"simulate --config " + plan + " --full --gpu-speeds " + sparse("speeds-big.txt", 65 * 1024 * 1024),
        {"speeds-big.txt", "maximum of 64 MiB"}},
   };

@@ -2,6 +2,7 @@
 // the file and the config's own key.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "spec/error.hpp"
 #include "spec/input_file.hpp"
 #include "spec/printable.hpp"
+#include "spec/import_common.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -325,4 +327,52 @@ TEST_CASE("printable keeps UTF-8 and replaces control bytes and invalid sequence
   CHECK(printable("\xed\xa0\x80") == "???");     // a UTF-16 surrogate
   CHECK(printable("\xe2\x80") == "??");          // truncated at the end
   CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
+}
+
+TEST_CASE("closest: the same suggestion as the full edit distance, and a huge key costs nothing") {
+  auto full = [](std::string_view a, std::string_view b) {
+    std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (std::size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0u : 1u)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  auto reference = [&](std::string_view key, const std::vector<std::string>& cs) -> std::optional<std::string> {
+    std::optional<std::string> best;
+    std::size_t best_d = 0;
+    for (const auto& c : cs) {
+      const std::size_t d = full(key, c);
+      if (!best || d < best_d) best = c, best_d = d;
+    }
+    if (best && best_d <= std::max<std::size_t>(2, key.size() / 3)) return best;
+    return std::nullopt;
+  };
+  const std::vector<std::string> flags = {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+                                          "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
+                                          "--ffn-hidden-size", "--num-query-groups", "--vocab-size"};
+  CHECK(importer::closest("--num-layer", flags) == std::optional<std::string>("--num-layers"));
+  CHECK(importer::closest("--hiden-size", flags) == std::optional<std::string>("--hidden-size"));
+  CHECK_FALSE(importer::closest("--zzz", flags));
+  CHECK_FALSE(importer::closest(std::string(100000, 'x'), flags));
+  // Deterministic pseudo-random keys: mutations of the flags and unrelated words.
+  std::uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ULL + 1442695040888963407ULL; };
+  for (int i = 0; i < 3000; ++i) {
+    std::string key = flags[next() % flags.size()];
+    const int edits = static_cast<int>(next() % 8);
+    for (int e = 0; e < edits && !key.empty(); ++e) {
+      const std::size_t at = next() % key.size();
+      switch (next() % 3) {
+        case 0: key.erase(at, 1); break;
+        case 1: key.insert(at, 1, static_cast<char>('a' + next() % 26)); break;
+        default: key[at] = static_cast<char>('a' + next() % 26);
+      }
+    }
+    CAPTURE(key);
+    CHECK(importer::closest(key, flags) == reference(key, flags));
+  }
 }
