@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cmath>
 #include <memory>
+#include <unistd.h>
 
 #include "cli/command.hpp"
 #include "cli/layout_json.hpp"
@@ -105,8 +106,14 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
   if (!written) throw InputError("", "--out", "no ranked plan can be expressed for this runtime: " + refusals);
 }
 
-void print_json(const PlanSearch& s, int top) {
+void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, int top) {
   nlohmann::json j;
+  // What was asked, under the names simulate and memory use for the same things.
+  j["model"] = rq.model.name;
+  j["cluster"] = rq.cluster.name;
+  j["n_gpus"] = rq.n_gpus;
+  j["runtime"] = o.runtime;
+  j["seq_len"] = rq.seq_len;
   j["evaluated"] = s.evaluated;
   j["feasible"] = s.feasible;
   j["search_seconds"] = s.search_seconds;
@@ -149,13 +156,21 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
              rq.seq_len, o.runtime);
   fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
              o.headroom_pct, s.ranked.size());
-  fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
-             "sharding", "AC", "tok/s/GPU", "MFU", "step s", "peak");
+  // A precision column when the shown rows differ in it (llm-foundry searches DEFAULT and PURE):
+  // without it two rows could read the same.
+  const std::size_t shown = std::min(s.ranked.size(), static_cast<std::size_t>(std::max(0, o.top)));
+  bool precision_differs = false;
+  for (std::size_t i = 1; i < shown; ++i)
+    precision_differs = precision_differs || mixed_precision_label(s.ranked[i].plan) != mixed_precision_label(s.ranked[0].plan);
+  const std::string precision_head = precision_differs ? fmt::format(" {:<9}", "precision") : std::string();
+  fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
+             "sharding", precision_head, "AC", "tok/s/GPU", "MFU", "step s", "peak");
   for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i) {
     const auto& cnd = s.ranked[i];
     const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
-    fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
+    fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
                describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
+               precision_differs ? fmt::format(" {:<9}", mixed_precision_label(cnd.plan)) : std::string(),
                std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
                cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
                cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
@@ -255,8 +270,11 @@ Command add_plan_command(CLI::App& root) {
     rq.threads = o->threads;
     const auto t0 = std::chrono::steady_clock::now();
     bool drew = false;
+    const bool progress_on_terminal = ::isatty(STDERR_FILENO) != 0;
     const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
-      // A progress bar only when the search is slow enough to wonder about.
+      // A progress bar only when the search is slow enough to wonder about, and only on a terminal:
+      // \r frames in a log file or a pipe are noise.
+      if (!progress_on_terminal) return;
       if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
       const int width = 30;
       const int filled = total ? static_cast<int>(width * done / total) : width;
@@ -268,7 +286,7 @@ Command add_plan_command(CLI::App& root) {
     if (drew) fmt::print(stderr, "\n");
     if (!o->out.empty() && !s.ranked.empty()) write_winner_bundle(*o, rq, s);
     if (o->json) {
-      print_json(s, o->top);
+      print_json(*o, rq, s, o->top);
     } else {
       print_table(*o, rq, s);
     }

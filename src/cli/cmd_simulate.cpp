@@ -34,7 +34,8 @@ Command add_simulate_command(CLI::App& root) {
       "simulate",
       "Discrete-event simulation of one optimizer step: step time, tokens/s (global and per GPU), "
       "MFU/HFU, a breakdown that adds up to the step time (compute, recompute, exposed communication "
-      "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage.");
+      "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage. Exit 3 when the simulated peak "
+      "exceeds the GPU's memory (`fits` in --json), as `memory`.");
   add_run_input_options(*c.app, o->in);
   c.app->add_flag("--json", o->json, "machine-readable output");
   c.app->add_option("--trace", o->trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
@@ -103,7 +104,7 @@ Command add_simulate_command(CLI::App& root) {
                    n_slow, in.run.n_gpus, pace, so.rank_speed[static_cast<std::size_t>(pace)], step.result.step_time_s,
                    ideal->step_time_s, 100 * (step.result.step_time_s / ideal->step_time_s - 1));
     }
-    return 0;
+    return simulated_fit(in.cluster, step.result).fits ? 0 : 3;  // 3: does not fit, as `memory`
   };
   return c;
 }

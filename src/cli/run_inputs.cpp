@@ -7,6 +7,7 @@
 #include "spec/cluster_loader.hpp"
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/import_common.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "workload/runtime_choices.hpp"
@@ -58,11 +59,12 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
 
 RunInputs load_run_inputs(const RunInputOptions& o) {
   RunInputs in;
-  in.run = load_run_config(o.config);
-  if (!o.model.empty()) {
-    in.run.model = load_model(o.model);
-    in.run.warnings.push_back(fmt::format("model replaced by --model {}", o.model));
-  }
+  // The override goes to the importer, not over its result: a config naming a model meshplan
+  // does not ship (an llm-foundry HF id, a torchtitan flavor) imports only with it.
+  ImportOptions opts;
+  if (!o.model.empty()) opts.model = load_model(o.model);
+  in.run = load_run_config(o.config, opts);
+  if (!o.model.empty()) in.run.warnings.push_back(fmt::format("model replaced by --model {}", o.model));
   const std::string cluster = !o.cluster.empty() ? o.cluster
                               : !in.run.cluster.empty() ? in.run.cluster
                                                         : std::string(kDefaultCluster);

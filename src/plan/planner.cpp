@@ -192,7 +192,18 @@ double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, con
   const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
   if (shard <= 1 || (p.sharding != Sharding::zero3 && p.sharding != Sharding::zero2)) return 0;
   const int gpn = std::max(1, c.node.gpus_per_node);
-  const double unit = static_cast<double>(param_counts(m).per_layer()) / p.mesh.tp;
+  // Expert parallelism splits the routed experts over ep ranks before FSDP shards what is left
+  // (torchtitan, Megatron-FSDP): a rank gathers its own experts only, so an MoE block's unit
+  // shrinks by the routed share (all experts but the shared ones and the router) x (1 - 1/ep).
+  // Without this the estimate charged EP its all-to-alls and credited nothing, and the prune kept
+  // every ep > 1 layout out of the simulated set.
+  const ParamCounts pc = param_counts(m);
+  double per_layer = static_cast<double>(pc.per_layer());
+  if (m.moe.enabled() && p.mesh.ep > 1) {
+    const double routed = static_cast<double>(pc.mlp_per_layer - pc.shared_experts_per_layer - pc.router_per_layer);
+    per_layer -= routed * (1.0 - 1.0 / p.mesh.ep);
+  }
+  const double unit = per_layer / p.mesh.tp;
   const GroupPlacement fsdp = group_placement(p.mesh, GroupKind::fsdp, gpn);
   const double ag = estimate_collective(c, CollectiveOp::all_gather, 2 * unit, fsdp).seconds;
   const double rs =
@@ -814,6 +825,17 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
     return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
   });
   const std::size_t n_sim = static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k}));
+  // Every expert-parallel degree gets its best plan by the estimate simulated: the closed form
+  // prices the all-to-alls and the smaller expert gathers only roughly, and a whole ep degree
+  // pruned away is a choice the "ep chosen" note could not explain.
+  if (rq.model.moe.enabled()) {
+    std::set<int> seen_ep;
+    std::vector<PlanCandidate> first, rest;
+    for (PlanCandidate& c : e.feasible)
+      (seen_ep.insert(c.plan.mesh.ep).second && first.size() < n_sim ? first : rest).push_back(std::move(c));
+    first.insert(first.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    e.feasible = std::move(first);
+  }
   Selection sel = select_distinct(rq, e.feasible, n_sim);
   std::vector<PlanCandidate> sims = std::move(sel.distinct);
   out.merged = sel.merged;

@@ -12,6 +12,18 @@ namespace {
 std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:5.1f}%", 100 * part / whole) : "  -  "; }
 }  // namespace
 
+SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
+  SimulatedFit f;
+  f.gpu_memory_bytes = c.gpu.device_memory_bytes();
+  for (const auto& s : r.stages)
+    if (s.peak_bytes > f.peak_bytes) {
+      f.peak_bytes = s.peak_bytes;
+      f.stage = s.stage;
+    }
+  f.fits = f.peak_bytes <= f.gpu_memory_bytes;
+  return f;
+}
+
 std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepResult& r) {
   const Plan& p = rc.plan;
   std::string out;
@@ -45,6 +57,12 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
     out += fmt::format("  stage {:<3} {:>12}  at t = {:.3f} s  (activations {}, gathered params {})\n", s.stage,
                        format_gib(s.peak_bytes), s.peak_time_seconds, format_gib(s.breakdown.activations),
                        format_gib(s.breakdown.unsharded_params));
+  // Only a step that does not fit gets a line: the runtime would stop with an out-of-memory error,
+  // so the step time above is what the layout would reach with a larger device.
+  if (const SimulatedFit f = simulated_fit(c, r); !f.fits)
+    out += fmt::format("fits: NO, stage {} peaks at {}, over by {} on a {} GPU: the run stops out of memory\n", f.stage,
+                       format_gib(f.peak_bytes), format_gib(f.peak_bytes - f.gpu_memory_bytes),
+                       format_gib(f.gpu_memory_bytes));
   for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
   for (const auto& w : c.warnings) out += fmt::format("warning: {}\n", w);
   return out;
@@ -66,7 +84,13 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   for (const auto& [k, v] : r.exposed_comm_s) j["exposed_comm_s"][k] = v;
   j["comm_bytes"] = nlohmann::json::object();
   for (const auto& [k, v] : r.comm_bytes) j["comm_bytes"][k] = v;
+  // The same quantity under whatif's name for it, so one script reads both.
+  j["comm_bytes_per_step"] = j["comm_bytes"];
   j["critical_stage"] = r.critical_stage;
+  const SimulatedFit f = simulated_fit(c, r);
+  j["fits"] = f.fits;
+  j["gpu_memory_bytes"] = f.gpu_memory_bytes;
+  j["peak_bytes"] = static_cast<std::int64_t>(std::llround(f.peak_bytes));
   j["stages"] = nlohmann::json::array();
   for (const auto& s : r.stages) {
     nlohmann::json st;

@@ -63,6 +63,10 @@ std::vector<std::string> plan_changes(const RunConfig& a, const RunConfig& b) {
   num("dp_shard", p.mesh.dp_shard, q.mesh.dp_shard);
   num("cp", p.mesh.cp, q.mesh.cp);
   num("tp", p.mesh.tp, q.mesh.tp);
+  num("ep", p.mesh.ep, q.mesh.ep);
+  num("expert tp", p.mesh.expert_tp(), q.mesh.expert_tp());
+  num("vpp", p.mesh.vpp, q.mesh.vpp);
+  str("pipeline schedule", to_string(p.schedule), to_string(q.schedule));
   str("sharding", to_string(p.sharding), to_string(q.sharding));
   str("all-gather dtype", to_string(p.param_dtype), to_string(q.param_dtype));
   str("gradient reduce dtype", to_string(p.reduce_dtype), to_string(q.reduce_dtype));
@@ -339,7 +343,11 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
 std::string explain_difference(const Variant& x, const Variant& y, const std::string& what) {
   if (!x.ok() || !y.ok()) return fmt::format("{}: not comparable: {}", what, !x.ok() ? x.error : y.error);
   const auto changes = plan_changes(x.run, y.run);
-  if (changes.empty()) {
+  // "No effect" is a claim about the numbers, not only about the fields compared above: a setting
+  // that changes something this list does not name still shows its effect.
+  const bool same_numbers = x.result.step_time_s == y.result.step_time_s && x.peak_bytes == y.peak_bytes &&
+                            x.result.comm_bytes == y.result.comm_bytes;
+  if (changes.empty() && same_numbers) {
     std::string why;
     for (const auto& w : y.run.warnings)
       if (std::find(x.run.warnings.begin(), x.run.warnings.end(), w) == x.run.warnings.end()) why = w;

@@ -437,3 +437,61 @@ TEST_CASE("plan --model mixtral-8x7b --gpus 64 considers ep > 1 and says why it 
   CHECK(ep_gt_1);
   CHECK(why);
 }
+
+namespace {
+
+// The llm-foundry 70B example with its Hugging Face id replaced by one meshplan does not ship.
+std::string foundry_with_unshipped_id() {
+  std::string t = read_file(data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml");
+  const std::string id = "pretrained_model_name_or_path: meta-llama/Llama-3.1-70B";
+  const auto pos = t.find(id);
+  REQUIRE(pos != std::string::npos);
+  t.replace(pos, id.size(), "pretrained_model_name_or_path: my-org/my-llama");
+  return write_temp("my-llama.yaml", t).string();
+}
+
+}  // namespace
+
+TEST_CASE("--model overrides the config's model in every command, also where the config's own model is unknown") {
+  const std::string cfg = foundry_with_unshipped_id();
+  // Without --model: the importer's one-line refusal, exit 2.
+  check_one_line_error("memory --config " + cfg + " --gpus 64", "my-org/my-llama");
+  for (const std::string cmd : {"memory", "simulate", "lint", "whatif --vary fsdp_config.mixed_precision=PURE,DEFAULT"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd + " --config " + cfg + " --gpus 64 --model llama3.1-70b --json");
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("not a model meshplan ships") == std::string::npos);
+    CHECK(r.out.find("llama3.1-70b") != std::string::npos);
+  }
+  // The override gives the numbers of the shipped id it stands for.
+  const Run a = run("memory --config " + cfg + " --gpus 64 --model llama3.1-70b --json");
+  const Run b = run("memory --config " + example("llama3.1-70b-64xh100-foundry.yaml") + " --gpus 64 --json");
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(nlohmann::json::parse(a.out).at("stages")[0].at("peak_bytes") ==
+        nlohmann::json::parse(b.out).at("stages")[0].at("peak_bytes"));
+}
+
+TEST_CASE("simulate says when the step does not fit: `fits` in --json, exit 3, as memory") {
+  const std::string cfg = example("llama3.1-70b-64xh100-foundry.yaml");
+  // 8 GPUs: FULL_SHARD of 70B over one node, ~198 GiB on an 80 GiB H100.
+  const Run small = run("simulate --config " + cfg + " --gpus 8 --json");
+  CHECK(small.exit_code == 3);
+  const auto j = nlohmann::json::parse(small.out);
+  CHECK(j.at("fits") == false);
+  CHECK(j.at("peak_bytes").get<double>() > j.at("gpu_memory_bytes").get<double>());
+  CHECK(j.at("peak_bytes").get<double>() / (1024.0 * 1024 * 1024) == doctest::Approx(197.92).epsilon(0.001));
+  CHECK(j.at("gpu_memory_bytes").get<double>() / (1024.0 * 1024 * 1024) == doctest::Approx(79.65).epsilon(0.001));
+  const Run text = run("simulate --config " + cfg + " --gpus 8");
+  CHECK(text.exit_code == 3);
+  CHECK(text.out.find("fits: NO, stage 0 peaks at") != std::string::npos);
+  // 64 GPUs, as the file is written for: fits, exit 0, no such line.
+  const Run full = run("simulate --config " + cfg + " --gpus 64 --json");
+  CHECK(full.exit_code == 0);
+  CHECK(nlohmann::json::parse(full.out).at("fits") == true);
+  CHECK(run("simulate --config " + cfg + " --gpus 64").out.find("fits: NO") == std::string::npos);
+  // One name for one quantity: comm_bytes_per_step as whatif calls it, beside comm_bytes.
+  const auto f = nlohmann::json::parse(full.out);
+  CHECK(f.at("comm_bytes_per_step") == f.at("comm_bytes"));
+}

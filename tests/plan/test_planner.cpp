@@ -106,3 +106,24 @@ TEST_CASE("a search without twins lists each row's own setting alone") {
   CHECK(s.merged == 0);
   CHECK(s.dropped.empty());
 }
+
+TEST_CASE("MoE: expert-parallel layouts reach the simulated set, and the winner is at least FSDP 64 x EP 8") {
+  // Issue 32: Qwen3-30B-A3B on 64 H100, 4Mi tokens of 4096: the search picked EP 1 at 8,246
+  // tokens/s/GPU (8,572 with a budget of 200) while FSDP 64 x EP 8 (micro-batch 1) simulates
+  // 8,607.5: the prune charged EP its all-to-alls and credited it nothing.
+  PlanRequest rq;
+  rq.model = load_model("qwen3-30b-a3b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 64;
+  rq.seq_len = 4096;
+  rq.global_batch_tokens = 4LL << 20;
+  const PlanSearch s = search_plans(rq);
+  REQUIRE_FALSE(s.ranked.empty());
+  CHECK(s.ranked.front().result.tokens_per_s_per_gpu >= 8607.5);
+  CHECK(s.ranked.front().plan.mesh.ep > 1);
+  // Every ep degree that has a feasible plan has its best one simulated: 1, 2, 4, ..., 64 (128
+  // experts, 64 data-parallel ranks to borrow).
+  std::set<int> eps;
+  for (const PlanCandidate& c : s.ranked) eps.insert(c.plan.mesh.ep);
+  CHECK(eps == std::set<int>{1, 2, 4, 8, 16, 32, 64});
+}
