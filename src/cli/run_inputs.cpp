@@ -46,7 +46,9 @@ CLI::Validator positive_integer(std::int64_t max) {
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {
   app.add_option("-c,--config", o.config,
-                 "run config: llm-foundry/Composer YAML, torchtitan TOML, Megatron-LM arguments (args file or launch script) or meshplan plan TOML")
+                 "run config: llm-foundry/Composer YAML, torchtitan TOML, Megatron-LM arguments (args file or launch script), "
+                 "meshplan plan TOML, or a launch script starting torchtitan/llm-foundry on a config (a bundle's "
+                 "launch.sh; its GPU count from the launcher)")
       ->required();
   app.add_option("--model", o.model,
                  "model override: a shipped name (see `meshplan model --list`) or a HF config.json");

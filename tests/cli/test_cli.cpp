@@ -495,3 +495,34 @@ TEST_CASE("simulate says when the step does not fit: `fits` in --json, exit 3, a
   const auto f = nlohmann::json::parse(full.out);
   CHECK(f.at("comm_bytes_per_step") == f.at("comm_bytes"));
 }
+
+TEST_CASE("simulate --config bundle/launch.sh reads the launch scripts meshplan writes, on their GPU count") {
+  for (const std::string rt : {"torchtitan", "llm-foundry", "megatron"}) {
+    CAPTURE(rt);
+    const fs::path dir = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / ("bundle-" + rt);
+    fs::remove_all(dir);
+    const Run p = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --simulate-budget 4 --runtime " + rt +
+                      " --json --out " + dir.string());
+    REQUIRE(p.exit_code == 0);
+    const double planned = nlohmann::json::parse(p.out).at("plans")[0].at("tokens_per_s_per_gpu").get<double>();
+    // No --gpus: the script's launcher (torchrun --nnodes 8 --nproc_per_node 8, composer --world_size 64) says it.
+    const Run s = run("simulate --json --config " + (dir / "launch.sh").string());
+    CAPTURE(s.err);
+    REQUIRE(s.exit_code == 0);
+    const auto j = nlohmann::json::parse(s.out);
+    CHECK(j.at("n_gpus") == 64);
+    CHECK(j.at("tokens_per_s_per_gpu").get<double>() == doctest::Approx(planned).epsilon(0.005));
+    for (const auto& w : j.at("warnings")) CHECK(w.get<std::string>().find("assuming one node") == std::string::npos);
+    CHECK(run("memory --config " + (dir / "launch.sh").string()).exit_code == 0);
+  }
+  // The single-node bundle: torchrun --nproc_per_node=8.
+  const Run one = run("simulate --json --config " + (data_root() / "plans" / "llama3.1-8b-8xh100" / "launch.sh").string());
+  REQUIRE(one.exit_code == 0);
+  CHECK(nlohmann::json::parse(one.out).at("n_gpus") == 8);
+  // A script whose config cannot be located without running it: one line naming it, exit 2.
+  const std::string bad = write_temp("bad_launch.sh", "#!/bin/bash\ntorchrun --nproc_per_node=8 -m torchtitan.train "
+                                                      "--job.config_file \"$CONFIG_DIR/x.toml\" \"$@\"\n")
+                              .string();
+  check_one_line_error("simulate --config " + bad, "CONFIG_DIR");
+  CHECK(run("simulate --config " + bad).exit_code == 2);
+}
