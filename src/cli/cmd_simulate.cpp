@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "cli/output_path.hpp"
 #include "spec/atomic_file.hpp"
 #include "cli/run_inputs.hpp"
 #include "cli/run_source.hpp"
@@ -55,6 +56,7 @@ Command add_simulate_command(CLI::App& root) {
   c.app->add_option("--seed", o->seed, "seed of the --straggler draw (same seed, same ranks)")->capture_default_str();
   c.run = [o] {
     const RunInputs in = load_run_inputs(o->in);
+    check_output_path(o->trace, "--trace");
     SimOptions so;
     so.keep_timeline = !o->trace.empty();
     so.full = o->full;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/output_path.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
 #include "validate/validation.hpp"
@@ -81,6 +82,8 @@ Command add_validate_command(CLI::App& root) {
     const bool inspect = !o->trace.empty() || !o->export_plan.empty();
     if (inspect && o->rows.size() != 1)
       throw InputError("", o->trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
+    check_output_path(o->trace, "--trace");
+    check_output_path(o->export_plan, "--export-plan");
     const CsvTable table = read_csv_table(o->file);
     const ValidationReport rep = run_validation(table, opts);
     if (inspect) {

@@ -526,3 +526,48 @@ TEST_CASE("simulate --config bundle/launch.sh reads the launch scripts meshplan 
   check_one_line_error("simulate --config " + bad, "CONFIG_DIR");
   CHECK(run("simulate --config " + bad).exit_code == 2);
 }
+
+TEST_CASE("whatif: one bad value among good ones is bad input too: the table, the error named, exit 2") {
+  const std::string cfg = example("llama3.1-70b-64xh100-foundry.yaml");
+  const Run mixed = run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=PURE,BOGUS");
+  CHECK(mixed.exit_code == 2);
+  CHECK(mixed.out.find("tokens/s/GPU") != std::string::npos);  // the good variant is still shown
+  CHECK(mixed.err.find("variant #2 (fsdp_config.mixed_precision=BOGUS)") != std::string::npos);
+  CHECK(mixed.err.find("BOGUS") != std::string::npos);
+  // As for the bad value alone.
+  CHECK(run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=BOGUS").exit_code == 2);
+  CHECK(run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=PURE,DEFAULT").exit_code == 0);
+}
+
+TEST_CASE("capacity: a deadline nothing meets stars no row; the closest is marked as such") {
+  // 15T tokens of 405B in 10 days: 512 sequences cap the run at 32,768 GPUs, 61 days.
+  const std::string args = "capacity --model llama3.1-405b --tokens 15T --deadline 10d --simulate-budget 2";
+  const Run t = run(args);
+  CHECK(t.exit_code == 3);
+  CHECK(t.err.find("no answer") != std::string::npos);
+  CHECK(t.out.find("\n* ") == std::string::npos);
+  CHECK(t.out.find("* the answer") == std::string::npos);
+  CHECK(t.out.find("\n~ h100-sxm-80gb") != std::string::npos);
+  CHECK(t.out.find("~ no answer: no GPU count meets the deadline") != std::string::npos);
+  const Run j = run(args + " --json");
+  CHECK(j.exit_code == 3);
+  CHECK(nlohmann::json::parse(j.out).at("answered") == false);
+  // A deadline that is met: its row starred, answered.
+  const Run ok = run("capacity --model llama3.1-8b --tokens 1T --deadline 60d --simulate-budget 2 --json");
+  CHECK(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.out).at("answered") == true);
+}
+
+TEST_CASE("calibrate --fit checks --out's folder before it fits") {
+  const std::string fx = (data_root() / "tests" / "calibrate" / "data" / "model_generated_h100.json").string();
+  const std::string out = (fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / "no" / "such" / "x.toml").string();
+  const Run r = run("calibrate --fit " + fx + " --base h100-sxm-80gb --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("does not exist") != std::string::npos);
+  CHECK(r.out.empty());  // no fit report: nothing was fitted
+  check_one_line_error("calibrate --fit " + fx + " --base h100-sxm-80gb --out " + out, "--out");
+  // The same for a trace that a simulation would fill.
+  const Run s = run("simulate --config " + example("llama3.1-8b-fsdp-h100.toml") + " --trace " + out);
+  CHECK(s.exit_code == 2);
+  CHECK(s.out.empty());
+}
