@@ -106,8 +106,8 @@ Command add_capacity_command(CLI::App& root) {
   c.app->add_option("--price-per-gpu-hour", o->price, "price of one GPU-hour (for the cost column)")->check(CLI::NonNegativeNumber);
   c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
   c.app->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (SI: 4M = 4e6; 4Mi = 4 x 2^20)")->capture_default_str();
-  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
-      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron (also torchtitan-fsdp2, composer-fsdp1, the plan TOML names)")->capture_default_str()
+      ->transform(runtime_name());
   c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(positive_integer());
   c.app->add_flag("--no-failures", o->no_failures,
                   "the ideal: every step a perfect step (by default days include interruptions, checkpoints and "

@@ -219,8 +219,8 @@ Command add_plan_command(CLI::App& root) {
   tok->excludes(gb);
   c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));
   c.app->add_option("--top", o->top, "plans to show")->capture_default_str()->check(positive_integer());
-  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
-      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron (also torchtitan-fsdp2, composer-fsdp1, the plan TOML names)")->capture_default_str()
+      ->transform(runtime_name());
   c.app->add_option("--headroom", o->headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(CLI::Range(0.0, 90.0));
   c.app->add_option("--out", o->out,
                     "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "

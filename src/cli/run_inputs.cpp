@@ -10,6 +10,7 @@
 #include "spec/import_common.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/plan.hpp"
 #include "workload/runtime_choices.hpp"
 
 namespace meshplan::cli {
@@ -42,6 +43,22 @@ CLI::Validator positive_integer(std::int64_t max) {
         return {};
       },
       fmt::format("POSITIVE <= {}", max));
+}
+
+CLI::Validator runtime_name() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        const std::optional<Runtime> r = parse_runtime(v);
+        if (r == Runtime::torchtitan_fsdp2) v = "torchtitan";
+        else if (r == Runtime::composer_fsdp1) v = "llm-foundry";
+        else if (r == Runtime::megatron) v = "megatron";
+        else
+          return fmt::format("'{}' is not a runtime plan searches: torchtitan (torchtitan-fsdp2), llm-foundry "
+                             "(composer-fsdp1), megatron",
+                             v.size() <= 40 ? v : v.substr(0, 37) + "...");
+        return {};
+      },
+      "torchtitan|llm-foundry|megatron");
 }
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {

@@ -23,6 +23,10 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o);
 // above `max` (the documented maximum, docs/limits.md) it is refused before anything is sized by it.
 CLI::Validator positive_integer(std::int64_t max = 2147483647);
 
+// --runtime of plan and capacity: torchtitan | llm-foundry | megatron, also under the names a plan
+// TOML writes (torchtitan-fsdp2, composer-fsdp1); the value is rewritten to the first spelling.
+CLI::Validator runtime_name();
+
 struct RunInputs {
   RunConfig run;
   ClusterSpec cluster;

@@ -492,7 +492,10 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
     reasons.push_back(fmt::format("TP {} keeps its collectives on NVLink", a.plan.mesh.tp));
   const int shard = a.plan.mesh.dp_shard * a.plan.mesh.cp;
   const double fsdp_exposed = (ra.exposed_comm_s.count("fsdp_all_gather") ? ra.exposed_comm_s.at("fsdp_all_gather") : 0.0);
-  if (shard > 1 && fsdp_exposed < kHiddenCommStepFraction * ra.step_time_s)
+  // FSDP only where parameters are sharded: a ZeRO-1 (distributed optimizer) layout shards
+  // optimizer state and gathers no parameters, so it has no all-gathers to hide.
+  const bool fsdp = a.plan.sharding == Sharding::zero2 || a.plan.sharding == Sharding::zero3;
+  if (fsdp && shard > 1 && fsdp_exposed < kHiddenCommStepFraction * ra.step_time_s)
     reasons.push_back(fmt::format("FSDP over {} ranks hides its all-gathers behind compute", shard));
   if (a.plan.mesh.pp > 1)
     reasons.push_back(fmt::format("PP {} costs a {:.0f}% bubble", a.plan.mesh.pp,
@@ -699,11 +702,13 @@ std::string empty_grid_reason(const PlanRequest& rq, std::int64_t global_batch) 
   const ModelSpec& m = rq.model;
   const int gpn = std::max(1, rq.cluster.node.gpus_per_node);
   const std::int64_t most_model_parallel = static_cast<std::int64_t>(gpn) * kContextParallelDegrees.back();
+  // The pipeline rule is split_layers, not divisibility: with the embedding and the head counted
+  // as a layer each, 126 layers run on 16 stages.
   std::string why = fmt::format(
       "no layout of {} GPUs: tp x pp x cp x dp must equal the GPU count, with tp at most {} (one node) dividing the {} "
-      "heads and {} KV heads, pp dividing the {} layers with pp micro-batches per rank, and dp dividing the global "
-      "batch of {} sequences",
-      rq.n_gpus, gpn, m.n_heads, m.n_kv_heads, m.n_layers, global_batch);
+      "heads and {} KV heads, pp splitting the {} layers evenly (or, with the embedding and the head counted as a "
+      "layer each, {} + 2) with pp micro-batches per rank, and dp dividing the global batch of {} sequences",
+      rq.n_gpus, gpn, m.n_heads, m.n_kv_heads, m.n_layers, m.n_layers, global_batch);
   if (rq.n_gpus > global_batch * most_model_parallel)
     why += fmt::format("; {} sequences per step cap the run at about {} GPUs: raise --global-batch-tokens", global_batch,
                        global_batch * most_model_parallel);

@@ -28,8 +28,15 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
   const Plan& p = rc.plan;
   std::string out;
   out += fmt::format("meshplan simulate: {} on {} x {}\n", rc.model.name, rc.n_gpus, c.name);
-  out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}; {} {}\n", p.mesh.pp,
-                     p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, to_string(p.runtime),
+  // ep (and the experts' own TP degree where it differs) only where there are experts to split:
+  // the degree borrows data-parallel ranks, so it is not a factor of the product above.
+  std::string experts;
+  if (rc.model.moe.enabled() || p.mesh.ep > 1) {
+    experts = fmt::format(", ep {}", p.mesh.ep);
+    if (p.mesh.expert_tp() != p.mesh.tp) experts += fmt::format(" x etp {}", p.mesh.expert_tp());
+  }
+  out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}; {} {}\n", p.mesh.pp,
+                     p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, experts, to_string(p.runtime),
                      to_string(p.sharding));
   out += fmt::format("  batch       {} sequences x {} tokens per step, micro-batch {}, {} micro-batches\n",
                      rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);

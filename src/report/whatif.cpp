@@ -597,6 +597,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
       x["peak_bytes"] = nullptr;
       x["fits"] = false;
       x["comm_bytes_per_step"] = nlohmann::json::object();
+      x["comm_bytes"] = nlohmann::json::object();
       x["breakdown_s"] = nlohmann::json::object();
       j["variants"].push_back(x);
       continue;
@@ -612,6 +613,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
     x["fits"] = v.fits;
     x["comm_bytes_per_step"] = nlohmann::json::object();
     for (const auto& [k, b] : s.comm_bytes) x["comm_bytes_per_step"][k] = static_cast<std::int64_t>(std::llround(b));
+    x["comm_bytes"] = x["comm_bytes_per_step"];  // simulate's name for the same quantity
     x["breakdown_s"] = s.breakdown_s;
     x["exposed_comm_s"] = nlohmann::json::object();
     for (const auto& [k, t] : s.exposed_comm_s) x["exposed_comm_s"][k] = t;

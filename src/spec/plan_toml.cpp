@@ -358,7 +358,8 @@ RunConfig read_plan_toml(const std::string& path, const toml::table& t, const Im
   // [runtime]
   const TomlView rt = section("runtime", kRuntimeKeys);
   plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
-                          "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
+                          "generic, composer-fsdp1 (or llm-foundry), composer-fsdp2, torchtitan-fsdp2 (or torchtitan), "
+                          "megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
   plan.optimizer_impl = get_enum(rt, "optimizer_implementation", OptimizerImpl::framework, parse_optimizer_impl,
                                  "framework, foreach, fused, for-loop");

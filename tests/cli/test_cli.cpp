@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <set>
+#include <sstream>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -570,4 +573,82 @@ TEST_CASE("calibrate --fit checks --out's folder before it fits") {
   const Run s = run("simulate --config " + example("llama3.1-8b-fsdp-h100.toml") + " --trace " + out);
   CHECK(s.exit_code == 2);
   CHECK(s.out.empty());
+}
+
+TEST_CASE("names: plan --json says what was asked; one name per quantity; both runtime spellings; ep on the layout line") {
+  // plan --json: the model, cluster and GPU count under the names simulate uses.
+  const Run p = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1Mi --simulate-budget 2 --json");
+  REQUIRE(p.exit_code == 0);
+  const auto pj = nlohmann::json::parse(p.out);
+  CHECK(pj.at("model") == "llama3.1-8b");
+  CHECK(pj.at("cluster") == "h100-sxm-80gb");
+  CHECK(pj.at("n_gpus") == 8);
+  CHECK(pj.at("runtime") == "torchtitan");
+  // --runtime takes the plan TOML's names too, for the same search.
+  const Run p2 = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1Mi --simulate-budget 2 --json "
+                     "--runtime torchtitan-fsdp2");
+  REQUIRE(p2.exit_code == 0);
+  CHECK(nlohmann::json::parse(p2.out).at("plans") == pj.at("plans"));
+  check_one_line_error("plan --model llama3.1-8b --gpus 8 --global-batch 16 --runtime composer-fsdp2", "--runtime");
+  // A plan TOML takes the CLI's name: runtime.name = "torchtitan" is torchtitan-fsdp2.
+  std::string t = kPlan;
+  t += "[runtime]\nname = \"torchtitan\"\n";
+  std::string u = kPlan;
+  u += "[runtime]\nname = \"torchtitan-fsdp2\"\n";
+  const Run a = run("simulate --json --config " + write_temp("rt_cli_name.toml", t).string());
+  const Run b = run("simulate --json --config " + write_temp("rt_toml_name.toml", u).string());
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(nlohmann::json::parse(a.out).at("step_time_s") == nlohmann::json::parse(b.out).at("step_time_s"));
+  // whatif carries simulate's comm_bytes beside its comm_bytes_per_step.
+  const Run w = run("whatif --json --config " + example("mpt-7b-8gpu-pure-ac.yaml") +
+                    " --cluster a100-80gb --vary fsdp_config.mixed_precision=PURE,DEFAULT");
+  REQUIRE(w.exit_code == 0);
+  const auto wj = nlohmann::json::parse(w.out);
+  for (const auto& v : wj.at("variants")) {
+    CHECK_FALSE(v.at("comm_bytes").empty());
+    CHECK(v.at("comm_bytes") == v.at("comm_bytes_per_step"));
+  }
+  // simulate's layout line names ep for an MoE model.
+  const Run m = run("simulate --config " + example("plan-mixtral-8x7b-ep8-64gpu.toml") + " --cluster h100-sxm-80gb");
+  REQUIRE(m.exit_code == 0);
+  CHECK(m.out.find("layout      pp 1 x dp_replicate 32 x dp_shard 1 x cp 1 x tp 2, ep 8; megatron zero1") !=
+        std::string::npos);
+}
+
+TEST_CASE("plan: rows that differ only in precision say so; a Megatron why line never calls ZeRO-1 FSDP") {
+  const Run f = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --top 6");
+  REQUIRE(f.exit_code == 0);
+  CHECK(f.out.find(" precision ") != std::string::npos);
+  // Each row's label (layout to AC, the columns before the numbers) is distinct.
+  std::set<std::string> labels;
+  std::istringstream in(f.out);
+  int rows = 0;
+  std::size_t label_end = std::string::npos;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("rank  layout", 0) == 0) label_end = line.find(" AC ") + 1 + 14;
+    if (label_end == std::string::npos || line.size() < label_end || !std::isdigit(static_cast<unsigned char>(line[3])))
+      continue;
+    CAPTURE(line);
+    CHECK(labels.insert(line.substr(6, label_end - 6)).second);
+    ++rows;
+  }
+  CHECK(rows == 6);
+  CHECK(f.out.find("PURE") != std::string::npos);
+  CHECK(f.out.find("DEFAULT") != std::string::npos);
+  // Megatron's distributed optimizer shards optimizer state, no parameters: no "FSDP over" in why.
+  const Run m = run("plan --model llama3.1-70b --gpus 256 --global-batch-tokens 4Mi --runtime megatron");
+  REQUIRE(m.exit_code == 0);
+  const auto why = m.out.find("\nwhy: ");
+  REQUIRE(why != std::string::npos);
+  const std::string line = m.out.substr(why, m.out.find('\n', why + 1) - why);
+  CAPTURE(line);
+  CHECK(line.find("CP") != std::string::npos);  // the winner has cp > 1, which the old rule counted as FSDP ranks
+  CHECK(line.find("FSDP over") == std::string::npos);
+  // No layout: the pipeline rule as the planner applies it (126 layers on 16 stages is a layout).
+  const Run none = run("plan --model llama3.1-405b --gpus 65536 --global-batch 7");
+  CHECK(none.exit_code == 3);
+  CHECK(none.out.find("pp splitting the 126 layers evenly (or, with the embedding and the head counted as a layer "
+                      "each, 126 + 2)") != std::string::npos);
+  CHECK(none.out.find("pp dividing") == std::string::npos);
 }
