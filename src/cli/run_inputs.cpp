@@ -72,7 +72,7 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
   app.add_option("--cluster", o.cluster,
                  fmt::format("hardware profile name or TOML path (default: the config's, else {})",
                              kDefaultCluster));
-  app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
+  app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, where it states one: plan TOML gpus, degrees that multiply to it, llm-foundry n_gpus, a launch script's launcher; else one node, said on the first line)")
       ->check(positive_integer(limits::kMaxGpus));
 }
 
@@ -103,6 +103,7 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
     gpus = in.run.plan.mesh.world();  // every degree given: the product is the GPU count
   } else if (in.run.n_gpus <= 0) {
     gpus = in.cluster.node.gpus_per_node;
+    in.run.n_gpus_assumed = true;
     in.run.warnings.push_back(fmt::format(
         "no GPU count in {} or --gpus; assuming one node of {} GPUs", o.config, *gpus));
   }

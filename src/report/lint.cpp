@@ -109,6 +109,7 @@ LintReport lint_config(const RunSource& src) {
     return r;
   }
   for (const auto& n : notes) f.push_back({"", "info", n + " (pass --gpus to lint the real layout)"});
+  r.assumed_gpus = fallback;
   const Variant base = evaluate_document(doc, src, fallback);
   if (!base.ok()) {
     // Layout errors (divisibility, degrees): the run would not start.
@@ -222,7 +223,10 @@ LintReport lint_config(const RunSource& src) {
 }
 
 std::string lint_text(const LintReport& r) {
-  std::string out = fmt::format("meshplan lint: {}\n", r.config);
+  std::string out = fmt::format("meshplan lint: {}{}\n", r.config,
+                                r.assumed_gpus > 0
+                                    ? fmt::format(" -- {} GPUs ASSUMED: no GPU count in the config or --gpus", r.assumed_gpus)
+                                    : std::string());
   if (r.findings.empty()) return out + "no findings\n";
   for (const auto& x : r.findings)
     out += fmt::format("{:<7} {}{}\n", x.severity, x.key.empty() ? "" : x.key + ": ", x.message);
@@ -235,6 +239,7 @@ std::string lint_text(const LintReport& r) {
 nlohmann::json lint_json(const LintReport& r) {
   nlohmann::json j;
   j["config"] = r.config;
+  j["assumed_gpus"] = r.assumed_gpus > 0 ? nlohmann::json(r.assumed_gpus) : nlohmann::json(nullptr);
   j["findings"] = nlohmann::json::array();
   for (const auto& x : r.findings) j["findings"].push_back({{"key", x.key}, {"severity", x.severity}, {"message", x.message}});
   return j;

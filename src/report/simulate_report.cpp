@@ -27,7 +27,7 @@ SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
 std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepResult& r) {
   const Plan& p = rc.plan;
   std::string out;
-  out += fmt::format("meshplan simulate: {} on {} x {}\n", rc.model.name, rc.n_gpus, c.name);
+  out += fmt::format("meshplan simulate: {} on {} x {}{}\n", rc.model.name, rc.n_gpus, c.name, assumed_gpus_note(rc));
   // ep (and the experts' own TP degree where it differs) only where there are experts to split:
   // the degree borrows data-parallel ranks, so it is not a factor of the product above.
   std::string experts;
@@ -118,6 +118,7 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["model"] = rc.model.name;
   j["cluster"] = c.name;
   j["n_gpus"] = rc.n_gpus;
+  j["n_gpus_assumed"] = rc.n_gpus_assumed;
   nlohmann::json warnings = nlohmann::json::array();
   for (const auto& w : rc.warnings) warnings.push_back(w);
   for (const auto& w : c.warnings) warnings.push_back(w);

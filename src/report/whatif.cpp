@@ -199,7 +199,10 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     std::optional<std::int64_t> gpus;
     if (src.gpus > 0) gpus = src.gpus;
     else if (v.run.n_gpus <= 0 && mesh_is_explicit(v.run.plan.mesh)) gpus = v.run.plan.mesh.world();
-    else if (v.run.n_gpus <= 0 && fallback_gpus > 0) gpus = fallback_gpus;
+    else if (v.run.n_gpus <= 0 && fallback_gpus > 0) {
+      gpus = fallback_gpus;
+      v.run.n_gpus_assumed = true;
+    }
     resolve_layout(v.run, gpus);
     const ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
     // Knobs the config leaves to the runtime ('auto' micro-batch): settled as simulate does.
@@ -517,7 +520,8 @@ std::string header_line(const WhatIfReport& r) {
     if (v.ok()) {
       gpus = std::to_string(v.run.n_gpus);
       cluster = v.cluster_name;
-      return fmt::format("meshplan whatif: {} ({}) on {} x {}", cfg, v.run.model.name, gpus, cluster);
+      return fmt::format("meshplan whatif: {} ({}) on {} x {}{}", cfg, v.run.model.name, gpus, cluster,
+                         assumed_gpus_note(v.run));
     }
   return fmt::format("meshplan whatif: {}", cfg);
 }

@@ -30,6 +30,9 @@ struct RunConfig {
   std::string cluster;             // hardware profile name; may be empty (CLI --cluster decides)
   std::int64_t n_gpus = 0;         // 0 when the file does not fix it (degrees -1 unresolved)
   std::vector<std::string> warnings;  // settings the runtime ignores, rewrites or rejects
+  // Neither the file nor the command line gave the GPU count, so one node was assumed: reports
+  // say so on their first line, where a wrong world size cannot be missed.
+  bool n_gpus_assumed = false;
   // Steps between checkpoints the emitted config asks for (meshplan plan: Young/Daly's interval,
   // docs/goodput.md); 0 = the runtime's own default.
   std::int64_t checkpoint_interval_steps = 0;

@@ -652,3 +652,42 @@ TEST_CASE("plan: rows that differ only in precision say so; a Megatron why line 
                       "each, 126 + 2)") != std::string::npos);
   CHECK(none.out.find("pp dividing") == std::string::npos);
 }
+
+TEST_CASE("a config that states its world size runs on it; otherwise the first line says the GPU count was assumed") {
+  const std::string foundry = example("llama3.1-70b-64xh100-foundry.yaml");
+  // No count anywhere (the file name is not one): one node, said on the first line of every report.
+  for (const std::string cmd : {"memory", "simulate", "lint", "whatif --vary fsdp_config.mixed_precision=PURE,DEFAULT"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd + " --config " + foundry);
+    const std::string first = r.out.substr(0, r.out.find('\n'));
+    CHECK(first.find("8 GPUs ASSUMED: no GPU count in the config or --gpus") != std::string::npos);
+    const Run g = run(cmd + " --config " + foundry + " --gpus 64");
+    CHECK(g.out.find("ASSUMED") == std::string::npos);
+  }
+  CHECK(nlohmann::json::parse(run("memory --json --config " + foundry).out).at("n_gpus_assumed") == true);
+  CHECK(nlohmann::json::parse(run("simulate --json --config " + foundry + " --gpus 64").out).at("n_gpus_assumed") == false);
+  CHECK(nlohmann::json::parse(run("lint --json --config " + foundry).out).at("assumed_gpus") == 8);
+  // llm-foundry's logged config states it: n_gpus, or device_train_batch_size (256 / 4 = 64).
+  const std::string text = read_file(foundry);
+  for (const std::string extra : {"n_gpus: 64\n", "device_train_batch_size: 4\n"}) {
+    CAPTURE(extra);
+    const Run r = run("simulate --json --config " + write_temp("stated.yaml", text + extra).string());
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("n_gpus") == 64);
+    CHECK(j.at("n_gpus_assumed") == false);
+    CHECK(j.at("fits") == true);
+  }
+  check_one_line_error("memory --config " + write_temp("bad_device.yaml", text + "device_train_batch_size: 3\n").string(),
+                       "device_train_batch_size");
+  check_one_line_error("memory --config " + write_temp("n_gpus_clash.yaml", text + "n_gpus: 64\n").string() + " --gpus 8",
+                       "n_gpus");
+  // A torchtitan mesh whose degrees multiply to 64 (no -1) is 64 GPUs.
+  std::string tt = read_file(data_root() / "plans" / "examples" / "torchtitan-llama3.1-70b-tp8-64gpu-mid2025.toml");
+  const auto pos = tt.find("data_parallel_shard_degree = -1");
+  REQUIRE(pos != std::string::npos);
+  tt.replace(pos, 31, "data_parallel_shard_degree = 8");
+  const Run t = run("memory --json --config " + write_temp("tt64.toml", tt).string());
+  CHECK(nlohmann::json::parse(t.out).at("n_gpus") == 64);
+  CHECK(nlohmann::json::parse(t.out).at("n_gpus_assumed") == false);
+}
