@@ -114,6 +114,7 @@ void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, in
   j["n_gpus"] = rq.n_gpus;
   j["runtime"] = o.runtime;
   j["seq_len"] = rq.seq_len;
+  j["global_batch"] = s.global_batch;
   j["evaluated"] = s.evaluated;
   j["feasible"] = s.feasible;
   j["search_seconds"] = s.search_seconds;
@@ -151,8 +152,7 @@ void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, in
 void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
   fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
              rq.cluster.name,
-             rq.global_batch > 0 ? rq.global_batch
-                                 : std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len),
+             s.global_batch,
              rq.seq_len, o.runtime);
   fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
              o.headroom_pct, s.ranked.size());
@@ -214,7 +214,7 @@ Command add_plan_command(CLI::App& root) {
   c.app->add_option("--model", o->model, "model name (meshplan model --list) or HF config.json")->required();
   c.app->add_option("--cluster", o->cluster, "hardware profile")->capture_default_str();
   c.app->add_option("--gpus", o->gpus, "total GPUs")->required()->check(positive_integer(limits::kMaxGpus));
-  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
+  auto* tok = c.app->add_option("--global-batch-tokens", o->tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20); rounded to the nearest whole number of sequences a layout admits, said in a note");
   auto* gb = c.app->add_option("--global-batch", o->global_batch, "sequences per optimizer step")->check(positive_integer(limits::kMaxBatch));
   tok->excludes(gb);
   c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(positive_integer(limits::kMaxSeqLen));

@@ -426,12 +426,66 @@ struct Enumerated {
   std::int64_t evaluated = 0;
 };
 
+Grid grid_for(const PlanRequest& rq, std::int64_t global_batch) {
+  const Runtime r = rq.runtime;
+  return Grid{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
+              r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+}
+
+// Whether some layout of the runtime can run `global_batch` sequences per step on the GPUs (before
+// memory: the degrees and the batch divide).
+bool batch_admits_a_layout(const PlanRequest& rq, std::int64_t global_batch) {
+  const Grid g = grid_for(rq, global_batch);
+  const std::vector<Setting> settings = searched_settings(g);
+  for (const Layout& l : layout_grid(g))
+    for (const Setting& s : settings)
+      if (make_plan(g, l, s)) return true;
+  return false;
+}
+
+// A token target is approximate: the whole number of sequences nearest to tokens / seq that some
+// layout admits (4M tokens of 8192 is 488.28 sequences; on 256 GPUs under llm-foundry 488 has no
+// data-parallel degree, 480 does). Within a quarter of the target; else the nearest count, and
+// the empty grid explains itself.
+std::int64_t sequences_for_tokens(const PlanRequest& rq) {
+  const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
+  const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
+  if (batch_admits_a_layout(rq, nearest)) return nearest;
+  const std::int64_t reach = std::max<std::int64_t>(1, nearest / 4);
+  for (std::int64_t k = 1; k <= reach; ++k) {
+    // Of the two counts k away, the one nearer the target first.
+    std::array<std::int64_t, 2> pair = {nearest - k, nearest + k};
+    if (std::abs(static_cast<double>(pair[1]) - exact) < std::abs(static_cast<double>(pair[0]) - exact))
+      std::swap(pair[0], pair[1]);
+    for (std::int64_t b : pair)
+      if (b >= 1 && batch_admits_a_layout(rq, b)) return b;
+  }
+  return nearest;
+}
+
+// "4Mi" when the token count is an SI figure (4M) whose binary twin (4 x 2^20) is whole sequences.
+std::string binary_twin(std::int64_t tokens, std::int64_t seq) {
+  const std::array<std::pair<const char*, int>, 4> units = {{{"T", 4}, {"G", 3}, {"M", 2}, {"K", 1}}};
+  for (const auto& [suffix, k] : units) {
+    std::int64_t si = 1, bin = 1;
+    for (int i = 0; i < k; ++i) {
+      si *= 1000;
+      bin *= 1024;
+    }
+    if (tokens % si != 0) continue;
+    const std::int64_t mantissa = tokens / si;
+    if (mantissa > (std::int64_t{1} << 62) / bin) return "";
+    const std::int64_t twin = mantissa * bin;
+    if (twin % seq != 0) return "";
+    return fmt::format("{}{}i ({} tokens) is {} whole sequences", mantissa, suffix, twin, twin / seq);
+  }
+  return "";
+}
+
 // Every (layout, setting) the runtime can express, kept when it fits in memory with headroom,
 // with its closed-form estimate.
 Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
-  const Runtime r = rq.runtime;
-  const Grid g{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
-               r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+  const Grid g = grid_for(rq, global_batch);
   const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
   const std::vector<Setting> settings = searched_settings(g);
   Enumerated out;
@@ -820,8 +874,25 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
   std::int64_t global_batch = rq.global_batch;
-  if (global_batch <= 0 && rq.global_batch_tokens > 0)
-    global_batch = std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len);
+  std::string batch_note;
+  if (global_batch <= 0 && rq.global_batch_tokens > 0) {
+    global_batch = sequences_for_tokens(rq);
+    const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
+    if (rq.global_batch_tokens % rq.seq_len != 0) {
+      const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
+      batch_note = fmt::format("{} tokens per step is {:.2f} sequences of {}: planned with {} ({} tokens, {:+.2f}%){}",
+                               rq.global_batch_tokens, exact, rq.seq_len, global_batch, global_batch * rq.seq_len,
+                               100 * (static_cast<double>(global_batch) / exact - 1),
+                               global_batch != nearest ? fmt::format(", the nearest count a layout admits ({} does "
+                                                                     "not divide over any)",
+                                                                     nearest)
+                                                       : std::string());
+      if (const std::string twin = binary_twin(rq.global_batch_tokens, rq.seq_len); !twin.empty())
+        batch_note += "; " + twin;
+    }
+  }
+  out.global_batch = global_batch;
+  if (!batch_note.empty()) out.notes.push_back(batch_note);
   Enumerated e = enumerate(rq, global_batch);
   out.evaluated = e.evaluated;
   out.feasible = static_cast<std::int64_t>(e.feasible.size());

@@ -3,6 +3,7 @@
 // one row, and no two rows predict the same tokens/s and memory at the same layout.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -126,4 +127,38 @@ TEST_CASE("MoE: expert-parallel layouts reach the simulated set, and the winner 
   std::set<int> eps;
   for (const PlanCandidate& c : s.ranked) eps.insert(c.plan.mesh.ep);
   CHECK(eps == std::set<int>{1, 2, 4, 8, 16, 32, 64});
+}
+
+TEST_CASE("a token target is approximate: the nearest whole number of sequences a layout admits, said in a note") {
+  auto has_note = [](const PlanSearch& s, const std::string& what) {
+    return std::any_of(s.notes.begin(), s.notes.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  PlanRequest rq;
+  rq.model = load_model("llama3.1-70b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 256;
+  rq.seq_len = 8192;
+  rq.global_batch_tokens = 4'000'000;  // 4M: 488.28 sequences
+  rq.simulate_budget = 4;
+  rq.top_k = 4;
+  // llm-foundry on 256 GPUs: data parallel over 256 / tp ranks, so 488 has no layout; 480 (= 32 x
+  // 15, FSDP 32 x TP 8) is the nearest count that has one (512 is 23.7 sequences further).
+  rq.runtime = Runtime::composer_fsdp1;
+  const PlanSearch f = search_plans(rq);
+  CHECK(f.global_batch == 480);
+  REQUIRE_FALSE(f.ranked.empty());
+  CHECK(f.ranked.front().job.global_batch == 480);
+  CHECK(has_note(f, "4000000 tokens per step is 488.28 sequences of 8192: planned with 480 (3932160 tokens, -1.70%), "
+                    "the nearest count a layout admits (488 does not divide over any)"));
+  CHECK(has_note(f, "4Mi (4194304 tokens) is 512 whole sequences"));
+  // torchtitan admits 488 itself (pipeline and context parallel take up the rest): the nearest.
+  rq.runtime = Runtime::torchtitan_fsdp2;
+  const PlanSearch t = search_plans(rq);
+  CHECK(t.global_batch == 488);
+  CHECK(has_note(t, "planned with 488 (3997696 tokens, -0.06%); 4Mi"));
+  // Whole sequences: no rounding, no note.
+  rq.global_batch_tokens = 4LL << 20;
+  const PlanSearch w = search_plans(rq);
+  CHECK(w.global_batch == 512);
+  CHECK_FALSE(has_note(w, "sequences of 8192: planned with"));
 }
