@@ -81,7 +81,7 @@ Command add_simulate_command(CLI::App& root) {
     std::int64_t n_slow = 0;
     for (double v : so.rank_speed) n_slow += v < 1 ? 1 : 0;
     if (!o->trace.empty()) {
-      write_file_atomic(o->trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
+      write_file_atomic(o->trace, chrome_trace_text(step.program, step.timings, step.host_timings), "--trace");
     }
     std::optional<Diagnosis> gap;
     if (o->observed_tokens_per_s > 0)

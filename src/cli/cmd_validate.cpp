@@ -3,10 +3,12 @@
 // published measurements. Method and current results: docs/validation.md.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "cli/command.hpp"
 #include "cli/output_path.hpp"
@@ -93,9 +95,22 @@ Command add_validate_command(CLI::App& root) {
       };
       if (!o->export_plan.empty()) write(o->export_plan, "--export-plan", to_plan_toml(row.vc.run));
       if (!o->trace.empty()) {
+        // A large row (3,072 GPUs: ~20 s, a 222 MB trace) says what it is doing, on a terminal
+        // only: a log or a pipe gets the result, not the chatter.
+        const bool terminal = ::isatty(STDERR_FILENO) != 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+        if (terminal)
+          fmt::print(stderr, "validate: simulating {} with its timeline ({} GPUs) for --trace...\n", o->rows.front(),
+                     row.vc.run.n_gpus);
         const SimulatedStep step =
             simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
-        write(o->trace, "--trace", chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n");
+        if (terminal)
+          fmt::print(stderr, "validate: simulated in {:.1f} s; writing {} ops to {}...\n", since(), step.program.ops.size(),
+                     o->trace);
+        const std::string text = chrome_trace_text(step.program, step.timings, step.host_timings);
+        write(o->trace, "--trace", text);
+        if (terminal) fmt::print(stderr, "validate: wrote {:.0f} MB in {:.1f} s\n", text.size() / 1e6, since());
       }
     }
     if (o->json) fmt::print("{}\n", validation_json(rep).dump(2));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -690,4 +691,15 @@ TEST_CASE("a config that states its world size runs on it; otherwise the first l
   const Run t = run("memory --json --config " + write_temp("tt64.toml", tt).string());
   CHECK(nlohmann::json::parse(t.out).at("n_gpus") == 64);
   CHECK(nlohmann::json::parse(t.out).at("n_gpus_assumed") == false);
+}
+
+TEST_CASE("plan draws its progress bar only on a terminal: no \\r frames in a pipe or a log") {
+  // Several seconds of simulation (the bar used to start after one), stderr to a file.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run("plan --model llama3.1-405b --gpus 1024 --global-batch-tokens 16Mi --simulate-budget 6 --threads 1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(r.exit_code == 0);
+  CHECK(seconds > 1.0);
+  CHECK(r.err.find('\r') == std::string::npos);
+  CHECK(r.err.find("simulating plans") == std::string::npos);
 }
