@@ -38,7 +38,8 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
     out.push_back({{"sharding", std::string(to_string(p.sharding))},
                    {"activation_ckpt", std::string(to_string(p.ac))},
                    {"mixed_precision", mixed_precision_label(p)},
-                   {"activation_offload", p.act_offload}});
+                   {"activation_offload", p.act_offload},
+                   {"backward_prefetch", std::string(to_string(p.backward_prefetch))}});
   return out;
 }
 
@@ -127,6 +128,7 @@ void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, in
                 {"sharding", std::string(to_string(p.sharding))},
                 {"activation_ckpt", std::string(to_string(p.ac))},
                 {"mixed_precision", mixed_precision_label(p)},
+                {"backward_prefetch", std::string(to_string(p.backward_prefetch))},
                 {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
                 {"step_time_s", cnd.result.step_time_s},
                 {"mfu", cnd.result.mfu},
@@ -159,10 +161,20 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
   // A precision column when the shown rows differ in it (llm-foundry searches DEFAULT and PURE):
   // without it two rows could read the same.
   const std::size_t shown = std::min(s.ranked.size(), static_cast<std::size_t>(std::max(0, o.top)));
-  bool precision_differs = false;
-  for (std::size_t i = 1; i < shown; ++i)
+  bool precision_differs = false, prefetch_differs = false;
+  for (std::size_t i = 1; i < shown; ++i) {
     precision_differs = precision_differs || mixed_precision_label(s.ranked[i].plan) != mixed_precision_label(s.ranked[0].plan);
-  const std::string precision_head = precision_differs ? fmt::format(" {:<9}", "precision") : std::string();
+    prefetch_differs = prefetch_differs || s.ranked[i].plan.backward_prefetch != s.ranked[0].plan.backward_prefetch;
+  }
+  auto settings_cells = [&](const Plan& p) {
+    std::string out;
+    if (precision_differs) out += fmt::format(" {:<9}", mixed_precision_label(p));
+    if (prefetch_differs) out += fmt::format(" {:<13}", to_string(p.backward_prefetch));
+    return out;
+  };
+  std::string precision_head;
+  if (precision_differs) precision_head += fmt::format(" {:<9}", "precision");
+  if (prefetch_differs) precision_head += fmt::format(" {:<13}", "bwd prefetch");
   fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
              "sharding", precision_head, "AC", "tok/s/GPU", "MFU", "step s", "peak");
   for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i) {
@@ -170,7 +182,7 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
     const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
     fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
                describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
-               precision_differs ? fmt::format(" {:<9}", mixed_precision_label(cnd.plan)) : std::string(),
+               settings_cells(cnd.plan),
                std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
                cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
                cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");

@@ -429,8 +429,13 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
     const auto shipped = shipped_model_for_hf_id(*id);
     if (!shipped)
       model->fail("pretrained_model_name_or_path",
-                  fmt::format("'{}' is not a model meshplan ships; pass --model path/to/config.json "
-                              "(its Hugging Face config.json)", *id));
+                  hf_id_names_a_supported_family(*id)
+                      ? fmt::format("'{}' is not a model meshplan ships; pass --model path/to/config.json "
+                                    "(its Hugging Face config.json)", *id)
+                      : fmt::format("'{}' is not a model meshplan ships, and its name is none of the families "
+                                    "meshplan reads (config.json model_type {}): meshplan cannot model it; only if "
+                                    "its config.json has one of those model_types, pass --model path/to/config.json",
+                                    *id, hf_supported_model_types()));
     rc.model = load_model(*shipped);
     if (auto ov = model->map("config_overrides")) {
       for (const auto& k : ov->keys()) {

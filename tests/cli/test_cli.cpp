@@ -618,7 +618,7 @@ TEST_CASE("names: plan --json says what was asked; one name per quantity; both r
 }
 
 TEST_CASE("plan: rows that differ only in precision say so; a Megatron why line never calls ZeRO-1 FSDP") {
-  const Run f = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --top 6");
+  const Run f = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --top 10");
   REQUIRE(f.exit_code == 0);
   CHECK(f.out.find(" precision ") != std::string::npos);
   // Each row's label (layout to AC, the columns before the numbers) is distinct.
@@ -634,7 +634,7 @@ TEST_CASE("plan: rows that differ only in precision say so; a Megatron why line 
     CHECK(labels.insert(line.substr(6, label_end - 6)).second);
     ++rows;
   }
-  CHECK(rows == 6);
+  CHECK(rows == 10);
   CHECK(f.out.find("PURE") != std::string::npos);
   CHECK(f.out.find("DEFAULT") != std::string::npos);
   // Megatron's distributed optimizer shards optimizer state, no parameters: no "FSDP over" in why.
@@ -702,4 +702,40 @@ TEST_CASE("plan draws its progress bar only on a terminal: no \\r frames in a pi
   CHECK(seconds > 1.0);
   CHECK(r.err.find('\r') == std::string::npos);
   CHECK(r.err.find("simulating plans") == std::string::npos);
+}
+
+TEST_CASE("lint names the largest terms of a peak that does not fit, and says when a model family cannot be read") {
+  if (!meshplan::test::have_shared()) return;  // the shared examples are not in the repository
+  const std::string mpt70 = (meshplan::test::shared_root() / "examples" / "llm-foundry" / "mpt-70b.yaml").string();
+  const Run r = run("lint --config " + mpt70);
+  const auto at = r.out.find("(largest terms: ");
+  REQUIRE(at != std::string::npos);
+  const std::string terms = r.out.substr(at, r.out.find(')', at) - at);
+  CAPTURE(terms);
+  CHECK(terms.find("0.00 GiB") == std::string::npos);
+  CHECK(terms.rfind("(largest terms: optimizer 90.61 GiB", 0) == 0);
+  // DBRX (model_type dbrx): not a family meshplan reads, so a config.json would not help.
+  const std::string dbrx = (meshplan::test::shared_root() / "examples" / "llm-foundry" / "dbrx-full-ft.yaml").string();
+  const Run d = run("lint --config " + dbrx);
+  CHECK(d.exit_code == 1);
+  CHECK(d.out.find("'databricks/dbrx-instruct' is not a model meshplan ships, and its name is none of the families "
+                   "meshplan reads") != std::string::npos);
+  CHECK(d.out.find("meshplan cannot model it") != std::string::npos);
+  // A family meshplan reads still gets the config.json hint.
+  check_one_line_error("memory --config " + foundry_with_unshipped_id() + " --gpus 64",
+                       "'my-org/my-llama' is not a model meshplan ships; pass --model path/to/config.json");
+}
+
+TEST_CASE("plan searches llm-foundry's backward_prefetch: the BACKWARD_PRE lint finds faster is in the search") {
+  // lint on the 70B llm-foundry example: BACKWARD_PRE simulates faster at the same peak than
+  // Composer's BACKWARD_POST default; the planner's winner has it.
+  const Run p = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --json");
+  REQUIRE(p.exit_code == 0);
+  const auto j = nlohmann::json::parse(p.out);
+  CHECK(j.at("plans")[0].at("backward_prefetch") == "BACKWARD_PRE");
+  bool post = false;
+  for (const auto& row : j.at("plans")) post = post || row.at("backward_prefetch") == "BACKWARD_POST";
+  CHECK(post);  // both were simulated
+  const Run l = run("lint --config " + example("llama3.1-70b-64xh100-foundry.yaml") + " --gpus 64");
+  CHECK(l.out.find("fsdp_config.backward_prefetch=BACKWARD_PRE") != std::string::npos);
 }
