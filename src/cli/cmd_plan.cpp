@@ -89,7 +89,7 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
       rc.checkpoint_interval_steps = young_daly_interval_steps(ji, ck, CheckpointMode::sync, best.result.step_time_s);
       summary.assumptions.push_back(fmt::format(
           "checkpoint every {} steps: Young/Daly sqrt(2 x {:.1f} s sync save x {:.2f} h between interruptions) "
-          "(docs/goodput.md)",
+          "(docs/goodput.md), into $CHECKPOINT_DIR, which the launch scripts require",
           rc.checkpoint_interval_steps, ck.blocking_seconds, ji.mtbi_seconds / 3600));
     }
     summary.assumptions.push_back(i == 0 ? s.why_winner
