@@ -12,6 +12,10 @@ if [ ! -f "$TORCHTITAN_DIR/torchtitan/train.py" ]; then
 fi
 cd "$TORCHTITAN_DIR"
 export PYTORCH_ALLOC_CONF="expandable_segments:True"
+# The plan checkpoints every 49 steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every 49 steps)}"
+mkdir -p "$CHECKPOINT_DIR"
+export CHECKPOINT_DIR
 NODE_RANK="${NODE_RANK:?set NODE_RANK (0..2047)}"
 MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0}"
 MASTER_PORT="${MASTER_PORT:-29500}"
@@ -19,4 +23,5 @@ torchrun --nnodes=2048 --nproc_per_node=8 --node_rank="$NODE_RANK" \
     --rdzv_backend c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
     --local-ranks-filter 0 --role rank --tee 3 \
     -m torchtitan.train \
-    --job.config_file "$BUNDLE_DIR/llama3.1-405b.toml" "$@"
+    --job.config_file "$BUNDLE_DIR/llama3.1-405b.toml" \
+    --checkpoint.folder "$CHECKPOINT_DIR" "$@"

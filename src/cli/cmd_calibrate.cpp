@@ -15,6 +15,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/profile_writer.hpp"
 #include "cli/command.hpp"
+#include "cli/output_path.hpp"
 #include "spec/atomic_file.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/data_root.hpp"
@@ -47,6 +48,7 @@ std::string resolve_profile_file(const std::string& base) {
 int run_fit(const CalibrateArgs& a) {
   if (a.base.empty()) throw InputError("", "--base", "--fit needs --base PROFILE (the profile to start from)");
   if (a.out.empty()) throw InputError("", "--out", "--fit needs --out FILE.toml (the calibrated profile)");
+  check_output_path(a.out, "--out");
   const std::string base_file = resolve_profile_file(a.base);
   const calibrate::Measurements m = calibrate::read_measurements(a.fit);
   const ClusterSpec base = load_cluster(base_file);
@@ -96,6 +98,7 @@ int run_measure(const CalibrateArgs& a) {
                *reason);
     return 2;
   }
+  check_output_path(a.out.empty() ? "measurements.json" : a.out, "--out");
   calibrate::BenchOptions options;
   options.quick = a.quick;
   options.progress = [](const std::string& line) { fmt::print(stderr, "calibrate: {}\n", line); };

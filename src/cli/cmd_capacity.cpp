@@ -86,8 +86,8 @@ Command add_capacity_command(CLI::App& root) {
   c.app->add_option("--price-per-gpu-hour", o->price, "price of one GPU-hour (for the cost column)")->check(in_range("capacity", "--price-per-gpu-hour"));
   c.app->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(in_range("capacity", "--seq"));
   c.app->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (SI: 4M = 4e6; 4Mi = 4 x 2^20)")->capture_default_str();
-  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
-      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  c.app->add_option("--runtime", o->runtime, "torchtitan | llm-foundry | megatron (also torchtitan-fsdp2, composer-fsdp1, the plan TOML names)")->capture_default_str()
+      ->transform(runtime_name());
   c.app->add_option("--simulate-budget", o->budget, "plans simulated per GPU count")->capture_default_str()->check(in_range("capacity", "--simulate-budget"));
   c.app->add_flag("--no-failures", o->no_failures,
                   "the ideal: every step a perfect step (by default days include interruptions, checkpoints and "
@@ -206,6 +206,10 @@ Command add_capacity_command(CLI::App& root) {
       const auto ans = std::find_if(r.rows.begin(), r.rows.end(), [](const CapacityRow& x) { return x.answer; });
       if (ans != r.rows.end()) contract(j, *ans);
       j["notes"] = r.notes;
+      // Whether some row answers the question (with a deadline: meets it); the exit status says
+      // the same. A row's `answer` marks the one the question points at, also when it is only
+      // the closest.
+      j["answered"] = answered(r, rq);
       fmt::print("{}\n", j.dump(2));
       return answered(r, rq) ? 0 : 3;
     }
@@ -221,15 +225,24 @@ Command add_capacity_command(CLI::App& root) {
         continue;
       }
       const bool p = x.failures.priced;
-      fmt::print("{} {:<16} {:>6} {:>10.1f} {:>8.1f} {:>8} {:>8} {:>12.0f} {:>14}  {:<26} {:>9}{}\n", x.answer ? "*" : " ",
+      // The star is an answer: a row the question points at that misses the deadline is only the
+      // closest there is (the most GPUs with a plan), and says so.
+      fmt::print("{} {:<16} {:>6} {:>10.1f} {:>8.1f} {:>8} {:>8} {:>12.0f} {:>14}  {:<26} {:>9}{}\n",
+                 !x.answer ? " " : (!rq.deadline_days || x.meets_deadline) ? "*" : "~",
                  x.cluster, x.gpus, x.tokens_per_s_per_gpu, x.days, p ? fmt::format("{:.1f}", x.failures.days_ideal) : "-",
                  p ? fmt::format("{:.1f} %", 100 * x.failures.goodput.goodput_fraction) : "-", x.gpu_hours,
                  x.cost ? fmt::format("{:.0f}", *x.cost) : "-", describe_layout(x.best.plan), format_gib(x.best.peak_bytes),
                  rq.deadline_days && !x.meets_deadline ? "  (misses the deadline)" : "");
     }
-    fmt::print("\n* the answer{}; days = tokens / (tokens/s/GPU x GPUs) / 86400{}, GPU-hours = GPUs x days x 24\n",
-               rq.deadline_days ? ": the fewest GPUs (whole nodes, doubling) that meet the deadline" : "",
-               priced ? " / goodput (ideal: every step perfect)" : "");
+    const bool closest_only = rq.deadline_days && !answered(r, rq);
+    if (closest_only)
+      fmt::print("\n~ no answer: no GPU count meets the deadline; this is the closest, the most GPUs with a plan\n"
+                 "  days = tokens / (tokens/s/GPU x GPUs) / 86400{}, GPU-hours = GPUs x days x 24\n",
+                 priced ? " / goodput (ideal: every step perfect)" : "");
+    else
+      fmt::print("\n* the answer{}; days = tokens / (tokens/s/GPU x GPUs) / 86400{}, GPU-hours = GPUs x days x 24\n",
+                 rq.deadline_days ? ": the fewest GPUs (whole nodes, doubling) that meet the deadline" : "",
+                 priced ? " / goodput (ideal: every step perfect)" : "");
     for (const auto& x : r.rows) {
       if (!x.answer || !x.feasible || !x.failures.priced) continue;
       const CapacityGoodput& f = x.failures;

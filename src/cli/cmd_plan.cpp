@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cmath>
 #include <memory>
+#include <unistd.h>
 
 #include "cli/command.hpp"
 #include "cli/flag_ranges.hpp"
@@ -38,7 +39,8 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
     out.push_back({{"sharding", std::string(to_string(p.sharding))},
                    {"activation_ckpt", std::string(to_string(p.ac))},
                    {"mixed_precision", mixed_precision_label(p)},
-                   {"activation_offload", p.act_offload}});
+                   {"activation_offload", p.act_offload},
+                   {"backward_prefetch", std::string(to_string(p.backward_prefetch))}});
   return out;
 }
 
@@ -88,7 +90,7 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
       rc.checkpoint_interval_steps = young_daly_interval_steps(ji, ck, CheckpointMode::sync, best.result.step_time_s);
       summary.assumptions.push_back(fmt::format(
           "checkpoint every {} steps: Young/Daly sqrt(2 x {:.1f} s sync save x {:.2f} h between interruptions) "
-          "(docs/goodput.md)",
+          "(docs/goodput.md), into $CHECKPOINT_DIR, which the launch scripts require",
           rc.checkpoint_interval_steps, ck.blocking_seconds, ji.mtbi_seconds / 3600));
     }
     summary.assumptions.push_back(i == 0 ? s.why_winner
@@ -106,8 +108,15 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
   if (!written) throw InputError("", "--out", "no ranked plan can be expressed for this runtime: " + refusals);
 }
 
-void print_json(const PlanSearch& s, int top) {
+void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, int top) {
   nlohmann::json j;
+  // What was asked, under the names simulate and memory use for the same things.
+  j["model"] = rq.model.name;
+  j["cluster"] = rq.cluster.name;
+  j["n_gpus"] = rq.n_gpus;
+  j["runtime"] = o.runtime;
+  j["seq_len"] = rq.seq_len;
+  j["global_batch"] = s.global_batch;
   j["evaluated"] = s.evaluated;
   j["feasible"] = s.feasible;
   j["search_seconds"] = s.search_seconds;
@@ -120,6 +129,7 @@ void print_json(const PlanSearch& s, int top) {
                 {"sharding", std::string(to_string(p.sharding))},
                 {"activation_ckpt", std::string(to_string(p.ac))},
                 {"mixed_precision", mixed_precision_label(p)},
+                {"backward_prefetch", std::string(to_string(p.backward_prefetch))},
                 {"tokens_per_s_per_gpu", cnd.result.tokens_per_s_per_gpu},
                 {"step_time_s", cnd.result.step_time_s},
                 {"mfu", cnd.result.mfu},
@@ -145,18 +155,35 @@ void print_json(const PlanSearch& s, int top) {
 void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
   fmt::print("meshplan plan: {} on {} x {}, global batch {} x {} tokens, runtime {}\n", rq.model.name, rq.n_gpus,
              rq.cluster.name,
-             rq.global_batch > 0 ? rq.global_batch
-                                 : std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len),
+             s.global_batch,
              rq.seq_len, o.runtime);
   fmt::print("{} layouts evaluated, {} fit with {:.0f}% headroom, {} simulated\n\n", s.evaluated, s.feasible,
              o.headroom_pct, s.ranked.size());
-  fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
-             "sharding", "AC", "tok/s/GPU", "MFU", "step s", "peak");
+  // A precision column when the shown rows differ in it (llm-foundry searches DEFAULT and PURE):
+  // without it two rows could read the same.
+  const std::size_t shown = std::min(s.ranked.size(), static_cast<std::size_t>(std::max(0, o.top)));
+  bool precision_differs = false, prefetch_differs = false;
+  for (std::size_t i = 1; i < shown; ++i) {
+    precision_differs = precision_differs || mixed_precision_label(s.ranked[i].plan) != mixed_precision_label(s.ranked[0].plan);
+    prefetch_differs = prefetch_differs || s.ranked[i].plan.backward_prefetch != s.ranked[0].plan.backward_prefetch;
+  }
+  auto settings_cells = [&](const Plan& p) {
+    std::string out;
+    if (precision_differs) out += fmt::format(" {:<9}", mixed_precision_label(p));
+    if (prefetch_differs) out += fmt::format(" {:<13}", to_string(p.backward_prefetch));
+    return out;
+  };
+  std::string precision_head;
+  if (precision_differs) precision_head += fmt::format(" {:<9}", "precision");
+  if (prefetch_differs) precision_head += fmt::format(" {:<13}", "bwd prefetch");
+  fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10} {:>7} {:>7} {:>11}\n", "rank", "layout", "mb", "accum",
+             "sharding", precision_head, "AC", "tok/s/GPU", "MFU", "step s", "peak");
   for (std::size_t i = 0; i < s.ranked.size() && static_cast<int>(i) < o.top; ++i) {
     const auto& cnd = s.ranked[i];
     const bool front = std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end();
-    fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
+    fmt::print("{:>4}  {:<28} {:>4} {:>5} {:<10}{} {:<14} {:>10.1f} {:>6.1f}% {:>7.3f} {:>11}{}\n", i + 1,
                describe_layout(cnd.plan), cnd.job.micro_batch, cnd.job.grad_accum, to_string(cnd.plan.sharding),
+               settings_cells(cnd.plan),
                std::string(to_string(cnd.plan.ac)) + (cnd.plan.act_offload ? "+offload" : ""),
                cnd.result.tokens_per_s_per_gpu, 100 * cnd.result.mfu,
                cnd.result.step_time_s, format_gib(cnd.peak_bytes), front ? "  *" : "");
@@ -190,13 +217,13 @@ void add_plan_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "model name (meshplan model --list) or HF config.json")->required();
   app.add_option("--cluster", o.cluster, "hardware profile")->capture_default_str();
   app.add_option("--gpus", o.gpus, "total GPUs")->required()->check(in_range("plan", "--gpus"));
-  auto* tok = app.add_option("--global-batch-tokens", o.tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20)");
+  auto* tok = app.add_option("--global-batch-tokens", o.tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20); rounded to the nearest whole number of sequences a layout admits, said in a note");
   auto* gb = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step")->check(in_range("plan", "--global-batch"));
   tok->excludes(gb);
   app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(in_range("plan", "--seq"));
   app.add_option("--top", o.top, "plans to show")->capture_default_str()->check(in_range("plan", "--top"));
-  app.add_option("--runtime", o.runtime, "torchtitan | llm-foundry | megatron")->capture_default_str()
-      ->check(CLI::IsMember({"torchtitan", "llm-foundry", "megatron"}));
+  app.add_option("--runtime", o.runtime, "torchtitan | llm-foundry | megatron (also torchtitan-fsdp2, composer-fsdp1, the plan TOML names)")->capture_default_str()
+      ->transform(runtime_name());
   app.add_option("--headroom", o.headroom_pct, "percent of GPU memory kept free")->capture_default_str()->check(in_range("plan", "--headroom"));
   app.add_option("--out", o.out,
                  "write a launchable bundle for the winner into DIR (runtime config, launch.sh, sbatch.slurm "
@@ -251,8 +278,11 @@ int run_plan(const Options& o) {
   const PlanRequest rq = plan_request(o);
   const auto t0 = std::chrono::steady_clock::now();
   bool drew = false;
+  const bool progress_on_terminal = ::isatty(STDERR_FILENO) != 0;
   const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
-    // A progress bar only when the search is slow enough to wonder about.
+    // A progress bar only when the search is slow enough to wonder about, and only on a terminal:
+    // \r frames in a log file or a pipe are noise.
+    if (!progress_on_terminal) return;
     if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
     const int width = 30;
     const int filled = total ? static_cast<int>(width * done / total) : width;
@@ -264,7 +294,7 @@ int run_plan(const Options& o) {
   if (drew) fmt::print(stderr, "\n");
   if (!o.out.empty() && !s.ranked.empty()) write_winner_bundle(o, rq, s);
   if (o.json) {
-    print_json(s, o.top);
+    print_json(o, rq, s, o.top);
   } else {
     print_table(o, rq, s);
   }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "cli/output_path.hpp"
 #include "cli/flag_ranges.hpp"
 #include "spec/atomic_file.hpp"
 #include "cli/run_inputs.hpp"
@@ -132,17 +133,18 @@ void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepRes
 
 int run_simulate(const SimulateOptions& o) {
   const RunInputs in = load_run_inputs(o.in);
+  check_output_path(o.trace, "--trace");
   std::optional<Stragglers> stragglers;
   const SimOptions so = simulation_options(o, in, stragglers);
   const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, so);
   if (!o.trace.empty()) {
-    write_file_atomic(o.trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
+    write_file_atomic(o.trace, chrome_trace_text(step.program, step.timings, step.host_timings), "--trace");
   }
   std::optional<Diagnosis> gap;
   if (o.observed_tokens_per_s > 0)
     gap = diagnose_gap(run_source(o.in), in.run, in.cluster, step.result, o.observed_tokens_per_s);
   print_simulate(o, in, step.result, gap, stragglers);
-  return 0;
+  return simulated_fit(in.cluster, step.result).fits ? 0 : 3;  // 3: does not fit, as `memory`
 }
 
 }  // namespace
@@ -154,7 +156,8 @@ Command add_simulate_command(CLI::App& root) {
       "simulate",
       "Discrete-event simulation of one optimizer step: step time, tokens/s (global and per GPU), "
       "MFU/HFU, a breakdown that adds up to the step time (compute, recompute, exposed communication "
-      "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage.");
+      "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage. Exit 3 when the simulated peak "
+      "exceeds the GPU's memory (`fits` in --json), as `memory`.");
   add_simulate_options(*c.app, *o);
   c.run = [o] { return run_simulate(*o); };
   return c;

@@ -3,12 +3,15 @@
 // published measurements. Method and current results: docs/validation.md.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "cli/command.hpp"
+#include "cli/output_path.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
 #include "validate/validation.hpp"
@@ -71,9 +74,22 @@ void write_row_files(const ValidateOptions& o, const CsvTable& table, const Vali
   const ValidationRowRun row = validation_row_run(table, o.rows.front(), opts);
   if (!o.export_plan.empty()) write_file_atomic(o.export_plan, to_plan_toml(row.vc.run), "--export-plan");
   if (!o.trace.empty()) {
+    // A large row (3,072 GPUs: ~20 s, a 222 MB trace) says what it is doing, on a terminal
+    // only: a log or a pipe gets the result, not the chatter.
+    const bool terminal = ::isatty(STDERR_FILENO) != 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    if (terminal)
+      fmt::print(stderr, "validate: simulating {} with its timeline ({} GPUs) for --trace...\n", o.rows.front(),
+                 row.vc.run.n_gpus);
     const SimulatedStep step =
         simulate_step(row.vc.run.model, row.vc.run.plan, row.vc.run.job, row.cluster, SimOptions{.keep_timeline = true});
-    write_file_atomic(o.trace, chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n", "--trace");
+    if (terminal)
+      fmt::print(stderr, "validate: simulated in {:.1f} s; writing {} ops to {}...\n", since(), step.program.ops.size(),
+                 o.trace);
+    const std::string text = chrome_trace_text(step.program, step.timings, step.host_timings);
+    write_file_atomic(o.trace, text, "--trace");
+    if (terminal) fmt::print(stderr, "validate: wrote {:.0f} MB in {:.1f} s\n", text.size() / 1e6, since());
   }
 }
 
@@ -92,6 +108,8 @@ int run_validate(const ValidateOptions& o) {
   const bool inspect = !o.trace.empty() || !o.export_plan.empty();
   if (inspect && o.rows.size() != 1)
     throw InputError("", o.trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
+  check_output_path(o.trace, "--trace");
+  check_output_path(o.export_plan, "--export-plan");
   const CsvTable table = read_csv_table(o.file);
   const ValidationReport rep = run_validation(table, opts);
   if (inspect) write_row_files(o, table, opts);

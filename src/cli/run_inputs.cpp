@@ -8,8 +8,10 @@
 #include "spec/cluster_loader.hpp"
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/import_common.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/plan.hpp"
 #include "workload/runtime_choices.hpp"
 
 namespace meshplan::cli {
@@ -20,26 +22,45 @@ bool mesh_is_explicit(const Mesh& m) {
 }
 }  // namespace
 
+CLI::Validator runtime_name() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        const std::optional<Runtime> r = parse_runtime(v);
+        if (r == Runtime::torchtitan_fsdp2) v = "torchtitan";
+        else if (r == Runtime::composer_fsdp1) v = "llm-foundry";
+        else if (r == Runtime::megatron) v = "megatron";
+        else
+          return fmt::format("'{}' is not a runtime plan searches: torchtitan (torchtitan-fsdp2), llm-foundry "
+                             "(composer-fsdp1), megatron",
+                             v.size() <= 40 ? v : v.substr(0, 37) + "...");
+        return {};
+      },
+      "torchtitan|llm-foundry|megatron");
+}
+
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {
   app.add_option("-c,--config", o.config,
-                 "run config: llm-foundry/Composer YAML, torchtitan TOML, Megatron-LM arguments (args file or launch script) or meshplan plan TOML")
+                 "run config: llm-foundry/Composer YAML, torchtitan TOML, Megatron-LM arguments (args file or launch script), "
+                 "meshplan plan TOML, or a launch script starting torchtitan/llm-foundry on a config (a bundle's "
+                 "launch.sh; its GPU count from the launcher)")
       ->required();
   app.add_option("--model", o.model,
                  "model override: a shipped name (see `meshplan model --list`) or a HF config.json");
   app.add_option("--cluster", o.cluster,
                  fmt::format("hardware profile name or TOML path (default: the config's, else {})",
                              kDefaultCluster));
-  app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, else one node)")
+  app.add_option("--gpus", o.gpus, "total GPUs (default: the config's, where it states one: plan TOML gpus, degrees that multiply to it, llm-foundry n_gpus, a launch script's launcher; else one node, said on the first line)")
       ->check(in_range("", "--gpus"));
 }
 
 RunInputs load_run_inputs(const RunInputOptions& o) {
   RunInputs in;
-  in.run = load_run_config(o.config);
-  if (!o.model.empty()) {
-    in.run.model = load_model(o.model);
-    in.run.warnings.push_back(fmt::format("model replaced by --model {}", o.model));
-  }
+  // The override goes to the importer, not over its result: a config naming a model meshplan
+  // does not ship (an llm-foundry HF id, a torchtitan flavor) imports only with it.
+  ImportOptions opts;
+  if (!o.model.empty()) opts.model = load_model(o.model);
+  in.run = load_run_config(o.config, opts);
+  if (!o.model.empty()) in.run.warnings.push_back(fmt::format("model replaced by --model {}", o.model));
   const std::string cluster = !o.cluster.empty() ? o.cluster
                               : !in.run.cluster.empty() ? in.run.cluster
                                                         : std::string(kDefaultCluster);
@@ -59,6 +80,7 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
     gpus = in.run.plan.mesh.world();  // every degree given: the product is the GPU count
   } else if (in.run.n_gpus <= 0) {
     gpus = in.cluster.node.gpus_per_node;
+    in.run.n_gpus_assumed = true;
     in.run.warnings.push_back(fmt::format(
         "no GPU count in {} or --gpus; assuming one node of {} GPUs", o.config, *gpus));
   }

@@ -19,6 +19,10 @@ struct RunInputOptions {
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o);
 
+// --runtime of plan and capacity: torchtitan | llm-foundry | megatron, also under the names a plan
+// TOML writes (torchtitan-fsdp2, composer-fsdp1); the value is rewritten to the first spelling.
+CLI::Validator runtime_name();
+
 struct RunInputs {
   RunConfig run;
   ClusterSpec cluster;

@@ -278,7 +278,9 @@ void write_trainer(Yaml& y, const RunConfig& rc, std::int64_t device, const std:
   y.key("max_duration", "1000ba");
   y.key("eval_interval", "1000ba");
   if (rc.checkpoint_interval_steps > 0) {
-    y.comment("Young/Daly checkpoint interval for this job's failure rate (docs/goodput.md); set save_folder to save");
+    y.comment("Young/Daly checkpoint interval for this job's failure rate (docs/goodput.md), into $CHECKPOINT_DIR "
+              "(launch.sh requires it)");
+    y.key("save_folder", "${oc.env:CHECKPOINT_DIR,./checkpoints}");
     y.key("save_interval", fmt::format("{}ba", rc.checkpoint_interval_steps));
   }
   y.flag("eval_first", false);

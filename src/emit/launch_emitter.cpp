@@ -79,15 +79,35 @@ std::string env_lines(const ClusterSpec& c, const LaunchSpec& s) {
   return out;
 }
 
-// The training entry point and its arguments, after the launcher.
-std::string program(const LaunchSpec& s, std::string_view indent) {
+// The plan's checkpoints go to $CHECKPOINT_DIR, which the scripts require (after the checkout, so
+// a missing checkout is still the first thing named): a bundle that promises a checkpoint interval
+// and has nowhere to write would lose every step since the start on the first failure.
+std::string checkpoint_lines(const RunConfig& rc) {
+  if (rc.checkpoint_interval_steps <= 0) return "";
+  return fmt::format(
+      "# The plan checkpoints every {0} steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.\n"
+      "CHECKPOINT_DIR=\"${{CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every {0} "
+      "steps)}}\"\n"
+      "mkdir -p \"$CHECKPOINT_DIR\"\nexport CHECKPOINT_DIR\n",
+      rc.checkpoint_interval_steps);
+}
+
+// The training entry point and its arguments, after the launcher. With checkpoints, torchtitan's
+// folder and Megatron's --save point at $CHECKPOINT_DIR (llm-foundry's YAML reads it itself).
+std::string program(const LaunchSpec& s, std::string_view indent, bool checkpoints) {
   switch (s.runtime) {
-    case EmitRuntime::torchtitan:
+    case EmitRuntime::torchtitan: {
+      const std::string folder =
+          checkpoints ? fmt::format(" \\\n{}--checkpoint.folder \"$CHECKPOINT_DIR\"", indent) : std::string();
       if (s.torchtitan_version == TorchtitanVersion::registry)
-        return "-m torchtitan.train" + joined_args(s.train_args, indent);
-      return fmt::format("-m torchtitan.train \\\n{}--job.config_file \"$BUNDLE_DIR/{}\"", indent, s.config_file);
+        return "-m torchtitan.train" + joined_args(s.train_args, indent) + folder;
+      return fmt::format("-m torchtitan.train \\\n{}--job.config_file \"$BUNDLE_DIR/{}\"{}", indent, s.config_file,
+                         folder);
+    }
     case EmitRuntime::llm_foundry: return fmt::format("train/train.py \"$BUNDLE_DIR/{}\"", s.config_file);
-    case EmitRuntime::megatron: return "pretrain_gpt.py" + joined_args(s.train_args, indent);
+    case EmitRuntime::megatron:
+      return "pretrain_gpt.py" + joined_args(s.train_args, indent) +
+             (checkpoints ? fmt::format(" \\\n{}--save \"$CHECKPOINT_DIR\"", indent) : std::string());
   }
   return "";
 }
@@ -128,6 +148,7 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
   sh += "set -euo pipefail\nBUNDLE_DIR=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n";
   sh += workdir(s);
   sh += env_lines(cluster, s);
+  sh += checkpoint_lines(rc);
   if (multi) {
     sh += fmt::format("NODE_RANK=\"${{NODE_RANK:?set NODE_RANK (0..{})}}\"\n"
                       "MASTER_ADDR=\"${{MASTER_ADDR:?set MASTER_ADDR to node 0}}\"\nMASTER_PORT=\"${{MASTER_PORT:-29500}}\"\n",
@@ -143,18 +164,18 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
       if (multi)
         sh += fmt::format("torchrun --nnodes={} --nproc_per_node={} --node_rank=\"$NODE_RANK\" \\\n{}--rdzv_backend c10d "
                           "--rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\\n{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
-                          n.nodes, n.gpus_per_node, indent, indent, indent, program(s, indent));
+                          n.nodes, n.gpus_per_node, indent, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
       else
         sh += fmt::format("torchrun --nproc_per_node={} --rdzv_backend c10d --rdzv_endpoint=\"localhost:0\" \\\n"
                           "{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
-                          n.gpus_per_node, indent, indent, program(s, indent));
+                          n.gpus_per_node, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
       break;
     case EmitRuntime::llm_foundry:
       if (multi)
         sh += fmt::format("composer --world_size {} --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" "
-                          "--master_port \"$MASTER_PORT\" \\\n{}{} \"$@\"\n", rc.n_gpus, indent, program(s, indent));
+                          "--master_port \"$MASTER_PORT\" \\\n{}{} \"$@\"\n", rc.n_gpus, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
       else
-        sh += fmt::format("composer {} \"$@\"\n", program(s, indent));
+        sh += fmt::format("composer {} \"$@\"\n", program(s, indent, rc.checkpoint_interval_steps > 0));
       break;
   }
   out.launch_sh = sh;
@@ -170,6 +191,7 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
   sb += "set -euo pipefail\nBUNDLE_DIR=\"${BUNDLE_DIR:-$SLURM_SUBMIT_DIR}\"\n";
   sb += workdir(s);
   sb += env_lines(cluster, s);
+  sb += checkpoint_lines(rc);
   sb += "nodes=( $(scontrol show hostnames \"$SLURM_JOB_NODELIST\") )\nhead_node=${nodes[0]}\n"
         "head_node_ip=$(srun --nodes=1 --ntasks=1 -w \"$head_node\" hostname --ip-address | awk '{print $1}')\n";
   switch (s.runtime) {
@@ -177,13 +199,13 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
     case EmitRuntime::megatron:
       sb += fmt::format("srun torchrun --nnodes {} --nproc_per_node {} --rdzv_id \"$SLURM_JOB_ID\" --rdzv_backend c10d "
                         "\\\n{}--rdzv_endpoint \"$head_node_ip:29500\" \\\n{}{}\n",
-                        n.nodes, n.gpus_per_node, indent, indent, program(s, indent));
+                        n.nodes, n.gpus_per_node, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
       break;
     case EmitRuntime::llm_foundry:
       // Composer's launcher takes the node rank explicitly; Slurm gives it per task.
       sb += fmt::format("export BUNDLE_DIR head_node_ip\nsrun bash -c 'composer --world_size {} --node_rank \"$SLURM_NODEID\" "
                         "--master_addr \"$head_node_ip\" --master_port 29500 \\\n{}{}'\n",
-                        rc.n_gpus, indent, program(s, indent));
+                        rc.n_gpus, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
       break;
   }
   out.sbatch = sb;

@@ -310,7 +310,8 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   arg("--weight-decay", "0.1");
   arg("--clip-grad", "1.0");
   arg("--init-method-std", "0.02");
-  arg("--train-iters", 1000);
+  // A placeholder run length, but never one that ends before the first checkpoint of the plan's interval.
+  arg("--train-iters", std::max<std::int64_t>(1000, rc.checkpoint_interval_steps));
 
   // ---- data and tokenizer: mock data runs without a dataset (swap for --data-path).
   flag("--mock-data");
@@ -323,7 +324,7 @@ std::vector<std::string> emit_megatron_args(const RunConfig& rc) {
   }
   arg("--log-interval", 10);
   arg("--eval-interval", 1000);
-  // Young/Daly's interval for this job's failure rate; checkpoints are written once --save DIR is added.
+  // Young/Daly's interval for this job's failure rate; the launch scripts add --save "$CHECKPOINT_DIR".
   if (rc.checkpoint_interval_steps > 0) arg("--save-interval", rc.checkpoint_interval_steps);
   arg("--eval-iters", 0);
   return a;

@@ -382,7 +382,8 @@ void write_parallelism(TomlDoc& d, const RunConfig& rc, const Settings& s, bool 
 void write_checkpoint_to_float8(TomlDoc& d, const RunConfig& rc, const Settings& s, bool early) {
   const Plan& p = rc.plan;
   d.section("checkpoint");
-  d.key(early ? "enable" : "enable_checkpoint", "false");
+  // On with the plan's interval; the launch scripts set the folder to $CHECKPOINT_DIR.
+  d.key(early ? "enable" : "enable_checkpoint", rc.checkpoint_interval_steps > 0 ? "true" : "false");
   d.key("folder", quoted("checkpoint"));
   if (rc.checkpoint_interval_steps > 0)
     d.key("interval", std::to_string(rc.checkpoint_interval_steps), "Young/Daly interval for this job's failure rate (docs/goodput.md)");

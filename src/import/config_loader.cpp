@@ -14,6 +14,7 @@
 #include "spec/import_common.hpp"
 #include "import/import_composer.hpp"
 #include "import/import_megatron.hpp"
+#include "import/launch_script.hpp"
 #include "import/import_torchtitan.hpp"
 #include "spec/limits.hpp"
 #include "spec/plan_toml.hpp"
@@ -121,6 +122,28 @@ RunConfig load_run_config(const std::string& path, const ImportOptions& opts) {
   const std::string ext = lower(std::filesystem::path(path).extension().string());
   if (ext == ".yaml" || ext == ".yml") return from_yaml(path, text, opts);
   if (ext == ".toml") return from_toml(path, importer::parse_toml(path, text), opts);
+  // A launch script that starts torchtitan or llm-foundry on a config file (the launch.sh meshplan
+  // writes): that config is the run, and the launcher's words give its GPU count.
+  if (!looks_like_megatron_args(text))
+    if (const auto launched = launched_config(path, text)) {
+      const std::string ext_of_config = lower(std::filesystem::path(launched->config).extension().string());
+      if (ext_of_config != ".toml" && ext_of_config != ".yaml" && ext_of_config != ".yml")
+        throw InputError(path, "--job.config_file",
+                         fmt::format("'{}' is not a TOML or YAML config", launched->config));
+      RunConfig rc = load_run_config(launched->config, opts);
+      if (launched->n_gpus > 0) {
+        if (rc.n_gpus > 0 && rc.n_gpus != launched->n_gpus)
+          throw InputError(path, launched->gpus_from,
+                           fmt::format("the script starts {} GPUs but {} fixes {}", launched->n_gpus, launched->config,
+                                       rc.n_gpus));
+        rc.n_gpus = launched->n_gpus;
+      }
+      rc.warnings.insert(rc.warnings.begin(),
+                         fmt::format("{}: read the config it starts, {}{}", path, launched->config,
+                                     launched->n_gpus > 0 ? fmt::format(", on {} GPUs ({})", launched->n_gpus, launched->gpus_from)
+                                                          : std::string()));
+      return rc;
+    }
   // Megatron-LM arguments (an args file or a launch script): --flag words, never TOML or YAML.
   if (looks_like_megatron_args(text)) return import_megatron_args(path, text, opts);
   if (ext == ".sh" || ext == ".args")

@@ -36,7 +36,7 @@ const std::vector<std::string> kTopLevel = {
     "only_hf_checkpoint", "only_composer_checkpoint", "autoresume", "dist_timeout",
     "expandable_segments", "max_split_size_mb", "cuda_load_lazy", "icl_tasks", "icl_tasks_str",
     "icl_subset_num_batches", "icl_seq_len", "eval_gauntlet", "eval_gauntlet_str",
-    "compile_config", "metadata", "log_config", "profiler", "code_paths",
+    "compile_config", "metadata", "log_config", "profiler", "code_paths", "n_gpus",
 };
 const std::vector<std::string> kAcceptedPrefixes = {"save_", "load_", "icl_"};
 
@@ -429,8 +429,13 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
     const auto shipped = shipped_model_for_hf_id(*id);
     if (!shipped)
       model->fail("pretrained_model_name_or_path",
-                  fmt::format("'{}' is not a model meshplan ships; pass --model path/to/config.json "
-                              "(its Hugging Face config.json)", *id));
+                  hf_id_names_a_supported_family(*id)
+                      ? fmt::format("'{}' is not a model meshplan ships; pass --model path/to/config.json "
+                                    "(its Hugging Face config.json)", *id)
+                      : fmt::format("'{}' is not a model meshplan ships, and its name is none of the families "
+                                    "meshplan reads (config.json model_type {}): meshplan cannot model it; only if "
+                                    "its config.json has one of those model_types, pass --model path/to/config.json",
+                                    *id, hf_supported_model_types()));
     rc.model = load_model(*shipped);
     if (auto ov = model->map("config_overrides")) {
       for (const auto& k : ov->keys()) {
@@ -756,6 +761,22 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   }
   if (!fsdp && top.map("tp_config"))
     top.fail("tp_config", "Composer requires fsdp_config for tensor parallelism");
+
+  // The world size where the file states it: llm-foundry's update_batch_size_info writes n_gpus
+  // and device_train_batch_size (= global / world, calculate_batch_size_info) into the config it
+  // logs, so a config saved from a run says how many GPUs ran it.
+  if (const auto n = top.get_int("n_gpus"))
+    rc.n_gpus = limits::check_count(path, "n_gpus", *n, 1, limits::kMaxGpus, "GPUs");
+  if (const auto device = top.get_int("device_train_batch_size")) {
+    if (*device <= 0 || rc.job.global_batch % *device != 0)
+      top.fail("device_train_batch_size", fmt::format("must be a positive integer dividing global_train_batch_size {}",
+                                                      rc.job.global_batch));
+    const std::int64_t world = rc.job.global_batch / *device;
+    if (rc.n_gpus > 0 && rc.n_gpus != world)
+      top.fail("device_train_batch_size",
+               fmt::format("{} per device is {} GPUs, but n_gpus is {}", *device, world, rc.n_gpus));
+    rc.n_gpus = limits::check_count(path, "device_train_batch_size", world, 1, limits::kMaxGpus, "GPUs");
+  }
   return rc;
 }
 

@@ -164,6 +164,9 @@ Ref parse_ref(const std::string& s, std::size_t dollar) {
 }
 
 std::vector<ShellWord> expand(const std::string& raw, const Vars& vars) {
+  // The script's own arguments ("$@", $*): none when the file is read rather than run, and a
+  // quoted "$@" of no arguments is no word at all (launch scripts end with it to pass overrides).
+  if (raw == "\"$@\"" || raw == "$@" || raw == "\"$*\"" || raw == "$*" || raw == "\"${@}\"" || raw == "${@}") return {};
   // Whole-word unquoted variable: word splitting.
   if (!raw.empty() && raw[0] == '$') {
     const Ref r = parse_ref(raw, 0);
@@ -211,6 +214,10 @@ std::vector<ShellWord> expand(const std::string& raw, const Vars& vars) {
         i = std::min(j, raw.size() - 1);
         continue;
       }
+      if (raw[i + 1] == '@' || raw[i + 1] == '*') {  // the script's arguments: none
+        ++i;
+        continue;
+      }
       const Ref r = parse_ref(raw, i);
       if (r.ok) {
         std::optional<std::vector<std::string>> v = lookup(vars, r.name);
@@ -231,7 +238,9 @@ std::vector<ShellWord> expand(const std::string& raw, const Vars& vars) {
 
 }  // namespace
 
-std::vector<std::vector<ShellWord>> shell_commands(const std::string& text) {
+std::vector<std::vector<ShellWord>> shell_commands(const std::string& text) { return shell_commands(text, nullptr); }
+
+std::vector<std::vector<ShellWord>> shell_commands(const std::string& text, std::map<std::string, std::string>* variables) {
   Vars vars;
   std::vector<std::vector<ShellWord>> commands;
   bool after_command = false;
@@ -275,6 +284,8 @@ std::vector<std::vector<ShellWord>> shell_commands(const std::string& text) {
       for (ShellWord& w : expand(st[i], vars)) commands.back().push_back(std::move(w));
     after_command = true;
   }
+  if (variables != nullptr)
+    for (const auto& [name, v] : vars) (*variables)[name] = joined(v);
   return commands;
 }
 

@@ -68,6 +68,7 @@ std::string describe_setting_differences(const Plan& x, const Plan& other) {
   if (x.sharding != other.sharding) n += fmt::format(", {}", to_string(x.sharding));
   if (x.mesh.vpp != other.mesh.vpp) n += fmt::format(", vpp {}", x.mesh.vpp);
   if (x.act_offload != other.act_offload) n += x.act_offload ? ", activation offload" : ", no offload";
+  if (x.backward_prefetch != other.backward_prefetch) n += fmt::format(", {}", to_string(x.backward_prefetch));
   return n;
 }
 
@@ -192,7 +193,18 @@ double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, con
   const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
   if (shard <= 1 || (p.sharding != Sharding::zero3 && p.sharding != Sharding::zero2)) return 0;
   const int gpn = std::max(1, c.node.gpus_per_node);
-  const double unit = static_cast<double>(param_counts(m).per_layer()) / p.mesh.tp;
+  // Expert parallelism splits the routed experts over ep ranks before FSDP shards what is left
+  // (torchtitan, Megatron-FSDP): a rank gathers its own experts only, so an MoE block's unit
+  // shrinks by the routed share (all experts but the shared ones and the router) x (1 - 1/ep).
+  // Without this the estimate charged EP its all-to-alls and credited nothing, and the prune kept
+  // every ep > 1 layout out of the simulated set.
+  const ParamCounts pc = param_counts(m);
+  double per_layer = static_cast<double>(pc.per_layer());
+  if (m.moe.enabled() && p.mesh.ep > 1) {
+    const double routed = static_cast<double>(pc.mlp_per_layer - pc.shared_experts_per_layer - pc.router_per_layer);
+    per_layer -= routed * (1.0 - 1.0 / p.mesh.ep);
+  }
+  const double unit = per_layer / p.mesh.tp;
   const GroupPlacement fsdp = group_placement(p.mesh, GroupKind::fsdp, gpn);
   const double ag = estimate_collective(c, CollectiveOp::all_gather, 2 * unit, fsdp).seconds;
   const double rs =
@@ -239,6 +251,10 @@ struct Setting {
   // Activation CPU offload: Composer's activation_cpu_offload (save_on_cpu). Parameter offload
   // is not searched: its host-side optimizer step is not simulated yet.
   bool offload = false;
+  // llm-foundry's fsdp_config.backward_prefetch: Composer defaults to BACKWARD_POST, and
+  // BACKWARD_PRE (one more unit gathered, the all-gather overlapped with the gradient computation)
+  // is often faster at the same peak, which `lint` reports; so the search tries both.
+  BackwardPrefetch prefetch = BackwardPrefetch::backward_post;
 };
 
 struct Grid {
@@ -255,11 +271,15 @@ std::vector<Setting> searched_settings(const Grid& g) {
                                             : std::vector<AcMode>{AcMode::none, AcMode::selective_attn, AcMode::full};
   const std::vector<Dtype> reduces = g.foundry ? std::vector<Dtype>{Dtype::fp32, Dtype::bf16} : std::vector<Dtype>{Dtype::fp32};
   const std::vector<bool> toggles = g.foundry ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  const std::vector<BackwardPrefetch> prefetches =
+      g.foundry ? std::vector<BackwardPrefetch>{BackwardPrefetch::backward_post, BackwardPrefetch::backward_pre}
+                : std::vector<BackwardPrefetch>{BackwardPrefetch::backward_post};
   std::vector<Setting> out;
   for (AcMode ac : acs)
     for (Dtype reduce : reduces)
       for (bool zero2 : toggles)
-        for (bool offload : toggles) out.push_back({ac, reduce, zero2, offload});
+        for (bool offload : toggles)
+          for (BackwardPrefetch prefetch : prefetches) out.push_back({ac, reduce, zero2, offload, prefetch});
   return out;
 }
 
@@ -418,6 +438,7 @@ std::optional<Plan> make_plan(const Grid& g, const Layout& l, const Setting& s) 
   p.act_offload = s.offload;
   p.reduce_dtype = s.reduce;
   p.mixed_precision_name = g.foundry ? (s.reduce == Dtype::bf16 ? "PURE" : "DEFAULT") : "";
+  if (g.foundry) p.backward_prefetch = s.prefetch;
   if (!runtime_supports(g.rq.runtime, p)) return std::nullopt;
   return p;
 }
@@ -427,12 +448,66 @@ struct Enumerated {
   std::int64_t evaluated = 0;
 };
 
+Grid grid_for(const PlanRequest& rq, std::int64_t global_batch) {
+  const Runtime r = rq.runtime;
+  return Grid{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
+              r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+}
+
+// Whether some layout of the runtime can run `global_batch` sequences per step on the GPUs (before
+// memory: the degrees and the batch divide).
+bool batch_admits_a_layout(const PlanRequest& rq, std::int64_t global_batch) {
+  const Grid g = grid_for(rq, global_batch);
+  const std::vector<Setting> settings = searched_settings(g);
+  for (const Layout& l : layout_grid(g))
+    for (const Setting& s : settings)
+      if (make_plan(g, l, s)) return true;
+  return false;
+}
+
+// A token target is approximate: the whole number of sequences nearest to tokens / seq that some
+// layout admits (4M tokens of 8192 is 488.28 sequences; on 256 GPUs under llm-foundry 488 has no
+// data-parallel degree, 480 does). Within a quarter of the target; else the nearest count, and
+// the empty grid explains itself.
+std::int64_t sequences_for_tokens(const PlanRequest& rq) {
+  const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
+  const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
+  if (batch_admits_a_layout(rq, nearest)) return nearest;
+  const std::int64_t reach = std::max<std::int64_t>(1, nearest / 4);
+  for (std::int64_t k = 1; k <= reach; ++k) {
+    // Of the two counts k away, the one nearer the target first.
+    std::array<std::int64_t, 2> pair = {nearest - k, nearest + k};
+    if (std::abs(static_cast<double>(pair[1]) - exact) < std::abs(static_cast<double>(pair[0]) - exact))
+      std::swap(pair[0], pair[1]);
+    for (std::int64_t b : pair)
+      if (b >= 1 && batch_admits_a_layout(rq, b)) return b;
+  }
+  return nearest;
+}
+
+// "4Mi" when the token count is an SI figure (4M) whose binary twin (4 x 2^20) is whole sequences.
+std::string binary_twin(std::int64_t tokens, std::int64_t seq) {
+  const std::array<std::pair<const char*, int>, 4> units = {{{"T", 4}, {"G", 3}, {"M", 2}, {"K", 1}}};
+  for (const auto& [suffix, k] : units) {
+    std::int64_t si = 1, bin = 1;
+    for (int i = 0; i < k; ++i) {
+      si *= 1000;
+      bin *= 1024;
+    }
+    if (tokens % si != 0) continue;
+    const std::int64_t mantissa = tokens / si;
+    if (mantissa > (std::int64_t{1} << 62) / bin) return "";
+    const std::int64_t twin = mantissa * bin;
+    if (twin % seq != 0) return "";
+    return fmt::format("{}{}i ({} tokens) is {} whole sequences", mantissa, suffix, twin, twin / seq);
+  }
+  return "";
+}
+
 // Every (layout, setting) the runtime can express, kept when it fits in memory with headroom,
 // with its closed-form estimate.
 Enumerated enumerate(const PlanRequest& rq, std::int64_t global_batch) {
-  const Runtime r = rq.runtime;
-  const Grid g{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
-               r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+  const Grid g = grid_for(rq, global_batch);
   const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
   const std::vector<Setting> settings = searched_settings(g);
   Enumerated out;
@@ -493,7 +568,10 @@ std::string winner_sentence(const PlanCandidate& a, const PlanCandidate& b, int 
     reasons.push_back(fmt::format("TP {} keeps its collectives on NVLink", a.plan.mesh.tp));
   const int shard = a.plan.mesh.dp_shard * a.plan.mesh.cp;
   const double fsdp_exposed = (ra.exposed_comm_s.count("fsdp_all_gather") ? ra.exposed_comm_s.at("fsdp_all_gather") : 0.0);
-  if (shard > 1 && fsdp_exposed < kHiddenCommStepFraction * ra.step_time_s)
+  // FSDP only where parameters are sharded: a ZeRO-1 (distributed optimizer) layout shards
+  // optimizer state and gathers no parameters, so it has no all-gathers to hide.
+  const bool fsdp = a.plan.sharding == Sharding::zero2 || a.plan.sharding == Sharding::zero3;
+  if (fsdp && shard > 1 && fsdp_exposed < kHiddenCommStepFraction * ra.step_time_s)
     reasons.push_back(fmt::format("FSDP over {} ranks hides its all-gathers behind compute", shard));
   if (a.plan.mesh.pp > 1)
     reasons.push_back(fmt::format("PP {} costs a {:.0f}% bubble", a.plan.mesh.pp,
@@ -700,11 +778,13 @@ std::string empty_grid_reason(const PlanRequest& rq, std::int64_t global_batch) 
   const ModelSpec& m = rq.model;
   const int gpn = std::max(1, rq.cluster.node.gpus_per_node);
   const std::int64_t most_model_parallel = static_cast<std::int64_t>(gpn) * kContextParallelDegrees.back();
+  // The pipeline rule is split_layers, not divisibility: with the embedding and the head counted
+  // as a layer each, 126 layers run on 16 stages.
   std::string why = fmt::format(
       "no layout of {} GPUs: tp x pp x cp x dp must equal the GPU count, with tp at most {} (one node) dividing the {} "
-      "heads and {} KV heads, pp dividing the {} layers with pp micro-batches per rank, and dp dividing the global "
-      "batch of {} sequences",
-      rq.n_gpus, gpn, m.n_heads, m.n_kv_heads, m.n_layers, global_batch);
+      "heads and {} KV heads, pp splitting the {} layers evenly (or, with the embedding and the head counted as a "
+      "layer each, {} + 2) with pp micro-batches per rank, and dp dividing the global batch of {} sequences",
+      rq.n_gpus, gpn, m.n_heads, m.n_kv_heads, m.n_layers, m.n_layers, global_batch);
   if (rq.n_gpus > global_batch * most_model_parallel)
     why += fmt::format("; {} sequences per step cap the run at about {} GPUs: raise --global-batch-tokens", global_batch,
                        global_batch * most_model_parallel);
@@ -816,8 +896,25 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
   std::int64_t global_batch = rq.global_batch;
-  if (global_batch <= 0 && rq.global_batch_tokens > 0)
-    global_batch = std::max<std::int64_t>(1, (rq.global_batch_tokens + rq.seq_len / 2) / rq.seq_len);
+  std::string batch_note;
+  if (global_batch <= 0 && rq.global_batch_tokens > 0) {
+    global_batch = sequences_for_tokens(rq);
+    const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
+    if (rq.global_batch_tokens % rq.seq_len != 0) {
+      const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
+      batch_note = fmt::format("{} tokens per step is {:.2f} sequences of {}: planned with {} ({} tokens, {:+.2f}%){}",
+                               rq.global_batch_tokens, exact, rq.seq_len, global_batch, global_batch * rq.seq_len,
+                               100 * (static_cast<double>(global_batch) / exact - 1),
+                               global_batch != nearest ? fmt::format(", the nearest count a layout admits ({} does "
+                                                                     "not divide over any)",
+                                                                     nearest)
+                                                       : std::string());
+      if (const std::string twin = binary_twin(rq.global_batch_tokens, rq.seq_len); !twin.empty())
+        batch_note += "; " + twin;
+    }
+  }
+  out.global_batch = global_batch;
+  if (!batch_note.empty()) out.notes.push_back(batch_note);
   Enumerated e = enumerate(rq, global_batch);
   out.evaluated = e.evaluated;
   out.feasible = static_cast<std::int64_t>(e.feasible.size());
@@ -826,6 +923,17 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
     return a.estimate_tokens_per_s_per_gpu > b.estimate_tokens_per_s_per_gpu;
   });
   const std::size_t n_sim = static_cast<std::size_t>(std::max({1, rq.simulate_budget, rq.top_k}));
+  // Every expert-parallel degree gets its best plan by the estimate simulated: the closed form
+  // prices the all-to-alls and the smaller expert gathers only roughly, and a whole ep degree
+  // pruned away is a choice the "ep chosen" note could not explain.
+  if (rq.model.moe.enabled()) {
+    std::set<int> seen_ep;
+    std::vector<PlanCandidate> first, rest;
+    for (PlanCandidate& c : e.feasible)
+      (seen_ep.insert(c.plan.mesh.ep).second && first.size() < n_sim ? first : rest).push_back(std::move(c));
+    first.insert(first.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    e.feasible = std::move(first);
+  }
   Selection sel = select_distinct(rq, e.feasible, n_sim);
   std::vector<PlanCandidate> sims = std::move(sel.distinct);
   out.merged = sel.merged;

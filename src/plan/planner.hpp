@@ -52,6 +52,7 @@ struct DroppedPlan {
 };
 
 struct PlanSearch {
+  std::int64_t global_batch = 0;  // sequences per step searched (from the tokens: the nearest a layout admits)
   std::int64_t evaluated = 0;   // layouts enumerated
   std::int64_t feasible = 0;    // fit in memory with headroom
   double search_seconds = 0;

@@ -15,6 +15,7 @@
 #include "import/import_composer.hpp"
 #include "import/import_megatron.hpp"
 #include "import/import_torchtitan.hpp"
+#include "import/launch_script.hpp"
 #include "spec/plan_toml.hpp"
 
 namespace meshplan {
@@ -253,6 +254,12 @@ ConfigDocument read_config_document(const std::string& path, const ImportOptions
   d.path = path;
   d.text = importer::read_text(path);
   d.format = load_run_config(path, opts).format;  // the regular detector decides
+  if (!looks_like_megatron_args(d.text))
+    if (const auto launched = launched_config(path, d.text)) {
+      d.path = launched->config;
+      d.text = importer::read_text(d.path);
+      d.launched_gpus = launched->n_gpus;
+    }
   return d;
 }
 
@@ -284,7 +291,8 @@ std::string value_of(const ConfigDocument& doc, std::string_view dotted_key) {
   return os.str();
 }
 
-RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) {
+namespace {
+RunConfig import_document_text(const ConfigDocument& doc, const ImportOptions& opts) {
   switch (doc.format) {
     case ConfigFormat::megatron_args:
       return import_megatron_args(doc.path, doc.text, opts);
@@ -296,6 +304,13 @@ RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) 
       break;
   }
   return read_plan_toml(doc.path, importer::parse_toml(doc.path, doc.text), opts);
+}
+}  // namespace
+
+RunConfig import_document(const ConfigDocument& doc, const ImportOptions& opts) {
+  RunConfig rc = import_document_text(doc, opts);
+  if (doc.launched_gpus > 0 && rc.n_gpus <= 0) rc.n_gpus = doc.launched_gpus;
+  return rc;
 }
 
 }  // namespace meshplan

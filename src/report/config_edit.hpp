@@ -14,6 +14,9 @@ struct ConfigDocument {
   std::string path;  // the file the text came from: messages, model names, relative paths
   ConfigFormat format = ConfigFormat::meshplan_plan;
   std::string text;
+  // A launch script given as the config (launch_script.hpp) is edited as the config it starts;
+  // this is the GPU count its launcher gives (0: none).
+  std::int64_t launched_gpus = 0;
 };
 
 // Reads the file and detects its format with the regular loader. Throws InputError.

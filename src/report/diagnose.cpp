@@ -208,14 +208,19 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
     const double rest = std::max(0.0, gap - best);
     const double per_mb = rest / static_cast<double>(std::max<std::int64_t>(1, rc.job.grad_accum));
     d.causes.push_back(
-        {"data loading / host overhead", rest,
-         fmt::format("{:.2f} s per step beyond the largest simulated cause ({:.0f} ms per micro-batch): the simulator "
-                     "has no data loading, logging or evaluation",
+        {"unexplained (data loading, logging, evaluation or host overhead?)", rest,
+         fmt::format("{:.2f} s per step beyond the largest simulated cause ({:.0f} ms per micro-batch): no simulated "
+                     "cause accounts for it, and the simulator has no data loading, logging or evaluation",
                      rest, 1000 * per_mb),
          "check dataloader workers and that the throughput window excludes warm-up, evaluation and checkpointing; "
-         "profile one step (torch.profiler) for CPU gaps between kernels"});
+         "profile one step (torch.profiler) for CPU gaps between kernels",
+         true});
   }
-  std::stable_sort(d.causes.begin(), d.causes.end(), [](const GapCause& a, const GapCause& b) { return a.explains_s > b.explains_s; });
+  // Causes that explain part of the gap first, by how much; the remainder last whatever its size.
+  std::stable_sort(d.causes.begin(), d.causes.end(), [](const GapCause& a, const GapCause& b) {
+    if (a.unexplained != b.unexplained) return b.unexplained;
+    return a.explains_s > b.explains_s;
+  });
 
   // Memory pressure: not simulated, but it makes the caching allocator retry.
   double peak = 0;
@@ -261,7 +266,7 @@ std::string diagnosis_text(const Diagnosis& d) {
   out += fmt::format("  gap         {:+.3f} s per step ({:.0f}% of the observed step)\n", d.gap_s,
                      d.observed_step_s > 0 ? 100 * d.gap_s / d.observed_step_s : 0.0);
   if (d.gap_s > 0) {
-    out += "\nplausible causes, by how much of the gap each explains\n";
+    out += "\nplausible causes, by how much of the gap each explains (what none of them explains last)\n";
     for (std::size_t i = 0; i < d.causes.size(); ++i) {
       const auto& c = d.causes[i];
       out += fmt::format("  {}. {}: {:.2f} s of the {:.2f} s gap. {}\n     try: {}\n", i + 1, c.cause, c.explains_s,
@@ -273,10 +278,13 @@ std::string diagnosis_text(const Diagnosis& d) {
     for (const auto& s : d.suggestions) {
       std::string set;
       for (const auto& [k, v] : s.settings) set += (set.empty() ? "" : " ") + k + "=" + v;
-      out += fmt::format("  {:<70} {:>8.1f} tokens/s/GPU ({:+.0f}%), peak {:.1f} GiB; observed would be ~{:.0f} if the "
-                         "gap scales\n",
-                         set, s.tokens_per_s_per_gpu, 100 * (s.gain - 1), s.peak_bytes / kGiB,
-                         d.observed_tokens_per_s_per_gpu * s.gain);
+      // An observation called a measurement error above is no base to project from.
+      const std::string projected =
+          d.physically_possible
+              ? fmt::format("; observed would be ~{:.0f} if the gap scales", d.observed_tokens_per_s_per_gpu * s.gain)
+              : std::string();
+      out += fmt::format("  {:<70} {:>8.1f} tokens/s/GPU ({:+.0f}%), peak {:.1f} GiB{}\n", set, s.tokens_per_s_per_gpu,
+                         100 * (s.gain - 1), s.peak_bytes / kGiB, projected);
     }
   }
   for (const auto& n : d.notes) out += "note: " + n + "\n";
@@ -295,7 +303,11 @@ nlohmann::json diagnosis_json(const Diagnosis& d) {
   j["physically_possible"] = d.physically_possible;
   j["causes"] = nlohmann::json::array();
   for (const auto& c : d.causes)
-    j["causes"].push_back({{"cause", c.cause}, {"explains_s", c.explains_s}, {"detail", c.detail}, {"fix", c.fix}});
+    j["causes"].push_back({{"cause", c.cause},
+                           {"explains_s", c.explains_s},
+                           {"detail", c.detail},
+                           {"fix", c.fix},
+                           {"unexplained", c.unexplained}});
   j["suggestions"] = nlohmann::json::array();
   for (const auto& s : d.suggestions) {
     nlohmann::json set = nlohmann::json::object();
@@ -304,7 +316,10 @@ nlohmann::json diagnosis_json(const Diagnosis& d) {
                                 {"tokens_per_s_per_gpu", s.tokens_per_s_per_gpu},
                                 {"peak_bytes", static_cast<std::int64_t>(std::llround(s.peak_bytes))},
                                 {"fits", s.fits},
-                                {"gain", s.gain}});
+                                {"gain", s.gain},
+                                {"projected_observed_tokens_per_s_per_gpu",
+                                 d.physically_possible ? nlohmann::json(d.observed_tokens_per_s_per_gpu * s.gain)
+                                                       : nlohmann::json(nullptr)}});
   }
   j["notes"] = d.notes;
   return j;

@@ -19,6 +19,9 @@ struct GapCause {
   double explains_s = 0;      // seconds of the per-step gap a plausible degree of this cause accounts for
   std::string detail;         // the numbers behind it, one sentence
   std::string fix;            // what to check or change
+  // The remainder no simulated cause accounts for (data loading, logging, evaluation, host
+  // overhead the profile lacks): what the others leave, not a cause found, so it ranks after them.
+  bool unexplained = false;
 };
 
 struct GapSuggestion {

@@ -125,13 +125,24 @@ void check_simulated_run(std::vector<LintFinding>& f, const LintInputs& in) {
                                            : 0.0)) +
                      in.simulated_with(in.doc.format == ConfigFormat::llm_foundry_yaml ? keys.reduce : "", "DEFAULT")});
   // Fit and headroom.
-  if (!base.fits)
+  if (!base.fits) {
+    // The terms that are largest at the peak, by size: two fixed names printed 0.00 GiB for
+    // activations at an optimizer-step peak.
+    const MemoryBreakdown& b = base.peak_breakdown;
+    std::vector<std::pair<double, const char*>> terms = {
+        {b.params, "params"},           {b.grads, "grads"},         {b.optimizer, "optimizer"},
+        {b.unsharded_params, "gathered params"}, {b.reduce_buffers, "reduce buffers"},
+        {b.activations, "activations"}, {b.recompute, "recompute"}, {b.comm_buffers, "comm buffers"},
+        {b.framework, "framework"}};
+    std::stable_sort(terms.begin(), terms.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::string largest;
+    for (std::size_t i = 0; i < 3 && terms[i].first > 0; ++i)
+      largest += fmt::format("{}{} {:.2f} GiB", i ? ", " : "", terms[i].second, terms[i].first / kGiB);
     f.push_back({"", "error",
                  fmt::format("does not fit: simulated peak {:.2f} GiB per GPU exceeds the {:.2f} GiB of {} (largest "
-                             "terms: activations {:.2f} GiB, optimizer {:.2f} GiB)",
-                             base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name,
-                             base.peak_breakdown.activations / kGiB, base.peak_breakdown.optimizer / kGiB)});
-  else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
+                             "terms: {})",
+                             base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name, largest)});
+  } else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
     f.push_back({"", "warning",
                  fmt::format("simulated peak {:.2f} GiB is within 10% of the {:.2f} GiB GPU: allocator fragmentation "
                              "can trigger cudaMalloc retries or OOM",
@@ -225,6 +236,7 @@ LintReport lint_config(const RunSource& src) {
     return r;
   }
   for (const auto& n : notes) f.push_back({"", "info", n + " (pass --gpus to lint the real layout)"});
+  r.assumed_gpus = fallback;
   const Variant base = evaluate_document(doc, src, fallback);
   if (!base.ok()) {
     // Layout errors (divisibility, degrees): the run would not start.
@@ -249,7 +261,10 @@ LintReport lint_config(const RunSource& src) {
 }
 
 std::string lint_text(const LintReport& r) {
-  std::string out = fmt::format("meshplan lint: {}\n", r.config);
+  std::string out = fmt::format("meshplan lint: {}{}\n", r.config,
+                                r.assumed_gpus > 0
+                                    ? fmt::format(" -- {} GPUs ASSUMED: no GPU count in the config or --gpus", r.assumed_gpus)
+                                    : std::string());
   if (r.findings.empty()) return out + "no findings\n";
   for (const auto& x : r.findings)
     out += fmt::format("{:<7} {}{}\n", x.severity, x.key.empty() ? "" : x.key + ": ", x.message);
@@ -262,6 +277,7 @@ std::string lint_text(const LintReport& r) {
 nlohmann::json lint_json(const LintReport& r) {
   nlohmann::json j;
   j["config"] = r.config;
+  j["assumed_gpus"] = r.assumed_gpus > 0 ? nlohmann::json(r.assumed_gpus) : nlohmann::json(nullptr);
   j["findings"] = nlohmann::json::array();
   for (const auto& x : r.findings) j["findings"].push_back({{"key", x.key}, {"severity", x.severity}, {"message", x.message}});
   return j;

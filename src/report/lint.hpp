@@ -4,6 +4,7 @@
 // resolved layout or a simulation (the cost of a risky setting is quantified by simulating the
 // alternative through the same config edit as `whatif`).
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct LintFinding {
 
 struct LintReport {
   std::string config;
+  std::int64_t assumed_gpus = 0;      // > 0: no GPU count in the config or --gpus; linted on this many
   std::vector<LintFinding> findings;  // errors first, then warnings, then info; file order within
 };
 

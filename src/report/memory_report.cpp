@@ -69,11 +69,16 @@ std::string layout_line(const Plan& p) {
 
 std::string format_gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
 
+std::string assumed_gpus_note(const RunConfig& rc) {
+  return rc.n_gpus_assumed ? fmt::format(" -- {} GPUs ASSUMED: no GPU count in the config or --gpus", rc.n_gpus)
+                           : std::string();
+}
+
 std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryEstimate& e) {
   const Plan& p = rc.plan;
   std::string out;
-  out += fmt::format("meshplan memory: {} on {} x {} ({})\n", rc.model.name, rc.n_gpus, c.name,
-                     format_gib(e.gpu_memory_bytes));
+  out += fmt::format("meshplan memory: {} on {} x {} ({}){}\n", rc.model.name, rc.n_gpus, c.name,
+                     format_gib(e.gpu_memory_bytes), assumed_gpus_note(rc));
   out += fmt::format("  layout     {}\n", layout_line(p));
   out += fmt::format("  runtime    {}, sharding {}, precision param {} / reduce {} / state {}{}\n",
                      to_string(p.runtime), to_string(p.sharding), to_string(p.param_dtype),
@@ -133,6 +138,7 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
   j["model"] = rc.model.name;
   j["cluster"] = c.name;
   j["n_gpus"] = rc.n_gpus;
+  j["n_gpus_assumed"] = rc.n_gpus_assumed;
   j["stages"] = nlohmann::json::array();
   for (const auto& s : e.stages) {
     nlohmann::json st;

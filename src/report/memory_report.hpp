@@ -15,5 +15,8 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
 
 // "12.34 GiB" (binary units, as torch and nvidia-smi report memory).
 std::string format_gib(double bytes);
+// " -- 8 GPUs ASSUMED: ..." when the run's GPU count was assumed (RunConfig::n_gpus_assumed), else "":
+// for the first line of a report.
+std::string assumed_gpus_note(const RunConfig& rc);
 
 }  // namespace meshplan

@@ -12,12 +12,31 @@ namespace {
 std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:5.1f}%", 100 * part / whole) : "  -  "; }
 }  // namespace
 
+SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
+  SimulatedFit f;
+  f.gpu_memory_bytes = c.gpu.device_memory_bytes();
+  for (const auto& s : r.stages)
+    if (s.peak_bytes > f.peak_bytes) {
+      f.peak_bytes = s.peak_bytes;
+      f.stage = s.stage;
+    }
+  f.fits = f.peak_bytes <= f.gpu_memory_bytes;
+  return f;
+}
+
 std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepResult& r) {
   const Plan& p = rc.plan;
   std::string out;
-  out += fmt::format("meshplan simulate: {} on {} x {}\n", rc.model.name, rc.n_gpus, c.name);
-  out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}; {} {}\n", p.mesh.pp,
-                     p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, to_string(p.runtime),
+  out += fmt::format("meshplan simulate: {} on {} x {}{}\n", rc.model.name, rc.n_gpus, c.name, assumed_gpus_note(rc));
+  // ep (and the experts' own TP degree where it differs) only where there are experts to split:
+  // the degree borrows data-parallel ranks, so it is not a factor of the product above.
+  std::string experts;
+  if (rc.model.moe.enabled() || p.mesh.ep > 1) {
+    experts = fmt::format(", ep {}", p.mesh.ep);
+    if (p.mesh.expert_tp() != p.mesh.tp) experts += fmt::format(" x etp {}", p.mesh.expert_tp());
+  }
+  out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}; {} {}\n", p.mesh.pp,
+                     p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, experts, to_string(p.runtime),
                      to_string(p.sharding));
   out += fmt::format("  batch       {} sequences x {} tokens per step, micro-batch {}, {} micro-batches\n",
                      rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);
@@ -45,6 +64,12 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
     out += fmt::format("  stage {:<3} {:>12}  at t = {:.3f} s  (activations {}, gathered params {})\n", s.stage,
                        format_gib(s.peak_bytes), s.peak_time_seconds, format_gib(s.breakdown.activations),
                        format_gib(s.breakdown.unsharded_params));
+  // Only a step that does not fit gets a line: the runtime would stop with an out-of-memory error,
+  // so the step time above is what the layout would reach with a larger device.
+  if (const SimulatedFit f = simulated_fit(c, r); !f.fits)
+    out += fmt::format("fits: NO, stage {} peaks at {}, over by {} on a {} GPU: the run stops out of memory\n", f.stage,
+                       format_gib(f.peak_bytes), format_gib(f.peak_bytes - f.gpu_memory_bytes),
+                       format_gib(f.gpu_memory_bytes));
   for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
   for (const auto& w : c.warnings) out += fmt::format("warning: {}\n", w);
   return out;
@@ -66,7 +91,13 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   for (const auto& [k, v] : r.exposed_comm_s) j["exposed_comm_s"][k] = v;
   j["comm_bytes"] = nlohmann::json::object();
   for (const auto& [k, v] : r.comm_bytes) j["comm_bytes"][k] = v;
+  // The same quantity under whatif's name for it, so one script reads both.
+  j["comm_bytes_per_step"] = j["comm_bytes"];
   j["critical_stage"] = r.critical_stage;
+  const SimulatedFit f = simulated_fit(c, r);
+  j["fits"] = f.fits;
+  j["gpu_memory_bytes"] = f.gpu_memory_bytes;
+  j["peak_bytes"] = static_cast<std::int64_t>(std::llround(f.peak_bytes));
   j["stages"] = nlohmann::json::array();
   for (const auto& s : r.stages) {
     nlohmann::json st;
@@ -87,6 +118,7 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["model"] = rc.model.name;
   j["cluster"] = c.name;
   j["n_gpus"] = rc.n_gpus;
+  j["n_gpus_assumed"] = rc.n_gpus_assumed;
   nlohmann::json warnings = nlohmann::json::array();
   for (const auto& w : rc.warnings) warnings.push_back(w);
   for (const auto& w : c.warnings) warnings.push_back(w);

@@ -63,6 +63,10 @@ std::vector<std::string> plan_changes(const RunConfig& a, const RunConfig& b) {
   num("dp_shard", p.mesh.dp_shard, q.mesh.dp_shard);
   num("cp", p.mesh.cp, q.mesh.cp);
   num("tp", p.mesh.tp, q.mesh.tp);
+  num("ep", p.mesh.ep, q.mesh.ep);
+  num("expert tp", p.mesh.expert_tp(), q.mesh.expert_tp());
+  num("vpp", p.mesh.vpp, q.mesh.vpp);
+  str("pipeline schedule", to_string(p.schedule), to_string(q.schedule));
   str("sharding", to_string(p.sharding), to_string(q.sharding));
   str("all-gather dtype", to_string(p.param_dtype), to_string(q.param_dtype));
   str("gradient reduce dtype", to_string(p.reduce_dtype), to_string(q.reduce_dtype));
@@ -195,7 +199,10 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
     std::optional<std::int64_t> gpus;
     if (src.gpus > 0) gpus = src.gpus;
     else if (v.run.n_gpus <= 0 && mesh_is_explicit(v.run.plan.mesh)) gpus = v.run.plan.mesh.world();
-    else if (v.run.n_gpus <= 0 && fallback_gpus > 0) gpus = fallback_gpus;
+    else if (v.run.n_gpus <= 0 && fallback_gpus > 0) {
+      gpus = fallback_gpus;
+      v.run.n_gpus_assumed = true;
+    }
     resolve_layout(v.run, gpus);
     const ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
     // Knobs the config leaves to the runtime ('auto' micro-batch): settled as simulate does.
@@ -339,7 +346,11 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
 std::string explain_difference(const Variant& x, const Variant& y, const std::string& what) {
   if (!x.ok() || !y.ok()) return fmt::format("{}: not comparable: {}", what, !x.ok() ? x.error : y.error);
   const auto changes = plan_changes(x.run, y.run);
-  if (changes.empty()) {
+  // "No effect" is a claim about the numbers, not only about the fields compared above: a setting
+  // that changes something this list does not name still shows its effect.
+  const bool same_numbers = x.result.step_time_s == y.result.step_time_s && x.peak_bytes == y.peak_bytes &&
+                            x.result.comm_bytes == y.result.comm_bytes;
+  if (changes.empty() && same_numbers) {
     std::string why;
     for (const auto& w : y.run.warnings)
       if (std::find(x.run.warnings.begin(), x.run.warnings.end(), w) == x.run.warnings.end()) why = w;
@@ -509,7 +520,8 @@ std::string header_line(const WhatIfReport& r) {
     if (v.ok()) {
       gpus = std::to_string(v.run.n_gpus);
       cluster = v.cluster_name;
-      return fmt::format("meshplan whatif: {} ({}) on {} x {}", cfg, v.run.model.name, gpus, cluster);
+      return fmt::format("meshplan whatif: {} ({}) on {} x {}{}", cfg, v.run.model.name, gpus, cluster,
+                         assumed_gpus_note(v.run));
     }
   return fmt::format("meshplan whatif: {}", cfg);
 }
@@ -589,6 +601,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
       x["peak_bytes"] = nullptr;
       x["fits"] = false;
       x["comm_bytes_per_step"] = nlohmann::json::object();
+      x["comm_bytes"] = nlohmann::json::object();
       x["breakdown_s"] = nlohmann::json::object();
       j["variants"].push_back(x);
       continue;
@@ -604,6 +617,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
     x["fits"] = v.fits;
     x["comm_bytes_per_step"] = nlohmann::json::object();
     for (const auto& [k, b] : s.comm_bytes) x["comm_bytes_per_step"][k] = static_cast<std::int64_t>(std::llround(b));
+    x["comm_bytes"] = x["comm_bytes_per_step"];  // simulate's name for the same quantity
     x["breakdown_s"] = s.breakdown_s;
     x["exposed_comm_s"] = nlohmann::json::object();
     for (const auto& [k, t] : s.exposed_comm_s) x["exposed_comm_s"][k] = t;

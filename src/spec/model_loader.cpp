@@ -406,6 +406,23 @@ std::optional<HfFamily> family_from_architecture(std::string_view a) {
 
 constexpr std::string_view kSupportedTypes =
     "llama, mistral, mixtral, mpt, gpt_neox, gpt2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss";
+// How Hugging Face repository names spell those families (GPT-NeoX's models are Pythia and
+// GPT-NeoX-20B; GPT-OSS's are gpt-oss-*).
+constexpr std::array<std::string_view, 11> kFamilyNamesInRepoIds = {
+    "llama", "mistral", "mixtral", "mpt", "neox", "pythia", "gpt2", "qwen3", "deepseek", "gpt-oss", "gpt_oss"};
+
+}  // namespace
+
+std::string_view hf_supported_model_types() { return kSupportedTypes; }
+
+bool hf_id_names_a_supported_family(std::string_view hf_id) {
+  std::string id(hf_id);
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::any_of(kFamilyNamesInRepoIds.begin(), kFamilyNamesInRepoIds.end(),
+                     [&](std::string_view f) { return id.find(f) != std::string::npos; });
+}
+
+namespace {
 
 HfFamily detect_family(const JsonReader& r) {
   std::optional<std::string> model_type = r.opt_string("model_type");

@@ -24,4 +24,10 @@ ModelSpec import_hf_config(const nlohmann::json& config, const std::string& file
 // "meta-llama/Meta-Llama-3.1-8B" -> "llama3.1-8b" when a shipped model has that architecture.
 std::optional<std::string> shipped_model_for_hf_id(std::string_view hf_id);
 
+// The config.json model_types import_hf_config reads, as a comma-separated list.
+std::string_view hf_supported_model_types();
+// Whether a Hugging Face id's name spells one of those families ("meta-llama/...", "Qwen/Qwen3-...");
+// false for e.g. "databricks/dbrx-instruct", whose model_type (dbrx) meshplan does not read.
+bool hf_id_names_a_supported_family(std::string_view hf_id);
+
 }  // namespace meshplan

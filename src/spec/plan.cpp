@@ -7,11 +7,16 @@ namespace meshplan {
 namespace {
 constexpr NameTable<Sharding, 4> kSharding{{{Sharding::none, "none"}, {Sharding::zero1, "zero1"},
                                             {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}}};
-constexpr NameTable<Runtime, 5> kRuntime{{{Runtime::composer_fsdp1, "composer-fsdp1"},
+// The names after the first of each runtime are the CLI's (`plan --runtime torchtitan |
+// llm-foundry`): a plan TOML accepts both spellings, and to_string gives the first.
+constexpr NameTable<Runtime, 8> kRuntime{{{Runtime::composer_fsdp1, "composer-fsdp1"},
                                           {Runtime::composer_fsdp2, "composer-fsdp2"},
                                           {Runtime::torchtitan_fsdp2, "torchtitan-fsdp2"},
                                           {Runtime::megatron, "megatron"},
-                                          {Runtime::generic, "generic"}}};
+                                          {Runtime::generic, "generic"},
+                                          {Runtime::torchtitan_fsdp2, "torchtitan"},
+                                          {Runtime::composer_fsdp1, "llm-foundry"},
+                                          {Runtime::megatron, "megatron-lm"}}};
 constexpr NameTable<BackwardPrefetch, 3> kPrefetch{{{BackwardPrefetch::none, "none"},
                                                     {BackwardPrefetch::backward_pre, "BACKWARD_PRE"},
                                                     {BackwardPrefetch::backward_post, "BACKWARD_POST"}}};

@@ -351,7 +351,8 @@ void read_batch(RunConfig& rc, const TomlView& bt) {
 // [runtime]: the framework and its kernels.
 void read_runtime(Plan& plan, const TomlView& rt) {
   plan.runtime = get_enum(rt, "name", Runtime::generic, parse_runtime,
-                          "generic, composer-fsdp1, composer-fsdp2, torchtitan-fsdp2, megatron");
+                          "generic, composer-fsdp1 (or llm-foundry), composer-fsdp2, torchtitan-fsdp2 (or torchtitan), "
+                          "megatron");
   plan.optimizer = get_enum(rt, "optimizer", Optimizer::adamw, parse_optimizer, "adamw, adamw8bit, sgd");
   plan.optimizer_impl = get_enum(rt, "optimizer_implementation", OptimizerImpl::framework, parse_optimizer_impl,
                                  "framework, foreach, fused, for-loop");

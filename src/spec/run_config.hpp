@@ -33,6 +33,9 @@ struct RunConfig {
   // Settings the file gives that change the real run but not meshplan's model of it (their names
   // as written: "--moe-grouped-gemm", "fsdp_config.forward_prefetch_limit"); each also has a warning.
   std::vector<std::string> unmodelled_settings;
+  // Neither the file nor the command line gave the GPU count, so one node was assumed: reports
+  // say so on their first line, where a wrong world size cannot be missed.
+  bool n_gpus_assumed = false;
   // Steps between checkpoints the emitted config asks for (meshplan plan: Young/Daly's interval,
   // docs/goodput.md); 0 = the runtime's own default.
   std::int64_t checkpoint_interval_steps = 0;

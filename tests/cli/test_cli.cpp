@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cctype>
+#include <set>
+#include <sstream>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -454,4 +458,302 @@ TEST_CASE("simulate --json names the Megatron flags it accepts but does not mode
   const Run p = run("simulate --config " + write_temp("plain.toml", kPlan).string() + " --json");
   REQUIRE_MESSAGE(p.exit_code == 0, p.err);
   CHECK(nlohmann::json::parse(p.out).at("unmodelled_settings").empty());
+}
+
+namespace {
+
+// The llm-foundry 70B example with its Hugging Face id replaced by one meshplan does not ship.
+std::string foundry_with_unshipped_id() {
+  std::string t = read_file(data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml");
+  const std::string id = "pretrained_model_name_or_path: meta-llama/Llama-3.1-70B";
+  const auto pos = t.find(id);
+  REQUIRE(pos != std::string::npos);
+  t.replace(pos, id.size(), "pretrained_model_name_or_path: my-org/my-llama");
+  return write_temp("my-llama.yaml", t).string();
+}
+
+}  // namespace
+
+TEST_CASE("--model overrides the config's model in every command, also where the config's own model is unknown") {
+  const std::string cfg = foundry_with_unshipped_id();
+  // Without --model: the importer's one-line refusal, exit 2.
+  check_one_line_error("memory --config " + cfg + " --gpus 64", "my-org/my-llama");
+  for (const std::string cmd : {"memory", "simulate", "lint", "whatif --vary fsdp_config.mixed_precision=PURE,DEFAULT"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd + " --config " + cfg + " --gpus 64 --model llama3.1-70b --json");
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("not a model meshplan ships") == std::string::npos);
+    CHECK(r.out.find("llama3.1-70b") != std::string::npos);
+  }
+  // The override gives the numbers of the shipped id it stands for.
+  const Run a = run("memory --config " + cfg + " --gpus 64 --model llama3.1-70b --json");
+  const Run b = run("memory --config " + example("llama3.1-70b-64xh100-foundry.yaml") + " --gpus 64 --json");
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(nlohmann::json::parse(a.out).at("stages")[0].at("peak_bytes") ==
+        nlohmann::json::parse(b.out).at("stages")[0].at("peak_bytes"));
+}
+
+TEST_CASE("simulate says when the step does not fit: `fits` in --json, exit 3, as memory") {
+  const std::string cfg = example("llama3.1-70b-64xh100-foundry.yaml");
+  // 8 GPUs: FULL_SHARD of 70B over one node, ~198 GiB on an 80 GiB H100.
+  const Run small = run("simulate --config " + cfg + " --gpus 8 --json");
+  CHECK(small.exit_code == 3);
+  const auto j = nlohmann::json::parse(small.out);
+  CHECK(j.at("fits") == false);
+  CHECK(j.at("peak_bytes").get<double>() > j.at("gpu_memory_bytes").get<double>());
+  CHECK(j.at("peak_bytes").get<double>() / (1024.0 * 1024 * 1024) == doctest::Approx(197.92).epsilon(0.001));
+  CHECK(j.at("gpu_memory_bytes").get<double>() / (1024.0 * 1024 * 1024) == doctest::Approx(79.65).epsilon(0.001));
+  const Run text = run("simulate --config " + cfg + " --gpus 8");
+  CHECK(text.exit_code == 3);
+  CHECK(text.out.find("fits: NO, stage 0 peaks at") != std::string::npos);
+  // 64 GPUs, as the file is written for: fits, exit 0, no such line.
+  const Run full = run("simulate --config " + cfg + " --gpus 64 --json");
+  CHECK(full.exit_code == 0);
+  CHECK(nlohmann::json::parse(full.out).at("fits") == true);
+  CHECK(run("simulate --config " + cfg + " --gpus 64").out.find("fits: NO") == std::string::npos);
+  // One name for one quantity: comm_bytes_per_step as whatif calls it, beside comm_bytes.
+  const auto f = nlohmann::json::parse(full.out);
+  CHECK(f.at("comm_bytes_per_step") == f.at("comm_bytes"));
+}
+
+TEST_CASE("simulate --config bundle/launch.sh reads the launch scripts meshplan writes, on their GPU count") {
+  for (const std::string rt : {"torchtitan", "llm-foundry", "megatron"}) {
+    CAPTURE(rt);
+    const fs::path dir = fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / ("bundle-" + rt);
+    fs::remove_all(dir);
+    const Run p = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --simulate-budget 4 --runtime " + rt +
+                      " --json --out " + dir.string());
+    REQUIRE(p.exit_code == 0);
+    const double planned = nlohmann::json::parse(p.out).at("plans")[0].at("tokens_per_s_per_gpu").get<double>();
+    // No --gpus: the script's launcher (torchrun --nnodes 8 --nproc_per_node 8, composer --world_size 64) says it.
+    const Run s = run("simulate --json --config " + (dir / "launch.sh").string());
+    CAPTURE(s.err);
+    REQUIRE(s.exit_code == 0);
+    const auto j = nlohmann::json::parse(s.out);
+    CHECK(j.at("n_gpus") == 64);
+    CHECK(j.at("tokens_per_s_per_gpu").get<double>() == doctest::Approx(planned).epsilon(0.005));
+    for (const auto& w : j.at("warnings")) CHECK(w.get<std::string>().find("assuming one node") == std::string::npos);
+    CHECK(run("memory --config " + (dir / "launch.sh").string()).exit_code == 0);
+  }
+  // The single-node bundle: torchrun --nproc_per_node=8.
+  const Run one = run("simulate --json --config " + (data_root() / "plans" / "llama3.1-8b-8xh100" / "launch.sh").string());
+  REQUIRE(one.exit_code == 0);
+  CHECK(nlohmann::json::parse(one.out).at("n_gpus") == 8);
+  // A script whose config cannot be located without running it: one line naming it, exit 2.
+  const std::string bad = write_temp("bad_launch.sh", "#!/bin/bash\ntorchrun --nproc_per_node=8 -m torchtitan.train "
+                                                      "--job.config_file \"$CONFIG_DIR/x.toml\" \"$@\"\n")
+                              .string();
+  check_one_line_error("simulate --config " + bad, "CONFIG_DIR");
+  CHECK(run("simulate --config " + bad).exit_code == 2);
+}
+
+TEST_CASE("whatif: one bad value among good ones is bad input too: the table, the error named, exit 2") {
+  const std::string cfg = example("llama3.1-70b-64xh100-foundry.yaml");
+  const Run mixed = run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=PURE,BOGUS");
+  CHECK(mixed.exit_code == 2);
+  CHECK(mixed.out.find("tokens/s/GPU") != std::string::npos);  // the good variant is still shown
+  CHECK(mixed.err.find("variant #2 (fsdp_config.mixed_precision=BOGUS)") != std::string::npos);
+  CHECK(mixed.err.find("BOGUS") != std::string::npos);
+  // As for the bad value alone.
+  CHECK(run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=BOGUS").exit_code == 2);
+  CHECK(run("whatif --config " + cfg + " --gpus 64 --vary fsdp_config.mixed_precision=PURE,DEFAULT").exit_code == 0);
+}
+
+TEST_CASE("capacity: a deadline nothing meets stars no row; the closest is marked as such") {
+  // 15T tokens of 405B in 10 days: 512 sequences cap the run at 32,768 GPUs, 61 days.
+  const std::string args = "capacity --model llama3.1-405b --tokens 15T --deadline 10d --simulate-budget 2";
+  const Run t = run(args);
+  CHECK(t.exit_code == 3);
+  CHECK(t.err.find("no answer") != std::string::npos);
+  CHECK(t.out.find("\n* ") == std::string::npos);
+  CHECK(t.out.find("* the answer") == std::string::npos);
+  CHECK(t.out.find("\n~ h100-sxm-80gb") != std::string::npos);
+  CHECK(t.out.find("~ no answer: no GPU count meets the deadline") != std::string::npos);
+  const Run j = run(args + " --json");
+  CHECK(j.exit_code == 3);
+  CHECK(nlohmann::json::parse(j.out).at("answered") == false);
+  // A deadline that is met: its row starred, answered.
+  const Run ok = run("capacity --model llama3.1-8b --tokens 1T --deadline 60d --simulate-budget 2 --json");
+  CHECK(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.out).at("answered") == true);
+}
+
+TEST_CASE("calibrate --fit checks --out's folder before it fits") {
+  const std::string fx = (data_root() / "tests" / "calibrate" / "data" / "model_generated_h100.json").string();
+  const std::string out = (fs::temp_directory_path() / ("meshplan_cli_test." + std::to_string(::getpid())) / "no" / "such" / "x.toml").string();
+  const Run r = run("calibrate --fit " + fx + " --base h100-sxm-80gb --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("does not exist") != std::string::npos);
+  CHECK(r.out.empty());  // no fit report: nothing was fitted
+  check_one_line_error("calibrate --fit " + fx + " --base h100-sxm-80gb --out " + out, "--out");
+  // The same for a trace that a simulation would fill.
+  const Run s = run("simulate --config " + example("llama3.1-8b-fsdp-h100.toml") + " --trace " + out);
+  CHECK(s.exit_code == 2);
+  CHECK(s.out.empty());
+}
+
+TEST_CASE("names: plan --json says what was asked; one name per quantity; both runtime spellings; ep on the layout line") {
+  // plan --json: the model, cluster and GPU count under the names simulate uses.
+  const Run p = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1Mi --simulate-budget 2 --json");
+  REQUIRE(p.exit_code == 0);
+  const auto pj = nlohmann::json::parse(p.out);
+  CHECK(pj.at("model") == "llama3.1-8b");
+  CHECK(pj.at("cluster") == "h100-sxm-80gb");
+  CHECK(pj.at("n_gpus") == 8);
+  CHECK(pj.at("runtime") == "torchtitan");
+  // --runtime takes the plan TOML's names too, for the same search.
+  const Run p2 = run("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1Mi --simulate-budget 2 --json "
+                     "--runtime torchtitan-fsdp2");
+  REQUIRE(p2.exit_code == 0);
+  CHECK(nlohmann::json::parse(p2.out).at("plans") == pj.at("plans"));
+  check_one_line_error("plan --model llama3.1-8b --gpus 8 --global-batch 16 --runtime composer-fsdp2", "--runtime");
+  // A plan TOML takes the CLI's name: runtime.name = "torchtitan" is torchtitan-fsdp2.
+  std::string t = kPlan;
+  t += "[runtime]\nname = \"torchtitan\"\n";
+  std::string u = kPlan;
+  u += "[runtime]\nname = \"torchtitan-fsdp2\"\n";
+  const Run a = run("simulate --json --config " + write_temp("rt_cli_name.toml", t).string());
+  const Run b = run("simulate --json --config " + write_temp("rt_toml_name.toml", u).string());
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(nlohmann::json::parse(a.out).at("step_time_s") == nlohmann::json::parse(b.out).at("step_time_s"));
+  // whatif carries simulate's comm_bytes beside its comm_bytes_per_step.
+  const Run w = run("whatif --json --config " + example("mpt-7b-8gpu-pure-ac.yaml") +
+                    " --cluster a100-80gb --vary fsdp_config.mixed_precision=PURE,DEFAULT");
+  REQUIRE(w.exit_code == 0);
+  const auto wj = nlohmann::json::parse(w.out);
+  for (const auto& v : wj.at("variants")) {
+    CHECK_FALSE(v.at("comm_bytes").empty());
+    CHECK(v.at("comm_bytes") == v.at("comm_bytes_per_step"));
+  }
+  // simulate's layout line names ep for an MoE model.
+  const Run m = run("simulate --config " + example("plan-mixtral-8x7b-ep8-64gpu.toml") + " --cluster h100-sxm-80gb");
+  REQUIRE(m.exit_code == 0);
+  CHECK(m.out.find("layout      pp 1 x dp_replicate 32 x dp_shard 1 x cp 1 x tp 2, ep 8; megatron zero1") !=
+        std::string::npos);
+}
+
+TEST_CASE("plan: rows that differ only in precision say so; a Megatron why line never calls ZeRO-1 FSDP") {
+  const Run f = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --top 10");
+  REQUIRE(f.exit_code == 0);
+  CHECK(f.out.find(" precision ") != std::string::npos);
+  // Each row's label (layout to AC, the columns before the numbers) is distinct.
+  std::set<std::string> labels;
+  std::istringstream in(f.out);
+  int rows = 0;
+  std::size_t label_end = std::string::npos;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("rank  layout", 0) == 0) label_end = line.find(" AC ") + 1 + 14;
+    if (label_end == std::string::npos || line.size() < label_end || !std::isdigit(static_cast<unsigned char>(line[3])))
+      continue;
+    CAPTURE(line);
+    CHECK(labels.insert(line.substr(6, label_end - 6)).second);
+    ++rows;
+  }
+  CHECK(rows == 10);
+  CHECK(f.out.find("PURE") != std::string::npos);
+  CHECK(f.out.find("DEFAULT") != std::string::npos);
+  // Megatron's distributed optimizer shards optimizer state, no parameters: no "FSDP over" in why.
+  const Run m = run("plan --model llama3.1-70b --gpus 256 --global-batch-tokens 4Mi --runtime megatron");
+  REQUIRE(m.exit_code == 0);
+  const auto why = m.out.find("\nwhy: ");
+  REQUIRE(why != std::string::npos);
+  const std::string line = m.out.substr(why, m.out.find('\n', why + 1) - why);
+  CAPTURE(line);
+  CHECK(line.find("CP") != std::string::npos);  // the winner has cp > 1, which the old rule counted as FSDP ranks
+  CHECK(line.find("FSDP over") == std::string::npos);
+  // No layout: the pipeline rule as the planner applies it (126 layers on 16 stages is a layout).
+  const Run none = run("plan --model llama3.1-405b --gpus 65536 --global-batch 7");
+  CHECK(none.exit_code == 3);
+  CHECK(none.out.find("pp splitting the 126 layers evenly (or, with the embedding and the head counted as a layer "
+                      "each, 126 + 2)") != std::string::npos);
+  CHECK(none.out.find("pp dividing") == std::string::npos);
+}
+
+TEST_CASE("a config that states its world size runs on it; otherwise the first line says the GPU count was assumed") {
+  const std::string foundry = example("llama3.1-70b-64xh100-foundry.yaml");
+  // No count anywhere (the file name is not one): one node, said on the first line of every report.
+  for (const std::string cmd : {"memory", "simulate", "lint", "whatif --vary fsdp_config.mixed_precision=PURE,DEFAULT"}) {
+    CAPTURE(cmd);
+    const Run r = run(cmd + " --config " + foundry);
+    const std::string first = r.out.substr(0, r.out.find('\n'));
+    CHECK(first.find("8 GPUs ASSUMED: no GPU count in the config or --gpus") != std::string::npos);
+    const Run g = run(cmd + " --config " + foundry + " --gpus 64");
+    CHECK(g.out.find("ASSUMED") == std::string::npos);
+  }
+  CHECK(nlohmann::json::parse(run("memory --json --config " + foundry).out).at("n_gpus_assumed") == true);
+  CHECK(nlohmann::json::parse(run("simulate --json --config " + foundry + " --gpus 64").out).at("n_gpus_assumed") == false);
+  CHECK(nlohmann::json::parse(run("lint --json --config " + foundry).out).at("assumed_gpus") == 8);
+  // llm-foundry's logged config states it: n_gpus, or device_train_batch_size (256 / 4 = 64).
+  const std::string text = read_file(foundry);
+  for (const std::string extra : {"n_gpus: 64\n", "device_train_batch_size: 4\n"}) {
+    CAPTURE(extra);
+    const Run r = run("simulate --json --config " + write_temp("stated.yaml", text + extra).string());
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("n_gpus") == 64);
+    CHECK(j.at("n_gpus_assumed") == false);
+    CHECK(j.at("fits") == true);
+  }
+  check_one_line_error("memory --config " + write_temp("bad_device.yaml", text + "device_train_batch_size: 3\n").string(),
+                       "device_train_batch_size");
+  check_one_line_error("memory --config " + write_temp("n_gpus_clash.yaml", text + "n_gpus: 64\n").string() + " --gpus 8",
+                       "n_gpus");
+  // A torchtitan mesh whose degrees multiply to 64 (no -1) is 64 GPUs.
+  std::string tt = read_file(data_root() / "plans" / "examples" / "torchtitan-llama3.1-70b-tp8-64gpu-mid2025.toml");
+  const auto pos = tt.find("data_parallel_shard_degree = -1");
+  REQUIRE(pos != std::string::npos);
+  tt.replace(pos, 31, "data_parallel_shard_degree = 8");
+  const Run t = run("memory --json --config " + write_temp("tt64.toml", tt).string());
+  CHECK(nlohmann::json::parse(t.out).at("n_gpus") == 64);
+  CHECK(nlohmann::json::parse(t.out).at("n_gpus_assumed") == false);
+}
+
+TEST_CASE("plan draws its progress bar only on a terminal: no \\r frames in a pipe or a log") {
+  // Several seconds of simulation (the bar used to start after one), stderr to a file.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run("plan --model llama3.1-405b --gpus 1024 --global-batch-tokens 16Mi --simulate-budget 6 --threads 1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(r.exit_code == 0);
+  CHECK(seconds > 1.0);
+  CHECK(r.err.find('\r') == std::string::npos);
+  CHECK(r.err.find("simulating plans") == std::string::npos);
+}
+
+TEST_CASE("lint names the largest terms of a peak that does not fit, and says when a model family cannot be read") {
+  if (!meshplan::test::have_shared()) return;  // the shared examples are not in the repository
+  const std::string mpt70 = (meshplan::test::shared_root() / "examples" / "llm-foundry" / "mpt-70b.yaml").string();
+  const Run r = run("lint --config " + mpt70);
+  const auto at = r.out.find("(largest terms: ");
+  REQUIRE(at != std::string::npos);
+  const std::string terms = r.out.substr(at, r.out.find(')', at) - at);
+  CAPTURE(terms);
+  CHECK(terms.find("0.00 GiB") == std::string::npos);
+  CHECK(terms.rfind("(largest terms: optimizer 90.61 GiB", 0) == 0);
+  // DBRX (model_type dbrx): not a family meshplan reads, so a config.json would not help.
+  const std::string dbrx = (meshplan::test::shared_root() / "examples" / "llm-foundry" / "dbrx-full-ft.yaml").string();
+  const Run d = run("lint --config " + dbrx);
+  CHECK(d.exit_code == 1);
+  CHECK(d.out.find("'databricks/dbrx-instruct' is not a model meshplan ships, and its name is none of the families "
+                   "meshplan reads") != std::string::npos);
+  CHECK(d.out.find("meshplan cannot model it") != std::string::npos);
+  // A family meshplan reads still gets the config.json hint.
+  check_one_line_error("memory --config " + foundry_with_unshipped_id() + " --gpus 64",
+                       "'my-org/my-llama' is not a model meshplan ships; pass --model path/to/config.json");
+}
+
+TEST_CASE("plan searches llm-foundry's backward_prefetch: the BACKWARD_PRE lint finds faster is in the search") {
+  // lint on the 70B llm-foundry example: BACKWARD_PRE simulates faster at the same peak than
+  // Composer's BACKWARD_POST default; the planner's winner has it.
+  const Run p = run("plan --model llama3.1-70b --gpus 64 --global-batch-tokens 4Mi --runtime llm-foundry --json");
+  REQUIRE(p.exit_code == 0);
+  const auto j = nlohmann::json::parse(p.out);
+  CHECK(j.at("plans")[0].at("backward_prefetch") == "BACKWARD_PRE");
+  bool post = false;
+  for (const auto& row : j.at("plans")) post = post || row.at("backward_prefetch") == "BACKWARD_POST";
+  CHECK(post);  // both were simulated
+  const Run l = run("lint --config " + example("llama3.1-70b-64xh100-foundry.yaml") + " --gpus 64");
+  CHECK(l.out.find("fsdp_config.backward_prefetch=BACKWARD_PRE") != std::string::npos);
 }

@@ -26,6 +26,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     -m) script="${args[i+1]//.//}.py" ;;
     --job.config_file) config="${args[i+1]}" ;;
     pretrain_gpt.py) script=pretrain_gpt.py ;;
+    --checkpoint.folder|--save) echo "checkpoints ${args[i+1]}" >> "$log" ;;
   esac
 done
 [ -n "$script" ] && [ -f "$script" ] || { echo "torchrun stub: no entry point '$script' in $PWD" >&2; exit 9; }
@@ -101,12 +102,35 @@ for rt in torchtitan llm-foundry megatron; do
     assets=$(sed -n -E 's/^(hf_assets_path|tokenizer_path) *= *"([^"]*)".*/\2/p' "$toml" | head -1)
     [ -n "$assets" ] && mkdir -p "$co/$assets"
   fi
+  # The plan checkpoints (plan.md gives the interval): without CHECKPOINT_DIR the scripts stop
+  # and name it; with it, the runtime is started with checkpoints on and saving there.
+  grep -q "checkpoint every [0-9]* steps" "$bundle/plan.md" || fail "$rt: plan.md names no checkpoint interval"
+  set +e
+  (cd "$bundle" && env -u CHECKPOINT_DIR "$var=$co" PATH="$stubs:$PATH" STUB_LOG="$work/log" NODE_RANK=0 \
+    MASTER_ADDR=127.0.0.1 bash launch.sh > /dev/null 2> "$work/err")
+  rc=$?
+  set -e
+  [ $rc -ne 0 ] || fail "$rt: launch.sh without CHECKPOINT_DIR started"
+  grep -q CHECKPOINT_DIR "$work/err" || fail "$rt: launch.sh without CHECKPOINT_DIR does not name it"
+  case "$rt" in
+    torchtitan) grep -q '^enable = true' "$bundle"/*.toml || fail "torchtitan: [checkpoint] enable is not true" ;;
+    llm-foundry) grep -q '^save_folder: ${oc.env:CHECKPOINT_DIR' "$bundle"/*.yaml || fail "llm-foundry: no save_folder" ;;
+    megatron)
+      iters=$(sed -n 's/^--train-iters //p' "$bundle/megatron_args.txt")
+      every=$(sed -n 's/^--save-interval //p' "$bundle/megatron_args.txt")
+      [ "$iters" -ge "$every" ] || fail "megatron: --train-iters $iters ends before --save-interval $every" ;;
+  esac
+  ckpt="$work/ckpt-$rt"
   rm -f "$work/log"
-  (cd "$bundle" && env "$var=$co" PATH="$stubs:$PATH" STUB_LOG="$work/log" NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
-    bash launch.sh) || fail "$rt: launch.sh from the bundle folder failed"
+  (cd "$bundle" && env "$var=$co" CHECKPOINT_DIR="$ckpt" PATH="$stubs:$PATH" STUB_LOG="$work/log" NODE_RANK=0 \
+    MASTER_ADDR=127.0.0.1 bash launch.sh) || fail "$rt: launch.sh from the bundle folder failed"
   grep -q " ok " "$work/log" || fail "$rt: launch.sh did not start the runtime"
+  [ -d "$ckpt" ] || fail "$rt: launch.sh did not create CHECKPOINT_DIR"
+  if [ "$rt" != llm-foundry ]; then
+    grep -qx "checkpoints $ckpt" "$work/log" || fail "$rt: the runtime was not told to save into CHECKPOINT_DIR"
+  fi
   rm -f "$work/log"
-  (cd "$bundle" && env "$var=$co" PATH="$stubs:$PATH" STUB_LOG="$work/log" SLURM_SUBMIT_DIR="$bundle" \
+  (cd "$bundle" && env "$var=$co" CHECKPOINT_DIR="$ckpt" PATH="$stubs:$PATH" STUB_LOG="$work/log" SLURM_SUBMIT_DIR="$bundle" \
     SLURM_JOB_NODELIST=node[0-1] SLURM_JOB_ID=1 SLURM_NODEID=0 bash sbatch.slurm) ||
     fail "$rt: sbatch.slurm from the bundle folder failed"
   grep -q " ok " "$work/log" || fail "$rt: sbatch.slurm did not start the runtime"

@@ -3,6 +3,7 @@
 // one row, and no two rows predict the same tokens/s and memory at the same layout.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -152,4 +153,59 @@ TEST_CASE("plan --runtime megatron: uneven pipelines carry the split rule Megatr
     }
   }
   CHECK(uneven);
+}
+
+TEST_CASE("MoE: expert-parallel layouts reach the simulated set, and the winner is at least FSDP 64 x EP 8") {
+  // Issue 32: Qwen3-30B-A3B on 64 H100, 4Mi tokens of 4096: the search picked EP 1 at 8,246
+  // tokens/s/GPU (8,572 with a budget of 200) while FSDP 64 x EP 8 (micro-batch 1) simulates
+  // 8,607.5: the prune charged EP its all-to-alls and credited it nothing.
+  PlanRequest rq;
+  rq.model = load_model("qwen3-30b-a3b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 64;
+  rq.seq_len = 4096;
+  rq.global_batch_tokens = 4LL << 20;
+  const PlanSearch s = search_plans(rq);
+  REQUIRE_FALSE(s.ranked.empty());
+  CHECK(s.ranked.front().result.tokens_per_s_per_gpu >= 8607.5);
+  CHECK(s.ranked.front().plan.mesh.ep > 1);
+  // Every ep degree that has a feasible plan has its best one simulated: 1, 2, 4, ..., 64 (128
+  // experts, 64 data-parallel ranks to borrow).
+  std::set<int> eps;
+  for (const PlanCandidate& c : s.ranked) eps.insert(c.plan.mesh.ep);
+  CHECK(eps == std::set<int>{1, 2, 4, 8, 16, 32, 64});
+}
+
+TEST_CASE("a token target is approximate: the nearest whole number of sequences a layout admits, said in a note") {
+  auto has_note = [](const PlanSearch& s, const std::string& what) {
+    return std::any_of(s.notes.begin(), s.notes.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  PlanRequest rq;
+  rq.model = load_model("llama3.1-70b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 256;
+  rq.seq_len = 8192;
+  rq.global_batch_tokens = 4'000'000;  // 4M: 488.28 sequences
+  rq.simulate_budget = 4;
+  rq.top_k = 4;
+  // llm-foundry on 256 GPUs: data parallel over 256 / tp ranks, so 488 has no layout; 480 (= 32 x
+  // 15, FSDP 32 x TP 8) is the nearest count that has one (512 is 23.7 sequences further).
+  rq.runtime = Runtime::composer_fsdp1;
+  const PlanSearch f = search_plans(rq);
+  CHECK(f.global_batch == 480);
+  REQUIRE_FALSE(f.ranked.empty());
+  CHECK(f.ranked.front().job.global_batch == 480);
+  CHECK(has_note(f, "4000000 tokens per step is 488.28 sequences of 8192: planned with 480 (3932160 tokens, -1.70%), "
+                    "the nearest count a layout admits (488 does not divide over any)"));
+  CHECK(has_note(f, "4Mi (4194304 tokens) is 512 whole sequences"));
+  // torchtitan admits 488 itself (pipeline and context parallel take up the rest): the nearest.
+  rq.runtime = Runtime::torchtitan_fsdp2;
+  const PlanSearch t = search_plans(rq);
+  CHECK(t.global_batch == 488);
+  CHECK(has_note(t, "planned with 488 (3997696 tokens, -0.06%); 4Mi"));
+  // Whole sequences: no rounding, no note.
+  rq.global_batch_tokens = 4LL << 20;
+  const PlanSearch w = search_plans(rq);
+  CHECK(w.global_batch == 512);
+  CHECK_FALSE(has_note(w, "sequences of 8192: planned with"));
 }

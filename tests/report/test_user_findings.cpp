@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <fstream>
 #include <unistd.h>
 
 #include "../test_paths.hpp"
@@ -183,4 +184,68 @@ TEST_CASE("whatif: a peak change is credited to the terms whose size changed, no
   const std::string memory_part = e.substr(peak);
   CHECK(memory_part.find("reduce buffers -") != std::string::npos);
   CHECK(memory_part.find("activations") == std::string::npos);
+}
+
+// Issue 32, item 3: an explanation never contradicts the table above it.
+TEST_CASE("whatif: an ep change that moves the numbers is explained, never 'no effect'") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("meshplan_findings." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "qwen3-30b-a3b-64.toml").string();
+  std::ofstream(plan) << "[model]\nname = \"qwen3-30b-a3b\"\n[cluster]\ngpus = 64\n[layout]\ndp_shard = 64\nep = 1\n"
+                         "[batch]\nseq_len = 4096\nglobal_batch = 1024\nmicro_batch = 1\n"
+                         "[runtime]\nname = \"torchtitan-fsdp2\"\n";
+  const WhatIfReport r = run_whatif(source(plan, 0, "h100-sxm-80gb"), {parse_variation("layout.ep=1,8")});
+  REQUIRE(r.variants.size() == 2);
+  REQUIRE(r.variants[0].ok());
+  REQUIRE(r.variants[1].ok());
+  CHECK(r.variants[1].run.plan.mesh.ep == 8);
+  // FSDP 64 x EP 8 on H100: 5681 -> 8607 tokens/s/GPU (the table of issue 32).
+  CHECK(r.variants[0].result.tokens_per_s_per_gpu == doctest::Approx(5681.4).epsilon(0.001));
+  CHECK(r.variants[1].result.tokens_per_s_per_gpu == doctest::Approx(8607.5).epsilon(0.001));
+  REQUIRE(r.explanations.size() == 1);
+  const std::string& e = r.explanations.front();
+  CAPTURE(e);
+  CHECK(e.find("no effect") == std::string::npos);
+  CHECK(e.find("tokens/s/GPU 5681.4 → 8607.5") != std::string::npos);
+  CHECK(e.find("ep bytes appears") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("diagnose: the remainder no cause explains is called unexplained and ranked last") {
+  const std::string yaml = (test::data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml").string();
+  RunConfig rc = load_run_config(yaml);
+  resolve_layout(rc, 64);
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const StepResult pred = simulate_step(rc.model, rc.plan, rc.job, c).result;
+  // 191 tokens/s/GPU: most of the gap is beyond any simulated cause.
+  const Diagnosis d = diagnose_gap(source(yaml, 64, "h100-sxm-80gb"), rc, c, pred, 191);
+  REQUIRE(d.causes.size() >= 2);
+  CHECK(d.causes.back().unexplained);
+  CHECK(d.causes.back().cause.rfind("unexplained", 0) == 0);
+  CHECK(d.causes.back().explains_s > d.causes.front().explains_s);  // the largest, and still last
+  CHECK_FALSE(d.causes.front().unexplained);
+  CHECK(d.causes.front().explains_s > 0);
+  for (std::size_t i = 0; i + 1 < d.causes.size(); ++i) CHECK_FALSE(d.causes[i].unexplained);
+  for (std::size_t i = 1; i + 1 < d.causes.size(); ++i) CHECK(d.causes[i - 1].explains_s >= d.causes[i].explains_s);
+  const std::string text = diagnosis_text(d);
+  CHECK(text.find("1. unexplained") == std::string::npos);
+  CHECK(text.find("if the gap scales") != std::string::npos);  // a possible observation projects
+  CHECK(diagnosis_json(d).at("causes").back().at("unexplained") == true);
+}
+
+TEST_CASE("diagnose: no projection from an observation called a measurement error") {
+  const std::string yaml = (test::data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml").string();
+  RunConfig rc = load_run_config(yaml);
+  resolve_layout(rc, 64);
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const StepResult pred = simulate_step(rc.model, rc.plan, rc.job, c).result;
+  const Diagnosis bad = diagnose_gap(source(yaml, 64, "h100-sxm-80gb"), rc, c, pred, 2000);
+  REQUIRE_FALSE(bad.physically_possible);
+  REQUIRE_FALSE(bad.suggestions.empty());  // the suggestions stand: they are simulated, not projected
+  const std::string text = diagnosis_text(bad);
+  CHECK(text.find("measurement or accounting error") != std::string::npos);
+  CHECK(text.find("if the gap scales") == std::string::npos);
+  const nlohmann::json j = diagnosis_json(bad);
+  for (const auto& s : j.at("suggestions")) CHECK(s.at("projected_observed_tokens_per_s_per_gpu").is_null());
 }

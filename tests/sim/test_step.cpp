@@ -162,6 +162,11 @@ TEST_CASE("the trace is valid, tracks do not overlap, and it spans the step") {
   so.keep_timeline = true;
   const auto step = simulate_step(m, p, Job{4096, 8, 1, 1}, c, so);
   const nlohmann::json trace = nlohmann::json::parse(chrome_trace(step.program, step.timings).dump());
+  // What --trace writes, event by event, is the same text as the whole tree's dump, host track included.
+  CHECK(chrome_trace_text(step.program, step.timings, step.host_timings) ==
+        chrome_trace(step.program, step.timings, step.host_timings).dump() + "\n");
+  CHECK(chrome_trace_text(step.program, step.timings) == chrome_trace(step.program, step.timings).dump() + "\n");
+  REQUIRE_FALSE(step.host_timings.empty());
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
   double end_us = 0;
   for (const auto& e : trace.at("traceEvents")) {

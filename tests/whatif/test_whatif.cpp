@@ -256,7 +256,9 @@ TEST_CASE("diagnose: the gap is the observed minus the predicted step, and cause
   for (std::size_t i = 0; i < d.causes.size(); ++i) {
     CHECK(d.causes[i].explains_s <= d.gap_s + 1e-9);
     CHECK(d.causes[i].explains_s >= 0);
-    if (i > 0) CHECK(d.causes[i].explains_s <= d.causes[i - 1].explains_s);
+    // Ranked by what each explains; the unexplained remainder comes last whatever its size.
+    if (i > 0 && !d.causes[i].unexplained) CHECK(d.causes[i].explains_s <= d.causes[i - 1].explains_s);
+    CHECK(d.causes[i].unexplained == (i + 1 == d.causes.size()));
   }
   for (const auto& s : d.suggestions) {
     CHECK(s.fits);
