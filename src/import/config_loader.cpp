@@ -114,48 +114,18 @@ bool is_composer(const Plan& p) {
   return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2;
 }
 
-}  // namespace
-
-RunConfig load_run_config(const std::string& path, const ImportOptions& opts) {
-  const std::string text = importer::read_text(path);
-  const std::string ext = lower(std::filesystem::path(path).extension().string());
-  if (ext == ".yaml" || ext == ".yml") return from_yaml(path, text, opts);
-  if (ext == ".toml") return from_toml(path, importer::parse_toml(path, text), opts);
-  // Megatron-LM arguments (an args file or a launch script): --flag words, never TOML or YAML.
-  if (looks_like_megatron_args(text)) return import_megatron_args(path, text, opts);
-  if (ext == ".sh" || ext == ".args")
-    throw InputError(path, "", "not a Megatron-LM arguments file (no --num-layers, --tensor-model-parallel-size, "
-                               "--pipeline-model-parallel-size or pretrain_gpt.py)");
-  // Unknown extension: whichever parser accepts it; a failure is reported in the syntax the
-  // text resembles (a [section] header line means TOML).
-  try {
-    const toml::table t = toml::parse(text, path);
-    return from_toml(path, t, opts);
-  } catch (const toml::parse_error&) {
-  }
-  try {
-    const YAML::Node n = YAML::Load(text);
-    if (n.IsMap()) return from_yaml(path, text, opts);
-  } catch (const YAML::Exception&) {
-  }
-  static const std::regex section(R"(^\s*\[[A-Za-z0-9_.\-]+\]\s*(#.*)?$)", std::regex::multiline);
-  if (std::regex_search(text, section)) (void)importer::parse_toml(path, text);  // throws the TOML error
-  return from_yaml(path, text, opts);
-}
-
-RunConfig load_run_config(const std::string& path) { return load_run_config(path, ImportOptions{}); }
-
-void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
-  const std::string& file = rc.source_file;
-  const Keys keys = keys_for(rc);
-  Plan& plan = rc.plan;
-  Mesh& mesh = plan.mesh;
-  Job& job = rc.job;
-  auto fail = [&](const std::string& key, const std::string& reason) -> void {
+// Throws the input error of the file being resolved, its reason on one line.
+struct Fail {
+  const std::string& file;
+  [[noreturn]] void operator()(const std::string& key, const std::string& reason) const {
     throw InputError(file, key, importer::one_line(reason));
-  };
+  }
+};
 
-  // ---- GPU count
+// The GPU count: the file's, else the one requested; both given, they must agree.
+std::int64_t resolve_gpu_count(const RunConfig& rc, const Keys& keys, std::optional<std::int64_t> n_gpus) {
+  const std::string& file = rc.source_file;
+  const Fail fail{rc.source_file};
   if (n_gpus && *n_gpus <= 0) fail(keys.gpus, fmt::format("the GPU count must be positive, got {}", *n_gpus));
   if (rc.n_gpus < 0) fail(keys.gpus, fmt::format("the GPU count must be positive, got {}", rc.n_gpus));
   if (rc.n_gpus > 0 && n_gpus && *n_gpus != rc.n_gpus)
@@ -164,7 +134,14 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
   if (n <= 0) fail(keys.gpus, "the GPU count is not fixed by the file; pass it (--gpus N)");
   limits::check_count(file, keys.gpus, n, 1, limits::kMaxGpus, "GPUs");
 
-  // ---- mesh degrees: at most one -1, which absorbs the rest of the world
+  return n;
+}
+
+// The mesh degrees: at most one -1, which absorbs the rest of the world.
+void resolve_degrees(RunConfig& rc, const Keys& keys, std::int64_t n) {
+  const std::string& file = rc.source_file;
+  Mesh& mesh = rc.plan.mesh;
+  const Fail fail{rc.source_file};
   struct Deg {
     int* v;
     const std::string* key;
@@ -209,8 +186,13 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     fail(mesh.tp > 1 && wild == nullptr && mesh.dp_shard == 1 ? keys.tp : keys.dp_shard,
          fmt::format("{} = {} GPUs, but the run has {}", product(), mesh.world(), n));
   if (mesh.vpp > 1 && mesh.pp == 1) fail(keys.vpp, "virtual pipeline stages need pipeline parallelism (pp > 1)");
+}
 
-  // ---- model shape vs degrees
+// The model's shape against the degrees: heads, MLP width, layers and experts must divide.
+void check_model_vs_degrees(RunConfig& rc, const Keys& keys) {
+  Plan& plan = rc.plan;
+  const Mesh& mesh = plan.mesh;
+  const Fail fail{rc.source_file};
   const ModelSpec& m = rc.model;
   if (mesh.tp > 1) {
     if (plan.tp_style == TpStyle::mlp_only) {
@@ -258,9 +240,17 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     if (m.moe.enabled() && m.moe.n_experts % mesh.ep != 0)
       fail(keys.ep, fmt::format("{} experts are not divisible by ep {}", m.moe.n_experts, mesh.ep));
   }
+}
 
-  // ---- sequence length: context parallel splits it into 2*cp load-balanced chunks, and
-  // sequence parallel splits each chunk over tp (torchtitan requires seq % (2*cp*tp) == 0).
+// The sequence length: context parallel splits it into 2*cp load-balanced chunks, and sequence
+// parallel splits each chunk over tp (torchtitan requires seq % (2*cp*tp) == 0).
+void check_seq_len(RunConfig& rc, const Keys& keys) {
+  const std::string& file = rc.source_file;
+  const Plan& plan = rc.plan;
+  const Mesh& mesh = plan.mesh;
+  const Job& job = rc.job;
+  const ModelSpec& m = rc.model;
+  const Fail fail{rc.source_file};
   if (job.seq_len <= 0) fail(keys.seq, fmt::format("must be positive, got {}", job.seq_len));
   limits::check_count(file, keys.seq, job.seq_len, 1, limits::kMaxSeqLen, "the sequence length");
   if (m.max_seq_len > 0 && job.seq_len > m.max_seq_len)
@@ -272,8 +262,12 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     fail(keys.seq, fmt::format("{} is not divisible by {} ({}{})", job.seq_len, seq_div,
                                mesh.cp > 1 ? fmt::format("2 x cp {}", mesh.cp) : "",
                                sp && mesh.tp > 1 ? fmt::format("{}tp {}", mesh.cp > 1 ? " x " : "", mesh.tp) : ""));
+}
 
-  // ---- runtime rules that need the resolved mesh
+// Runtime rules that need the resolved mesh.
+void apply_runtime_rules(RunConfig& rc, std::int64_t n) {
+  Plan& plan = rc.plan;
+  const Mesh& mesh = plan.mesh;
   if (is_composer(plan) && n == 1 && plan.sharding != Sharding::none) {
     // llm-foundry drops fsdp_config and tp_config on one GPU and falls back to DDP.
     plan.sharding = Sharding::none;
@@ -286,8 +280,77 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     plan.sharding = Sharding::none;
     plan.reshard_after_forward = false;
   }
+}
 
-  // ---- batch
+// llm-foundry calculate_batch_size_info: device batch = global / world (TP ranks each take their
+// own share), accumulation = ceil(device batch / micro).
+void resolve_composer_batch(RunConfig& rc, const Keys& keys, std::int64_t n) {
+  Job& job = rc.job;
+  const Fail fail{rc.source_file};
+  if (job.global_batch <= 0) fail(keys.global, "required");
+  if (job.global_batch % n != 0)
+    fail(keys.global, fmt::format("{} is not divisible by the world size {}", job.global_batch, n));
+  const std::int64_t device = job.global_batch / n;
+  if (job.micro_batch == 0) job.micro_batch = device;
+  if (job.micro_batch > device) {
+    rc.warnings.push_back(fmt::format("{}: {} exceeds the device batch {} (global {} / {} GPUs); micro-batches "
+                                      "hold {}", keys.micro, job.micro_batch, device, job.global_batch, n, device));
+    job.micro_batch = device;
+  }
+  const std::int64_t accum = (device + job.micro_batch - 1) / job.micro_batch;
+  if (job.grad_accum > 0 && job.grad_accum != accum)
+    fail(keys.accum, fmt::format("{} disagrees with ceil(device batch {} / micro {}) = {}", job.grad_accum,
+                                 device, job.micro_batch, accum));
+  job.grad_accum = accum;
+}
+
+// The batch of data-parallel runtimes: global = dp x micro x accumulation, the missing one derived.
+void resolve_dp_batch(RunConfig& rc, const Keys& keys) {
+  Job& job = rc.job;
+  const Mesh& mesh = rc.plan.mesh;
+  const Fail fail{rc.source_file};
+  const std::int64_t dp = mesh.dp();
+  if (job.micro_batch == 0) {
+    if (job.global_batch <= 0) fail(keys.micro, "'auto' needs a global batch");
+    if (job.global_batch % dp != 0)
+      fail(keys.global, fmt::format("{} is not divisible by the data-parallel size {}", job.global_batch, dp));
+    job.micro_batch = job.global_batch / dp;
+  }
+  const std::int64_t per_run = std::max<std::int64_t>(1, job.pp_microbatches);
+  if (job.global_batch == 0) {
+    if (job.grad_accum <= 0) fail(keys.global, "required (or a gradient accumulation count)");
+    if (job.grad_accum % per_run != 0)
+      fail(keys.accum, fmt::format("{} micro-batches are not a multiple of the {} per pipeline run",
+                                   job.grad_accum, per_run));
+    const auto g = limits::mul3(dp, job.micro_batch, job.grad_accum);
+    if (!g || *g > limits::kMaxBatch)
+      fail(keys.accum, fmt::format("data-parallel {} x micro-batch {} x {} micro-batches is above the maximum {} "
+                                   "sequences per step (docs/limits.md)", dp, job.micro_batch, job.grad_accum,
+                                   limits::kMaxBatch));
+    job.global_batch = *g;
+  } else {
+    const std::int64_t unit = limits::mul3(dp, job.micro_batch, per_run).value_or(INT64_MAX);
+    if (job.global_batch % unit != 0)
+      fail(keys.global,
+           per_run > 1
+               ? fmt::format("{} is not divisible by data-parallel {} x local batch {} ({} x {} pipeline microbatches)",
+                             job.global_batch, dp, job.micro_batch * per_run, job.micro_batch, per_run)
+               : fmt::format("{} is not divisible by data-parallel {} x micro-batch {}", job.global_batch, dp,
+                             job.micro_batch));
+    const std::int64_t accum = job.global_batch / (dp * job.micro_batch);
+    if (job.grad_accum > 0 && job.grad_accum != accum)
+      fail(keys.accum, fmt::format("{} disagrees with global {} / (data-parallel {} x micro-batch {}) = {}",
+                                   job.grad_accum, job.global_batch, dp, job.micro_batch, accum));
+    job.grad_accum = accum;
+  }
+}
+
+// The batch: each value bounded, the missing ones derived by the runtime's rule, the step bounded.
+void resolve_batch(RunConfig& rc, const Keys& keys, std::int64_t n) {
+  const std::string& file = rc.source_file;
+  Job& job = rc.job;
+  const ModelSpec& m = rc.model;
+  const Fail fail{rc.source_file};
   if (job.micro_batch < 0) fail(keys.micro, fmt::format("must be positive, got {}", job.micro_batch));
   if (job.global_batch < 0) fail(keys.global, fmt::format("must be positive, got {}", job.global_batch));
   if (job.grad_accum < 0) fail(keys.accum, fmt::format("must be positive, got {}", job.grad_accum));
@@ -296,60 +359,10 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
   limits::check_count(file, keys.global, job.global_batch, 0, limits::kMaxBatch, "sequences per step");
   limits::check_count(file, keys.accum, job.grad_accum, 0, limits::kMaxGradAccum, "micro-batches per step");
   limits::check_count(file, keys.accum, job.pp_microbatches, 0, limits::kMaxGradAccum, "micro-batches per step");
-  if (is_composer(plan)) {
-    // llm-foundry calculate_batch_size_info: device batch = global / world (TP ranks each take
-    // their own share), accumulation = ceil(device batch / micro).
-    if (job.global_batch <= 0) fail(keys.global, "required");
-    if (job.global_batch % n != 0)
-      fail(keys.global, fmt::format("{} is not divisible by the world size {}", job.global_batch, n));
-    const std::int64_t device = job.global_batch / n;
-    if (job.micro_batch == 0) job.micro_batch = device;
-    if (job.micro_batch > device) {
-      rc.warnings.push_back(fmt::format("{}: {} exceeds the device batch {} (global {} / {} GPUs); micro-batches "
-                                        "hold {}", keys.micro, job.micro_batch, device, job.global_batch, n, device));
-      job.micro_batch = device;
-    }
-    const std::int64_t accum = (device + job.micro_batch - 1) / job.micro_batch;
-    if (job.grad_accum > 0 && job.grad_accum != accum)
-      fail(keys.accum, fmt::format("{} disagrees with ceil(device batch {} / micro {}) = {}", job.grad_accum,
-                                   device, job.micro_batch, accum));
-    job.grad_accum = accum;
-  } else {
-    const std::int64_t dp = mesh.dp();
-    if (job.micro_batch == 0) {
-      if (job.global_batch <= 0) fail(keys.micro, "'auto' needs a global batch");
-      if (job.global_batch % dp != 0)
-        fail(keys.global, fmt::format("{} is not divisible by the data-parallel size {}", job.global_batch, dp));
-      job.micro_batch = job.global_batch / dp;
-    }
-    const std::int64_t per_run = std::max<std::int64_t>(1, job.pp_microbatches);
-    if (job.global_batch == 0) {
-      if (job.grad_accum <= 0) fail(keys.global, "required (or a gradient accumulation count)");
-      if (job.grad_accum % per_run != 0)
-        fail(keys.accum, fmt::format("{} micro-batches are not a multiple of the {} per pipeline run",
-                                     job.grad_accum, per_run));
-      const auto g = limits::mul3(dp, job.micro_batch, job.grad_accum);
-      if (!g || *g > limits::kMaxBatch)
-        fail(keys.accum, fmt::format("data-parallel {} x micro-batch {} x {} micro-batches is above the maximum {} "
-                                     "sequences per step (docs/limits.md)", dp, job.micro_batch, job.grad_accum,
-                                     limits::kMaxBatch));
-      job.global_batch = *g;
-    } else {
-      const std::int64_t unit = limits::mul3(dp, job.micro_batch, per_run).value_or(INT64_MAX);
-      if (job.global_batch % unit != 0)
-        fail(keys.global,
-             per_run > 1
-                 ? fmt::format("{} is not divisible by data-parallel {} x local batch {} ({} x {} pipeline microbatches)",
-                               job.global_batch, dp, job.micro_batch * per_run, job.micro_batch, per_run)
-                 : fmt::format("{} is not divisible by data-parallel {} x micro-batch {}", job.global_batch, dp,
-                               job.micro_batch));
-      const std::int64_t accum = job.global_batch / (dp * job.micro_batch);
-      if (job.grad_accum > 0 && job.grad_accum != accum)
-        fail(keys.accum, fmt::format("{} disagrees with global {} / (data-parallel {} x micro-batch {}) = {}",
-                                     job.grad_accum, job.global_batch, dp, job.micro_batch, accum));
-      job.grad_accum = accum;
-    }
-  }
+  if (is_composer(rc.plan))
+    resolve_composer_batch(rc, keys, n);
+  else
+    resolve_dp_batch(rc, keys);
   limits::check_count(file, keys.accum, job.grad_accum, 1, limits::kMaxGradAccum, "micro-batches per step");
   const auto tokens = limits::mul(job.global_batch, job.seq_len);
   if (!tokens || *tokens > limits::kMaxTokensPerStep)
@@ -360,6 +373,47 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
     fail(keys.accum, fmt::format("{} layers x {} micro-batches per step is above the maximum {} the simulator "
                                  "steps through (docs/limits.md); use a larger micro-batch or more data parallelism",
                                  m.n_layers, job.grad_accum, limits::kMaxLayerMicrobatches));
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const ImportOptions& opts) {
+  const std::string text = importer::read_text(path);
+  const std::string ext = lower(std::filesystem::path(path).extension().string());
+  if (ext == ".yaml" || ext == ".yml") return from_yaml(path, text, opts);
+  if (ext == ".toml") return from_toml(path, importer::parse_toml(path, text), opts);
+  // Megatron-LM arguments (an args file or a launch script): --flag words, never TOML or YAML.
+  if (looks_like_megatron_args(text)) return import_megatron_args(path, text, opts);
+  if (ext == ".sh" || ext == ".args")
+    throw InputError(path, "", "not a Megatron-LM arguments file (no --num-layers, --tensor-model-parallel-size, "
+                               "--pipeline-model-parallel-size or pretrain_gpt.py)");
+  // Unknown extension: whichever parser accepts it; a failure is reported in the syntax the
+  // text resembles (a [section] header line means TOML).
+  try {
+    const toml::table t = toml::parse(text, path);
+    return from_toml(path, t, opts);
+  } catch (const toml::parse_error&) {
+  }
+  try {
+    const YAML::Node n = YAML::Load(text);
+    if (n.IsMap()) return from_yaml(path, text, opts);
+  } catch (const YAML::Exception&) {
+  }
+  static const std::regex section(R"(^\s*\[[A-Za-z0-9_.\-]+\]\s*(#.*)?$)", std::regex::multiline);
+  if (std::regex_search(text, section)) (void)importer::parse_toml(path, text);  // throws the TOML error
+  return from_yaml(path, text, opts);
+}
+
+RunConfig load_run_config(const std::string& path) { return load_run_config(path, ImportOptions{}); }
+
+void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
+  const Keys keys = keys_for(rc);
+  const std::int64_t n = resolve_gpu_count(rc, keys, n_gpus);
+  resolve_degrees(rc, keys, n);
+  check_model_vs_degrees(rc, keys);
+  check_seq_len(rc, keys);
+  apply_runtime_rules(rc, n);
+  resolve_batch(rc, keys, n);
   rc.n_gpus = n;
 }
 
