@@ -458,6 +458,293 @@ void read_model(const std::string& file, const YView& top, const ImportOptions& 
                                   "hf_causal_lm; pass --model for others)", name));
 }
 
+// compile_config: None (absent) is eager; a map is torch.compile's kwargs (Composer's
+// Trainer(compile_config=...)). The "reduce-overhead" and "max-autotune" modes capture CUDA graphs.
+void read_compile(const YAML::Node& root, const YView& top, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  if (const YAML::Node cc = root["compile_config"]; cc && !cc.IsNull()) {
+    if (!cc.IsMap()) top.fail("compile_config", "must be a map of torch.compile arguments (or null for eager)");
+    plan.compile = true;
+    if (const YAML::Node mode = cc["mode"]; mode && !mode.IsNull()) {
+      const std::string m = mode.IsScalar() ? mode.Scalar() : std::string();
+      if (m != "default" && m != "reduce-overhead" && m != "max-autotune" && m != "max-autotune-no-cudagraphs")
+        top.fail("compile_config.mode", fmt::format("unknown torch.compile mode '{}' (default, reduce-overhead, "
+                                                    "max-autotune, max-autotune-no-cudagraphs)", m));
+      plan.cuda_graphs = m == "reduce-overhead" || m == "max-autotune";
+    }
+  }
+}
+
+// The batch and the sequence (llmfoundry/utils/config_utils.py calculate_batch_size_info).
+void read_batch(const std::string& path, const YView& top, RunConfig& rc) {
+  const auto seq = top.get_int("max_seq_len");
+  if (!seq) top.fail("max_seq_len", "required");
+  if (*seq <= 0) top.fail("max_seq_len", fmt::format("must be positive, got {}", *seq));
+  limits::check_count(path, "max_seq_len", *seq, 1, limits::kMaxSeqLen, "the sequence length");
+  rc.job.seq_len = *seq;
+  const auto global = top.get_int("global_train_batch_size");
+  if (!global) top.fail("global_train_batch_size", "required");
+  if (*global <= 0) top.fail("global_train_batch_size", fmt::format("must be positive, got {}", *global));
+  rc.job.global_batch = *global;
+  rc.job.grad_accum = 0;  // ceil(device batch / micro), once the world size is known
+  {
+    const std::string mk = "device_train_microbatch_size";
+    const std::string mv = top.get_string(mk).value_or("auto");
+    if (mv == "auto") {
+      // Composer's auto-microbatching starts at the whole device batch and halves on OOM; the
+      // first try (no accumulation) is what meshplan models, so a plan that does not fit tells
+      // the user to pick a number.
+      rc.job.micro_batch = 0;
+      rc.left_to_runtime.micro_batch = true;
+      rc.warnings.push_back("device_train_microbatch_size: 'auto' (Composer halves on OOM from the whole device "
+                            "batch); modeled as the largest halving that fits once the cluster is known");
+    } else {
+      const auto mb = top.get_int(mk);
+      if (*mb <= 0) top.fail(mk, fmt::format("must be positive or 'auto', got {}", *mb));
+      rc.job.micro_batch = *mb;
+    }
+  }
+}
+
+// The optimizer: its memory depends on the number of moments.
+void read_optimizer(const YView& top, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  if (auto opt = top.map("optimizer")) {
+    const std::string n = opt->get_string("name").value_or("decoupled_adamw");
+    if (n == "decoupled_adamw" || n == "adamw" || n == "adam") plan.optimizer = Optimizer::adamw;
+    else if (n == "decoupled_sgdw" || n == "sgd") plan.optimizer = Optimizer::sgd;
+    else
+      rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW (two fp32 moments)", n));
+  }
+}
+
+// No fsdp_config: Composer wraps the model in DDP.
+void read_ddp(Plan& plan) {
+  plan.runtime = Runtime::composer_fsdp1;
+  plan.sharding = Sharding::none;
+  plan.reshard_after_forward = false;
+  // DDP keeps fp32 params and all-reduces fp32 grads; only autocast runs in amp.
+  plan.param_dtype = Dtype::fp32;
+  plan.reduce_dtype = Dtype::fp32;
+  plan.mixed_precision_name = "";
+  plan.mesh.dp_shard = -1;
+}
+
+// The fsdp_config keys the FSDP version reads; the others are warned about, device_mesh refused.
+void check_fsdp_keys(bool fsdp2, const YView& fsdp, RunConfig& rc) {
+  const auto& valid = fsdp2 ? kFsdp2Keys : kFsdp1Keys;
+  if (fsdp2)
+    rc.warnings.push_back("fsdp_config.reshard_after_forward: an FSDP2Config-only key; assuming the "
+                          "run is launched with FSDP_VERSION=2 (FSDP1 would silently ignore it)");
+  for (const auto& k : fsdp.keys()) {
+    if (std::find(valid.begin(), valid.end(), k) != valid.end()) continue;
+    const bool fsdp1_only = std::find(kFsdp1Keys.begin(), kFsdp1Keys.end(), k) != kFsdp1Keys.end();
+    if (fsdp2 && fsdp1_only)
+      rc.warnings.push_back(fmt::format("fsdp_config.{}: FSDP1-only; FSDP2Config.from_compatible_attrs "
+                                        "drops it", k));
+    else
+      rc.warnings.push_back(fmt::format("fsdp_config.{}: unknown key, silently ignored by Composer{}",
+                                        k, did_you_mean(k, valid)));
+  }
+  if (fsdp.has("device_mesh"))
+    fsdp.fail("device_mesh", "Composer raises on device_mesh in fsdp_config; use "
+                              "data_parallel_shard_degree / data_parallel_replicate_degree");
+}
+
+// Mixed precision (composer/distributed/mosaic_parallelism.py get_mixed_precision): a map of
+// dtypes or the name of a policy.
+void read_mixed_precision(const std::string& path, const YView& fsdp, const Amp& amp, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const YAML::Node mp = fsdp.raw("mixed_precision");
+  if (mp && mp.IsMap()) {
+    const YView d(path, mp, fsdp.key("mixed_precision"));
+    auto dt = [&](const std::string& k) -> std::optional<Dtype> {
+      const auto s = d.get_string(k);
+      if (!s || *s == "None" || *s == "null") return std::nullopt;
+      const auto v = parse_dtype(*s);
+      if (!v) d.fail(k, fmt::format("unknown dtype '{}'", *s));
+      return v;
+    };
+    for (const auto& k : d.keys())
+      if (k != "param_dtype" && k != "reduce_dtype" && k != "buffer_dtype")
+        rc.warnings.push_back(fmt::format("fsdp_config.mixed_precision.{}: unknown key, ignored by "
+                                          "Composer", k));
+    const auto p = dt("param_dtype");
+    const auto r = dt("reduce_dtype");
+    dt("buffer_dtype");
+    // Missing param dtype = the fp32 original; missing reduce dtype follows param_dtype (torch
+    // MixedPrecision), fp32 when both are missing.
+    plan.param_dtype = p.value_or(Dtype::fp32);
+    plan.reduce_dtype = r.value_or(plan.param_dtype);
+    plan.mixed_precision_name = "custom";
+  } else {
+    const std::string name = upper(fsdp.get_string("mixed_precision").value_or("DEFAULT"));
+    if (name == "FULL") {
+      plan.param_dtype = Dtype::fp32;
+      plan.reduce_dtype = Dtype::fp32;
+    } else if (name == "DEFAULT") {
+      plan.param_dtype = amp.dtype;
+      plan.reduce_dtype = Dtype::fp32;
+    } else if (name == "PURE") {
+      plan.param_dtype = amp.dtype;
+      plan.reduce_dtype = amp.dtype;
+    } else {
+      fsdp.fail("mixed_precision", fmt::format("unknown mixed precision '{}' (FULL, DEFAULT, PURE "
+                                                "or a dict of dtypes)", name));
+    }
+    plan.mixed_precision_name = name;
+  }
+}
+
+// Activation checkpointing and offload; returns use_orig_params, which TP also needs.
+bool read_fsdp_recompute_offload(bool fsdp2, const YView& fsdp, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const bool ac = fsdp.get_bool("activation_checkpointing").value_or(false);
+  const auto reentrant = fsdp2 ? std::optional<bool>{} : fsdp.get_bool("activation_checkpointing_reentrant");
+  plan.ac = ac ? AcMode::full : AcMode::none;
+  plan.ac_every_n = 1;
+  if (fsdp2) {
+    plan.ac_reentrant = false;  // Composer's FSDP2 apply_ac always uses NO_REENTRANT
+  } else if (ac) {
+    plan.ac_reentrant = reentrant.value_or(true);
+    if (plan.ac_reentrant)
+      rc.warnings.push_back(
+          "fsdp_config.activation_checkpointing_reentrant: true (Composer's default when unset) "
+          "recomputes whole blocks and holds a block's activations at once in backward; "
+          "non-reentrant (false) is never worse for memory");
+  } else {
+    plan.ac_reentrant = false;
+    if (fsdp.has("activation_checkpointing_reentrant"))
+      rc.warnings.push_back("fsdp_config.activation_checkpointing_reentrant: has no effect without "
+                            "activation_checkpointing: true");
+  }
+  plan.act_offload = fsdp.get_bool("activation_cpu_offload").value_or(false);
+  const bool orig = fsdp2 ? true : fsdp.get_bool("use_orig_params").value_or(true);
+  if (plan.act_offload && !orig)
+    fsdp.fail("activation_cpu_offload", "requires use_orig_params: true (Composer raises)");
+
+  if (!fsdp2 && fsdp.get_bool("cpu_offload").value_or(false))
+    fsdp.fail("cpu_offload", "Composer's FSDP1 path raises ValueError('FSDP CPU Offload not "
+                              "supported yet.'); use activation_cpu_offload for activations");
+  plan.param_offload = false;
+
+  if (auto sd = fsdp.get_string("state_dict_type"); sd && *sd != "full" && *sd != "sharded")
+    fsdp.fail("state_dict_type", fmt::format("'{}' is not accepted (full or sharded)", *sd));
+
+  return orig;
+}
+
+// FSDP2: reshard_after_forward decides ZeRO-3 vs ZeRO-2; no limiter, implicit prefetch that
+// behaves like BACKWARD_PRE, and the mesh degrees are not read (shard fixed at -1).
+void read_fsdp2_sharding(const YView& fsdp, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const YAML::Node r = fsdp.raw("reshard_after_forward");
+  bool reshard = true;
+  try {
+    reshard = r.as<bool>();
+  } catch (const YAML::Exception&) {
+    const auto n = fsdp.get_int("reshard_after_forward");
+    if (*n <= 1) fsdp.fail("reshard_after_forward", fmt::format("an int must be a divisor > 1 of the shard group, got {}", *n));
+    rc.warnings.push_back(fmt::format("fsdp_config.reshard_after_forward: {} (reshard to a smaller "
+                                      "group) is modeled as resharding to the full group", *n));
+  }
+  plan.sharding = reshard ? Sharding::zero3 : Sharding::zero2;
+  plan.reshard_after_forward = reshard;
+  plan.backward_prefetch = BackwardPrefetch::backward_pre;
+  plan.forward_prefetch = true;
+  plan.limit_all_gathers = false;
+  plan.root_unsharded = false;
+  plan.mesh.dp_shard = -1;
+  plan.mesh.dp_replicate = 1;
+}
+
+// FSDP1: the sharding strategy and the mesh, which decides HSDP whatever the strategy's name.
+void read_fsdp1_sharding(const std::string& path, const YView& fsdp, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const std::string strategy = upper(fsdp.get_string("sharding_strategy").value_or("FULL_SHARD"));
+  const auto rep = fsdp.get_int("data_parallel_replicate_degree");
+  const auto shard = fsdp.get_int("data_parallel_shard_degree").value_or(-1);
+  auto degree_ok = [&](const std::string& k, std::int64_t v) {
+    if (v == 0 || v < -1) fsdp.fail(k, fmt::format("must be positive or -1, got {}", v));
+  };
+  degree_ok("data_parallel_shard_degree", shard);
+  if (rep) degree_ok("data_parallel_replicate_degree", *rep);
+  if (rep && *rep == -1 && shard == -1)
+    fsdp.fail("data_parallel_replicate_degree", "at most one mesh degree may be -1");
+  auto narrow = [&](const std::string& k, std::int64_t v) {
+    return v == -1 ? -1 : limits::check_int(path, fsdp.key(k), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
+  };
+  plan.mesh.dp_shard = narrow("data_parallel_shard_degree", shard);
+  plan.mesh.dp_replicate = rep ? narrow("data_parallel_replicate_degree", *rep) : 1;
+  if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
+    plan.sharding = Sharding::zero3;
+    plan.reshard_after_forward = true;
+  } else if (strategy == "SHARD_GRAD_OP" || strategy == "_HYBRID_SHARD_ZERO2") {
+    plan.sharding = Sharding::zero2;
+    plan.reshard_after_forward = false;
+  } else if (strategy == "NO_SHARD") {
+    plan.sharding = Sharding::none;
+    plan.reshard_after_forward = false;
+  } else {
+    fsdp.fail("sharding_strategy", fmt::format("unknown strategy '{}' (FULL_SHARD, SHARD_GRAD_OP, "
+                                                "HYBRID_SHARD, _HYBRID_SHARD_ZERO2, NO_SHARD)", strategy));
+  }
+  // The mesh, not the string, decides HSDP (dist_strategy.py).
+  const bool hybrid_name = strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2";
+  if (hybrid_name && !rep)
+    rc.warnings.push_back(fmt::format(
+        "fsdp_config.sharding_strategy: {} without data_parallel_replicate_degree runs on a 1-D mesh "
+        "and Composer silently uses {}", strategy, strategy == "HYBRID_SHARD" ? "FULL_SHARD" : "SHARD_GRAD_OP"));
+  if (!hybrid_name && rep && *rep != 1 && plan.sharding != Sharding::none)
+    rc.warnings.push_back(fmt::format(
+        "fsdp_config.data_parallel_replicate_degree: a 2-D mesh turns {} into {} (shard within "
+        "the shard group, replicate across groups)", strategy,
+        strategy == "FULL_SHARD" ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2"));
+}
+
+// FSDP1's prefetch and all-gather limiter, and its unsharded root unit.
+void read_fsdp1_prefetch(const std::string& path, const YView& fsdp, Plan& plan) {
+  const std::string bp = upper(fsdp.get_string("backward_prefetch").value_or("BACKWARD_POST"));
+  if (bp == "NONE") plan.backward_prefetch = BackwardPrefetch::none;
+  else if (auto b = parse_backward_prefetch(bp)) plan.backward_prefetch = *b;
+  else fsdp.fail("backward_prefetch", fmt::format("unknown value '{}' (BACKWARD_PRE, BACKWARD_POST, NONE)", bp));
+  plan.forward_prefetch = fsdp.get_bool("forward_prefetch").value_or(false);
+  plan.limit_all_gathers = fsdp.get_bool("limit_all_gathers").value_or(true);
+  auto limit = [&](const std::string& k) {
+    const auto v = fsdp.get_int(k).value_or(1);
+    if (v <= 0) fsdp.fail(k, fmt::format("must be positive, got {}", v));
+    return limits::check_int(path, fsdp.key(k), v, 1, limits::kMaxLayers, "prefetched layers (the layer maximum)");
+  };
+  plan.forward_prefetch_limit = limit("forward_prefetch_limit");
+  plan.backward_prefetch_limit = limit("backward_prefetch_limit");
+  // FSDP1 never frees the root unit's params after forward (_post_forward_reshard), and in
+  // Composer the root holds the embeddings, final norm and head.
+  plan.root_unsharded = plan.sharding != Sharding::none;
+}
+
+// tp_config: llm-foundry's FFN-only tensor parallelism, which needs use_orig_params.
+void read_tp(const std::string& path, const YView& top, const YView& fsdp, bool orig, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  if (auto tp = top.map("tp_config")) {
+    const auto strat = tp->get_string("strategy");
+    if (!strat) tp->fail("strategy", "required (llm-foundry registers 'ffn')");
+    if (*strat != "ffn") tp->fail("strategy", fmt::format("unknown TP strategy '{}' (llm-foundry registers only 'ffn')", *strat));
+    const auto deg = tp->get_int("tensor_parallel_degree");
+    if (!deg) tp->fail("tensor_parallel_degree", "required");
+    if (*deg <= 0) tp->fail("tensor_parallel_degree", fmt::format("must be positive, got {}", *deg));
+    if (!orig) fsdp.fail("use_orig_params", "tensor parallelism requires use_orig_params: true (Composer raises)");
+    if (rc.model.moe.enabled()) tp->fail("strategy", "llm-foundry rejects TP for MoE FFNs");
+    if (*deg == 1) {
+      rc.warnings.push_back("tp_config.tensor_parallel_degree: 1 is dropped by Composer (no TP)");
+    } else {
+      plan.mesh.tp = limits::check_int(path, tp->key("tensor_parallel_degree"), *deg, 1, limits::kMaxGpus,
+                                       "a mesh degree (the GPU maximum)");
+      plan.tp_style = TpStyle::mlp_only;
+      plan.sequence_parallel = false;
+    }
+  }
+}
+
 }  // namespace
 
 bool looks_like_llm_foundry(const std::string& text) {
@@ -487,48 +774,8 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       top.fail(k, fmt::format("unknown top-level key{}; llm-foundry raises 'Unused parameters' on it "
                               "(put free variables under variables:)", did_you_mean(k, kTopLevel)));
 
-  // ---- compile_config: None (absent) is eager; a map is torch.compile's kwargs (Composer's
-  // Trainer(compile_config=...)). The "reduce-overhead" and "max-autotune" modes capture CUDA graphs.
-  if (const YAML::Node cc = root["compile_config"]; cc && !cc.IsNull()) {
-    if (!cc.IsMap()) top.fail("compile_config", "must be a map of torch.compile arguments (or null for eager)");
-    plan.compile = true;
-    if (const YAML::Node mode = cc["mode"]; mode && !mode.IsNull()) {
-      const std::string m = mode.IsScalar() ? mode.Scalar() : std::string();
-      if (m != "default" && m != "reduce-overhead" && m != "max-autotune" && m != "max-autotune-no-cudagraphs")
-        top.fail("compile_config.mode", fmt::format("unknown torch.compile mode '{}' (default, reduce-overhead, "
-                                                    "max-autotune, max-autotune-no-cudagraphs)", m));
-      plan.cuda_graphs = m == "reduce-overhead" || m == "max-autotune";
-    }
-  }
-
-  // ---- batch and sequence (llmfoundry/utils/config_utils.py calculate_batch_size_info)
-  const auto seq = top.get_int("max_seq_len");
-  if (!seq) top.fail("max_seq_len", "required");
-  if (*seq <= 0) top.fail("max_seq_len", fmt::format("must be positive, got {}", *seq));
-  limits::check_count(path, "max_seq_len", *seq, 1, limits::kMaxSeqLen, "the sequence length");
-  rc.job.seq_len = *seq;
-  const auto global = top.get_int("global_train_batch_size");
-  if (!global) top.fail("global_train_batch_size", "required");
-  if (*global <= 0) top.fail("global_train_batch_size", fmt::format("must be positive, got {}", *global));
-  rc.job.global_batch = *global;
-  rc.job.grad_accum = 0;  // ceil(device batch / micro), once the world size is known
-  {
-    const std::string mk = "device_train_microbatch_size";
-    const std::string mv = top.get_string(mk).value_or("auto");
-    if (mv == "auto") {
-      // Composer's auto-microbatching starts at the whole device batch and halves on OOM; the
-      // first try (no accumulation) is what meshplan models, so a plan that does not fit tells
-      // the user to pick a number.
-      rc.job.micro_batch = 0;
-      rc.left_to_runtime.micro_batch = true;
-      rc.warnings.push_back("device_train_microbatch_size: 'auto' (Composer halves on OOM from the whole device "
-                            "batch); modeled as the largest halving that fits once the cluster is known");
-    } else {
-      const auto mb = top.get_int(mk);
-      if (*mb <= 0) top.fail(mk, fmt::format("must be positive or 'auto', got {}", *mb));
-      rc.job.micro_batch = *mb;
-    }
-  }
+  read_compile(root, top, rc);
+  read_batch(path, top, rc);
 
   // ---- precision
   const Amp amp = parse_precision(top, rc.warnings);
@@ -536,228 +783,30 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   if (amp.fp8) plan.fp8 = Fp8Recipe::te_delayed;
   plan.state_dtype = Dtype::fp32;  // FSDP keeps fp32 sharded master params in every mode
 
-  // ---- optimizer (memory depends on the number of moments)
-  if (auto opt = top.map("optimizer")) {
-    const std::string n = opt->get_string("name").value_or("decoupled_adamw");
-    if (n == "decoupled_adamw" || n == "adamw" || n == "adam") plan.optimizer = Optimizer::adamw;
-    else if (n == "decoupled_sgdw" || n == "sgd") plan.optimizer = Optimizer::sgd;
-    else
-      rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW (two fp32 moments)", n));
-  }
-
+  read_optimizer(top, rc);
   read_model(path, top, opts, rc);
 
-  // ---- fsdp_config
   auto fsdp = top.map("fsdp_config");
   if (top.has("fsdp_config") && !fsdp && !top.raw("fsdp_config").IsNull())
     top.fail("fsdp_config", "expected a map");
   plan.root_unsharded = false;
   plan.grad_sync_every_microbatch = true;  // Composer uses no_sync only for DDP
   if (!fsdp) {
-    // No fsdp_config: Composer wraps the model in DDP.
-    plan.runtime = Runtime::composer_fsdp1;
-    plan.sharding = Sharding::none;
-    plan.reshard_after_forward = false;
-    // DDP keeps fp32 params and all-reduces fp32 grads; only autocast runs in amp.
-    plan.param_dtype = Dtype::fp32;
-    plan.reduce_dtype = Dtype::fp32;
-    plan.mixed_precision_name = "";
-    plan.mesh.dp_shard = -1;
+    read_ddp(plan);
   } else {
     const bool fsdp2 = fsdp->has("reshard_after_forward");
     plan.runtime = fsdp2 ? Runtime::composer_fsdp2 : Runtime::composer_fsdp1;
-    const auto& valid = fsdp2 ? kFsdp2Keys : kFsdp1Keys;
-    if (fsdp2)
-      rc.warnings.push_back("fsdp_config.reshard_after_forward: an FSDP2Config-only key; assuming the "
-                            "run is launched with FSDP_VERSION=2 (FSDP1 would silently ignore it)");
-    for (const auto& k : fsdp->keys()) {
-      if (std::find(valid.begin(), valid.end(), k) != valid.end()) continue;
-      const bool fsdp1_only = std::find(kFsdp1Keys.begin(), kFsdp1Keys.end(), k) != kFsdp1Keys.end();
-      if (fsdp2 && fsdp1_only)
-        rc.warnings.push_back(fmt::format("fsdp_config.{}: FSDP1-only; FSDP2Config.from_compatible_attrs "
-                                          "drops it", k));
-      else
-        rc.warnings.push_back(fmt::format("fsdp_config.{}: unknown key, silently ignored by Composer{}",
-                                          k, did_you_mean(k, valid)));
-    }
-    if (fsdp->has("device_mesh"))
-      fsdp->fail("device_mesh", "Composer raises on device_mesh in fsdp_config; use "
-                                "data_parallel_shard_degree / data_parallel_replicate_degree");
-
-    // Mixed precision (composer/distributed/mosaic_parallelism.py get_mixed_precision).
-    const YAML::Node mp = fsdp->raw("mixed_precision");
-    if (mp && mp.IsMap()) {
-      const YView d(path, mp, fsdp->key("mixed_precision"));
-      auto dt = [&](const std::string& k) -> std::optional<Dtype> {
-        const auto s = d.get_string(k);
-        if (!s || *s == "None" || *s == "null") return std::nullopt;
-        const auto v = parse_dtype(*s);
-        if (!v) d.fail(k, fmt::format("unknown dtype '{}'", *s));
-        return v;
-      };
-      for (const auto& k : d.keys())
-        if (k != "param_dtype" && k != "reduce_dtype" && k != "buffer_dtype")
-          rc.warnings.push_back(fmt::format("fsdp_config.mixed_precision.{}: unknown key, ignored by "
-                                            "Composer", k));
-      const auto p = dt("param_dtype");
-      const auto r = dt("reduce_dtype");
-      dt("buffer_dtype");
-      // Missing param dtype = the fp32 original; missing reduce dtype follows param_dtype (torch
-      // MixedPrecision), fp32 when both are missing.
-      plan.param_dtype = p.value_or(Dtype::fp32);
-      plan.reduce_dtype = r.value_or(plan.param_dtype);
-      plan.mixed_precision_name = "custom";
-    } else {
-      const std::string name = upper(fsdp->get_string("mixed_precision").value_or("DEFAULT"));
-      if (name == "FULL") {
-        plan.param_dtype = Dtype::fp32;
-        plan.reduce_dtype = Dtype::fp32;
-      } else if (name == "DEFAULT") {
-        plan.param_dtype = amp.dtype;
-        plan.reduce_dtype = Dtype::fp32;
-      } else if (name == "PURE") {
-        plan.param_dtype = amp.dtype;
-        plan.reduce_dtype = amp.dtype;
-      } else {
-        fsdp->fail("mixed_precision", fmt::format("unknown mixed precision '{}' (FULL, DEFAULT, PURE "
-                                                  "or a dict of dtypes)", name));
-      }
-      plan.mixed_precision_name = name;
-    }
+    check_fsdp_keys(fsdp2, *fsdp, rc);
+    read_mixed_precision(path, *fsdp, amp, rc);
     if (!fsdp2) plan.keep_low_precision_grads = fsdp->get_bool("keep_low_precision_grads").value_or(false);
-
-    // Activation checkpointing and offload.
-    const bool ac = fsdp->get_bool("activation_checkpointing").value_or(false);
-    const auto reentrant = fsdp2 ? std::optional<bool>{} : fsdp->get_bool("activation_checkpointing_reentrant");
-    plan.ac = ac ? AcMode::full : AcMode::none;
-    plan.ac_every_n = 1;
+    const bool orig = read_fsdp_recompute_offload(fsdp2, *fsdp, rc);
     if (fsdp2) {
-      plan.ac_reentrant = false;  // Composer's FSDP2 apply_ac always uses NO_REENTRANT
-    } else if (ac) {
-      plan.ac_reentrant = reentrant.value_or(true);
-      if (plan.ac_reentrant)
-        rc.warnings.push_back(
-            "fsdp_config.activation_checkpointing_reentrant: true (Composer's default when unset) "
-            "recomputes whole blocks and holds a block's activations at once in backward; "
-            "non-reentrant (false) is never worse for memory");
+      read_fsdp2_sharding(*fsdp, rc);
     } else {
-      plan.ac_reentrant = false;
-      if (fsdp->has("activation_checkpointing_reentrant"))
-        rc.warnings.push_back("fsdp_config.activation_checkpointing_reentrant: has no effect without "
-                              "activation_checkpointing: true");
+      read_fsdp1_sharding(path, *fsdp, rc);
+      read_fsdp1_prefetch(path, *fsdp, plan);
     }
-    plan.act_offload = fsdp->get_bool("activation_cpu_offload").value_or(false);
-    const bool orig = fsdp2 ? true : fsdp->get_bool("use_orig_params").value_or(true);
-    if (plan.act_offload && !orig)
-      fsdp->fail("activation_cpu_offload", "requires use_orig_params: true (Composer raises)");
-
-    if (!fsdp2 && fsdp->get_bool("cpu_offload").value_or(false))
-      fsdp->fail("cpu_offload", "Composer's FSDP1 path raises ValueError('FSDP CPU Offload not "
-                                "supported yet.'); use activation_cpu_offload for activations");
-    plan.param_offload = false;
-
-    if (auto sd = fsdp->get_string("state_dict_type"); sd && *sd != "full" && *sd != "sharded")
-      fsdp->fail("state_dict_type", fmt::format("'{}' is not accepted (full or sharded)", *sd));
-
-    if (fsdp2) {
-      // FSDP2: reshard_after_forward decides ZeRO-3 vs ZeRO-2; no limiter, implicit prefetch
-      // that behaves like BACKWARD_PRE, and the mesh degrees are not read (shard fixed at -1).
-      const YAML::Node r = fsdp->raw("reshard_after_forward");
-      bool reshard = true;
-      try {
-        reshard = r.as<bool>();
-      } catch (const YAML::Exception&) {
-        const auto n = fsdp->get_int("reshard_after_forward");
-        if (*n <= 1) fsdp->fail("reshard_after_forward", fmt::format("an int must be a divisor > 1 of the shard group, got {}", *n));
-        rc.warnings.push_back(fmt::format("fsdp_config.reshard_after_forward: {} (reshard to a smaller "
-                                          "group) is modeled as resharding to the full group", *n));
-      }
-      plan.sharding = reshard ? Sharding::zero3 : Sharding::zero2;
-      plan.reshard_after_forward = reshard;
-      plan.backward_prefetch = BackwardPrefetch::backward_pre;
-      plan.forward_prefetch = true;
-      plan.limit_all_gathers = false;
-      plan.root_unsharded = false;
-      plan.mesh.dp_shard = -1;
-      plan.mesh.dp_replicate = 1;
-    } else {
-      const std::string strategy = upper(fsdp->get_string("sharding_strategy").value_or("FULL_SHARD"));
-      const auto rep = fsdp->get_int("data_parallel_replicate_degree");
-      const auto shard = fsdp->get_int("data_parallel_shard_degree").value_or(-1);
-      auto degree_ok = [&](const std::string& k, std::int64_t v) {
-        if (v == 0 || v < -1) fsdp->fail(k, fmt::format("must be positive or -1, got {}", v));
-      };
-      degree_ok("data_parallel_shard_degree", shard);
-      if (rep) degree_ok("data_parallel_replicate_degree", *rep);
-      if (rep && *rep == -1 && shard == -1)
-        fsdp->fail("data_parallel_replicate_degree", "at most one mesh degree may be -1");
-      auto narrow = [&](const std::string& k, std::int64_t v) {
-        return v == -1 ? -1 : limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
-      };
-      plan.mesh.dp_shard = narrow("data_parallel_shard_degree", shard);
-      plan.mesh.dp_replicate = rep ? narrow("data_parallel_replicate_degree", *rep) : 1;
-      if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
-        plan.sharding = Sharding::zero3;
-        plan.reshard_after_forward = true;
-      } else if (strategy == "SHARD_GRAD_OP" || strategy == "_HYBRID_SHARD_ZERO2") {
-        plan.sharding = Sharding::zero2;
-        plan.reshard_after_forward = false;
-      } else if (strategy == "NO_SHARD") {
-        plan.sharding = Sharding::none;
-        plan.reshard_after_forward = false;
-      } else {
-        fsdp->fail("sharding_strategy", fmt::format("unknown strategy '{}' (FULL_SHARD, SHARD_GRAD_OP, "
-                                                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2, NO_SHARD)", strategy));
-      }
-      // The mesh, not the string, decides HSDP (dist_strategy.py).
-      const bool hybrid_name = strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2";
-      if (hybrid_name && !rep)
-        rc.warnings.push_back(fmt::format(
-            "fsdp_config.sharding_strategy: {} without data_parallel_replicate_degree runs on a 1-D mesh "
-            "and Composer silently uses {}", strategy, strategy == "HYBRID_SHARD" ? "FULL_SHARD" : "SHARD_GRAD_OP"));
-      if (!hybrid_name && rep && *rep != 1 && plan.sharding != Sharding::none)
-        rc.warnings.push_back(fmt::format(
-            "fsdp_config.data_parallel_replicate_degree: a 2-D mesh turns {} into {} (shard within "
-            "the shard group, replicate across groups)", strategy,
-            strategy == "FULL_SHARD" ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2"));
-
-      const std::string bp = upper(fsdp->get_string("backward_prefetch").value_or("BACKWARD_POST"));
-      if (bp == "NONE") plan.backward_prefetch = BackwardPrefetch::none;
-      else if (auto b = parse_backward_prefetch(bp)) plan.backward_prefetch = *b;
-      else fsdp->fail("backward_prefetch", fmt::format("unknown value '{}' (BACKWARD_PRE, BACKWARD_POST, NONE)", bp));
-      plan.forward_prefetch = fsdp->get_bool("forward_prefetch").value_or(false);
-      plan.limit_all_gathers = fsdp->get_bool("limit_all_gathers").value_or(true);
-      auto limit = [&](const std::string& k) {
-        const auto v = fsdp->get_int(k).value_or(1);
-        if (v <= 0) fsdp->fail(k, fmt::format("must be positive, got {}", v));
-        return limits::check_int(path, fsdp->key(k), v, 1, limits::kMaxLayers, "prefetched layers (the layer maximum)");
-      };
-      plan.forward_prefetch_limit = limit("forward_prefetch_limit");
-      plan.backward_prefetch_limit = limit("backward_prefetch_limit");
-      // FSDP1 never frees the root unit's params after forward (_post_forward_reshard), and in
-      // Composer the root holds the embeddings, final norm and head.
-      plan.root_unsharded = plan.sharding != Sharding::none;
-    }
-
-    // ---- tp_config
-    if (auto tp = top.map("tp_config")) {
-      const auto strat = tp->get_string("strategy");
-      if (!strat) tp->fail("strategy", "required (llm-foundry registers 'ffn')");
-      if (*strat != "ffn") tp->fail("strategy", fmt::format("unknown TP strategy '{}' (llm-foundry registers only 'ffn')", *strat));
-      const auto deg = tp->get_int("tensor_parallel_degree");
-      if (!deg) tp->fail("tensor_parallel_degree", "required");
-      if (*deg <= 0) tp->fail("tensor_parallel_degree", fmt::format("must be positive, got {}", *deg));
-      if (!orig) fsdp->fail("use_orig_params", "tensor parallelism requires use_orig_params: true (Composer raises)");
-      if (rc.model.moe.enabled()) tp->fail("strategy", "llm-foundry rejects TP for MoE FFNs");
-      if (*deg == 1) {
-        rc.warnings.push_back("tp_config.tensor_parallel_degree: 1 is dropped by Composer (no TP)");
-      } else {
-        plan.mesh.tp = limits::check_int(path, tp->key("tensor_parallel_degree"), *deg, 1, limits::kMaxGpus,
-                                         "a mesh degree (the GPU maximum)");
-        plan.tp_style = TpStyle::mlp_only;
-        plan.sequence_parallel = false;
-      }
-    }
+    read_tp(path, top, *fsdp, orig, rc);
   }
   if (!fsdp && top.map("tp_config"))
     top.fail("tp_config", "Composer requires fsdp_config for tensor parallelism");

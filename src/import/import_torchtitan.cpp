@@ -230,6 +230,316 @@ Dtype torch_dtype(const TomlView& v, std::string_view key, const std::string& df
   v.fail(key, fmt::format("'{}' is not accepted (bfloat16 or float32)", s));
 }
 
+
+// The model: a shipped one for the llama3 flavors and deepseek_v3 671B
+// (torchtitan/models/llama3/__init__.py), unless --model gives it.
+void read_model(const TomlView& model, const ImportOptions& opts, RunConfig& rc) {
+  const std::string mname = model.get_string("name").value_or("llama3");
+  std::string flavor = model.get_string("flavor").value_or("debugmodel");
+  if (opts.model) {
+    rc.model = *opts.model;
+  } else {
+    if (mname == "deepseek_v3") {
+      // torchtitan/models/deepseek_v3: the 671B flavor is DeepSeek-V3's shape (no MTP module).
+      if (flavor != "671B")
+        model.fail("flavor", fmt::format("'{}': meshplan maps only deepseek_v3's 671B flavor to a shipped model "
+                                         "(deepseek-v3); pass --model", flavor));
+      flavor = "671B";
+    } else if (mname != "llama3") {
+      model.fail("name", fmt::format("'{}': meshplan maps only torchtitan's llama3 flavors and deepseek_v3 671B to "
+                                     "shipped models; pass --model path/to/config.json", mname));
+    }
+    std::string base = mname == "deepseek_v3" ? "deepseek-v3" : flavor;
+    for (const char* suffix : {"_flex_attn", "_varlen_attn", "_flex", "_varlen"})
+      if (base.size() > std::string_view(suffix).size() && base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
+    std::string shipped;
+    if (base == "8B") shipped = "llama3.1-8b";
+    else if (base == "70B") shipped = "llama3.1-70b";
+    else if (base == "405B") shipped = "llama3.1-405b";
+    else if (base == "deepseek-v3") shipped = "deepseek-v3";
+    else if (base == "debugmodel")
+      model.fail("flavor", "debugmodel is torchtitan's tiny smoke-test model (a few layers, small vocab), "
+                           "not a training target meshplan ships; use 8B, 70B or 405B or pass --model");
+    else
+      model.fail("flavor", fmt::format("unknown llama3 flavor '{}' (8B, 70B, 405B)", flavor));
+    rc.model = load_model(shipped);
+  }
+}
+
+// The mesh degrees and the EP and CP backends (torchtitan/distributed/parallel_dims.py).
+void read_parallelism(const std::string& path, const TomlView& par, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  auto degree = [&](const char* key, std::int64_t dflt, bool allow_minus_one) {
+    const std::int64_t v = par.get_int(key).value_or(dflt);
+    if (allow_minus_one && v == -1) return -1;
+    if (v <= 0)
+      par.fail(key, allow_minus_one ? fmt::format("must be positive or -1, got {}", v)
+                                    : fmt::format("must be positive, got {} (only data_parallel_shard_degree may be -1)", v));
+    return limits::check_int(path, par.key(key), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
+  };
+  Mesh& mesh = plan.mesh;
+  mesh.dp_replicate = degree("data_parallel_replicate_degree", 1, false);
+  mesh.dp_shard = degree("data_parallel_shard_degree", -1, true);
+  mesh.tp = degree("tensor_parallel_degree", 1, false);
+  mesh.pp = degree("pipeline_parallel_degree", 1, false);
+  mesh.cp = degree("context_parallel_degree", 1, false);
+  mesh.ep = degree("expert_parallel_degree", 1, false);
+  // torchtitan's expert_tensor_parallel_degree defaults to 1 (the experts are not TP-split).
+  if (mesh.ep > 1 && rc.model.moe.enabled()) mesh.etp = degree("expert_tensor_parallel_degree", 1, false);
+  if (mesh.ep > 1 && !rc.model.moe.enabled())
+    rc.warnings.push_back("parallelism.expert_parallel_degree: the model has no experts; EP has no effect");
+  // "standard": all-to-all over NCCL; "deepep": DeepEP's per-domain deduplicating dispatch.
+  if (auto b = par.get_string("expert_parallel_comm_backend")) {
+    if (*b == "deepep") plan.moe_dispatcher = MoeDispatcher::deepep;
+    else if (*b != "standard")
+      par.fail("expert_parallel_comm_backend", fmt::format("'{}' is not accepted (standard or deepep)", *b));
+  }
+  if (auto m = par.get_string("context_parallel_rotate_method"); m && *m != "allgather" && *m != "alltoall")
+    par.fail("context_parallel_rotate_method", fmt::format("'{}' is not accepted (allgather or alltoall)", *m));
+}
+
+// torch.compile, and the TP it enables: TP always comes with sequence parallelism in
+// torchtitan (apply_tp); async TP needs compile.
+void read_compile_and_tp(bool early, const TomlView& compile, const TomlView& training, const TomlView& par,
+                         RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const Mesh& mesh = plan.mesh;
+  plan.compile = early ? compile.get_bool("enable").value_or(false) : training.get_bool("compile").value_or(false);
+
+  plan.tp_style = TpStyle::full;
+  plan.sequence_parallel = mesh.tp > 1;
+  const bool async_tp = par.get_bool("enable_async_tensor_parallel").value_or(false);
+  plan.async_tp = async_tp && plan.compile && mesh.tp > 1;
+  if (async_tp && !plan.compile)
+    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: only takes effect with compile; ignored");
+  else if (async_tp && mesh.tp == 1)
+    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: no effect with tensor_parallel_degree 1");
+}
+
+// The schedule and the stages per rank.
+void read_pipeline(const std::string& path, bool early, const TomlView& par, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  Mesh& mesh = plan.mesh;
+  const bool pp = mesh.pp > 1;
+  const std::string sched = par.get_string("pipeline_parallel_schedule").value_or("1F1B");
+  const std::string s = lower(sched);
+  bool multi = false;
+  if (s == "1f1b") plan.schedule = PipelineSchedule::one_f_one_b;
+  else if (s == "gpipe") plan.schedule = PipelineSchedule::gpipe;
+  else if (s == "interleaved1f1b") { plan.schedule = PipelineSchedule::interleaved_1f1b; multi = true; }
+  else if (s == "loopedbfs" || s == "interleavedzerobubble" || s == "zbvzerobubble" || s == "dualpipev") {
+    plan.schedule = PipelineSchedule::interleaved_1f1b;
+    multi = true;
+    if (pp)
+      rc.warnings.push_back(fmt::format("parallelism.pipeline_parallel_schedule: {} is modeled as interleaved "
+                                        "1F1B (its bubble is overestimated)", sched));
+  } else if (s == "pipelineschedulesingle" || s == "pipelineschedulemulti") {
+    if (par.get_string("pipeline_parallel_schedule_csv").value_or("").empty())
+      par.fail("pipeline_parallel_schedule", fmt::format("{} needs pipeline_parallel_schedule_csv", sched));
+    multi = s == "pipelineschedulemulti";
+    plan.schedule = multi ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+    if (pp) rc.warnings.push_back("parallelism.pipeline_parallel_schedule: a CSV schedule is modeled as (interleaved) 1F1B");
+  } else {
+    par.fail("pipeline_parallel_schedule", fmt::format("unknown schedule '{}' (1F1B, Interleaved1F1B, GPipe, LoopedBFS, "
+                                                       "InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, ...)", sched));
+  }
+  // Stages per rank: from layers_per_stage when given, else 1 for single-stage schedules and
+  // 2 for multi-stage ones (torchtitan pipeline_parallel.py).
+  mesh.vpp = 1;
+  if (pp) {
+    if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
+      if (*lps <= 0) par.fail("pipeline_parallel_layers_per_stage", fmt::format("must be positive, got {}", *lps));
+      limits::check_count(path, par.key("pipeline_parallel_layers_per_stage"), *lps, 1, limits::kMaxLayers, "layers");
+      const std::int64_t first = limits::check_count(
+          path, par.key("pipeline_parallel_first_stage_less_layers"),
+          par.get_int("pipeline_parallel_first_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
+      const std::int64_t last = limits::check_count(
+          path, par.key("pipeline_parallel_last_stage_less_layers"),
+          par.get_int("pipeline_parallel_last_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
+      const std::int64_t eff = rc.model.n_layers + (early ? first + last : 0);
+      const std::int64_t stages = (eff + *lps - 1) / *lps;
+      if (stages % mesh.pp != 0)
+        par.fail("pipeline_parallel_layers_per_stage",
+                 fmt::format("{} layers at {} per stage make {} stages, not a multiple of pipeline_parallel_degree {}",
+                             eff, *lps, stages, mesh.pp));
+      mesh.vpp = static_cast<int>(stages / mesh.pp);
+      if (!multi && mesh.vpp != 1)
+        par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
+                                                           "pipeline_parallel_layers_per_stage gives {}", sched, mesh.vpp));
+    } else if (auto sp = par.get_string_array("pipeline_parallel_split_points"); sp && !sp->empty()) {
+      const auto stages = static_cast<std::int64_t>(sp->size()) + 1;
+      if (stages % mesh.pp != 0)
+        par.fail("pipeline_parallel_split_points",
+                 fmt::format("{} split points make {} stages, not a multiple of pipeline_parallel_degree {}",
+                             sp->size(), stages, mesh.pp));
+      mesh.vpp = static_cast<int>(stages / mesh.pp);
+      if (!multi && mesh.vpp != 1)
+        par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
+                                                           "pipeline_parallel_split_points give {}", sched, mesh.vpp));
+    } else {
+      mesh.vpp = multi ? 2 : 1;
+    }
+    if (!early && par.has("pipeline_parallel_split_points"))
+      rc.warnings.push_back("parallelism.pipeline_parallel_split_points: stages are modeled with equal layer counts");
+  }
+}
+
+// The batch and the sequence (torchtitan/train.py).
+void read_batch(const std::string& path, const TomlView& training, const TomlView& par, RunConfig& rc) {
+  const bool pp = rc.plan.mesh.pp > 1;
+  const std::int64_t local = training.get_int("local_batch_size").value_or(8);
+  if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
+  limits::check_count(path, training.key("local_batch_size"), local, 1, limits::kMaxBatch, "sequences per step");
+  const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
+  if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
+  const std::int64_t seq = training.get_int("seq_len").value_or(2048);
+  if (seq <= 0) training.fail("seq_len", fmt::format("must be positive, got {}", seq));
+  rc.job.seq_len = seq;
+  if (pp) {
+    const std::int64_t mb = par.get_int("pipeline_parallel_microbatch_size").value_or(1);
+    if (mb <= 0) par.fail("pipeline_parallel_microbatch_size", fmt::format("must be positive, got {}", mb));
+    if (local % mb != 0)
+      par.fail("pipeline_parallel_microbatch_size",
+               fmt::format("local_batch_size {} is not divisible by the pipeline microbatch size {}", local, mb));
+    rc.job.micro_batch = mb;
+    rc.job.pp_microbatches = local / mb;
+  } else {
+    rc.job.micro_batch = local;
+    rc.job.pp_microbatches = 0;
+  }
+  if (global == -1) {
+    // One local batch per DP rank per step: global = local x dp_replicate x dp_shard.
+    rc.job.global_batch = 0;
+    rc.job.grad_accum = pp ? local / rc.job.micro_batch : 1;
+  } else {
+    rc.job.global_batch = global;
+    rc.job.grad_accum = 0;
+  }
+}
+
+// The dtypes (apply_fsdp's MixedPrecisionPolicy, training.dtype) and CPU offload.
+void read_precision(const TomlView& training, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  plan.param_dtype = torch_dtype(training, "mixed_precision_param", "bfloat16");
+  if (const auto r = training.get_string("mixed_precision_reduce").value_or("float32"); r != "float32")
+    training.fail("mixed_precision_reduce", fmt::format("'{}' is not accepted: torchtitan only allows \"float32\"", r));
+  plan.reduce_dtype = Dtype::fp32;
+  plan.state_dtype = torch_dtype(training, "dtype", "float32");
+  if (plan.state_dtype == Dtype::bf16) plan.param_dtype = Dtype::bf16;  // pure bf16: nothing is fp32
+  plan.compute_dtype = plan.param_dtype;
+  plan.mixed_precision_name = "";
+  plan.param_offload = training.get_bool("enable_cpu_offload").value_or(false);
+}
+
+// The float8 / MX converters, whose names depend on the version (docs/importers.md).
+void read_converters(TorchtitanLayout layout, const TomlView& model, const TomlView& float8, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const bool early = layout == TorchtitanLayout::early_2026;
+  const auto converters = model.get_string_array("converters").value_or(std::vector<std::string>{});
+  bool f8_linear = false;
+  bool mx_linear = false;
+  for (const auto& c : converters) {
+    const bool new_f8 = c == "quantize.linear.float8";
+    const bool new_mx = c == "quantize.linear.mx";
+    const bool grouped = c == "quantize.grouped_mm.float8" || c == "quantize.grouped_mm.mx";
+    const bool old_f8 = c == "float8";
+    const bool old_mx = c == "mx";
+    if (!(new_f8 || new_mx || grouped || old_f8 || old_mx))
+      model.fail("converters", fmt::format("unknown converter '{}' ({})", c,
+                                           early ? "quantize.linear.float8, quantize.linear.mx, quantize.grouped_mm.float8, quantize.grouped_mm.mx"
+                                                 : "float8, mx"));
+    const bool registered = early ? !(old_f8 || old_mx) : (old_f8 || old_mx);
+    if (!registered)
+      rc.warnings.push_back(fmt::format(
+          "model.converters: '{}' is not a registered converter name in the {} (torchtitan raises KeyError); "
+          "modeled as the intended {} training", c, layout_name(layout),
+          (new_mx || old_mx || c == "quantize.grouped_mm.mx") ? "MX" : "float8"));
+    if (grouped) {
+      if (!rc.model.moe.enabled())
+        rc.warnings.push_back(fmt::format("model.converters: '{}' converts MoE grouped GEMMs; the model has none", c));
+      continue;
+    }
+    f8_linear = f8_linear || new_f8 || old_f8;
+    mx_linear = mx_linear || new_mx || old_mx;
+  }
+  if (f8_linear) {
+    const std::string recipe = float8.get_string("recipe_name").value_or("tensorwise");
+    if (recipe == "tensorwise") plan.fp8 = Fp8Recipe::torchao_tensorwise;
+    else if (recipe == "rowwise" || recipe == "rowwise_with_gw_hp") plan.fp8 = Fp8Recipe::torchao_rowwise;
+    else float8.fail("recipe_name", fmt::format("unknown recipe '{}' (tensorwise, rowwise, rowwise_with_gw_hp)", recipe));
+  } else if (mx_linear) {
+    plan.fp8 = Fp8Recipe::mxfp8;
+  }
+  const bool f8_ag = float8.get_bool("enable_fsdp_float8_all_gather").value_or(false);
+  if (f8_ag && plan.fp8 == Fp8Recipe::torchao_tensorwise) plan.fp8_all_gather = true;
+  else if (f8_ag)
+    rc.warnings.push_back(fmt::format("{}: enable_fsdp_float8_all_gather needs the float8 converter with the "
+                                      "tensorwise recipe; ignored", float8.key("enable_fsdp_float8_all_gather")));
+}
+
+// Activation checkpointing (torchtitan/distributed/activation_checkpoint.py).
+void read_recompute(bool early, const TomlView& ac, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const std::string mode = ac.get_string("mode").value_or("selective");
+  plan.ac_reentrant = false;  // PTD checkpoint_wrapper, non-reentrant
+  plan.ac_every_n = 1;
+  if (mode == "none") plan.ac = AcMode::none;
+  else if (mode == "full") plan.ac = AcMode::full;
+  else if (mode == "selective") {
+    const std::string opt = ac.get_string("selective_ac_option").value_or("2");
+    if (opt == "op") {
+      plan.ac = AcMode::selective_op;
+    } else {
+      const bool digits = !opt.empty() && std::all_of(opt.begin(), opt.end(), [](unsigned char c) { return std::isdigit(c); });
+      if (!digits || opt.size() > 9 || std::stoi(opt) <= 0)
+        ac.fail("selective_ac_option", fmt::format("'{}' is not accepted (\"op\" or a positive integer string)", opt));
+      plan.ac = AcMode::selective_layer;
+      plan.ac_every_n = std::stoi(opt);
+    }
+  } else if (mode == "memory_budget" && early) {
+    if (!plan.compile) ac.fail("mode", "memory_budget requires compile (torch._functorch activation_memory_budget)");
+    plan.ac = AcMode::selective_op;
+    rc.warnings.push_back("activation_checkpoint.mode: memory_budget is modeled as per-op selective AC");
+  } else {
+    ac.fail("mode", fmt::format("unknown mode '{}' ({})", mode, early ? "none, selective, full, memory_budget" : "none, selective, full"));
+  }
+}
+
+// FSDP (apply_fsdp): sharding over dp_shard x cp; pure DDP when that is 1 and dp_replicate > 1
+// is decided in resolve_layout once -1 is resolved.
+void read_fsdp(const TomlView& par, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const bool pp = plan.mesh.pp > 1;
+  plan.sharding = Sharding::zero3;
+  const std::string reshard = par.get_string("fsdp_reshard_after_forward").value_or("default");
+  if (reshard == "always") plan.reshard_after_forward = true;
+  else if (reshard == "never") plan.reshard_after_forward = false;
+  else if (reshard == "default") plan.reshard_after_forward = !pp;
+  else par.fail("fsdp_reshard_after_forward", fmt::format("'{}' is not accepted (default, always, never)", reshard));
+  plan.root_unsharded = false;
+  plan.backward_prefetch = BackwardPrefetch::backward_pre;  // FSDP2 prefetches one group ahead
+  plan.forward_prefetch = true;                             // implicit, on the all-gather stream
+  plan.limit_all_gathers = false;                           // FSDP2 has no rate limiter
+  plan.grad_sync_every_microbatch = true;
+  plan.flash_attention = true;
+  plan.dropout = false;
+}
+
+// The optimizer and its implementation.
+void read_optimizer(const TomlView& optim, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const std::string oname = optim.get_string("name").value_or("AdamW");
+  if (oname == "AdamW" || oname == "Adam") plan.optimizer = Optimizer::adamw;
+  else rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW", oname));
+  // torchtitan's default is "fused" (JobConfig Optimizer.implementation); foreach adds the
+  // whole-model temporaries of torch's _multi_tensor_adam.
+  if (const auto impl = optim.get_string("implementation")) {
+    const auto parsed = parse_optimizer_impl(*impl);
+    if (!parsed || *parsed == OptimizerImpl::framework)
+      optim.fail("implementation", fmt::format("'{}' is not accepted (for-loop, foreach, fused)", *impl));
+    plan.optimizer_impl = *parsed;
+  }
+}
 }  // namespace
 
 TorchtitanLayout detect_torchtitan_layout(const toml::table& t) {
@@ -272,284 +582,16 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
     float8 = *f;
   }
 
-  // ---- model (torchtitan/models/llama3/__init__.py flavors)
-  const std::string mname = model.get_string("name").value_or("llama3");
-  std::string flavor = model.get_string("flavor").value_or("debugmodel");
-  if (opts.model) {
-    rc.model = *opts.model;
-  } else {
-    if (mname == "deepseek_v3") {
-      // torchtitan/models/deepseek_v3: the 671B flavor is DeepSeek-V3's shape (no MTP module).
-      if (flavor != "671B")
-        model.fail("flavor", fmt::format("'{}': meshplan maps only deepseek_v3's 671B flavor to a shipped model "
-                                         "(deepseek-v3); pass --model", flavor));
-      flavor = "671B";
-    } else if (mname != "llama3") {
-      model.fail("name", fmt::format("'{}': meshplan maps only torchtitan's llama3 flavors and deepseek_v3 671B to "
-                                     "shipped models; pass --model path/to/config.json", mname));
-    }
-    std::string base = mname == "deepseek_v3" ? "deepseek-v3" : flavor;
-    for (const char* suffix : {"_flex_attn", "_varlen_attn", "_flex", "_varlen"})
-      if (base.size() > std::string_view(suffix).size() && base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
-    std::string shipped;
-    if (base == "8B") shipped = "llama3.1-8b";
-    else if (base == "70B") shipped = "llama3.1-70b";
-    else if (base == "405B") shipped = "llama3.1-405b";
-    else if (base == "deepseek-v3") shipped = "deepseek-v3";
-    else if (base == "debugmodel")
-      model.fail("flavor", "debugmodel is torchtitan's tiny smoke-test model (a few layers, small vocab), "
-                           "not a training target meshplan ships; use 8B, 70B or 405B or pass --model");
-    else
-      model.fail("flavor", fmt::format("unknown llama3 flavor '{}' (8B, 70B, 405B)", flavor));
-    rc.model = load_model(shipped);
-  }
-
-  // ---- parallelism degrees (torchtitan/distributed/parallel_dims.py)
-  auto degree = [&](const char* key, std::int64_t dflt, bool allow_minus_one) {
-    const std::int64_t v = par.get_int(key).value_or(dflt);
-    if (allow_minus_one && v == -1) return -1;
-    if (v <= 0)
-      par.fail(key, allow_minus_one ? fmt::format("must be positive or -1, got {}", v)
-                                    : fmt::format("must be positive, got {} (only data_parallel_shard_degree may be -1)", v));
-    return limits::check_int(path, par.key(key), v, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)");
-  };
-  Mesh& mesh = plan.mesh;
-  mesh.dp_replicate = degree("data_parallel_replicate_degree", 1, false);
-  mesh.dp_shard = degree("data_parallel_shard_degree", -1, true);
-  mesh.tp = degree("tensor_parallel_degree", 1, false);
-  mesh.pp = degree("pipeline_parallel_degree", 1, false);
-  mesh.cp = degree("context_parallel_degree", 1, false);
-  mesh.ep = degree("expert_parallel_degree", 1, false);
-  // torchtitan's expert_tensor_parallel_degree defaults to 1 (the experts are not TP-split).
-  if (mesh.ep > 1 && rc.model.moe.enabled()) mesh.etp = degree("expert_tensor_parallel_degree", 1, false);
-  if (mesh.ep > 1 && !rc.model.moe.enabled())
-    rc.warnings.push_back("parallelism.expert_parallel_degree: the model has no experts; EP has no effect");
-  // "standard": all-to-all over NCCL; "deepep": DeepEP's per-domain deduplicating dispatch.
-  if (auto b = par.get_string("expert_parallel_comm_backend")) {
-    if (*b == "deepep") plan.moe_dispatcher = MoeDispatcher::deepep;
-    else if (*b != "standard")
-      par.fail("expert_parallel_comm_backend", fmt::format("'{}' is not accepted (standard or deepep)", *b));
-  }
-  if (auto m = par.get_string("context_parallel_rotate_method"); m && *m != "allgather" && *m != "alltoall")
-    par.fail("context_parallel_rotate_method", fmt::format("'{}' is not accepted (allgather or alltoall)", *m));
-
-  // ---- compile
-  plan.compile = early ? compile.get_bool("enable").value_or(false) : training.get_bool("compile").value_or(false);
-
-  // TP always comes with sequence parallelism in torchtitan (apply_tp).
-  plan.tp_style = TpStyle::full;
-  plan.sequence_parallel = mesh.tp > 1;
-  const bool async_tp = par.get_bool("enable_async_tensor_parallel").value_or(false);
-  plan.async_tp = async_tp && plan.compile && mesh.tp > 1;
-  if (async_tp && !plan.compile)
-    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: only takes effect with compile; ignored");
-  else if (async_tp && mesh.tp == 1)
-    rc.warnings.push_back("parallelism.enable_async_tensor_parallel: no effect with tensor_parallel_degree 1");
-
-  // ---- pipeline
-  const bool pp = mesh.pp > 1;
-  {
-    const std::string sched = par.get_string("pipeline_parallel_schedule").value_or("1F1B");
-    const std::string s = lower(sched);
-    bool multi = false;
-    if (s == "1f1b") plan.schedule = PipelineSchedule::one_f_one_b;
-    else if (s == "gpipe") plan.schedule = PipelineSchedule::gpipe;
-    else if (s == "interleaved1f1b") { plan.schedule = PipelineSchedule::interleaved_1f1b; multi = true; }
-    else if (s == "loopedbfs" || s == "interleavedzerobubble" || s == "zbvzerobubble" || s == "dualpipev") {
-      plan.schedule = PipelineSchedule::interleaved_1f1b;
-      multi = true;
-      if (pp)
-        rc.warnings.push_back(fmt::format("parallelism.pipeline_parallel_schedule: {} is modeled as interleaved "
-                                          "1F1B (its bubble is overestimated)", sched));
-    } else if (s == "pipelineschedulesingle" || s == "pipelineschedulemulti") {
-      if (par.get_string("pipeline_parallel_schedule_csv").value_or("").empty())
-        par.fail("pipeline_parallel_schedule", fmt::format("{} needs pipeline_parallel_schedule_csv", sched));
-      multi = s == "pipelineschedulemulti";
-      plan.schedule = multi ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
-      if (pp) rc.warnings.push_back("parallelism.pipeline_parallel_schedule: a CSV schedule is modeled as (interleaved) 1F1B");
-    } else {
-      par.fail("pipeline_parallel_schedule", fmt::format("unknown schedule '{}' (1F1B, Interleaved1F1B, GPipe, LoopedBFS, "
-                                                         "InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, ...)", sched));
-    }
-    // Stages per rank: from layers_per_stage when given, else 1 for single-stage schedules and
-    // 2 for multi-stage ones (torchtitan pipeline_parallel.py).
-    mesh.vpp = 1;
-    if (pp) {
-      if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
-        if (*lps <= 0) par.fail("pipeline_parallel_layers_per_stage", fmt::format("must be positive, got {}", *lps));
-        limits::check_count(path, par.key("pipeline_parallel_layers_per_stage"), *lps, 1, limits::kMaxLayers, "layers");
-        const std::int64_t first = limits::check_count(
-            path, par.key("pipeline_parallel_first_stage_less_layers"),
-            par.get_int("pipeline_parallel_first_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
-        const std::int64_t last = limits::check_count(
-            path, par.key("pipeline_parallel_last_stage_less_layers"),
-            par.get_int("pipeline_parallel_last_stage_less_layers").value_or(1), 0, limits::kMaxLayers, "layers");
-        const std::int64_t eff = rc.model.n_layers + (early ? first + last : 0);
-        const std::int64_t stages = (eff + *lps - 1) / *lps;
-        if (stages % mesh.pp != 0)
-          par.fail("pipeline_parallel_layers_per_stage",
-                   fmt::format("{} layers at {} per stage make {} stages, not a multiple of pipeline_parallel_degree {}",
-                               eff, *lps, stages, mesh.pp));
-        mesh.vpp = static_cast<int>(stages / mesh.pp);
-        if (!multi && mesh.vpp != 1)
-          par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
-                                                             "pipeline_parallel_layers_per_stage gives {}", sched, mesh.vpp));
-      } else if (auto sp = par.get_string_array("pipeline_parallel_split_points"); sp && !sp->empty()) {
-        const auto stages = static_cast<std::int64_t>(sp->size()) + 1;
-        if (stages % mesh.pp != 0)
-          par.fail("pipeline_parallel_split_points",
-                   fmt::format("{} split points make {} stages, not a multiple of pipeline_parallel_degree {}",
-                               sp->size(), stages, mesh.pp));
-        mesh.vpp = static_cast<int>(stages / mesh.pp);
-        if (!multi && mesh.vpp != 1)
-          par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
-                                                             "pipeline_parallel_split_points give {}", sched, mesh.vpp));
-      } else {
-        mesh.vpp = multi ? 2 : 1;
-      }
-      if (!early && par.has("pipeline_parallel_split_points"))
-        rc.warnings.push_back("parallelism.pipeline_parallel_split_points: stages are modeled with equal layer counts");
-    }
-  }
-
-  // ---- batch (torchtitan/train.py)
-  const std::int64_t local = training.get_int("local_batch_size").value_or(8);
-  if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
-  limits::check_count(path, training.key("local_batch_size"), local, 1, limits::kMaxBatch, "sequences per step");
-  const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
-  if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
-  const std::int64_t seq = training.get_int("seq_len").value_or(2048);
-  if (seq <= 0) training.fail("seq_len", fmt::format("must be positive, got {}", seq));
-  rc.job.seq_len = seq;
-  if (pp) {
-    const std::int64_t mb = par.get_int("pipeline_parallel_microbatch_size").value_or(1);
-    if (mb <= 0) par.fail("pipeline_parallel_microbatch_size", fmt::format("must be positive, got {}", mb));
-    if (local % mb != 0)
-      par.fail("pipeline_parallel_microbatch_size",
-               fmt::format("local_batch_size {} is not divisible by the pipeline microbatch size {}", local, mb));
-    rc.job.micro_batch = mb;
-    rc.job.pp_microbatches = local / mb;
-  } else {
-    rc.job.micro_batch = local;
-    rc.job.pp_microbatches = 0;
-  }
-  if (global == -1) {
-    // One local batch per DP rank per step: global = local x dp_replicate x dp_shard.
-    rc.job.global_batch = 0;
-    rc.job.grad_accum = pp ? local / rc.job.micro_batch : 1;
-  } else {
-    rc.job.global_batch = global;
-    rc.job.grad_accum = 0;
-  }
-
-  // ---- precision (apply_fsdp MixedPrecisionPolicy; training.dtype)
-  plan.param_dtype = torch_dtype(training, "mixed_precision_param", "bfloat16");
-  if (const auto r = training.get_string("mixed_precision_reduce").value_or("float32"); r != "float32")
-    training.fail("mixed_precision_reduce", fmt::format("'{}' is not accepted: torchtitan only allows \"float32\"", r));
-  plan.reduce_dtype = Dtype::fp32;
-  plan.state_dtype = torch_dtype(training, "dtype", "float32");
-  if (plan.state_dtype == Dtype::bf16) plan.param_dtype = Dtype::bf16;  // pure bf16: nothing is fp32
-  plan.compute_dtype = plan.param_dtype;
-  plan.mixed_precision_name = "";
-  plan.param_offload = training.get_bool("enable_cpu_offload").value_or(false);
-
-  // ---- float8 / mx converters (names depend on the version, see docs/importers.md)
-  const auto converters = model.get_string_array("converters").value_or(std::vector<std::string>{});
-  bool f8_linear = false;
-  bool mx_linear = false;
-  for (const auto& c : converters) {
-    const bool new_f8 = c == "quantize.linear.float8";
-    const bool new_mx = c == "quantize.linear.mx";
-    const bool grouped = c == "quantize.grouped_mm.float8" || c == "quantize.grouped_mm.mx";
-    const bool old_f8 = c == "float8";
-    const bool old_mx = c == "mx";
-    if (!(new_f8 || new_mx || grouped || old_f8 || old_mx))
-      model.fail("converters", fmt::format("unknown converter '{}' ({})", c,
-                                           early ? "quantize.linear.float8, quantize.linear.mx, quantize.grouped_mm.float8, quantize.grouped_mm.mx"
-                                                 : "float8, mx"));
-    const bool registered = early ? !(old_f8 || old_mx) : (old_f8 || old_mx);
-    if (!registered)
-      rc.warnings.push_back(fmt::format(
-          "model.converters: '{}' is not a registered converter name in the {} (torchtitan raises KeyError); "
-          "modeled as the intended {} training", c, layout_name(layout),
-          (new_mx || old_mx || c == "quantize.grouped_mm.mx") ? "MX" : "float8"));
-    if (grouped) {
-      if (!rc.model.moe.enabled())
-        rc.warnings.push_back(fmt::format("model.converters: '{}' converts MoE grouped GEMMs; the model has none", c));
-      continue;
-    }
-    f8_linear = f8_linear || new_f8 || old_f8;
-    mx_linear = mx_linear || new_mx || old_mx;
-  }
-  if (f8_linear) {
-    const std::string recipe = float8.get_string("recipe_name").value_or("tensorwise");
-    if (recipe == "tensorwise") plan.fp8 = Fp8Recipe::torchao_tensorwise;
-    else if (recipe == "rowwise" || recipe == "rowwise_with_gw_hp") plan.fp8 = Fp8Recipe::torchao_rowwise;
-    else float8.fail("recipe_name", fmt::format("unknown recipe '{}' (tensorwise, rowwise, rowwise_with_gw_hp)", recipe));
-  } else if (mx_linear) {
-    plan.fp8 = Fp8Recipe::mxfp8;
-  }
-  const bool f8_ag = float8.get_bool("enable_fsdp_float8_all_gather").value_or(false);
-  if (f8_ag && plan.fp8 == Fp8Recipe::torchao_tensorwise) plan.fp8_all_gather = true;
-  else if (f8_ag)
-    rc.warnings.push_back(fmt::format("{}: enable_fsdp_float8_all_gather needs the float8 converter with the "
-                                      "tensorwise recipe; ignored", float8.key("enable_fsdp_float8_all_gather")));
-
-  // ---- activation checkpointing (torchtitan/distributed/activation_checkpoint.py)
-  {
-    const std::string mode = ac.get_string("mode").value_or("selective");
-    plan.ac_reentrant = false;  // PTD checkpoint_wrapper, non-reentrant
-    plan.ac_every_n = 1;
-    if (mode == "none") plan.ac = AcMode::none;
-    else if (mode == "full") plan.ac = AcMode::full;
-    else if (mode == "selective") {
-      const std::string opt = ac.get_string("selective_ac_option").value_or("2");
-      if (opt == "op") {
-        plan.ac = AcMode::selective_op;
-      } else {
-        const bool digits = !opt.empty() && std::all_of(opt.begin(), opt.end(), [](unsigned char c) { return std::isdigit(c); });
-        if (!digits || opt.size() > 9 || std::stoi(opt) <= 0)
-          ac.fail("selective_ac_option", fmt::format("'{}' is not accepted (\"op\" or a positive integer string)", opt));
-        plan.ac = AcMode::selective_layer;
-        plan.ac_every_n = std::stoi(opt);
-      }
-    } else if (mode == "memory_budget" && early) {
-      if (!plan.compile) ac.fail("mode", "memory_budget requires compile (torch._functorch activation_memory_budget)");
-      plan.ac = AcMode::selective_op;
-      rc.warnings.push_back("activation_checkpoint.mode: memory_budget is modeled as per-op selective AC");
-    } else {
-      ac.fail("mode", fmt::format("unknown mode '{}' ({})", mode, early ? "none, selective, full, memory_budget" : "none, selective, full"));
-    }
-  }
-
-  // ---- FSDP (apply_fsdp). Sharding over dp_shard x cp; pure DDP when that is 1 and
-  // dp_replicate > 1 is decided in resolve_layout once -1 is resolved.
-  plan.sharding = Sharding::zero3;
-  const std::string reshard = par.get_string("fsdp_reshard_after_forward").value_or("default");
-  if (reshard == "always") plan.reshard_after_forward = true;
-  else if (reshard == "never") plan.reshard_after_forward = false;
-  else if (reshard == "default") plan.reshard_after_forward = !pp;
-  else par.fail("fsdp_reshard_after_forward", fmt::format("'{}' is not accepted (default, always, never)", reshard));
-  plan.root_unsharded = false;
-  plan.backward_prefetch = BackwardPrefetch::backward_pre;  // FSDP2 prefetches one group ahead
-  plan.forward_prefetch = true;                             // implicit, on the all-gather stream
-  plan.limit_all_gathers = false;                           // FSDP2 has no rate limiter
-  plan.grad_sync_every_microbatch = true;
-  plan.flash_attention = true;
-  plan.dropout = false;
-
-  // ---- optimizer
-  const std::string oname = optim.get_string("name").value_or("AdamW");
-  if (oname == "AdamW" || oname == "Adam") plan.optimizer = Optimizer::adamw;
-  else rc.warnings.push_back(fmt::format("optimizer.name: '{}' is modeled as AdamW", oname));
-  // torchtitan's default is "fused" (JobConfig Optimizer.implementation); foreach adds the
-  // whole-model temporaries of torch's _multi_tensor_adam.
-  if (const auto impl = optim.get_string("implementation")) {
-    const auto parsed = parse_optimizer_impl(*impl);
-    if (!parsed || *parsed == OptimizerImpl::framework)
-      optim.fail("implementation", fmt::format("'{}' is not accepted (for-loop, foreach, fused)", *impl));
-    plan.optimizer_impl = *parsed;
-  }
+  read_model(model, opts, rc);
+  read_parallelism(path, par, rc);
+  read_compile_and_tp(early, compile, training, par, rc);
+  read_pipeline(path, early, par, rc);
+  read_batch(path, training, par, rc);
+  read_precision(training, rc);
+  read_converters(layout, model, float8, rc);
+  read_recompute(early, ac, rc);
+  read_fsdp(par, rc);
+  read_optimizer(optim, rc);
   return rc;
 }
 

@@ -105,10 +105,9 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
   return out;
 }
 
-}  // namespace
-
-Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted,
-                       double observed) {
+// What the observation implies: its step time, the gap to the prediction and its utilization,
+// with a note where the utilization is impossible or the prediction is slower.
+Diagnosis compare_to_prediction(const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted, double observed) {
   if (!(observed > 0)) throw InputError("", "--observed-tokens-per-s", "must be positive");
   Diagnosis d;
   d.observed_tokens_per_s_per_gpu = observed;
@@ -116,7 +115,6 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
   d.predicted_step_s = predicted.step_time_s;
   d.observed_step_s = static_cast<double>(rc.job.tokens_per_step()) / (observed * static_cast<double>(rc.n_gpus));
   d.gap_s = d.observed_step_s - d.predicted_step_s;
-  const double gap = std::max(0.0, d.gap_s);
   // MFU and HFU scale with tokens/s at fixed FLOPs per token, so the observation's utilization
   // follows from the prediction's.
   const double speedup = predicted.tokens_per_s_per_gpu > 0 ? observed / predicted.tokens_per_s_per_gpu : 0;
@@ -133,104 +131,113 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
     d.notes.push_back(fmt::format("the observation is {:.1f}% faster than predicted: the profile for {} is pessimistic "
                                   "for this run (run `meshplan calibrate` on the machine)",
                                   100 * (d.predicted_step_s / d.observed_step_s - 1), c.name));
+  return d;
+}
 
-  auto add = [&](std::string cause, double plausible_step, std::string detail, std::string fix) {
-    const double delta = std::max(0.0, plausible_step - d.predicted_step_s);
-    d.causes.push_back({std::move(cause), std::min(gap, delta), std::move(detail), std::move(fix)});
-  };
+// A cause and the part of the gap it explains: what its plausible perturbation adds to the step,
+// at most the gap.
+void add_cause(Diagnosis& d, double gap, std::string cause, double plausible_step, std::string detail, std::string fix) {
+  const double delta = std::max(0.0, plausible_step - d.predicted_step_s);
+  d.causes.push_back({std::move(cause), std::min(gap, delta), std::move(detail), std::move(fix)});
+}
 
-  // 1. GEMMs slower than the profile.
-  {
-    const double at = step_with(rc, slower_compute(c, kPlausibleComputeFactor));
-    const auto need = gap > 0 ? factor_for([&](double k) { return step_with(rc, slower_compute(c, k)); },
-                                           d.observed_step_s, 0.05)
-                              : std::optional<double>{};
-    add("lower achieved GEMM/attention efficiency", at,
-        fmt::format("at {:.0f}% of the profiled efficiency the step takes {:.2f} s (+{:.2f} s); {}",
-                    100 * kPlausibleComputeFactor, at, at - d.predicted_step_s,
-                    need ? fmt::format("the whole gap needs {:.0f}% of it", 100 * *need)
-                         : std::string("compute alone cannot explain the whole gap")),
-        "check clocks and power capping (nvidia-smi -q -d PERFORMANCE), and that FlashAttention and fused kernels are "
-        "in use; `meshplan calibrate` measures the real curve");
-  }
-  // 2. Slower network.
-  {
-    const double at = step_with(rc, slower_network(c, kPlausibleNetworkFactor));
-    const auto need = gap > 0 ? factor_for([&](double k) { return step_with(rc, slower_network(c, k)); },
-                                           d.observed_step_s, 0.02)
-                              : std::optional<double>{};
-    double comm_bytes = 0;
-    for (const auto& [k, b] : predicted.comm_bytes) comm_bytes += b;
-    add("slower network than modeled", at,
-        fmt::format("{:.1f} GB per GPU per step; at {:.0f}% of the modeled NVLink/NIC bandwidth the step takes {:.2f} s "
-                    "(+{:.2f} s); {}",
-                    comm_bytes / 1e9, 100 * kPlausibleNetworkFactor, at, at - d.predicted_step_s,
-                    need ? fmt::format("the whole gap needs {:.0f}% of the bandwidth", 100 * *need)
-                         : std::string("the network alone cannot explain the whole gap")),
-        "run nccl-tests (all_gather_perf, reduce_scatter_perf) across the same nodes; check NCCL_IB_HCA / "
-        "NCCL_SOCKET_IFNAME and that GPUDirect RDMA is used");
-  }
-  // 3. Communication overlap lost (prefetch not happening, CPU-bound launch, rate limiter stalls).
-  if (rc.plan.sharding != Sharding::none) {
-    RunConfig no_overlap = rc;
-    no_overlap.plan.backward_prefetch = BackwardPrefetch::none;
-    no_overlap.plan.forward_prefetch = false;
-    const double at = step_with(no_overlap, c);
-    const double exposed_now = predicted.breakdown_s.count("exposed_comm") ? predicted.breakdown_s.at("exposed_comm") : 0.0;
-    add("FSDP all-gathers not overlapped with compute", at,
-        fmt::format("{:.2f} s of communication is already exposed in the prediction; without prefetch overlap the step "
-                    "takes {:.2f} s (+{:.2f} s)",
-                    exposed_now, at, at - d.predicted_step_s),
-        rc.plan.runtime == Runtime::composer_fsdp1
-            ? "set fsdp_config.forward_prefetch: true and backward_prefetch: BACKWARD_PRE; a CPU-bound Python loop "
-              "(many small FSDP units) also delays the all-gather launches"
-            : "check with a profiler that all-gathers run on their own stream ahead of the compute that needs them");
-  }
-  // 4. A slower host thread: kernels issued later than the GPU could run them.
-  {
-    ClusterSpec slow = c;
-    slow.host.op_seconds *= kPlausibleHostFactor;
-    const double at = step_with(rc, slow);
-    add("host-bound: the CPU issues kernels slower than the GPU runs them", at,
-        fmt::format("the host thread is busy {:.3f} s of the {:.3f} s step and the GPU waits {:.3f} s on it{}; at {:.0f}x "
-                    "the profiled per-op host cost the step takes {:.3f} s (+{:.3f} s)",
-                    predicted.host_busy_s, predicted.step_time_s,
-                    predicted.breakdown_s.count("host_wait") ? predicted.breakdown_s.at("host_wait") : 0.0,
-                    predicted.host_bound ? " (host-bound already)" : "", kPlausibleHostFactor, at,
-                    at - d.predicted_step_s),
-        "issue fewer ops per token: a larger micro-batch or fewer micro-batches, CUDA graphs (Megatron "
-        "--enable-cuda-graph), torch.compile; check the CPU governor and that no other process shares the cores");
-  }
-  // 5. What no perturbation explains: a per-step constant.
-  {
-    double best = 0;
-    for (const auto& x : d.causes) best = std::max(best, x.explains_s);
-    const double rest = std::max(0.0, gap - best);
-    const double per_mb = rest / static_cast<double>(std::max<std::int64_t>(1, rc.job.grad_accum));
-    d.causes.push_back(
-        {"unexplained (data loading, logging, evaluation or host overhead?)", rest,
-         fmt::format("{:.2f} s per step beyond the largest simulated cause ({:.0f} ms per micro-batch): no simulated "
-                     "cause accounts for it, and the simulator has no data loading, logging or evaluation",
-                     rest, 1000 * per_mb),
-         "check dataloader workers and that the throughput window excludes warm-up, evaluation and checkpointing; "
-         "profile one step (torch.profiler) for CPU gaps between kernels",
-         true});
-  }
-  // Causes that explain part of the gap first, by how much; the remainder last whatever its size.
-  std::stable_sort(d.causes.begin(), d.causes.end(), [](const GapCause& a, const GapCause& b) {
-    if (a.unexplained != b.unexplained) return b.unexplained;
-    return a.explains_s > b.explains_s;
-  });
+// 1. GEMMs slower than the profile.
+void cause_slower_compute(Diagnosis& d, double gap, const RunConfig& rc, const ClusterSpec& c) {
+  const double at = step_with(rc, slower_compute(c, kPlausibleComputeFactor));
+  const auto need = gap > 0 ? factor_for([&](double k) { return step_with(rc, slower_compute(c, k)); },
+                                         d.observed_step_s, 0.05)
+                            : std::optional<double>{};
+  add_cause(d, gap, "lower achieved GEMM/attention efficiency", at,
+            fmt::format("at {:.0f}% of the profiled efficiency the step takes {:.2f} s (+{:.2f} s); {}",
+                        100 * kPlausibleComputeFactor, at, at - d.predicted_step_s,
+                        need ? fmt::format("the whole gap needs {:.0f}% of it", 100 * *need)
+                             : std::string("compute alone cannot explain the whole gap")),
+            "check clocks and power capping (nvidia-smi -q -d PERFORMANCE), and that FlashAttention and fused kernels are "
+            "in use; `meshplan calibrate` measures the real curve");
+}
 
-  // Memory pressure: not simulated, but it makes the caching allocator retry.
+// 2. Slower network.
+void cause_slower_network(Diagnosis& d, double gap, const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted) {
+  const double at = step_with(rc, slower_network(c, kPlausibleNetworkFactor));
+  const auto need = gap > 0 ? factor_for([&](double k) { return step_with(rc, slower_network(c, k)); },
+                                         d.observed_step_s, 0.02)
+                            : std::optional<double>{};
+  double comm_bytes = 0;
+  for (const auto& [k, b] : predicted.comm_bytes) comm_bytes += b;
+  add_cause(d, gap, "slower network than modeled", at,
+            fmt::format("{:.1f} GB per GPU per step; at {:.0f}% of the modeled NVLink/NIC bandwidth the step takes {:.2f} s "
+                        "(+{:.2f} s); {}",
+                        comm_bytes / 1e9, 100 * kPlausibleNetworkFactor, at, at - d.predicted_step_s,
+                        need ? fmt::format("the whole gap needs {:.0f}% of the bandwidth", 100 * *need)
+                             : std::string("the network alone cannot explain the whole gap")),
+            "run nccl-tests (all_gather_perf, reduce_scatter_perf) across the same nodes; check NCCL_IB_HCA / "
+            "NCCL_SOCKET_IFNAME and that GPUDirect RDMA is used");
+}
+
+// 3. Communication overlap lost (prefetch not happening, CPU-bound launch, rate limiter stalls).
+void cause_lost_overlap(Diagnosis& d, double gap, const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted) {
+  if (rc.plan.sharding == Sharding::none) return;
+  RunConfig no_overlap = rc;
+  no_overlap.plan.backward_prefetch = BackwardPrefetch::none;
+  no_overlap.plan.forward_prefetch = false;
+  const double at = step_with(no_overlap, c);
+  const double exposed_now = predicted.breakdown_s.count("exposed_comm") ? predicted.breakdown_s.at("exposed_comm") : 0.0;
+  add_cause(d, gap, "FSDP all-gathers not overlapped with compute", at,
+            fmt::format("{:.2f} s of communication is already exposed in the prediction; without prefetch overlap the step "
+                        "takes {:.2f} s (+{:.2f} s)",
+                        exposed_now, at, at - d.predicted_step_s),
+            rc.plan.runtime == Runtime::composer_fsdp1
+                ? "set fsdp_config.forward_prefetch: true and backward_prefetch: BACKWARD_PRE; a CPU-bound Python loop "
+                  "(many small FSDP units) also delays the all-gather launches"
+                : "check with a profiler that all-gathers run on their own stream ahead of the compute that needs them");
+}
+
+// 4. A slower host thread: kernels issued later than the GPU could run them.
+void cause_slower_host(Diagnosis& d, double gap, const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted) {
+  ClusterSpec slow = c;
+  slow.host.op_seconds *= kPlausibleHostFactor;
+  const double at = step_with(rc, slow);
+  add_cause(d, gap, "host-bound: the CPU issues kernels slower than the GPU runs them", at,
+            fmt::format("the host thread is busy {:.3f} s of the {:.3f} s step and the GPU waits {:.3f} s on it{}; at {:.0f}x "
+                        "the profiled per-op host cost the step takes {:.3f} s (+{:.3f} s)",
+                        predicted.host_busy_s, predicted.step_time_s,
+                        predicted.breakdown_s.count("host_wait") ? predicted.breakdown_s.at("host_wait") : 0.0,
+                        predicted.host_bound ? " (host-bound already)" : "", kPlausibleHostFactor, at,
+                        at - d.predicted_step_s),
+            "issue fewer ops per token: a larger micro-batch or fewer micro-batches, CUDA graphs (Megatron "
+            "--enable-cuda-graph), torch.compile; check the CPU governor and that no other process shares the cores");
+}
+
+// 5. What no perturbation explains: a per-step constant.
+void cause_residual(Diagnosis& d, double gap, const RunConfig& rc) {
+  double best = 0;
+  for (const auto& x : d.causes) best = std::max(best, x.explains_s);
+  const double rest = std::max(0.0, gap - best);
+  const double per_mb = rest / static_cast<double>(std::max<std::int64_t>(1, rc.job.grad_accum));
+  d.causes.push_back(
+      {"unexplained (data loading, logging, evaluation or host overhead?)", rest,
+       fmt::format("{:.2f} s per step beyond the largest simulated cause ({:.0f} ms per micro-batch): no simulated "
+                   "cause accounts for it, and the simulator has no data loading, logging or evaluation",
+                   rest, 1000 * per_mb),
+       "check dataloader workers and that the throughput window excludes warm-up, evaluation and checkpointing; "
+       "profile one step (torch.profiler) for CPU gaps between kernels",
+       true});
+}
+
+// Memory pressure: not simulated, but it makes the caching allocator retry.
+void note_memory_pressure(Diagnosis& d, const ClusterSpec& c, const StepResult& predicted) {
   double peak = 0;
   for (const auto& s : predicted.stages) peak = std::max(peak, s.peak_bytes);
   if (peak > 0.9 * c.gpu.device_memory_bytes())
     d.notes.push_back(fmt::format("the simulated peak {:.1f} GiB is within 10% of the GPU's {:.1f} GiB: allocator "
                                   "retries (num_alloc_retries in torch.cuda.memory_stats) can slow every step",
                                   peak / kGiB, c.gpu.device_memory_bytes() / kGiB));
+}
 
-  // Config changes that raise the simulated throughput, simulated as edits of the same file.
+// Config changes that raise the simulated throughput, simulated as edits of the same file; the
+// five best.
+void suggest_edits(Diagnosis& d, const RunSource& src, const RunConfig& rc, const ClusterSpec& c,
+                   const StepResult& predicted) {
   try {
     ImportOptions opts;
     if (!src.model.empty()) opts.model = load_model(src.model);
@@ -254,6 +261,26 @@ Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterS
   std::stable_sort(d.suggestions.begin(), d.suggestions.end(),
                    [](const GapSuggestion& a, const GapSuggestion& b) { return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu; });
   if (d.suggestions.size() > 5) d.suggestions.resize(5);
+}
+
+}  // namespace
+
+Diagnosis diagnose_gap(const RunSource& src, const RunConfig& rc, const ClusterSpec& c, const StepResult& predicted,
+                       double observed) {
+  Diagnosis d = compare_to_prediction(rc, c, predicted, observed);
+  const double gap = std::max(0.0, d.gap_s);
+  cause_slower_compute(d, gap, rc, c);
+  cause_slower_network(d, gap, rc, c, predicted);
+  cause_lost_overlap(d, gap, rc, c, predicted);
+  cause_slower_host(d, gap, rc, c, predicted);
+  cause_residual(d, gap, rc);
+  // Causes that explain part of the gap first, by how much; the remainder last whatever its size.
+  std::stable_sort(d.causes.begin(), d.causes.end(), [](const GapCause& a, const GapCause& b) {
+    if (a.unexplained != b.unexplained) return b.unexplained;
+    return a.explains_s > b.explains_s;
+  });
+  note_memory_pressure(d, c, predicted);
+  suggest_edits(d, src, rc, c, predicted);
   return d;
 }
 

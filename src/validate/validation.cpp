@@ -184,10 +184,8 @@ private:
   std::map<std::string, ClusterSpec> cache_;
 };
 
-// One row, pure: reads only its case and its (already loaded) cluster, so rows run in parallel.
-ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster_or_null,
-                            const std::string& cluster_error) {
-  const auto t0 = std::chrono::steady_clock::now();
+// The row's identity, what it assumed and what it measured, before anything is simulated.
+ValidationRowResult row_result(const ValidationCase& vc) {
   ValidationRowResult out;
   out.id = vc.id;
   out.source = vc.source;
@@ -199,6 +197,102 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
   out.measured_tokens_per_s_per_gpu = vc.measured.tokens_per_s_per_gpu;
   out.measured_peak_gib = vc.measured.peak_mem_gib;
   out.skipped = vc.skipped;
+  return out;
+}
+
+// The simulated throughput, its dominant term, and the comparison on the row's own metric: tokens/s,
+// else TFLOP/s or MFU by the source's FLOP convention.
+void compare_throughput(const ValidationCase& vc, const StepResult& sr, bool has_throughput, ValidationRowResult& out) {
+  const Measured& ms = vc.measured;
+  out.predicted_tokens_per_s_per_gpu = sr.tokens_per_s_per_gpu;
+  out.step_time_s = sr.step_time_s;
+  double top = -1;
+  for (const auto& [k, v] : sr.breakdown_s)
+    if (v > top) {
+      top = v;
+      out.dominant_term = k;
+    }
+  out.dominant_share = sr.step_time_s > 0 ? top / sr.step_time_s : 0;
+
+  if (has_throughput && !vc.throughput_not_modeled.empty()) {
+    out.throughput_skipped = vc.throughput_not_modeled;
+  } else if (ms.tokens_per_s_per_gpu) {
+    out.metric = "tokens_per_s_per_gpu";
+    out.predicted_metric = sr.tokens_per_s_per_gpu;
+    out.measured_metric = *ms.tokens_per_s_per_gpu;
+  } else if (ms.tflops_per_gpu || ms.mfu_pct) {
+    // Prefer TFLOP/s when both exist: it carries more digits than the rounded MFU, and the
+    // sources that publish both define MFU as TFLOP/s over one stated peak.
+    const bool use_mfu = !ms.tflops_per_gpu;
+    const auto conv = source_flop_convention(vc, use_mfu);
+    const bool measured_for_conv =
+        conv && (conv->metric == "mfu_pct" ? ms.mfu_pct.has_value() : ms.tflops_per_gpu.has_value());
+    if (!conv || !measured_for_conv) {
+      out.throughput_skipped = fmt::format("no tokens/s, and source '{}' documents no FLOP convention for its {}",
+                                           vc.source, use_mfu ? "MFU" : "TFLOP/s");
+    } else {
+      out.metric = conv->metric;
+      out.metric_definition = conv->definition;
+      const double flops = conv->flops_per_token * sr.tokens_per_s_per_gpu;
+      if (conv->metric == "mfu_pct") {
+        out.predicted_metric = flops / conv->peak_flops_per_s * 100.0;
+        out.measured_metric = *ms.mfu_pct;
+      } else {
+        out.predicted_metric = flops / 1e12;
+        out.measured_metric = *ms.tflops_per_gpu;
+      }
+    }
+  }
+  if (out.predicted_metric && out.measured_metric && *out.measured_metric > 0)
+    out.error_pct = pct_error(*out.predicted_metric, *out.measured_metric);
+}
+
+// The memory comparison on the row's own metric (allocated, reserved or device), at the stage the
+// source measured (rank 0) or the largest; for rows that measured a peak.
+void compare_memory(const ValidationCase& vc, const MemoryEstimate& est, const StepResult& sr,
+                    ValidationRowResult& out) {
+  const Measured& ms = vc.measured;
+  const bool rank0 = kRank0MemorySources.count(vc.source) != 0;
+  const MemoryMetric metric = ms.memory_metric_given ? ms.memory_metric : MemoryMetric::unknown;
+  auto value = [&](const StageMemory& s) {
+    switch (metric) {
+      case MemoryMetric::allocated: return s.allocated_peak_bytes;
+      case MemoryMetric::nvidia_smi: return s.peak_bytes;
+      case MemoryMetric::reserved:
+      case MemoryMetric::unknown: return s.reserved_peak_bytes;
+    }
+    return s.reserved_peak_bytes;
+  };
+  out.memory_metric = metric == MemoryMetric::allocated    ? "allocated"
+                      : metric == MemoryMetric::nvidia_smi ? "device (nvidia-smi: + context, NCCL)"
+                      : metric == MemoryMetric::reserved   ? "reserved"
+                                                           : "allocated..reserved (metric unknown)";
+  if (!est.stages.empty()) {
+    std::size_t pick = 0;
+    if (!rank0)
+      for (std::size_t i = 1; i < est.stages.size(); ++i)
+        if (value(est.stages[i]) > value(est.stages[pick])) pick = i;
+    const StageMemory& st = est.stages[pick];
+    out.memory_stage = rank0 ? "0 (rank 0)" : fmt::format("{} (max)", st.stage);
+    out.predicted_peak_gib = value(st) / kGiB;
+    // A source that does not say which allocator statistic it printed measured one of them:
+    // every value between the predicted peak allocated and peak reserved agrees with it, so
+    // the prediction is the point of that interval nearest the measurement.
+    if (metric == MemoryMetric::unknown && *ms.peak_mem_gib > 0)
+      out.predicted_peak_gib = std::clamp(*ms.peak_mem_gib, st.allocated_peak_bytes / kGiB, st.reserved_peak_bytes / kGiB);
+    out.dominant_memory_term = dominant_memory_term(st.breakdown);
+    for (const auto& tl : sr.stages)
+      if (tl.stage == st.stage)
+        out.timeline_peak_gib = (metric == MemoryMetric::allocated ? tl.allocated_peak_bytes : tl.peak_bytes) / kGiB;
+    if (*ms.peak_mem_gib > 0) out.memory_error_pct = pct_error(*out.predicted_peak_gib, *ms.peak_mem_gib);
+  }
+}
+
+// One row, pure: reads only its case and its (already loaded) cluster, so rows run in parallel.
+ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster_or_null,
+                            const std::string& cluster_error) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ValidationRowResult out = row_result(vc);
   auto finish = [&] {
     out.sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     // Everything a row echoes came from the CSV (or quotes it): printed as printable text.
@@ -226,95 +320,17 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     }
     const RunConfig& rc = resolved;
 
-    // ---- throughput
     const SimulatedStep step = simulate_step(rc.model, rc.plan, rc.job, cluster);
     const StepResult& sr = step.result;
-    out.predicted_tokens_per_s_per_gpu = sr.tokens_per_s_per_gpu;
-    out.step_time_s = sr.step_time_s;
-    double top = -1;
-    for (const auto& [k, v] : sr.breakdown_s)
-      if (v > top) {
-        top = v;
-        out.dominant_term = k;
-      }
-    out.dominant_share = sr.step_time_s > 0 ? top / sr.step_time_s : 0;
+    compare_throughput(vc, sr, has_throughput, out);
 
-    if (has_throughput && !vc.throughput_not_modeled.empty()) {
-      out.throughput_skipped = vc.throughput_not_modeled;
-    } else if (ms.tokens_per_s_per_gpu) {
-      out.metric = "tokens_per_s_per_gpu";
-      out.predicted_metric = sr.tokens_per_s_per_gpu;
-      out.measured_metric = *ms.tokens_per_s_per_gpu;
-    } else if (ms.tflops_per_gpu || ms.mfu_pct) {
-      // Prefer TFLOP/s when both exist: it carries more digits than the rounded MFU, and the
-      // sources that publish both define MFU as TFLOP/s over one stated peak.
-      const bool use_mfu = !ms.tflops_per_gpu;
-      const auto conv = source_flop_convention(vc, use_mfu);
-      const bool measured_for_conv =
-          conv && (conv->metric == "mfu_pct" ? ms.mfu_pct.has_value() : ms.tflops_per_gpu.has_value());
-      if (!conv || !measured_for_conv) {
-        out.throughput_skipped = fmt::format("no tokens/s, and source '{}' documents no FLOP convention for its {}",
-                                             vc.source, use_mfu ? "MFU" : "TFLOP/s");
-      } else {
-        out.metric = conv->metric;
-        out.metric_definition = conv->definition;
-        const double flops = conv->flops_per_token * sr.tokens_per_s_per_gpu;
-        if (conv->metric == "mfu_pct") {
-          out.predicted_metric = flops / conv->peak_flops_per_s * 100.0;
-          out.measured_metric = *ms.mfu_pct;
-        } else {
-          out.predicted_metric = flops / 1e12;
-          out.measured_metric = *ms.tflops_per_gpu;
-        }
-      }
-    }
-    if (out.predicted_metric && out.measured_metric && *out.measured_metric > 0)
-      out.error_pct = pct_error(*out.predicted_metric, *out.measured_metric);
-
-    // ---- the run happened: what the model says it needed of the device. The allocator's cache is
+    // The run happened: what the model says it needed of the device. The allocator's cache is
     // left out: it is released and retried before an allocation fails.
     const MemoryEstimate fit = estimate_memory(rc.model, rc.plan, rc.job, cluster);
     const double needed = device_bytes_needed(fit, cluster);
     if (fit.gpu_memory_bytes > 0) out.predicted_device_fraction = needed / fit.gpu_memory_bytes;
 
-    // ---- memory, on the row's own metric
-    if (has_memory) {
-      const MemoryEstimate& est = fit;
-      const bool rank0 = kRank0MemorySources.count(vc.source) != 0;
-      const MemoryMetric metric = ms.memory_metric_given ? ms.memory_metric : MemoryMetric::unknown;
-      auto value = [&](const StageMemory& s) {
-        switch (metric) {
-          case MemoryMetric::allocated: return s.allocated_peak_bytes;
-          case MemoryMetric::nvidia_smi: return s.peak_bytes;
-          case MemoryMetric::reserved:
-          case MemoryMetric::unknown: return s.reserved_peak_bytes;
-        }
-        return s.reserved_peak_bytes;
-      };
-      out.memory_metric = metric == MemoryMetric::allocated    ? "allocated"
-                          : metric == MemoryMetric::nvidia_smi ? "device (nvidia-smi: + context, NCCL)"
-                          : metric == MemoryMetric::reserved   ? "reserved"
-                                                               : "allocated..reserved (metric unknown)";
-      if (!est.stages.empty()) {
-        std::size_t pick = 0;
-        if (!rank0)
-          for (std::size_t i = 1; i < est.stages.size(); ++i)
-            if (value(est.stages[i]) > value(est.stages[pick])) pick = i;
-        const StageMemory& st = est.stages[pick];
-        out.memory_stage = rank0 ? "0 (rank 0)" : fmt::format("{} (max)", st.stage);
-        out.predicted_peak_gib = value(st) / kGiB;
-        // A source that does not say which allocator statistic it printed measured one of them:
-        // every value between the predicted peak allocated and peak reserved agrees with it, so
-        // the prediction is the point of that interval nearest the measurement.
-        if (metric == MemoryMetric::unknown && *ms.peak_mem_gib > 0)
-          out.predicted_peak_gib = std::clamp(*ms.peak_mem_gib, st.allocated_peak_bytes / kGiB, st.reserved_peak_bytes / kGiB);
-        out.dominant_memory_term = dominant_memory_term(st.breakdown);
-        for (const auto& tl : sr.stages)
-          if (tl.stage == st.stage)
-            out.timeline_peak_gib = (metric == MemoryMetric::allocated ? tl.allocated_peak_bytes : tl.peak_bytes) / kGiB;
-        if (*ms.peak_mem_gib > 0) out.memory_error_pct = pct_error(*out.predicted_peak_gib, *ms.peak_mem_gib);
-      }
-    }
+    if (has_memory) compare_memory(vc, fit, sr, out);
     if (!out.error_pct && !out.memory_error_pct && !out.throughput_skipped.empty()) {
       out.skipped = out.throughput_skipped;  // nothing at all could be compared
     } else if (!out.error_pct && !out.memory_error_pct && !has_throughput && !has_memory) {

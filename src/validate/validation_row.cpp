@@ -491,6 +491,381 @@ void map_batch(const Reader& r, const std::string& fw, const Mesh& mesh, RunConf
   if (!(fw == "torchtitan-fsdp2" && j.pp_microbatches > 0)) j.pp_microbatches = 0;
 }
 
+namespace {
+
+// The TP flags as the row gives them (empty: the framework decides).
+struct TpFlags {
+  std::optional<bool> sp, atp;
+};
+
+// The measured figures, read first: a malformed number is a skip, not a wrong comparison.
+void map_measured(const CsvRow& row, const Reader& r, Measured& ms) {
+  ms.tokens_per_s_per_gpu = r.opt_num("measured_tokens_per_s_per_gpu");
+  ms.tokens_derived_from = row.get("tokens_derived_from");
+  ms.tflops_per_gpu = r.opt_num("measured_tflops_per_gpu");
+  ms.mfu_pct = r.opt_num("measured_mfu_pct");
+  ms.peak_mem_gib = r.opt_num("measured_peak_mem_gib");
+  const std::string metric = r.vocab("memory_metric", {"allocated", "reserved", "nvidia-smi", "unknown"});
+  ms.memory_metric_given = !metric.empty();
+  ms.memory_metric = metric == "allocated"    ? MemoryMetric::allocated
+                     : metric == "reserved"   ? MemoryMetric::reserved
+                     : metric == "nvidia-smi" ? MemoryMetric::nvidia_smi
+                                              : MemoryMetric::unknown;
+}
+
+// The GPU (a name the --gpus files add, else the vocabulary) and the node size.
+void map_hardware(const CsvRow& row, const Reader& r, const std::vector<std::string>& extra_gpus, ValidationCase& vc,
+                  std::vector<std::string>& notes) {
+  const std::string given_gpu = Reader::trim(row.get("gpu"));
+  const bool user_gpu = std::find(extra_gpus.begin(), extra_gpus.end(), given_gpu) != extra_gpus.end();
+  const std::string gpu =
+      user_gpu ? given_gpu
+               : r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
+                                 "h200-141gb", "h100-pcie-80gb", "b200", "b300", "gb200", "gb300"});
+  if (gpu.empty()) {
+    vc.cluster = "h100-sxm-80gb";
+    notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");
+  } else {
+    vc.cluster = gpu;  // a100-unknown resolves through hardware_profiles/aliases.toml
+  }
+  if (auto g = r.opt_count("gpus_per_node", limits::kMaxGpusPerNode)) {
+    if (*g <= 0) throw Skip{fmt::format("gpus_per_node: must be positive, got {}", *g)};
+    vc.gpus_per_node = static_cast<int>(*g);
+  }
+}
+
+// The mesh degrees and the pipeline schedule they imply.
+void map_mesh(const Reader& r, RunConfig& rc, std::vector<std::string>& notes) {
+  Plan& p = rc.plan;
+  Mesh& mesh = p.mesh;
+  const std::int64_t n_gpus = r.count("n_gpus", limits::kMaxGpus);
+  mesh.pp = static_cast<int>(r.count("pp", limits::kMaxGpus));
+  mesh.dp_replicate = static_cast<int>(r.count("dp_replicate", limits::kMaxGpus));
+  mesh.dp_shard = static_cast<int>(r.count("dp_shard", limits::kMaxGpus));
+  mesh.tp = static_cast<int>(r.count("tp", limits::kMaxGpus));
+  if (auto cp = r.opt_count("cp", limits::kMaxGpus)) {
+    if (*cp <= 0) throw Skip{fmt::format("cp: must be positive, got {}", *cp)};
+    mesh.cp = static_cast<int>(*cp);
+  } else {
+    mesh.cp = 1;
+    notes.push_back("cp empty: 1 assumed");
+  }
+  if (auto ep = r.opt_count("ep", limits::kMaxGpus)) {
+    if (*ep <= 0) throw Skip{fmt::format("ep: must be positive, got {}", *ep)};
+    mesh.ep = static_cast<int>(*ep);
+  }
+  if (auto vpp = r.opt_count("vpp", limits::kMaxLayers)) {
+    if (*vpp <= 0) throw Skip{fmt::format("vpp: must be positive, got {}", *vpp)};
+    mesh.vpp = static_cast<int>(*vpp);
+  } else {
+    mesh.vpp = 1;
+    if (mesh.pp > 1) notes.push_back("vpp empty: 1 assumed (non-interleaved schedule, the frameworks' default)");
+  }
+  p.schedule = mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
+  rc.n_gpus = n_gpus;
+}
+
+// The model, and the layer split and expert mesh that follow from it under Megatron.
+void map_model_layout(const Reader& r, const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
+  Plan& p = rc.plan;
+  Mesh& mesh = p.mesh;
+  rc.model = map_model(r, fw, mesh.tp, notes);
+  // Megatron runs a layer count that pp x vpp does not divide only when told how: with the
+  // embedding and the loss counted as layers where that divides (Megatron-Core's
+  // transformer_layer_count checks), else with a --pipeline-model-parallel-layout, which
+  // Megatron-Bridge's recipes for such models (DeepSeek-V3, Kimi-K2: 61 layers) write as
+  // ceil(L / stages) layers per stage with the remainder last. A published run of that shape
+  // used one of them.
+  const std::int64_t chunks = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
+  if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0) {
+    std::string how;
+    const auto split = megatron_split_for(rc.model.n_layers, mesh.pp, mesh.vpp, rc.model.n_mtp_layers, &how);
+    if (!split)
+      throw Skip{fmt::format("{} layers on pp {} x vpp {}: no even split, none with the embedding and loss counted, "
+                             "and ceil(L / stages) leaves the last stage empty",
+                             rc.model.n_layers, mesh.pp, mesh.vpp)};
+    p.pipeline_split = *split;
+    notes.push_back(fmt::format("{} layers on pp {} x vpp {}: {}", rc.model.n_layers, mesh.pp, mesh.vpp, how));
+  }
+  if (mesh.ep > 1 && !rc.model.moe.enabled())
+    throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};
+  if (mesh.ep > 1 && is_megatron_family(fw)) {
+    // The README: expert tensor parallelism is 1 where printed or assumed (the EP group then
+    // borrows tensor-parallel ranks, Megatron's expert mesh).
+    mesh.etp = 1;
+    if (mesh.tp > 1) notes.push_back("expert tensor parallel 1 assumed (no column; the source's default)");
+  }
+}
+
+// The dtypes and the FP8 recipe; before the runtime defaults, some of which depend on them.
+void map_precision(const CsvRow& row, const Reader& r, const std::string& fw, Plan& p,
+                   std::vector<std::string>& notes) {
+  const std::string pd = r.vocab("param_dtype", {"fp32", "bf16", "fp16"});
+  const std::string rd = r.vocab("reduce_dtype", {"fp32", "bf16", "fp16"});
+  const std::string sd = r.vocab("state_dtype", {"fp32", "bf16"});
+  if (pd.empty()) notes.push_back("param_dtype empty: bf16 assumed");
+  p.param_dtype = pd.empty() ? Dtype::bf16 : dtype_of(pd);
+  p.state_dtype = sd.empty() ? Dtype::fp32 : dtype_of(sd);
+  if (sd.empty() && row.has_column("state_dtype")) notes.push_back("state_dtype empty: fp32 assumed");
+  if (p.state_dtype == Dtype::bf16 && p.param_dtype == Dtype::fp32)
+    throw Skip{"state_dtype bf16 with param_dtype fp32: weights stored below their compute precision"};
+  // No column gives the matmul dtype: 16-bit params compute in their own dtype; fp32 params
+  // (FSDP without a mixed-precision policy, DDP) compute under bf16 autocast.
+  p.compute_dtype = p.param_dtype == Dtype::fp32 ? Dtype::bf16 : p.param_dtype;
+  if (p.param_dtype == Dtype::fp32) notes.push_back("param_dtype fp32: matmuls assumed under bf16 autocast");
+  if (rd.empty()) {
+    // Megatron reduces fp16 gradients in fp16 and bf16 gradients in fp32 (it forces
+    // accumulate_allreduce_grads_in_fp32 with bf16); DeepSpeed's BF16_Optimizer and torch
+    // mixed precision reduce in fp32 unless told otherwise.
+    p.reduce_dtype = is_megatron_family(fw) && p.param_dtype == Dtype::fp16 ? Dtype::fp16 : Dtype::fp32;
+    notes.push_back(fmt::format("reduce_dtype empty: {} assumed", to_string(p.reduce_dtype)));
+  } else {
+    p.reduce_dtype = dtype_of(rd);
+  }
+  const std::string fp8 = r.vocab("fp8", {"none", "te-delayed", "te-current", "mxfp8", "nvfp4", "torchao-tensorwise",
+                                          "torchao-rowwise", "te-blockwise"});
+  p.fp8 = fp8.empty() ? Fp8Recipe::none : *parse_fp8(fp8);
+  if (fp8.empty()) notes.push_back("fp8 empty: none assumed");
+}
+
+// The ZeRO stage, published or the framework's default.
+void map_sharding(const Reader& r, const std::string& fw, RunConfig& rc) {
+  Plan& p = rc.plan;
+  Mesh& mesh = p.mesh;
+  const std::string sh = r.vocab("sharding", {"none", "zero1", "zero2", "zero3", "unknown"});
+  if (sh.empty() || sh == "unknown") {
+    // The framework's default: Megatron-LM without --use-distributed-optimizer is plain DDP;
+    // NeMo turns the distributed optimizer on; FSDP trainers shard fully. A higher ZeRO stage
+    // only if nothing fits with it (workload/runtime_choices, once the device is known).
+    if (fw == "megatron" || fw == "megatron-deepspeed") p.sharding = Sharding::none;
+    else if (fw == "nemo") p.sharding = Sharding::zero1;
+    else p.sharding = mesh.dp_shard > 1 ? Sharding::zero3 : Sharding::none;
+    rc.left_to_runtime.sharding = true;
+  } else {
+    p.sharding = *parse_sharding(sh);
+  }
+  if (mesh.dp_shard > 1 && p.sharding != Sharding::zero3)
+    throw Skip{fmt::format("dp_shard {} > 1 with sharding {}: the README writes parameter sharding only as zero3",
+                           mesh.dp_shard, to_string(p.sharding))};
+  // Megatron-family ZeRO-3 is Megatron-FSDP (optim_grads_params) or DeepSpeed ZeRO-3, whose
+  // pipeline engine runs ZeRO-0/1 only. Their ZeRO-2 keeps whole bf16 params on every rank and
+  // shards the gradients: not modeled.
+  if (p.sharding == Sharding::zero2 && is_megatron_family(fw))
+    throw Skip{"zero2 under Megatron-family frameworks (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) is not modeled"};
+  if (fw == "megatron-deepspeed" && mesh.pp > 1 && p.sharding == Sharding::zero3)
+    throw Skip{fmt::format("{} with pp {} under Megatron-DeepSpeed: DeepSpeed's pipeline engine runs ZeRO-0/1 only",
+                           to_string(p.sharding), mesh.pp)};
+  p.reshard_after_forward = p.sharding == Sharding::zero3;
+}
+
+// Activation checkpointing: the mode and its option (Megatron's --recompute-modules list).
+void map_recompute(const CsvRow& row, const Reader& r, const std::string& fw, RunConfig& rc,
+                   std::vector<std::string>& notes) {
+  Plan& p = rc.plan;
+  const std::string ac = r.vocab("activation_ckpt", {"none", "full", "selective", "unknown"});
+  std::string aco = Reader::trim(row.get("ac_option"));
+  bool modules_core_attn = false;
+  if (aco.rfind("modules:", 0) == 0) {
+    // Megatron --recompute-modules: the listed submodules only.
+    std::string list = aco.substr(8);
+    std::vector<std::string> unmodeled;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = list.find(',', start);
+      const std::string name = Reader::trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!name.empty()) {
+        const RecomputeModuleName k = apply_recompute_module(name, p.recompute_modules);
+        if (k == RecomputeModuleName::core_attn) modules_core_attn = true;
+        if (k == RecomputeModuleName::known_unmodeled) unmodeled.push_back(name);
+        if (k == RecomputeModuleName::unknown)
+          throw Skip{fmt::format("ac_option: '{}' is not a Megatron --recompute-modules name", name)};
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    for (const std::string& u : unmodeled)
+      notes.push_back(fmt::format("recompute module '{}' not modeled: its activations are assumed kept", u));
+    aco = "modules";
+  } else {
+    aco = r.vocab("ac_option", {"attn", "op", "layer"});
+  }
+  if (ac == "full") {
+    p.ac = AcMode::full;
+  } else if (ac == "selective") {
+    std::string opt = aco;
+    if (opt.empty()) {
+      opt = is_megatron_family(fw) ? "attn" : "op";
+      notes.push_back(fmt::format("ac_option empty with selective: '{}' assumed (framework default)", opt));
+    }
+    if (opt == "modules") p.ac = modules_core_attn ? AcMode::selective_attn : AcMode::none;
+    else if (opt == "attn") p.ac = AcMode::selective_attn;
+    else if (opt == "op") p.ac = AcMode::selective_op;
+    else {
+      p.ac = AcMode::selective_layer;
+      p.ac_every_n = 2;  // README: full checkpointing of every second layer
+    }
+  } else {
+    p.ac = AcMode::none;
+    // Not published: the least recompute that fits (workload/runtime_choices, once the device
+    // is known), as the run's own tuning would have settled it.
+    if (ac.empty() || ac == "unknown") rc.left_to_runtime.recompute = true;
+  }
+  if (!aco.empty() && ac != "selective") {
+    notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
+    p.recompute_modules = {};
+  }
+  p.ac_reentrant = false;
+}
+
+// What is offloaded to the host.
+void map_offload(const CsvRow& row, const Reader& r, Plan& p, std::vector<std::string>& notes) {
+  const auto cpu_off = r.opt_flag("cpu_offload");
+  const auto act_off = r.opt_flag("act_offload");
+  const auto par_off = r.opt_flag("param_offload");
+  p.act_offload = act_off.value_or(false);
+  p.param_offload = par_off.value_or(false);
+  if (cpu_off.value_or(false) && !act_off && !par_off)
+    throw Skip{"cpu_offload = 1 without act_offload/param_offload columns: what is offloaded is only in notes"};
+  if (!cpu_off && !row.has_column("act_offload")) notes.push_back("cpu_offload empty: no offload assumed");
+}
+
+// torch.compile and the optimizer; the TP flags are read here (a malformed one is reported in
+// column order) and applied once the runtime is known.
+TpFlags map_switches(const CsvRow& row, const Reader& r, Plan& p, std::vector<std::string>& notes) {
+  if (auto c = r.opt_flag("compile")) p.compile = *c;
+  else p.compile = false;
+  const auto sp = r.opt_flag("sequence_parallel");
+  const auto atp = r.opt_flag("async_tp");
+  const std::string optim = r.vocab("optimizer", {"adamw", "adamw8bit", "sgd", "other"});
+  if (optim == "other") throw Skip{"optimizer 'other': its state size is unknown"};
+  p.optimizer = optim.empty() ? Optimizer::adamw : *parse_optimizer(optim);
+  if (optim.empty() && row.has_column("optimizer")) notes.push_back("optimizer empty: AdamW assumed");
+  return {sp, atp};
+}
+
+// The runtime the framework names and its defaults for knobs no column carries.
+void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
+  Plan& p = rc.plan;
+  Mesh& mesh = p.mesh;
+  if (fw == "composer-fsdp1") {
+    // llm-foundry benchmark configs: FSDP1 FULL_SHARD, Composer's BACKWARD_POST default,
+    // limit_all_gathers, non-reentrant checkpointing; FSDP1 keeps the root unit (embeddings,
+    // final norm, head) unsharded; TP is llm-foundry's FFN-only strategy.
+    p.runtime = Runtime::composer_fsdp1;
+    p.backward_prefetch = BackwardPrefetch::backward_post;
+    p.forward_prefetch = false;
+    p.limit_all_gathers = true;
+    p.root_unsharded = p.sharding != Sharding::none;
+    if (mesh.tp > 1) p.tp_style = TpStyle::mlp_only;
+  } else if (fw == "torchtitan-fsdp2") {
+    p.runtime = Runtime::torchtitan_fsdp2;
+    p.backward_prefetch = BackwardPrefetch::backward_pre;
+    p.forward_prefetch = true;
+    p.limit_all_gathers = false;
+    p.root_unsharded = false;
+    // torchtitan's reshard_after_forward "default": reshard unless pipeline parallel.
+    if (p.sharding == Sharding::zero3) p.reshard_after_forward = mesh.pp == 1;
+  } else if (is_megatron_family(fw)) {
+    p.runtime = Runtime::megatron;
+    p.backward_prefetch = BackwardPrefetch::none;
+    p.limit_all_gathers = false;
+    // Megatron-LM's GPT defaults train with 0.1 hidden/attention dropout; NeMo's LLM recipes
+    // and BLOOM's Megatron-DeepSpeed run set it to 0.
+    p.dropout = fw == "megatron" && !rc.model.moe.enabled();
+    if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
+    else if (rc.model.moe.enabled())
+      notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
+    // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
+    p.deepspeed_engine = fw == "megatron-deepspeed";
+    // No column names the MoE dispatcher. Resolved as a tuned Megatron-Core MoE run sets it: the
+    // flex dispatcher with DeepEP (HybridEP on Blackwell NVL72), whose token copies cross the
+    // network once per destination domain; inside one NVLink domain it prices as an all-to-all.
+    if (rc.model.moe.enabled() && mesh.ep > 1 && fw == "megatron") {
+      p.moe_dispatcher = MoeDispatcher::deepep;
+      rc.left_to_runtime.moe_dispatcher = true;  // DeepEP or HybridEP, by the cluster's NVLink domain
+      notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
+    }
+    // act_offload says activations went to the host, not which: Megatron-Core offloads whole
+    // layers or (fine-grained) listed submodules; resolved to the least that fits.
+    if (p.act_offload && fw == "megatron") rc.left_to_runtime.offload_scope = true;
+  } else {
+    // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
+    // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).
+    p.runtime = Runtime::generic;
+    p.backward_prefetch = BackwardPrefetch::backward_pre;
+    p.forward_prefetch = false;
+    p.limit_all_gathers = fw != "fairscale";  // fairscale FSDP has no all-gather rate limiter
+    p.root_unsharded = false;
+    if (fw == "other") notes.push_back("framework other: generic runtime with FSDP1-like defaults");
+  }
+}
+
+// The attention, loss and optimizer kernels, and FP8 all-gather.
+void map_kernels(const Reader& r, const std::string& fw, const std::string& source, Plan& p,
+                 std::vector<std::string>& notes) {
+  if (kUnfusedAttentionSources.count(source) != 0) {
+    p.flash_attention = false;
+    notes.push_back("unfused attention (software predates FlashAttention)");
+  } else if (fw == "composer-fsdp1") {
+    // llm-foundry's default images of the PyTorch 2.1 era installed flash-attn 1.x (FA2 came in
+    // separate `_flash2` images), so MPT's `attn_impl: flash` ran a FlashAttention-1 class kernel.
+    p.flash_attention_version = 1;
+    notes.push_back("attention kernel not recorded: FlashAttention-1 class assumed (llm-foundry images of the PyTorch 2.1 era)");
+  }
+  if (fw == "composer-fsdp1") {
+    // ComposerMPTCausalLM's default loss_fn is fused_crossentropy (flash-attn's xentropy kernel).
+    p.fused_cross_entropy = true;
+    notes.push_back("loss not recorded: llm-foundry MPT's default fused_crossentropy assumed");
+  }
+  // The loss kernel and the optimizer-in-backward setting, where the row states them
+  // (memory.csv's loss_kernel / optimizer_in_backward columns; empty: the framework default).
+  const std::string loss_kernel = r.vocab("loss_kernel", {"torch", "chunked", "fused"});
+  if (!loss_kernel.empty()) {
+    p.fused_cross_entropy = loss_kernel == "fused";
+    p.chunked_cross_entropy = loss_kernel == "chunked";
+  }
+  if (auto ob = r.opt_flag("optimizer_in_backward")) p.optimizer_in_backward = *ob;
+  // No column says how the optimizer's update runs. Under an unnamed trainer it resolves as a
+  // tuned run sets it (docs/validation.md "Unknown settings"): fused AdamW, as torchtune's and
+  // lightning-thunder's configs and torchtitan's default do; the named frameworks keep theirs.
+  if (p.runtime == Runtime::generic && p.optimizer == Optimizer::adamw) {
+    p.optimizer_impl = OptimizerImpl::fused;
+    notes.push_back("optimizer implementation not in any column: fused AdamW assumed (no whole-model step temporaries)");
+  }
+  // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
+  // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
+  p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&
+                     (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3);
+}
+
+// Sequence parallelism and async TP, published or the framework's default; both off without TP.
+void map_tp_overlap(const TpFlags& f, const std::string& fw, Plan& p, std::vector<std::string>& notes) {
+  const Mesh& mesh = p.mesh;
+  if (f.sp) {
+    p.sequence_parallel = *f.sp;
+  } else {
+    // torchtitan always pairs TP with sequence parallelism; NeMo's performance recipes enable
+    // it whenever TP > 1; Megatron-LM leaves it off unless --sequence-parallel.
+    p.sequence_parallel = mesh.tp > 1 && (fw == "torchtitan-fsdp2" || fw == "nemo");
+    if (mesh.tp > 1)
+      notes.push_back(fmt::format("sequence_parallel empty: {} assumed (framework default)", p.sequence_parallel ? 1 : 0));
+  }
+  if (f.atp) {
+    p.async_tp = *f.atp;
+  } else {
+    p.async_tp = mesh.tp > 1 && fw == "nemo";
+    if (mesh.tp > 1)
+      notes.push_back(fmt::format("async_tp empty: {} assumed (NeMo recipes overlap TP comm with TP > 1; others off)",
+                                  p.async_tp ? 1 : 0));
+  }
+  if (mesh.tp == 1) {
+    p.sequence_parallel = false;
+    p.async_tp = false;
+  }
+}
+
+}  // namespace
+
 ValidationCase map_validation_row(const CsvTable& table, std::size_t index, const std::vector<std::string>& extra_gpus) {
   const CsvRow row(table, index);
   const Reader r(row);
@@ -503,40 +878,9 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
   std::vector<std::string>& notes = vc.assumptions;
   try {
     if (vc.id.empty()) throw Skip{"id is empty"};
+    map_measured(row, r, vc.measured);
+    map_hardware(row, r, extra_gpus, vc, notes);
 
-    // ---- measurements (parsed first: a malformed number is a skip, not a wrong comparison)
-    Measured& ms = vc.measured;
-    ms.tokens_per_s_per_gpu = r.opt_num("measured_tokens_per_s_per_gpu");
-    ms.tokens_derived_from = row.get("tokens_derived_from");
-    ms.tflops_per_gpu = r.opt_num("measured_tflops_per_gpu");
-    ms.mfu_pct = r.opt_num("measured_mfu_pct");
-    ms.peak_mem_gib = r.opt_num("measured_peak_mem_gib");
-    const std::string metric = r.vocab("memory_metric", {"allocated", "reserved", "nvidia-smi", "unknown"});
-    ms.memory_metric_given = !metric.empty();
-    ms.memory_metric = metric == "allocated"    ? MemoryMetric::allocated
-                       : metric == "reserved"   ? MemoryMetric::reserved
-                       : metric == "nvidia-smi" ? MemoryMetric::nvidia_smi
-                                                : MemoryMetric::unknown;
-
-    // ---- hardware
-    const std::string given_gpu = Reader::trim(row.get("gpu"));
-    const bool user_gpu = std::find(extra_gpus.begin(), extra_gpus.end(), given_gpu) != extra_gpus.end();
-    const std::string gpu =
-        user_gpu ? given_gpu
-                 : r.vocab("gpu", {"a100-40gb", "a100-80gb", "a100-unknown", "h100-sxm-80gb", "h100-sxm-96gb",
-                                   "h200-141gb", "h100-pcie-80gb", "b200", "b300", "gb200", "gb300"});
-    if (gpu.empty()) {
-      vc.cluster = "h100-sxm-80gb";
-      notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");
-    } else {
-      vc.cluster = gpu;  // a100-unknown resolves through hardware_profiles/aliases.toml
-    }
-    if (auto g = r.opt_count("gpus_per_node", limits::kMaxGpusPerNode)) {
-      if (*g <= 0) throw Skip{fmt::format("gpus_per_node: must be positive, got {}", *g)};
-      vc.gpus_per_node = static_cast<int>(*g);
-    }
-
-    // ---- framework -> runtime
     const std::string fw = r.vocab("framework", {"composer-fsdp1", "torchtitan-fsdp2", "megatron", "nemo",
                                                  "megatron-deepspeed", "fairscale", "other"});
     if (fw.empty()) throw Skip{"framework is empty"};
@@ -544,309 +888,26 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     rc.source_file = table.file;
     rc.format = ConfigFormat::meshplan_plan;
     rc.cluster = vc.cluster;
-    Plan& p = rc.plan;
-    Mesh& mesh = p.mesh;
 
-    // ---- mesh
-    const std::int64_t n_gpus = r.count("n_gpus", limits::kMaxGpus);
-    mesh.pp = static_cast<int>(r.count("pp", limits::kMaxGpus));
-    mesh.dp_replicate = static_cast<int>(r.count("dp_replicate", limits::kMaxGpus));
-    mesh.dp_shard = static_cast<int>(r.count("dp_shard", limits::kMaxGpus));
-    mesh.tp = static_cast<int>(r.count("tp", limits::kMaxGpus));
-    if (auto cp = r.opt_count("cp", limits::kMaxGpus)) {
-      if (*cp <= 0) throw Skip{fmt::format("cp: must be positive, got {}", *cp)};
-      mesh.cp = static_cast<int>(*cp);
-    } else {
-      mesh.cp = 1;
-      notes.push_back("cp empty: 1 assumed");
-    }
-    if (auto ep = r.opt_count("ep", limits::kMaxGpus)) {
-      if (*ep <= 0) throw Skip{fmt::format("ep: must be positive, got {}", *ep)};
-      mesh.ep = static_cast<int>(*ep);
-    }
-    if (auto vpp = r.opt_count("vpp", limits::kMaxLayers)) {
-      if (*vpp <= 0) throw Skip{fmt::format("vpp: must be positive, got {}", *vpp)};
-      mesh.vpp = static_cast<int>(*vpp);
-    } else {
-      mesh.vpp = 1;
-      if (mesh.pp > 1) notes.push_back("vpp empty: 1 assumed (non-interleaved schedule, the frameworks' default)");
-    }
-    p.schedule = mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
-    rc.n_gpus = n_gpus;
-
-    rc.model = map_model(r, fw, mesh.tp, notes);
-    // Megatron runs a layer count that pp x vpp does not divide only when told how: with the
-    // embedding and the loss counted as layers where that divides (Megatron-Core's
-    // transformer_layer_count checks), else with a --pipeline-model-parallel-layout, which
-    // Megatron-Bridge's recipes for such models (DeepSeek-V3, Kimi-K2: 61 layers) write as
-    // ceil(L / stages) layers per stage with the remainder last. A published run of that shape
-    // used one of them.
-    const std::int64_t chunks = static_cast<std::int64_t>(mesh.pp) * mesh.vpp;
-    if (is_megatron_family(fw) && chunks > 1 && rc.model.n_layers % chunks != 0) {
-      std::string how;
-      const auto split = megatron_split_for(rc.model.n_layers, mesh.pp, mesh.vpp, rc.model.n_mtp_layers, &how);
-      if (!split)
-        throw Skip{fmt::format("{} layers on pp {} x vpp {}: no even split, none with the embedding and loss counted, "
-                               "and ceil(L / stages) leaves the last stage empty",
-                               rc.model.n_layers, mesh.pp, mesh.vpp)};
-      p.pipeline_split = *split;
-      notes.push_back(fmt::format("{} layers on pp {} x vpp {}: {}", rc.model.n_layers, mesh.pp, mesh.vpp, how));
-    }
-    if (mesh.ep > 1 && !rc.model.moe.enabled())
-      throw Skip{"ep > 1 needs a mixture-of-experts model, and moe_experts is empty"};
-    if (mesh.ep > 1 && is_megatron_family(fw)) {
-      // The README: expert tensor parallelism is 1 where printed or assumed (the EP group then
-      // borrows tensor-parallel ranks, Megatron's expert mesh).
-      mesh.etp = 1;
-      if (mesh.tp > 1) notes.push_back("expert tensor parallel 1 assumed (no column; the source's default)");
-    }
-
-    // ---- precision (needed before the runtime defaults: some depend on it)
-    const std::string pd = r.vocab("param_dtype", {"fp32", "bf16", "fp16"});
-    const std::string rd = r.vocab("reduce_dtype", {"fp32", "bf16", "fp16"});
-    const std::string sd = r.vocab("state_dtype", {"fp32", "bf16"});
-    if (pd.empty()) notes.push_back("param_dtype empty: bf16 assumed");
-    p.param_dtype = pd.empty() ? Dtype::bf16 : dtype_of(pd);
-    p.state_dtype = sd.empty() ? Dtype::fp32 : dtype_of(sd);
-    if (sd.empty() && row.has_column("state_dtype")) notes.push_back("state_dtype empty: fp32 assumed");
-    if (p.state_dtype == Dtype::bf16 && p.param_dtype == Dtype::fp32)
-      throw Skip{"state_dtype bf16 with param_dtype fp32: weights stored below their compute precision"};
-    // No column gives the matmul dtype: 16-bit params compute in their own dtype; fp32 params
-    // (FSDP without a mixed-precision policy, DDP) compute under bf16 autocast.
-    p.compute_dtype = p.param_dtype == Dtype::fp32 ? Dtype::bf16 : p.param_dtype;
-    if (p.param_dtype == Dtype::fp32) notes.push_back("param_dtype fp32: matmuls assumed under bf16 autocast");
-    if (rd.empty()) {
-      // Megatron reduces fp16 gradients in fp16 and bf16 gradients in fp32 (it forces
-      // accumulate_allreduce_grads_in_fp32 with bf16); DeepSpeed's BF16_Optimizer and torch
-      // mixed precision reduce in fp32 unless told otherwise.
-      p.reduce_dtype = is_megatron_family(fw) && p.param_dtype == Dtype::fp16 ? Dtype::fp16 : Dtype::fp32;
-      notes.push_back(fmt::format("reduce_dtype empty: {} assumed", to_string(p.reduce_dtype)));
-    } else {
-      p.reduce_dtype = dtype_of(rd);
-    }
-    const std::string fp8 = r.vocab("fp8", {"none", "te-delayed", "te-current", "mxfp8", "nvfp4", "torchao-tensorwise",
-                                            "torchao-rowwise", "te-blockwise"});
-    p.fp8 = fp8.empty() ? Fp8Recipe::none : *parse_fp8(fp8);
-    if (fp8.empty()) notes.push_back("fp8 empty: none assumed");
-
-    // ---- sharding
-    const std::string sh = r.vocab("sharding", {"none", "zero1", "zero2", "zero3", "unknown"});
-    if (sh.empty() || sh == "unknown") {
-      // The framework's default: Megatron-LM without --use-distributed-optimizer is plain DDP;
-      // NeMo turns the distributed optimizer on; FSDP trainers shard fully. A higher ZeRO stage
-      // only if nothing fits with it (workload/runtime_choices, once the device is known).
-      if (fw == "megatron" || fw == "megatron-deepspeed") p.sharding = Sharding::none;
-      else if (fw == "nemo") p.sharding = Sharding::zero1;
-      else p.sharding = mesh.dp_shard > 1 ? Sharding::zero3 : Sharding::none;
-      rc.left_to_runtime.sharding = true;
-    } else {
-      p.sharding = *parse_sharding(sh);
-    }
-    if (mesh.dp_shard > 1 && p.sharding != Sharding::zero3)
-      throw Skip{fmt::format("dp_shard {} > 1 with sharding {}: the README writes parameter sharding only as zero3",
-                             mesh.dp_shard, to_string(p.sharding))};
-    // Megatron-family ZeRO-3 is Megatron-FSDP (optim_grads_params) or DeepSpeed ZeRO-3, whose
-    // pipeline engine runs ZeRO-0/1 only. Their ZeRO-2 keeps whole bf16 params on every rank and
-    // shards the gradients: not modeled.
-    if (p.sharding == Sharding::zero2 && is_megatron_family(fw))
-      throw Skip{"zero2 under Megatron-family frameworks (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) is not modeled"};
-    if (fw == "megatron-deepspeed" && mesh.pp > 1 && p.sharding == Sharding::zero3)
-      throw Skip{fmt::format("{} with pp {} under Megatron-DeepSpeed: DeepSpeed's pipeline engine runs ZeRO-0/1 only",
-                             to_string(p.sharding), mesh.pp)};
-    p.reshard_after_forward = p.sharding == Sharding::zero3;
-
-    // ---- activation checkpointing
-    const std::string ac = r.vocab("activation_ckpt", {"none", "full", "selective", "unknown"});
-    std::string aco = Reader::trim(row.get("ac_option"));
-    bool modules_core_attn = false;
-    if (aco.rfind("modules:", 0) == 0) {
-      // Megatron --recompute-modules: the listed submodules only.
-      std::string list = aco.substr(8);
-      std::vector<std::string> unmodeled;
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t comma = list.find(',', start);
-        const std::string name = Reader::trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        if (!name.empty()) {
-          const RecomputeModuleName k = apply_recompute_module(name, p.recompute_modules);
-          if (k == RecomputeModuleName::core_attn) modules_core_attn = true;
-          if (k == RecomputeModuleName::known_unmodeled) unmodeled.push_back(name);
-          if (k == RecomputeModuleName::unknown)
-            throw Skip{fmt::format("ac_option: '{}' is not a Megatron --recompute-modules name", name)};
-        }
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-      for (const std::string& u : unmodeled)
-        notes.push_back(fmt::format("recompute module '{}' not modeled: its activations are assumed kept", u));
-      aco = "modules";
-    } else {
-      aco = r.vocab("ac_option", {"attn", "op", "layer"});
-    }
-    if (ac == "full") {
-      p.ac = AcMode::full;
-    } else if (ac == "selective") {
-      std::string opt = aco;
-      if (opt.empty()) {
-        opt = is_megatron_family(fw) ? "attn" : "op";
-        notes.push_back(fmt::format("ac_option empty with selective: '{}' assumed (framework default)", opt));
-      }
-      if (opt == "modules") p.ac = modules_core_attn ? AcMode::selective_attn : AcMode::none;
-      else if (opt == "attn") p.ac = AcMode::selective_attn;
-      else if (opt == "op") p.ac = AcMode::selective_op;
-      else {
-        p.ac = AcMode::selective_layer;
-        p.ac_every_n = 2;  // README: full checkpointing of every second layer
-      }
-    } else {
-      p.ac = AcMode::none;
-      // Not published: the least recompute that fits (workload/runtime_choices, once the device
-      // is known), as the run's own tuning would have settled it.
-      if (ac.empty() || ac == "unknown") rc.left_to_runtime.recompute = true;
-    }
-    if (!aco.empty() && ac != "selective") {
-      notes.push_back(fmt::format("ac_option '{}' ignored: activation_ckpt is not selective", aco));
-      p.recompute_modules = {};
-    }
-    p.ac_reentrant = false;
-
-    // ---- offload
-    const auto cpu_off = r.opt_flag("cpu_offload");
-    const auto act_off = r.opt_flag("act_offload");
-    const auto par_off = r.opt_flag("param_offload");
-    p.act_offload = act_off.value_or(false);
-    p.param_offload = par_off.value_or(false);
-    if (cpu_off.value_or(false) && !act_off && !par_off)
-      throw Skip{"cpu_offload = 1 without act_offload/param_offload columns: what is offloaded is only in notes"};
-    if (!cpu_off && !row.has_column("act_offload")) notes.push_back("cpu_offload empty: no offload assumed");
-
-    // ---- other switches
-    if (auto c = r.opt_flag("compile")) p.compile = *c;
-    else p.compile = false;
-    const auto sp = r.opt_flag("sequence_parallel");
-    const auto atp = r.opt_flag("async_tp");
-    const std::string optim = r.vocab("optimizer", {"adamw", "adamw8bit", "sgd", "other"});
-    if (optim == "other") throw Skip{"optimizer 'other': its state size is unknown"};
-    p.optimizer = optim.empty() ? Optimizer::adamw : *parse_optimizer(optim);
-    if (optim.empty() && row.has_column("optimizer")) notes.push_back("optimizer empty: AdamW assumed");
-
-    // ---- runtime and its defaults for knobs no column carries
-    if (fw == "composer-fsdp1") {
-      // llm-foundry benchmark configs: FSDP1 FULL_SHARD, Composer's BACKWARD_POST default,
-      // limit_all_gathers, non-reentrant checkpointing; FSDP1 keeps the root unit (embeddings,
-      // final norm, head) unsharded; TP is llm-foundry's FFN-only strategy.
-      p.runtime = Runtime::composer_fsdp1;
-      p.backward_prefetch = BackwardPrefetch::backward_post;
-      p.forward_prefetch = false;
-      p.limit_all_gathers = true;
-      p.root_unsharded = p.sharding != Sharding::none;
-      if (mesh.tp > 1) p.tp_style = TpStyle::mlp_only;
-    } else if (fw == "torchtitan-fsdp2") {
-      p.runtime = Runtime::torchtitan_fsdp2;
-      p.backward_prefetch = BackwardPrefetch::backward_pre;
-      p.forward_prefetch = true;
-      p.limit_all_gathers = false;
-      p.root_unsharded = false;
-      // torchtitan's reshard_after_forward "default": reshard unless pipeline parallel.
-      if (p.sharding == Sharding::zero3) p.reshard_after_forward = mesh.pp == 1;
-    } else if (is_megatron_family(fw)) {
-      p.runtime = Runtime::megatron;
-      p.backward_prefetch = BackwardPrefetch::none;
-      p.limit_all_gathers = false;
-      // Megatron-LM's GPT defaults train with 0.1 hidden/attention dropout; NeMo's LLM recipes
-      // and BLOOM's Megatron-DeepSpeed run set it to 0.
-      p.dropout = fw == "megatron" && !rc.model.moe.enabled();
-      if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
-      else if (rc.model.moe.enabled())
-        notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
-      // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
-      p.deepspeed_engine = fw == "megatron-deepspeed";
-      // No column names the MoE dispatcher. Resolved as a tuned Megatron-Core MoE run sets it: the
-      // flex dispatcher with DeepEP (HybridEP on Blackwell NVL72), whose token copies cross the
-      // network once per destination domain; inside one NVLink domain it prices as an all-to-all.
-      if (rc.model.moe.enabled() && mesh.ep > 1 && fw == "megatron") {
-        p.moe_dispatcher = MoeDispatcher::deepep;
-        rc.left_to_runtime.moe_dispatcher = true;  // DeepEP or HybridEP, by the cluster's NVLink domain
-        notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
-      }
-      // act_offload says activations went to the host, not which: Megatron-Core offloads whole
-      // layers or (fine-grained) listed submodules; resolved to the least that fits.
-      if (p.act_offload && fw == "megatron") rc.left_to_runtime.offload_scope = true;
-    } else {
-      // fairscale FSDP and unnamed trainers: the generic runtime with FSDP1-like defaults
-      // (per-block units, BACKWARD_PRE, the rate limiter, no forward prefetch).
-      p.runtime = Runtime::generic;
-      p.backward_prefetch = BackwardPrefetch::backward_pre;
-      p.forward_prefetch = false;
-      p.limit_all_gathers = fw != "fairscale";  // fairscale FSDP has no all-gather rate limiter
-      p.root_unsharded = false;
-      if (fw == "other") notes.push_back("framework other: generic runtime with FSDP1-like defaults");
-    }
-    if (kUnfusedAttentionSources.count(vc.source) != 0) {
-      p.flash_attention = false;
-      notes.push_back("unfused attention (software predates FlashAttention)");
-    } else if (fw == "composer-fsdp1") {
-      // llm-foundry's default images of the PyTorch 2.1 era installed flash-attn 1.x (FA2 came in
-      // separate `_flash2` images), so MPT's `attn_impl: flash` ran a FlashAttention-1 class kernel.
-      p.flash_attention_version = 1;
-      notes.push_back("attention kernel not recorded: FlashAttention-1 class assumed (llm-foundry images of the PyTorch 2.1 era)");
-    }
-    if (fw == "composer-fsdp1") {
-      // ComposerMPTCausalLM's default loss_fn is fused_crossentropy (flash-attn's xentropy kernel).
-      p.fused_cross_entropy = true;
-      notes.push_back("loss not recorded: llm-foundry MPT's default fused_crossentropy assumed");
-    }
-    // The loss kernel and the optimizer-in-backward setting, where the row states them
-    // (memory.csv's loss_kernel / optimizer_in_backward columns; empty: the framework default).
-    const std::string loss_kernel = r.vocab("loss_kernel", {"torch", "chunked", "fused"});
-    if (!loss_kernel.empty()) {
-      p.fused_cross_entropy = loss_kernel == "fused";
-      p.chunked_cross_entropy = loss_kernel == "chunked";
-    }
-    if (auto ob = r.opt_flag("optimizer_in_backward")) p.optimizer_in_backward = *ob;
-    // No column says how the optimizer's update runs. Under an unnamed trainer it resolves as a
-    // tuned run sets it (docs/validation.md "Unknown settings"): fused AdamW, as torchtune's and
-    // lightning-thunder's configs and torchtitan's default do; the named frameworks keep theirs.
-    if (p.runtime == Runtime::generic && p.optimizer == Optimizer::adamw) {
-      p.optimizer_impl = OptimizerImpl::fused;
-      notes.push_back("optimizer implementation not in any column: fused AdamW assumed (no whole-model step temporaries)");
-    }
-    // float8 all-gather: torchao tensorwise scaling under FSDP casts the sharded weights before
-    // the all-gather (the setup the torchao and Thunder sources describe); rowwise cannot.
-    p.fp8_all_gather = p.fp8 == Fp8Recipe::torchao_tensorwise &&
-                       (p.sharding == Sharding::zero2 || p.sharding == Sharding::zero3);
-
-    if (sp) {
-      p.sequence_parallel = *sp;
-    } else {
-      // torchtitan always pairs TP with sequence parallelism; NeMo's performance recipes enable
-      // it whenever TP > 1; Megatron-LM leaves it off unless --sequence-parallel.
-      p.sequence_parallel = mesh.tp > 1 && (fw == "torchtitan-fsdp2" || fw == "nemo");
-      if (mesh.tp > 1)
-        notes.push_back(fmt::format("sequence_parallel empty: {} assumed (framework default)", p.sequence_parallel ? 1 : 0));
-    }
-    if (atp) {
-      p.async_tp = *atp;
-    } else {
-      p.async_tp = mesh.tp > 1 && fw == "nemo";
-      if (mesh.tp > 1)
-        notes.push_back(fmt::format("async_tp empty: {} assumed (NeMo recipes overlap TP comm with TP > 1; others off)",
-                                    p.async_tp ? 1 : 0));
-    }
-    if (mesh.tp == 1) {
-      p.sequence_parallel = false;
-      p.async_tp = false;
-    }
-
-    map_batch(r, fw, mesh, rc, notes);
+    // The order of the sections is the order in which a bad row's first error is reported.
+    map_mesh(r, rc, notes);
+    map_model_layout(r, fw, rc, notes);
+    map_precision(row, r, fw, rc.plan, notes);
+    map_sharding(r, fw, rc);
+    map_recompute(row, r, fw, rc, notes);
+    map_offload(row, r, rc.plan, notes);
+    const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);
+    map_runtime(fw, rc, notes);
+    map_kernels(r, fw, vc.source, rc.plan, notes);
+    map_tp_overlap(tp_flags, fw, rc.plan, notes);
+    map_batch(r, fw, rc.plan.mesh, rc, notes);
 
     try {
-      resolve_layout(rc, n_gpus);
+      resolve_layout(rc, rc.n_gpus);
     } catch (const InputError& e) {
       throw Skip{fmt::format("layout: {}: {}", e.key(), e.reason())};
     }
     for (const auto& w : rc.warnings) notes.push_back(w);
-
   } catch (const Skip& s) {
     vc.skipped = s.reason;
   }
