@@ -477,63 +477,61 @@ std::optional<std::int64_t> vocab_of(const Args& a) {
 
 // The GPU count from a torchrun prefix (--nnodes x --nproc-per-node).
 void read_launcher_gpus(const std::string& path, const std::vector<std::string>& launcher, RunConfig& rc) {
-    std::optional<std::int64_t> nodes, per_node;
-    bool unknown = false;
-    for (std::size_t i = 0; i < launcher.size(); ++i) {
-      std::string w = launcher[i], v;
-      if (const auto eq = w.find('='); w.starts_with("--") && eq != std::string::npos) {
-        v = w.substr(eq + 1);
-        w = w.substr(0, eq);
-      } else if (i + 1 < launcher.size() && w.starts_with("--")) {
-        v = launcher[i + 1];
-      }
-      if (w != "--nnodes" && w != "--nproc-per-node" && w != "--nproc_per_node") continue;
-      std::int64_t n = 0;
-      const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || n <= 0) {
-        unknown = true;
-        rc.warnings.push_back(fmt::format("{}: '{}' is not a fixed count (a variable, a range or 'gpu'); the GPU count "
-                                          "comes from --gpus", w, v));
-        continue;
-      }
-      (w == "--nnodes" ? nodes : per_node) = limits::check_count(path, w, n, 1, limits::kMaxGpus, "GPUs");
+  std::optional<std::int64_t> nodes, per_node;
+  bool unknown = false;
+  for (std::size_t i = 0; i < launcher.size(); ++i) {
+    std::string w = launcher[i], v;
+    if (const auto eq = w.find('='); w.starts_with("--") && eq != std::string::npos) {
+      v = w.substr(eq + 1);
+      w = w.substr(0, eq);
+    } else if (i + 1 < launcher.size() && w.starts_with("--")) {
+      v = launcher[i + 1];
     }
-    if (!unknown && per_node) rc.n_gpus = nodes.value_or(1) * *per_node;
-    if (rc.n_gpus > limits::kMaxGpus)
-      throw InputError(path, "--nnodes", fmt::format("{} GPUs is above the maximum {} (docs/limits.md)", rc.n_gpus,
-                                                     limits::kMaxGpus));
+    if (w != "--nnodes" && w != "--nproc-per-node" && w != "--nproc_per_node") continue;
+    std::int64_t n = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (r.ec != std::errc() || r.ptr != v.data() + v.size() || n <= 0) {
+      unknown = true;
+      rc.warnings.push_back(fmt::format("{}: '{}' is not a fixed count (a variable, a range or 'gpu'); the GPU count "
+                                        "comes from --gpus", w, v));
+      continue;
+    }
+    (w == "--nnodes" ? nodes : per_node) = limits::check_count(path, w, n, 1, limits::kMaxGpus, "GPUs");
+  }
+  if (!unknown && per_node) rc.n_gpus = nodes.value_or(1) * *per_node;
+  if (rc.n_gpus > limits::kMaxGpus)
+    throw InputError(path, "--nnodes", fmt::format("{} GPUs is above the maximum {} (docs/limits.md)", rc.n_gpus,
+                                                   limits::kMaxGpus));
   }
 
 // The batch and the sequence.
 void read_batch(const Args& a, RunConfig& rc) {
   Job& job = rc.job;
-  // ---- batch and sequence
   if (!a.has("--seq-length")) a.fail("--seq-length", "required (the training sequence length)");
   job.seq_len = *a.integer("--seq-length", 1, limits::kMaxSeqLen, "the sequence length");
   if (auto mb = a.integer("--micro-batch-size", 1, limits::kMaxBatch, "sequences per step")) {
-    job.micro_batch = *mb;
+  job.micro_batch = *mb;
   } else {
-    job.micro_batch = 0;  // resolved as a tuned run would (workload/runtime_choices)
-    rc.left_to_runtime.micro_batch = true;
-    rc.warnings.push_back("--micro-batch-size: not given; left to the runtime (the largest that fits)");
+  job.micro_batch = 0;  // resolved as a tuned run would (workload/runtime_choices)
+  rc.left_to_runtime.micro_batch = true;
+  rc.warnings.push_back("--micro-batch-size: not given; left to the runtime (the largest that fits)");
   }
   if (auto gb = a.integer("--global-batch-size", 1, limits::kMaxBatch, "sequences per step")) {
-    job.global_batch = *gb;
-    job.grad_accum = 0;
+  job.global_batch = *gb;
+  job.grad_accum = 0;
   } else {
-    job.grad_accum = 1;  // arguments.py: global = micro x data-parallel
-    if (rc.left_to_runtime.micro_batch)
-      a.fail("--global-batch-size", "required when --micro-batch-size is not given");
+  job.grad_accum = 1;  // arguments.py: global = micro x data-parallel
+  if (rc.left_to_runtime.micro_batch)
+    a.fail("--global-batch-size", "required when --micro-batch-size is not given");
   }
   if (a.has("--rampup-batch-size"))
-    rc.warnings.push_back("--rampup-batch-size: modelled at the final --global-batch-size");
+  rc.warnings.push_back("--rampup-batch-size: modelled at the final --global-batch-size");
   job.pp_microbatches = 0;  // every micro-batch of a step in one pipeline schedule run
 }
 
 // The model: a shipped one of the same shape, else the one the flags build.
 void read_model(const Args& a, const std::string& path, const ImportOptions& opts, RunConfig& rc) {
   Job& job = rc.job;
-  // ---- model
   if (opts.model) {
     rc.model = *opts.model;
   } else {
@@ -567,7 +565,6 @@ void read_model(const Args& a, const std::string& path, const ImportOptions& opt
 void read_parallelism(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
   Mesh& mesh = plan.mesh;
-  // ---- parallelism. Data parallel = world / (tp x pp x cp): the -1 degree.
   auto degree = [&](const char* f) {
     return static_cast<int>(a.integer(f, 1, limits::kMaxGpus, "a mesh degree (the GPU maximum)").value_or(1));
   };
@@ -597,20 +594,16 @@ void read_parallelism(const Args& a, RunConfig& rc) {
 
 // Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
 void pad_vocab(const Args& a, RunConfig& rc) {
-  Plan& plan = rc.plan;
-  Mesh& mesh = plan.mesh;
-  {
-    // Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
-    const std::int64_t by = a.integer("--make-vocab-size-divisible-by", 1, limits::kMaxVocab, "tokens").value_or(128);
-    const std::int64_t padded = megatron_padded_vocab(rc.model.vocab, by, mesh.tp);
-    if (padded > limits::kMaxVocab)
-      a.fail("--make-vocab-size-divisible-by", fmt::format("the padded vocabulary {} is above the maximum {} "
-                                                           "(docs/limits.md)", padded, limits::kMaxVocab));
-    if (padded != rc.model.vocab) {
-      rc.warnings.push_back(fmt::format("--vocab-size: {} padded to {} (a multiple of --make-vocab-size-divisible-by "
-                                        "{} x tp {}, as Megatron pads it)", rc.model.vocab, padded, by, mesh.tp));
-      rc.model.vocab = padded;
-    }
+  const int tp = rc.plan.mesh.tp;
+  const std::int64_t by = a.integer("--make-vocab-size-divisible-by", 1, limits::kMaxVocab, "tokens").value_or(128);
+  const std::int64_t padded = megatron_padded_vocab(rc.model.vocab, by, tp);
+  if (padded > limits::kMaxVocab)
+    a.fail("--make-vocab-size-divisible-by", fmt::format("the padded vocabulary {} is above the maximum {} "
+                                                         "(docs/limits.md)", padded, limits::kMaxVocab));
+  if (padded != rc.model.vocab) {
+    rc.warnings.push_back(fmt::format("--vocab-size: {} padded to {} (a multiple of --make-vocab-size-divisible-by "
+                                      "{} x tp {}, as Megatron pads it)", rc.model.vocab, padded, by, tp));
+    rc.model.vocab = padded;
   }
 }
 
@@ -673,7 +666,6 @@ void read_pipeline(const Args& a, RunConfig& rc) {
 void read_sharding(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
   Mesh& mesh = plan.mesh;
-  // ---- data-parallel sharding: DDP, the distributed optimizer (ZeRO-1) or Megatron-FSDP.
   const bool mfsdp = a.has("--use-megatron-fsdp") || a.has("--use-custom-fsdp");
   if (a.has("--deepspeed"))
     rc.warnings.push_back("--deepspeed: Megatron-DeepSpeed's engine is not read from arguments (its ZeRO stage is in "
@@ -719,7 +711,6 @@ void read_sharding(const Args& a, RunConfig& rc) {
 // Params, gradients and the low-precision recipes.
 void read_precision(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
-  // ---- precision
   if (a.has("--bf16") && a.has("--fp16")) a.fail("--fp16", "contradicts --bf16");
   if (a.has("--bf16")) {
     plan.param_dtype = plan.compute_dtype = Dtype::bf16;
@@ -762,7 +753,6 @@ void read_precision(const Args& a, RunConfig& rc) {
 // Activation recompute and offload.
 void read_recompute(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
-  // ---- activation recompute
   const auto granularity = a.choice("--recompute-granularity", {"full", "selective"});
   if (granularity == "full") {
     const std::string method = a.choice("--recompute-method", {"uniform", "block"}).value_or("uniform");
@@ -814,7 +804,6 @@ void read_recompute(const Args& a, RunConfig& rc) {
 // Kernels, dropout, the optimizer and checkpoints.
 void read_kernels(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
-  // ---- kernels, dropout, optimizer
   plan.flash_attention = a.str("--attention-backend").value_or("auto") != "unfused";
   plan.cuda_graphs = a.has("--enable-cuda-graph") || a.has("--external-cuda-graph");
   // Megatron's GPT defaults: hidden and attention dropout 0.1.
