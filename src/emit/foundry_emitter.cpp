@@ -229,7 +229,7 @@ void write_model(Yaml& y, const RunConfig& rc, const std::optional<std::string>&
   y.blank();
 }
 
-// The data, schedule and optimizer: placeholders a user replaces, but a complete, runnable file.
+// The data, schedule and optimizer: values a user replaces, but a complete, runnable file.
 void write_data_and_optimizer(Yaml& y, const RunConfig& rc) {
   y.open("train_loader");
   y.key("name", "text");

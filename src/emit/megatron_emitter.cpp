@@ -370,7 +370,8 @@ void emit_optimizer(const RunConfig& rc, ArgList& a) {
   a.arg("--weight-decay", "0.1");
   a.arg("--clip-grad", "1.0");
   a.arg("--init-method-std", "0.02");
-  // A placeholder run length, but never one that ends before the first checkpoint of the plan's interval.
+  // The run's length is the user's to set: 1000 steps, or the plan's checkpoint interval when longer,
+  // so that the first checkpoint is always written.
   a.arg("--train-iters", std::max<std::int64_t>(1000, rc.checkpoint_interval_steps));
 }
 

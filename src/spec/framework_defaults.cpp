@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 
 namespace meshplan {
 
@@ -43,7 +44,8 @@ PpMicrobatchDefault torchtitan_pp_microbatch_default(FrameworkRelease release) {
                                            PpMicrobatchRule::one_per_step};
   // Unstated: the first release with pipeline parallelism.
   const int date = release.stated() ? release.yyyymmdd : 0;
-  for (std::size_t i = 0; i < 3; ++i) {
+  // rows() lists torchtitan's micro-batch releases first, in the order of `rules`.
+  for (std::size_t i = 0; i < std::size(rules); ++i) {
     const FrameworkDefault& r = rows[i];
     if (date >= r.from_yyyymmdd && (r.until_yyyymmdd == 0 || date < r.until_yyyymmdd)) return {rules[i], &r};
   }

@@ -152,7 +152,7 @@ std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, i
     if (how != nullptr) *how = "an even split";
     return s;
   }
-  if ((n_layers + 2) % chunks == 0 && (n_layers + 2) / chunks >= 1) {
+  if ((n_layers + 2) % chunks == 0) {
     s.embedding_as_layer = s.loss_as_layer = true;
     if (split_pipeline(n_layers, pp, vpp, s)) {
       if (how != nullptr)

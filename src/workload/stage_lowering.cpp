@@ -81,12 +81,7 @@ void Builder::lower_stage(int stage) {
   st.first = stage == 0;
   st.last = stage == s_.pp - 1;
   const std::vector<Step> order = stage_steps(p_, stage, s_.microbatches, s_.per_run);
-  int stage_layers = 0, stage_dense = 0;
-  for (int c = 0; c < s_.v; ++c) {
-    stage_layers += chunk_layers(c * s_.pp + stage);
-    stage_dense += dense_layers_in(m_, chunk_first(c * s_.pp + stage), chunk_layers(c * s_.pp + stage));
-  }
-  const StageParams sp = stage_params(m_, p_, stage, stage_layers, stage_dense);
+  const StageParams sp = stage_params_of(stage);
   if (s_.root.one_root) {
     st.root_params = sp.root;
   } else {

@@ -47,13 +47,13 @@ int Builder::chain(Op&& op, int& prev, int& first, std::vector<int>& pending_dep
   return id;
 }
 
-double Builder::stage_params_total(int stage) const {
+StageParams Builder::stage_params_of(int stage) const {
   int layers = 0, dense = 0;
   for (int c = 0; c < s_.v; ++c) {
     layers += chunk_layers(c * s_.pp + stage);
     dense += dense_layers_in(m_, chunk_first(c * s_.pp + stage), chunk_layers(c * s_.pp + stage));
   }
-  return stage_params(m_, p_, stage, layers, dense).total();
+  return stage_params(m_, p_, stage, layers, dense);
 }
 
 void Builder::set_up_step() {

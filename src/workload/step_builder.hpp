@@ -25,6 +25,7 @@
 #include "workload/layer_kernels.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/pipeline_schedule.hpp"
+#include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
 
 namespace meshplan::lowering {
@@ -239,7 +240,9 @@ private:
   void optimizer_step(StageState& st);
 
   // --- figures ------------------------------------------------------------------------------
-  double stage_params_total(int stage) const;
+  // The parameters of `stage`'s blocks (its chunks' leading dense blocks counted as dense) and root.
+  StageParams stage_params_of(int stage) const;
+  double stage_params_total(int stage) const { return stage_params_of(stage).total(); }
   int chunk_layers(int vstage) const { return s_.chunk_layers[static_cast<std::size_t>(vstage)]; }
   int chunk_first(int vstage) const { return s_.chunk_first[static_cast<std::size_t>(vstage)]; }
   void set_up_step();
