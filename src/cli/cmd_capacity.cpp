@@ -16,6 +16,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan::cli {
 
@@ -115,9 +116,7 @@ Command add_capacity_command(CLI::App& root) {
     if (rq.global_batch_tokens < rq.seq_len)
       throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
                                                                 rq.global_batch_tokens, rq.seq_len));
-    rq.runtime = o->runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
-                 : o->runtime == "megatron"  ? Runtime::megatron
-                                             : Runtime::composer_fsdp1;
+    rq.runtime = searched_runtime(o->runtime);
     rq.simulate_budget = o->budget;
     rq.price_failures = !o->no_failures;
     rq.checkpoint_mode = o->checkpoint == "async" ? CheckpointMode::async : CheckpointMode::sync;

@@ -22,6 +22,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan::cli {
 
@@ -60,9 +61,7 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
   const auto version = parse_torchtitan_version(o.torchtitan_version);
   if (!version)
     throw InputError("", "--torchtitan-version", fmt::format("unknown version '{}'", o.torchtitan_version));
-  const EmitRuntime er = o.runtime == "megatron" ? EmitRuntime::megatron
-                         : o.runtime == "llm-foundry" ? EmitRuntime::llm_foundry
-                                                       : EmitRuntime::torchtitan;
+  const EmitRuntime er = *emit_runtime_of(runtime_info(searched_runtime(o.runtime)).framework);
   // The bundle is for the fastest plan the target runtime version can express (e.g. an
   // uneven pipeline split is refused by some emitters); say so when it is not the winner.
   std::string refusals;
@@ -264,9 +263,7 @@ PlanRequest plan_request(const Options& o) {
     throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "
                                                        "step (docs/limits.md)", rq.global_batch, rq.seq_len,
                                                        limits::kMaxTokensPerStep));
-  rq.runtime = o.runtime == "torchtitan" ? Runtime::torchtitan_fsdp2
-               : o.runtime == "megatron"  ? Runtime::megatron
-                                          : Runtime::composer_fsdp1;
+  rq.runtime = searched_runtime(o.runtime);
   rq.headroom_fraction = o.headroom_pct / 100.0;
   rq.top_k = o.top;
   rq.simulate_budget = o.budget;

@@ -12,6 +12,7 @@
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/plan.hpp"
+#include "spec/runtimes.hpp"
 #include "workload/runtime_choices.hpp"
 
 namespace meshplan::cli {
@@ -23,19 +24,26 @@ bool mesh_is_explicit(const Mesh& m) {
 }  // namespace
 
 CLI::Validator runtime_name() {
+  std::string listed, names;  // "torchtitan (torchtitan-fsdp2), ..." and "torchtitan|..." from the registry
+  for (const std::string_view n : planner_runtime_names()) {
+    const std::string_view full = runtime_info(*planner_runtime(n)).name;
+    listed += fmt::format("{}{}{}", listed.empty() ? "" : ", ", n, full == n ? "" : fmt::format(" ({})", full));
+    names += fmt::format("{}{}", names.empty() ? "" : "|", n);
+  }
   return CLI::Validator(
-      [](std::string& v) -> std::string {
-        const std::optional<Runtime> r = parse_runtime(v);
-        if (r == Runtime::torchtitan_fsdp2) v = "torchtitan";
-        else if (r == Runtime::composer_fsdp1) v = "llm-foundry";
-        else if (r == Runtime::megatron) v = "megatron";
+      [listed](std::string& v) -> std::string {
+        if (const std::optional<Runtime> r = planner_runtime(v)) v = std::string(runtime_info(*r).planner_name);
         else
-          return fmt::format("'{}' is not a runtime plan searches: torchtitan (torchtitan-fsdp2), llm-foundry "
-                             "(composer-fsdp1), megatron",
-                             v.size() <= 40 ? v : v.substr(0, 37) + "...");
+          return fmt::format("'{}' is not a runtime plan searches: {}", v.size() <= 40 ? v : v.substr(0, 37) + "...",
+                             listed);
         return {};
       },
-      "torchtitan|llm-foundry|megatron");
+      names);
+}
+
+Runtime searched_runtime(const std::string& name) {
+  if (const std::optional<Runtime> r = planner_runtime(name)) return *r;
+  throw InputError("", "--runtime", fmt::format("'{}' is not a runtime plan searches", name));
 }
 
 void add_run_input_options(CLI::App& app, RunInputOptions& o) {

@@ -22,6 +22,8 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o);
 // --runtime of plan and capacity: torchtitan | llm-foundry | megatron, also under the names a plan
 // TOML writes (torchtitan-fsdp2, composer-fsdp1); the value is rewritten to the first spelling.
 CLI::Validator runtime_name();
+// The runtime `--runtime NAME` (already through runtime_name()) searches; InputError on --runtime otherwise.
+Runtime searched_runtime(const std::string& name);
 
 struct RunInputs {
   RunConfig run;

@@ -20,6 +20,16 @@ std::string_view to_string(EmitRuntime r) {
   return "torchtitan";
 }
 
+std::optional<EmitRuntime> emit_runtime_of(Framework f) {
+  switch (f) {
+    case Framework::torchtitan: return EmitRuntime::torchtitan;
+    case Framework::llm_foundry: return EmitRuntime::llm_foundry;
+    case Framework::megatron: return EmitRuntime::megatron;
+    case Framework::none: break;
+  }
+  return std::nullopt;
+}
+
 std::optional<EmitRuntime> parse_emit_runtime(std::string_view s) {
   for (const auto& [e, n] : kRuntimes)
     if (n == s) return e;

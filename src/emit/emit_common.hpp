@@ -9,6 +9,7 @@
 
 #include "spec/error.hpp"
 #include "spec/run_config.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -22,7 +23,9 @@ enum class TorchtitanVersion {
 };
 
 std::string_view to_string(EmitRuntime r);
-std::optional<EmitRuntime> parse_emit_runtime(std::string_view s);  // torchtitan, llm-foundry, megatron
+std::optional<EmitRuntime> parse_emit_runtime(std::string_view s);
+// The emitter of a framework (spec/runtimes.hpp); none for meshplan's generic runtime.
+std::optional<EmitRuntime> emit_runtime_of(Framework f);  // torchtitan, llm-foundry, megatron
 
 // The pinned commit ("8570415c3", "238fa9953e4a") or "registry".
 std::string_view to_string(TorchtitanVersion v);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "spec/model_loader.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -60,7 +61,10 @@ std::optional<std::string> foundry_hf_id(const ModelSpec& m) {
   return std::nullopt;
 }
 
-bool foundry_uses_fsdp2(const RunConfig& rc) { return rc.plan.runtime == Runtime::composer_fsdp2; }
+bool foundry_uses_fsdp2(const RunConfig& rc) {
+  const RuntimeInfo& r = runtime_info(rc.plan);
+  return r.framework == Framework::llm_foundry && r.traits.fsdp_version == 2;
+}
 
 namespace {
 

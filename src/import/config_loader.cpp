@@ -18,6 +18,7 @@
 #include "import/import_torchtitan.hpp"
 #include "spec/limits.hpp"
 #include "spec/plan_toml.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -109,10 +110,6 @@ Keys keys_for(const RunConfig& rc) {
   return {"layout.pp", "layout.vpp", "layout.dp_replicate", "layout.dp_shard", "layout.cp", "layout.tp",
           "layout.ep", "batch.global_batch", "batch.micro_batch", "batch.grad_accum", "batch.seq_len",
           "cluster.gpus"};
-}
-
-bool is_composer(const Plan& p) {
-  return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2;
 }
 
 // Throws the input error of the file being resolved, its reason on one line.
@@ -257,7 +254,7 @@ void check_seq_len(RunConfig& rc, const Keys& keys) {
   if (m.max_seq_len > 0 && job.seq_len > m.max_seq_len)
     rc.warnings.push_back(fmt::format("{}: {} tokens is beyond the {} positions {} was trained for", keys.seq,
                                       job.seq_len, m.max_seq_len, m.name));
-  const bool sp = plan.sequence_parallel || plan.runtime == Runtime::torchtitan_fsdp2;
+  const bool sp = plan.sequence_parallel || runtime_traits(plan).sequence_parallel_with_tp;
   const std::int64_t seq_div = (mesh.cp > 1 ? 2 * mesh.cp : 1) * (sp ? mesh.tp : 1);
   if (job.seq_len % seq_div != 0)
     fail(keys.seq, fmt::format("{} is not divisible by {} ({}{})", job.seq_len, seq_div,
@@ -269,14 +266,14 @@ void check_seq_len(RunConfig& rc, const Keys& keys) {
 void apply_runtime_rules(RunConfig& rc, std::int64_t n) {
   Plan& plan = rc.plan;
   const Mesh& mesh = plan.mesh;
-  if (is_composer(plan) && n == 1 && plan.sharding != Sharding::none) {
+  if (runtime_traits(plan).single_gpu_drops_sharding && n == 1 && plan.sharding != Sharding::none) {
     // llm-foundry drops fsdp_config and tp_config on one GPU and falls back to DDP.
     plan.sharding = Sharding::none;
     plan.reshard_after_forward = false;
     plan.root_unsharded = false;
     rc.warnings.push_back("fsdp_config: dropped by llm-foundry on a single GPU (DDP fallback)");
   }
-  if (plan.runtime == Runtime::torchtitan_fsdp2 && static_cast<std::int64_t>(mesh.dp_shard) * mesh.cp == 1) {
+  if (runtime_traits(plan).unsharded_without_shard_dim && static_cast<std::int64_t>(mesh.dp_shard) * mesh.cp == 1) {
     // No FSDP dimension: replicate() (DDP) when dp_replicate > 1, else a plain single replica.
     plan.sharding = Sharding::none;
     plan.reshard_after_forward = false;
@@ -360,7 +357,7 @@ void resolve_batch(RunConfig& rc, const Keys& keys, std::int64_t n) {
   limits::check_count(file, keys.global, job.global_batch, 0, limits::kMaxBatch, "sequences per step");
   limits::check_count(file, keys.accum, job.grad_accum, 0, limits::kMaxGradAccum, "micro-batches per step");
   limits::check_count(file, keys.accum, job.pp_microbatches, 0, limits::kMaxGradAccum, "micro-batches per step");
-  if (is_composer(rc.plan))
+  if (runtime_traits(rc.plan).device_batch_over_world)
     resolve_composer_batch(rc, keys, n);
   else
     resolve_dp_batch(rc, keys);

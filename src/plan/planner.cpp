@@ -20,30 +20,13 @@
 #include "sim/step_simulator.hpp"
 #include "spec/numerics.hpp"
 #include "spec/pipeline_split.hpp"
+#include "spec/runtimes.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
 
 namespace meshplan {
 
-bool runtime_supports(Runtime r, const Plan& p) {
-  const Mesh& m = p.mesh;
-  switch (r) {
-    case Runtime::composer_fsdp1:
-    case Runtime::composer_fsdp2:
-      // llm-foundry: FSDP (+HSDP), MLP-only TP, no pipeline or context parallelism, AC whole blocks.
-      return m.pp == 1 && m.cp == 1 && m.ep == 1 && (m.tp == 1 || p.tp_style == TpStyle::mlp_only) &&
-             (p.sharding == Sharding::zero3 || p.sharding == Sharding::zero2 || p.sharding == Sharding::none) &&
-             (p.ac == AcMode::none || p.ac == AcMode::full);
-    case Runtime::torchtitan_fsdp2:
-      return p.tp_style == TpStyle::full && (p.sharding == Sharding::zero3 || p.sharding == Sharding::none) &&
-             p.ac != AcMode::selective_attn && (m.tp == 1 || p.sequence_parallel);
-    case Runtime::megatron:
-      return p.tp_style == TpStyle::full && (p.sharding == Sharding::zero1 || p.sharding == Sharding::none) &&
-             p.ac != AcMode::selective_op && p.ac != AcMode::selective_layer;
-    case Runtime::generic: return true;
-  }
-  return false;
-}
+bool runtime_supports(Runtime r, const Plan& p) { return runtime_info(r).supports(p); }
 
 std::string describe_layout(const Plan& p) {
   const Mesh& m = p.mesh;
@@ -126,26 +109,11 @@ std::vector<int> divisors_upto(std::int64_t n, int cap) {
   return d;
 }
 
-// Plan skeleton for a runtime: its defaults and quirks.
+// Plan skeleton for a runtime: its defaults and quirks (its registry row).
 Plan base_plan(Runtime r) {
   Plan p;
   p.runtime = r;
-  switch (r) {
-    case Runtime::composer_fsdp1:
-      p.root_unsharded = true;
-      p.backward_prefetch = BackwardPrefetch::backward_post;
-      p.tp_style = TpStyle::mlp_only;
-      break;
-    case Runtime::torchtitan_fsdp2:
-      p.sequence_parallel = true;
-      break;
-    case Runtime::megatron:
-      p.sharding = Sharding::zero1;
-      p.grad_sync_every_microbatch = false;
-      p.sequence_parallel = true;
-      break;
-    default: break;
-  }
+  runtime_info(r).planner_defaults(p);
   return p;
 }
 
@@ -308,7 +276,7 @@ void tp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
 // or for Megatron the rule it needs (megatron_split_for).
 bool splits(const Grid& g, int pp, int vpp) {
   const ModelSpec& m = g.rq.model;
-  if (g.rq.runtime == Runtime::megatron) return megatron_split_for(m.n_layers, pp, vpp, m.n_mtp_layers).has_value();
+  if (runtime_traits(g.rq.runtime, false).pipeline_split_by_flags) return megatron_split_for(m.n_layers, pp, vpp, m.n_mtp_layers).has_value();
   return split_layers(m.n_layers, pp * vpp).has_value();
 }
 
@@ -348,7 +316,7 @@ void dp_children(const Grid& g, const Layout& l, std::vector<Layout>& out) {
     c.shard = shard;
     out.push_back(c);
   };
-  if (g.rq.runtime == Runtime::megatron) {
+  if (runtime_traits(g.rq.runtime, false).sharding_by_distributed_optimizer) {
     add(l.dp, 1);
     return;
   }
@@ -423,7 +391,7 @@ std::optional<Plan> make_plan(const Grid& g, const Layout& l, const Setting& s) 
   p.sequence_parallel = l.tp > 1 && p.tp_style == TpStyle::full;
   p.schedule = l.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
   const std::int64_t shard_group = l.shard * l.cp;
-  if (g.rq.runtime != Runtime::megatron) {
+  if (!runtime_traits(p).sharding_by_distributed_optimizer) {
     p.sharding = shard_group > 1 ? (s.zero2 ? Sharding::zero2 : Sharding::zero3) : Sharding::none;
     p.reshard_after_forward = !s.zero2 && !(g.titan && l.pp > 1);
   } else {
@@ -449,9 +417,9 @@ struct Enumerated {
 };
 
 Grid grid_for(const PlanRequest& rq, std::int64_t global_batch) {
-  const Runtime r = rq.runtime;
-  return Grid{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node),
-              r == Runtime::composer_fsdp1 || r == Runtime::composer_fsdp2, r == Runtime::torchtitan_fsdp2};
+  const Framework f = runtime_info(rq.runtime).framework;
+  return Grid{rq, global_batch, std::max(1, rq.cluster.node.gpus_per_node), f == Framework::llm_foundry,
+              f == Framework::torchtitan};
 }
 
 // Whether some layout of the runtime can run `global_batch` sequences per step on the GPUs (before

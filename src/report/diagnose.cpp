@@ -11,6 +11,7 @@
 #include "spec/error.hpp"
 #include "import/import_megatron.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/runtimes.hpp"
 #include "spec/units.hpp"
 
 namespace meshplan {
@@ -69,7 +70,7 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
       const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
       if (mb * 2 <= device) out.push_back({{"device_train_microbatch_size", std::to_string(mb * 2)}});
       if (mb * 4 <= device) out.push_back({{"device_train_microbatch_size", std::to_string(mb * 4)}});
-      if (p.runtime == Runtime::composer_fsdp1 && p.sharding != Sharding::none) {
+      if (runtime_info(p).traits.fsdp1_prefetch_knobs && p.sharding != Sharding::none) {
         if (p.backward_prefetch != BackwardPrefetch::backward_pre)
           out.push_back({{"fsdp_config.backward_prefetch", "BACKWARD_PRE"}});
         if (!p.forward_prefetch) out.push_back({{"fsdp_config.forward_prefetch", "true"}});
@@ -99,7 +100,7 @@ std::vector<Settings> candidate_edits(const RunConfig& rc, const ConfigDocument&
     }
     case ConfigFormat::meshplan_plan:
       out.push_back({{"batch.micro_batch", std::to_string(mb * 2)}});
-      if (!p.cuda_graphs && p.runtime == Runtime::megatron) out.push_back({{"runtime.cuda_graphs", "true"}});
+      if (!p.cuda_graphs && runtime_traits(p).offers_cuda_graphs) out.push_back({{"runtime.cuda_graphs", "true"}});
       break;
   }
   return out;
@@ -186,7 +187,7 @@ void cause_lost_overlap(Diagnosis& d, double gap, const RunConfig& rc, const Clu
             fmt::format("{:.2f} s of communication is already exposed in the prediction; without prefetch overlap the step "
                         "takes {:.2f} s (+{:.2f} s)",
                         exposed_now, at, at - d.predicted_step_s),
-            rc.plan.runtime == Runtime::composer_fsdp1
+            runtime_info(rc.plan).framework == Framework::llm_foundry && runtime_info(rc.plan).traits.fsdp1_prefetch_knobs
                 ? "set fsdp_config.forward_prefetch: true and backward_prefetch: BACKWARD_PRE; a CPU-bound Python loop "
                   "(many small FSDP units) also delays the all-gather launches"
                 : "check with a profiler that all-gathers run on their own stream ahead of the compute that needs them");

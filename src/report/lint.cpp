@@ -12,6 +12,7 @@
 #include "import/import_megatron.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/numerics.hpp"
+#include "spec/runtimes.hpp"
 #include "spec/units.hpp"
 
 namespace meshplan {
@@ -81,6 +82,12 @@ std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64
 
 // What every check reads: the document, its evaluation and the plan the checks look at (the
 // evaluated one, or the imported one when the layout could not be evaluated).
+// Composer on torch FSDP1: fsdp_config's FSDP1 knobs (prefetch, rate limiter, NO_SHARD) apply.
+bool composer_fsdp1(const Plan& p) {
+  const RuntimeInfo& r = runtime_info(p);
+  return r.framework == Framework::llm_foundry && r.traits.fsdp1_prefetch_knobs;
+}
+
 struct LintInputs {
   const ConfigDocument& doc;
   const RunSource& src;
@@ -103,7 +110,7 @@ void check_simulated_run(std::vector<LintFinding>& f, const LintInputs& in) {
   const RunConfig& rc = base.run;
   const Mesh& m = rc.plan.mesh;
   // Micro-batches that do not divide the per-rank batch (Composer: device batch = global / world).
-  if (p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2) {
+  if (runtime_traits(p).device_batch_over_world) {
     const std::int64_t device = rc.job.global_batch / std::max<std::int64_t>(1, rc.n_gpus);
     if (rc.job.micro_batch > 0 && device % rc.job.micro_batch != 0)
       f.push_back({keys.micro, "warning",
@@ -191,7 +198,7 @@ void check_recompute_and_offload(std::vector<LintFinding>& f, const LintInputs& 
     for (auto& x : f)
       if (x.key == "fsdp_config.activation_checkpointing_reentrant") x.message += q;
   }
-  if (p.runtime == Runtime::composer_fsdp1 && p.sharding == Sharding::none && in.base.ok() && in.base.run.n_gpus > 1)
+  if (in.composer1 && p.sharding == Sharding::none && in.base.ok() && in.base.run.n_gpus > 1)
     f.push_back({in.keys.sharding, "info",
                  "NO_SHARD replicates the whole fp32 model state (params, grads, optimizer) on every GPU and all-reduces "
                  "fp32 gradients; FULL_SHARD divides that state by the group size"});
@@ -248,7 +255,7 @@ LintReport lint_config(const RunSource& src) {
   }
 
   const Plan& p = base.ok() ? base.run.plan : imported.plan;
-  const LintInputs in{doc, src, fallback, base, keys_for(doc.format), p, p.runtime == Runtime::composer_fsdp1};
+  const LintInputs in{doc, src, fallback, base, keys_for(doc.format), p, composer_fsdp1(p)};
   if (base.ok()) check_simulated_run(f, in);
   if (in.composer1 && p.sharding != Sharding::none) check_fsdp1_knobs(f, in);
   check_recompute_and_offload(f, in);

@@ -7,16 +7,6 @@ namespace meshplan {
 namespace {
 constexpr NameTable<Sharding, 4> kSharding{{{Sharding::none, "none"}, {Sharding::zero1, "zero1"},
                                             {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}}};
-// The names after the first of each runtime are the CLI's (`plan --runtime torchtitan |
-// llm-foundry`): a plan TOML accepts both spellings, and to_string gives the first.
-constexpr NameTable<Runtime, 8> kRuntime{{{Runtime::composer_fsdp1, "composer-fsdp1"},
-                                          {Runtime::composer_fsdp2, "composer-fsdp2"},
-                                          {Runtime::torchtitan_fsdp2, "torchtitan-fsdp2"},
-                                          {Runtime::megatron, "megatron"},
-                                          {Runtime::generic, "generic"},
-                                          {Runtime::torchtitan_fsdp2, "torchtitan"},
-                                          {Runtime::composer_fsdp1, "llm-foundry"},
-                                          {Runtime::megatron, "megatron-lm"}}};
 constexpr NameTable<BackwardPrefetch, 3> kPrefetch{{{BackwardPrefetch::none, "none"},
                                                     {BackwardPrefetch::backward_pre, "BACKWARD_PRE"},
                                                     {BackwardPrefetch::backward_post, "BACKWARD_POST"}}};
@@ -47,7 +37,6 @@ constexpr NameTable<MoeDispatcher, 3> kDispatcher{{{MoeDispatcher::alltoall, "al
 }  // namespace
 
 std::string_view to_string(Sharding s) { return name_of(kSharding, s); }
-std::string_view to_string(Runtime r) { return name_of(kRuntime, r); }
 std::string_view to_string(BackwardPrefetch b) { return name_of(kPrefetch, b); }
 std::string_view to_string(AcMode a) { return name_of(kAc, a); }
 std::string_view to_string(TpStyle t) { return name_of(kTp, t); }
@@ -58,7 +47,6 @@ std::string_view to_string(OptimizerImpl o) { return name_of(kOptImpl, o); }
 std::string_view to_string(MoeDispatcher d) { return name_of(kDispatcher, d); }
 
 std::optional<Sharding> parse_sharding(std::string_view s) { return parse_name(kSharding, s); }
-std::optional<Runtime> parse_runtime(std::string_view s) { return parse_name(kRuntime, s); }
 std::optional<BackwardPrefetch> parse_backward_prefetch(std::string_view s) {
   return parse_name(kPrefetch, s);
 }

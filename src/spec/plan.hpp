@@ -266,7 +266,7 @@ struct Job {
 };
 
 std::string_view to_string(Sharding s);
-std::string_view to_string(Runtime r);
+std::string_view to_string(Runtime r);  // names from the registry (spec/runtimes.cpp)
 std::string_view to_string(BackwardPrefetch b);
 std::string_view to_string(AcMode a);
 std::string_view to_string(TpStyle t);

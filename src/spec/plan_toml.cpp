@@ -1,4 +1,5 @@
 // meshplan plan TOML reader and writer (format: docs/plan_format.md).
+#include "spec/runtimes.hpp"
 #include "spec/plan_toml.hpp"
 
 #include "spec/offload_modules.hpp"
@@ -399,9 +400,9 @@ void read_runtime_across_sections(RunConfig& rc, const TomlView& rt, const TomlV
   if (plan.optimizer_in_backward && rc.job.grad_accum > 1)
     rt.fail("optimizer_in_backward", "steps the optimizer inside every backward: needs grad_accum = 1");
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
-  if (plan.deepspeed_engine && plan.runtime != Runtime::megatron)
+  if (plan.deepspeed_engine && !runtime_info(plan).traits.accepts_deepspeed_engine)
     rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
-  if (plan.runtime == Runtime::megatron && plan.sharding == Sharding::zero2)
+  if (!runtime_info(plan).traits.zero2_modelled && plan.sharding == Sharding::zero2)
     sh.fail("strategy", "zero2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2: whole bf16 params, "
                         "sharded gradients) is not modeled; zero1 or zero3");
   if (plan.deepspeed_engine && plan.mesh.pp > 1 &&

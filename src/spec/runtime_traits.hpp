@@ -1,8 +1,8 @@
 #pragma once
 // What differs between the training runtimes meshplan models, as one value derived once from the
-// plan. The lowering, the memory model and the planner read these traits instead of testing
-// `runtime ==`, so that adding a runtime means filling in one more case here (docs/design-notes.md,
-// "How to extend"). Plan knobs (compile, sharding, reduce dtype, ...) stay in Plan: a trait says
+// plan. The lowering, the memory model, the importers and the planner read these traits instead
+// of testing `runtime ==`; each runtime's values are its row in the registry (spec/runtimes.cpp,
+// docs/design-notes.md "How to extend"). Plan knobs (compile, sharding, reduce dtype, ...) stay in Plan: a trait says
 // how a runtime implements a knob, not which knob the user chose.
 #include "spec/plan.hpp"
 
@@ -78,72 +78,42 @@ struct RuntimeTraits {
   // Megatron-LM's original timers synchronize at the start and end of every micro-batch's forward
   // and backward; Megatron-DeepSpeed kept them.
   bool host_syncs_every_pass = false;
+
+  // --- what the runtime does with the batch and the mesh ------------------------------------
+  // Activation offload copies on a side stream overlapped with compute (Megatron's
+  // --cpu-offloading, torch's offloading hooks on their own stream); Composer's
+  // activation_cpu_offload wraps the blocks in save_on_cpu, whose copies run on the compute stream.
+  bool offload_on_copy_stream = true;
+  // Composer: the per-rank batch is the global batch over the world (device_train_batch_size),
+  // its micro-batch found by halving; other runtimes divide by the data-parallel degree.
+  bool device_batch_over_world = false;
+  // llm-foundry drops fsdp_config (and tp_config) on one GPU and falls back to DDP.
+  bool single_gpu_drops_sharding = false;
+  // torchtitan: no FSDP dimension (dp_shard x cp = 1) means replicate() or a single replica.
+  bool unsharded_without_shard_dim = false;
+  // torchtitan's TP plan always shards the sequence between the TP regions (SequenceParallel).
+  bool sequence_parallel_with_tp = false;
+  // Megatron: --micro-batch-size has no default; with pipelines a tuned run takes 1.
+  bool micro_batch_required = false;
+  // Megatron shards over data-parallel ranks by its distributed optimizer (or Megatron-FSDP),
+  // chosen independently of the mesh, which keeps every data-parallel rank a replica.
+  bool sharding_by_distributed_optimizer = false;
+  // Megatron splits layers unevenly only by its flags (--decoder-first/last-pipeline-num-layers,
+  // --pipeline-model-parallel-layout): megatron_split_for.
+  bool pipeline_split_by_flags = false;
+  // Megatron-FSDP / DeepSpeed ZeRO-3: one persistent bucket per layer, prefetched in backward.
+  bool zero3_as_layer_buckets = false;
+  // DeepSpeed's engine drives this runtime's model (Megatron-DeepSpeed).
+  bool accepts_deepspeed_engine = false;
+  // ZeRO-2 (whole params, sharded gradients) is modelled for the runtime.
+  bool zero2_modelled = true;
+  // The runtime captures the step in CUDA graphs when asked (Megatron's --enable-cuda-graph).
+  bool offers_cuda_graphs = false;
 };
 
-inline RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sharding = Sharding::zero1) {
-  RuntimeTraits t;
-  switch (runtime) {
-    case Runtime::torchtitan_fsdp2:
-      t.fsdp_version = 2;
-      t.attention_backend = AttentionBackend::torch_sdpa;
-      t.pipelining_defers_fsdp_sync = true;
-      t.keeps_head_group_gathered = true;
-      break;
-    case Runtime::composer_fsdp2:
-      t.fsdp_version = 2;
-      t.foreach_adamw = true;
-      break;
-    case Runtime::composer_fsdp1:
-    case Runtime::generic:
-      t.fsdp_version = 1;
-      t.foreach_adamw = true;
-      t.fsdp1_prefetch_knobs = true;
-      break;
-    case Runtime::megatron:
-      t.fsdp_version = 0;
-      t.attention_backend = AttentionBackend::transformer_engine;
-      t.fused_elementwise_kernels = true;
-      t.contiguous_grad_buffer = true;
-      t.optimizer_copies_params_back = true;
-      t.sp_saves_sharded_linear_input = true;
-      t.frees_sent_pipeline_outputs = true;
-      t.host_syncs_before_optimizer = true;
-      break;
-  }
-  // ZeRO-2 under Megatron (Megatron-FSDP optim_grads, DeepSpeed ZeRO-2) keeps whole bf16 params on
-  // every rank and shards only gradients and optimizer state: not FSDP units, and not modeled
-  // (plan_toml and the validation mapping refuse it).
-  const bool sharded_params_or_grads = sharding == Sharding::zero3;
-  if (runtime == Runtime::megatron && sharded_params_or_grads) {
-    // Megatron-Core's own FSDP (--use-megatron-fsdp, --data-parallel-sharding-strategy
-    // optim_grads_params) and DeepSpeed ZeRO-3: each transformer layer is one
-    // bucket, all-gathered into a persistent buffer that the layer uses in place (no copy-out),
-    // the next bucket prefetched in backward, and its gradients reduce-scattered from the
-    // (sharded) main-grad buffer on their own stream. The grad buffer lives through the step.
-    t.fsdp_version = 1;
-    t.fsdp_always_prefetches_backward = true;
-  }
-  // DeepSpeed's engine drives the Megatron model (plan_toml accepts it only with megatron).
-  if (deepspeed_engine && sharded_params_or_grads) {
-    // ZeRO-3 runs under DeepSpeed's plain engine (its pipeline engine takes ZeRO-0/1 only;
-    // plan_toml and the validation mapping refuse pp > 1): no BF16_Optimizer fp32 accumulation,
-    // gradients are reduce-scattered per bucket as backward produces them.
-    t.frees_sent_pipeline_outputs = false;
-    t.host_syncs_every_pass = true;
-  } else if (deepspeed_engine) {
-    t.frees_sent_pipeline_outputs = false;
-    t.blocking_pp_sends = true;
-    t.fp32_grad_accumulation = true;
-    t.host_syncs_every_pass = true;
-  }
-  if (t.fsdp_version == 2) {
-    t.fsdp_copy_out = true;
-    t.fsdp_always_prefetches_backward = true;
-    t.fsdp_reduce_copies_grads = true;
-    t.fsdp_one_reduce_scatter_in_flight = true;
-  }
-  return t;
-}
+// The runtime's row in the registry (spec/runtimes.hpp) adjusted for the plan's sharding and
+// DeepSpeed's engine.
+RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sharding = Sharding::zero1);
 
 inline RuntimeTraits runtime_traits(const Plan& p) { return runtime_traits(p.runtime, p.deepspeed_engine, p.sharding); }
 

@@ -22,6 +22,7 @@
 #include "spec/limits.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/recompute_modules.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -828,7 +829,7 @@ void map_kernels(const Reader& r, const std::string& fw, const std::string& sour
   // No column says how the optimizer's update runs. Under an unnamed trainer it resolves as a
   // tuned run sets it (docs/validation.md "Unknown settings"): fused AdamW, as torchtune's and
   // lightning-thunder's configs and torchtitan's default do; the named frameworks keep theirs.
-  if (p.runtime == Runtime::generic && p.optimizer == Optimizer::adamw) {
+  if (runtime_info(p).framework == Framework::none && p.optimizer == Optimizer::adamw) {
     p.optimizer_impl = OptimizerImpl::fused;
     notes.push_back("optimizer implementation not in any column: fused AdamW assumed (no whole-model step temporaries)");
   }

@@ -165,7 +165,7 @@ SavedActivations saved_activations(const MemoryContext& x, int stage, const std:
     // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
     // during a block's backward.
     // Under fine-grained offload the rest of each block's saved tensors stays on the device.
-    const bool stream = p.runtime != Runtime::composer_fsdp1 && p.runtime != Runtime::composer_fsdp2;
+    const bool stream = runtime_traits(p).offload_on_copy_stream;
     const double offloaded = offloaded_per_microbatch * sm.microbatches_in_flight;
     const double kept = saved - offloaded;
     sm.host_bytes += offloaded;

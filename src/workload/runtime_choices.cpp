@@ -6,6 +6,7 @@
 
 #include "spec/limits.hpp"
 #include "spec/offload_modules.hpp"
+#include "spec/runtimes.hpp"
 #include "workload/activation_memory.hpp"
 
 namespace meshplan {
@@ -34,41 +35,19 @@ struct Recompute {
 // Full recompute of every n-th block, fewest first: Megatron's --recompute-granularity full
 // --recompute-method block --recompute-num-layers k (k of each stage's layers; the memory and the
 // recompute FLOPs depend on how many, not which) and torchtitan's selective "n".
-void add_partial_layers(std::vector<Recompute>& out, const char* how) {
+void add_partial_layers(std::vector<Recompute>& out, std::string_view how) {
   for (int n : {8, 6, 4, 3, 2})
     out.push_back({AcMode::selective_layer, false, fmt::format("full recompute of 1 layer in {} ({})", n, how), n});
 }
 
-// The framework's recompute options, least first. Megatron: selective (core attention), full
-// recompute of a fraction of the layers, full, then activation offload (--cpu-offloading);
-// torchtitan: selective op, every n-th layer, full (no activation offload); Composer:
-// activation_checkpointing, then activation_cpu_offload.
+// The framework's recompute options, least first: its registry row (spec/runtimes.cpp), each
+// "1 layer in n" rung expanded over the n tried.
 std::vector<Recompute> recompute_ladder(const Plan& p) {
   std::vector<Recompute> out = {{AcMode::none, false, "none"}};
-  switch (p.runtime) {
-    case Runtime::megatron:
-      out.push_back({AcMode::selective_attn, false, "selective (core attention)"});
-      add_partial_layers(out, "Megatron --recompute-method block");
-      out.push_back({AcMode::full, false, "full"});
-      out.push_back({AcMode::none, true, "activation offload"});
-      return out;
-    case Runtime::torchtitan_fsdp2:
-      out.push_back({AcMode::selective_op, false, "selective (op)"});
-      add_partial_layers(out, "torchtitan selective_ac_option");
-      out.push_back({AcMode::full, false, "full"});
-      return out;
-    case Runtime::composer_fsdp1:
-    case Runtime::composer_fsdp2:
-      out.push_back({AcMode::full, false, "full"});
-      out.push_back({AcMode::none, true, "activation offload"});
-      return out;
-    case Runtime::generic:
-      break;
+  for (const RecomputeRung& r : runtime_info(p).recompute) {
+    if (r.ac == AcMode::selective_layer) add_partial_layers(out, r.name);
+    else out.push_back({r.ac, r.offload, std::string(r.name)});
   }
-  out.push_back({AcMode::selective_op, false, "selective (op)"});
-  add_partial_layers(out, "every n-th block checkpointed");
-  out.push_back({AcMode::full, false, "full"});
-  out.push_back({AcMode::none, true, "activation offload"});
   return out;
 }
 
@@ -111,7 +90,7 @@ std::vector<OffloadScope> offload_ladder(const ModelSpec& m, const Plan& p, cons
 // data-parallel ranks; ZeRO-2 is not modeled for them); the FSDP trainers' sharding follows their
 // mesh, so their default is their only option.
 std::vector<Sharding> sharding_ladder(const Plan& p) {
-  if (p.runtime != Runtime::megatron) return {p.sharding};
+  if (!runtime_traits(p).sharding_by_distributed_optimizer) return {p.sharding};
   std::vector<Sharding> out;
   for (Sharding s : {Sharding::none, Sharding::zero1, Sharding::zero3})
     if (s >= p.sharding) out.push_back(s);
@@ -132,7 +111,7 @@ Plan with_sharding(Plan p, Sharding s) {
 // Micro-batch sizes to try, largest first: the divisors of the per-rank batch (Composer: its own
 // halving search from the device batch); Megatron-family with pipelines, which has no default: 1,
 // the most micro-batches and so the smallest bubble.
-bool is_composer(const Plan& p) { return p.runtime == Runtime::composer_fsdp1 || p.runtime == Runtime::composer_fsdp2; }
+bool is_composer(const Plan& p) { return runtime_traits(p).device_batch_over_world; }
 
 // Sequences one rank processes per step: global / dp (Composer: global / world, its device batch).
 std::int64_t per_rank_batch(const Plan& p, const Job& j) {
@@ -142,7 +121,7 @@ std::int64_t per_rank_batch(const Plan& p, const Job& j) {
 
 std::vector<std::int64_t> micro_batch_ladder(const Plan& p, const Job& j) {
   const std::int64_t per_rank = std::max<std::int64_t>(1, per_rank_batch(p, j));
-  if (p.runtime == Runtime::megatron && p.mesh.pp > 1) return {1};
+  if (runtime_traits(p).micro_batch_required && p.mesh.pp > 1) return {1};
   std::vector<std::int64_t> out;
   if (is_composer(p)) {
     for (std::int64_t mb = per_rank; mb >= 1; mb /= 2) out.push_back(mb);
@@ -224,7 +203,7 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
                                                   r.name, c.name));
           if (left.micro_batch)
             out.assumptions.push_back(
-                given.runtime == Runtime::megatron && given.mesh.pp > 1
+                runtime_traits(given).micro_batch_required && given.mesh.pp > 1
                     ? fmt::format("micro_batch not stated: 1 (Megatron has no default, the flag is required; with "
                                   "pipelines 1, the most micro-batches and the smallest bubble, fits), grad_accum {}",
                                   j.grad_accum)

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "spec/pipeline_split.hpp"
+#include "spec/runtime_traits.hpp"
 #include "workload/stage_params.hpp"
 
 namespace meshplan::lowering {
@@ -99,7 +100,7 @@ void Builder::set_up_step() {
   s.state = state_bytes_per_param(p_, j_);
   s.root = root_gathering(p_);
   s.unit_gathered = fsdp_unit_gathered_bytes(m_, p_);
-  s.offload_stream = p_.runtime != Runtime::composer_fsdp1 && p_.runtime != Runtime::composer_fsdp2;
+  s.offload_stream = runtime_traits(p_).offload_on_copy_stream;
 }
 
 StepProgram Builder::build() {
