@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <set>
 #include <system_error>
 
 #include "calibrate/backend.hpp"
@@ -20,6 +21,9 @@
 #include "spec/cluster_loader.hpp"
 #include "spec/data_root.hpp"
 #include "spec/error.hpp"
+#include "validate/cluster_search.hpp"
+#include "validate/fit_runs.hpp"
+#include "validate/fitted_profile.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -32,6 +36,9 @@ struct CalibrateArgs {
   std::string fit;
   std::string base;
   std::string name;
+  std::vector<std::string> runs;
+  std::vector<std::string> params;
+  std::vector<std::string> cluster_dirs;
   bool json = false;
 };
 
@@ -43,6 +50,41 @@ std::string resolve_profile_file(const std::string& base) {
   const fs::path shipped = data_root() / "hardware_profiles" / (base + ".toml");
   if (base.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
   throw InputError(base, "--base", "no such profile file or shipped profile name");
+}
+
+// Written next to the target and checked with the strict loader before it replaces anything (the
+// temporary file keeps the .toml extension and a folder, so load_cluster reads it as a path even
+// for a bare --out mine.toml).
+void write_checked_profile(const std::string& out, const std::string& text) {
+  AtomicWriteOptions check;
+  check.check = [&](const std::string& tmp) {
+    try {
+      (void)load_cluster(tmp.find('/') == std::string::npos ? "./" + tmp : tmp);
+    } catch (const InputError& e) {
+      throw InputError(out, "--out", std::string("the calibrated profile does not load: ") + e.reason());
+    }
+  };
+  write_file_atomic(out, text, "--out", check);
+}
+
+// The one profile the compared runs ran on, with the fit written in; atomically, checked by the loader.
+std::string write_runs_profile(const CalibrateArgs& a, const MeasuredRuns& runs, const RunsFit& fit,
+                               const std::string& command_line) {
+  std::set<std::string> clusters;
+  for (std::size_t i = 0; i < fit.fitted.rows.size(); ++i)
+    if (log_ratio(fit.fitted.rows[i])) clusters.insert(fit.fitted.rows[i].cluster);
+  if (clusters.size() != 1) {
+    std::string names;
+    for (const auto& c : clusters) names += (names.empty() ? "" : ", ") + c;
+    throw InputError("", "--out", "the runs span " + std::to_string(clusters.size()) + " profiles (" + names +
+                                      "): write one profile from the runs of one cluster");
+  }
+  // Aliases (a100-unknown) resolve to the profile file they name.
+  const ClusterSpec base = load_cluster_search(*clusters.begin(), runs.cluster_dirs);
+  const std::string name = a.name.empty() ? fs::path(a.out).stem().string() : a.name;
+  const std::string text = fitted_profile_toml(fit, base, base.source_file, name, command_line);
+  write_checked_profile(a.out, text);
+  return name;
 }
 
 int run_fit(const CalibrateArgs& a) {
@@ -62,19 +104,7 @@ int run_fit(const CalibrateArgs& a) {
   for (const std::string& w : fit.warnings) fmt::print(stderr, "meshplan: calibrate: warning: {}\n", w);
 
   const std::string name = a.name.empty() ? fs::path(a.out).stem().string() : a.name;
-  const std::string text = calibrate::calibrated_profile_toml(fit, base_file, name);
-  // Written next to the target and checked with the strict loader before it replaces anything
-  // (the temporary file keeps the .toml extension and a folder, so load_cluster reads it as a
-  // path even for a bare --out mine.toml).
-  AtomicWriteOptions check;
-  check.check = [&](const std::string& tmp) {
-    try {
-      (void)load_cluster(tmp.find('/') == std::string::npos ? "./" + tmp : tmp);
-    } catch (const InputError& e) {
-      throw InputError(a.out, "--out", std::string("the calibrated profile does not load: ") + e.reason());
-    }
-  };
-  write_file_atomic(a.out, text, "--out", check);
+  write_checked_profile(a.out, calibrate::calibrated_profile_toml(fit, base_file, name));
   if (a.json)
     fmt::print("{}\n", nlohmann::json{{"out", a.out},
                                       {"profile", name},
@@ -85,6 +115,34 @@ int run_fit(const CalibrateArgs& a) {
                            .dump(2));
   else
     fmt::print("wrote {} (profile \"{}\")\n", a.out, name);
+  return 0;
+}
+
+// --runs FILE...: the declared fitted parameters fitted to measured runs (validation CSV schema);
+// with --out, the runs' profile written with the fitted values.
+int run_runs_fit(const CalibrateArgs& a, const std::string& command_line) {
+  if (!a.fit.empty()) throw InputError("", "--runs", "give either --fit MEASUREMENTS.json or --runs FILE, not both");
+  if (!a.out.empty()) check_output_path(a.out, "--out");
+  MeasuredRuns runs;
+  for (const auto& d : a.cluster_dirs) {
+    if (!fs::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
+    runs.cluster_dirs.emplace_back(d);
+  }
+  for (const auto& f : a.runs) runs.tables.push_back(read_csv_table(f));
+  FitOptions options;
+  for (const auto& name : a.params) options.parameters.push_back(&fitted_parameter(name, "--params"));
+  const RunsFit fit = fit_runs(runs, options);
+  std::string written_profile;
+  if (!a.out.empty()) written_profile = write_runs_profile(a, runs, fit, command_line);
+  if (a.json) {
+    nlohmann::json j = runs_fit_json(fit);
+    j["runs_files"] = a.runs;
+    j["out"] = a.out.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.out);
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  }
+  fmt::print("{}", runs_fit_text(fit));
+  if (!a.out.empty()) fmt::print("wrote {} (profile \"{}\")\n", a.out, written_profile);
   return 0;
 }
 
@@ -139,8 +197,24 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_option("--fit", args->fit, "fit this measurements JSON instead of measuring");
   app->add_option("--base", args->base, "with --fit: the profile to start from (file or shipped name)");
   app->add_option("--name", args->name, "with --fit: profile name (default: the --out file stem)");
+  app->add_option("--runs", args->runs,
+                  "fit the declared fitted parameters (docs/validation.md) to these measured runs instead: validation "
+                  "CSVs (../shared/validation/README.md columns), repeatable; with --out, the runs' profile is written "
+                  "with the fitted values");
+  app->add_option("--params", args->params,
+                  "with --runs: the parameters to fit, comma-separated (default: every declared one the runs move)")
+      ->delimiter(',');
+  app->add_option("--cluster-dir", args->cluster_dirs, "with --runs: folder of extra hardware profiles (NAME.toml)");
   app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
-  return {app, [args]() { return args->fit.empty() ? run_measure(*args) : run_fit(*args); }};
+  return {app, [args]() {
+            if (!args->runs.empty()) {
+              std::string command_line = "meshplan calibrate";
+              for (const auto& f : args->runs) command_line += " --runs " + f;
+              for (const auto& p : args->params) command_line += " --params " + p;
+              return run_runs_fit(*args, command_line);
+            }
+            return args->fit.empty() ? run_measure(*args) : run_fit(*args);
+          }};
 }
 
 }  // namespace meshplan::cli

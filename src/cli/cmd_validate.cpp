@@ -14,6 +14,7 @@
 #include "cli/output_path.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
+#include "validate/cross_validation.hpp"
 #include "validate/validation.hpp"
 #include "sim/step_simulator.hpp"
 #include "validate/cluster_search.hpp"
@@ -27,6 +28,9 @@ namespace {
 
 struct ValidateOptions {
   std::string file;
+  std::vector<std::string> more_files;  // with --cross-validate: further CSVs fitted together
+  std::string cross_validate;
+  std::vector<std::string> params;
   std::string collectives;
   std::string cluster;
   std::string by = "source";
@@ -39,6 +43,14 @@ struct ValidateOptions {
 
 void add_validate_options(CLI::App& app, ValidateOptions& o) {
   app.add_option("file", o.file, "validation CSV (columns: ../shared/validation/README.md)");
+  app.add_option("more", o.more_files, "with --cross-validate: further validation CSVs, fitted together with the first");
+  app.add_option("--cross-validate", o.cross_validate,
+                 "leave one group out: refit the fitted parameters (docs/validation.md) on the other groups and "
+                 "predict the one left out; prints per-group held-out vs in-sample MAPE and every parameter per fold")
+      ->check(CLI::IsMember({"source", "framework", "gpu", "model"}));
+  app.add_option("--params", o.params,
+                 "with --cross-validate: the fitted parameters to refit (default: every declared one), comma-separated")
+      ->delimiter(',');
   app.add_option("--collectives", o.collectives,
                  "nccl-tests-style CSV (op, gpus, gpus_per_node, size_bytes, time_us or busbw_gbps); needs --cluster");
   app.add_option("--cluster", o.cluster, "hardware profile for --collectives (name or TOML path)");
@@ -93,6 +105,24 @@ void write_row_files(const ValidateOptions& o, const CsvTable& table, const Vali
   }
 }
 
+// --cross-validate GROUP: leave-one-group-out refits over one or more CSVs.
+int run_cross_validation(const ValidateOptions& o, const ValidationOptions& opts) {
+  if (!o.rows.empty() || !o.trace.empty() || !o.export_plan.empty())
+    throw InputError("", "--cross-validate", "takes whole files: not with --row, --trace or --export-plan");
+  MeasuredRuns runs;
+  runs.cluster_dirs = opts.cluster_dirs;
+  runs.tables.push_back(read_csv_table(o.file));
+  for (const auto& f : o.more_files) runs.tables.push_back(read_csv_table(f));
+  FitOptions fit;
+  for (const auto& name : o.params) fit.parameters.push_back(&fitted_parameter(name, "--params"));
+  const CrossValidation cv = cross_validate(runs, *parse_group_by(o.cross_validate), fit);
+  if (o.json)
+    fmt::print("{}\n", nlohmann::json{{"cross_validation", cross_validation_json(cv)}}.dump(
+                           2, ' ', false, nlohmann::json::error_handler_t::replace));
+  else fmt::print("{}", cross_validation_text(cv));
+  return 0;
+}
+
 int run_validate(const ValidateOptions& o) {
   if (!o.collectives.empty()) return validate_collectives(o);
   if (o.file.empty()) throw InputError("", "file", "required: a validation CSV (or --collectives FILE --cluster NAME)");
@@ -104,6 +134,10 @@ int run_validate(const ValidateOptions& o) {
     if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
     opts.cluster_dirs.emplace_back(d);
   }
+  if (!o.cross_validate.empty()) return run_cross_validation(o, opts);
+  if (!o.more_files.empty())
+    throw InputError(o.more_files.front(), "file", "one validation CSV at a time (several only with --cross-validate)");
+  if (!o.params.empty()) throw InputError("", "--params", "applies only to --cross-validate");
   opts.only_ids = o.rows;
   const bool inspect = !o.trace.empty() || !o.export_plan.empty();
   if (inspect && o.rows.size() != 1)

@@ -393,6 +393,7 @@ void read_sources(Context& ctx, const toml::table& root) {
       if (!bounds) ctx.fail(key + ".bounds", "a fitted source must give the bounds its fit searches", e);
       if (fit.empty()) ctx.fail(key + ".fit", "a fitted source must say how it is fitted (the command, or the scan)", e);
       ctx.fitted_bounds[tag] = *bounds;
+      ctx.spec->fitted_bounds[tag] = *bounds;
     } else if (bounds || !fit.empty()) {
       ctx.fail(key + (bounds ? ".bounds" : ".fit"), "only a fitted source has bounds and a fit", e);
     }

@@ -3,6 +3,7 @@
 // hardware_profiles/*.toml. Every number carries a source tag in `sources` (dotted key -> tag).
 // SI units throughout: bytes, seconds, FLOP/s, bytes/s per direction.
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,8 @@ struct ClusterSpec {
   ReliabilitySpec reliability;
   std::map<std::string, std::string> sources;  // "gpu.hbm_bytes" -> "h100_datasheet"
   std::map<std::string, std::string> source_refs;  // tag -> citation ("kind: ref")
+  // Sources of kind `fitted`: tag -> the bounds a fit may move their values within.
+  std::map<std::string, std::pair<double, double>> fitted_bounds;
   std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")
   std::string source_file;                 // the profile TOML this spec was read from
 

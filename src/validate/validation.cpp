@@ -125,14 +125,6 @@ void fill_ape_stats(const std::vector<double>& signed_errors, ValidationSummary&
   s.max_ape_pct = *std::max_element(ape.begin(), ape.end());
 }
 
-std::string group_key(const ValidationRowResult& r, GroupBy by) {
-  switch (by) {
-    case GroupBy::source: return r.source;
-    case GroupBy::framework: return r.framework;
-    case GroupBy::gpu: return r.gpu.empty() ? std::string("(empty)") : r.gpu;
-  }
-  return r.source;
-}
 
 std::string dominant_memory_term(const MemoryBreakdown& b) {
   const std::pair<const char*, double> terms[] = {
@@ -165,12 +157,14 @@ std::vector<std::size_t> selected_rows(const CsvTable& table, const std::vector<
 // Loads each (profile, node size) once: profiles are TOML files and rows share a handful.
 class ClusterCache {
 public:
-  explicit ClusterCache(std::vector<std::filesystem::path> dirs) : dirs_(std::move(dirs)) {}
+  ClusterCache(std::vector<std::filesystem::path> dirs, ParameterValues parameters)
+      : dirs_(std::move(dirs)), parameters_(std::move(parameters)) {}
   const ClusterSpec& get(const std::string& name, std::optional<int> gpus_per_node) {
     const std::string key = name + "#" + std::to_string(gpus_per_node.value_or(0));
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     ClusterSpec c = load_cluster_search(name, dirs_);
+    apply_parameters(c, parameters_);
     if (gpus_per_node && *gpus_per_node != c.node.gpus_per_node) {
       // A node of another size: the NVLink domain is the node unless the profile spans nodes (NVL72).
       if (c.node.nvlink_domain_gpus == c.node.gpus_per_node) c.node.nvlink_domain_gpus = *gpus_per_node;
@@ -181,6 +175,7 @@ public:
 
 private:
   std::vector<std::filesystem::path> dirs_;
+  ParameterValues parameters_;
   std::map<std::string, ClusterSpec> cache_;
 };
 
@@ -190,6 +185,7 @@ ValidationRowResult row_result(const ValidationCase& vc) {
   out.id = vc.id;
   out.source = vc.source;
   out.framework = vc.framework;
+  out.model = vc.model_label;
   out.gpu = vc.gpu;
   out.cluster = vc.cluster;
   out.run = run_key(vc.id);
@@ -355,6 +351,7 @@ std::string_view to_string(GroupBy g) {
     case GroupBy::source: return "source";
     case GroupBy::framework: return "framework";
     case GroupBy::gpu: return "gpu";
+    case GroupBy::model: return "model";
   }
   return "source";
 }
@@ -363,7 +360,18 @@ std::optional<GroupBy> parse_group_by(std::string_view s) {
   if (s == "source") return GroupBy::source;
   if (s == "framework") return GroupBy::framework;
   if (s == "gpu") return GroupBy::gpu;
+  if (s == "model") return GroupBy::model;
   return std::nullopt;
+}
+
+std::string group_key(const ValidationRowResult& r, GroupBy by) {
+  switch (by) {
+    case GroupBy::source: return r.source;
+    case GroupBy::framework: return r.framework;
+    case GroupBy::gpu: return r.gpu.empty() ? std::string("(empty)") : r.gpu;
+    case GroupBy::model: return r.model;
+  }
+  return r.source;
 }
 
 std::optional<FlopConvention> source_flop_convention(const ValidationCase& vc, bool prefer_mfu) {
@@ -504,7 +512,7 @@ ValidationReport run_validation(const CsvTable& table, const ValidationOptions& 
   // Mapping and profile loading are serial (cheap, and the cache is not shared-safe);
   // simulation is per-row pure work, spread over the cores because the largest pipelines
   // (thousands of micro-batch x stage tasks) take seconds each.
-  ClusterCache clusters(options.cluster_dirs);
+  ClusterCache clusters(options.cluster_dirs, options.parameters);
   const std::vector<std::string> user_gpus = profile_names_in(options.cluster_dirs);
   std::vector<ValidationCase> cases;
   std::vector<const ClusterSpec*> specs;
@@ -551,7 +559,7 @@ ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id
   const std::size_t i = selected_rows(table, {id}).front();
   ValidationRowRun out{map_validation_row(table, i, profile_names_in(options.cluster_dirs)), {}};
   if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
-  ClusterCache clusters(options.cluster_dirs);
+  ClusterCache clusters(options.cluster_dirs, options.parameters);
   out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);
   const RuntimeChoices choices = resolve_runtime_choices(out.vc.run, out.cluster);
   if (!choices.no_fit.empty()) throw InputError(table.file, "row " + id, "skipped: " + choices.no_fit);

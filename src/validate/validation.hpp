@@ -11,13 +11,17 @@
 #include <vector>
 
 #include "spec/cluster_spec.hpp"
+#include "validate/fitted_parameters.hpp"
 #include "validate/validation_row.hpp"
 
 namespace meshplan {
 
-enum class GroupBy { source, framework, gpu };
+enum class GroupBy { source, framework, gpu, model };
 std::string_view to_string(GroupBy g);
 std::optional<GroupBy> parse_group_by(std::string_view s);
+struct ValidationRowResult;
+// The group a row belongs to under `by` ("(empty)" for a row without a gpu).
+std::string group_key(const ValidationRowResult& r, GroupBy by);
 
 // How a throughput figure without tokens/s is compared (README "Sources").
 struct FlopConvention {
@@ -33,6 +37,7 @@ std::optional<FlopConvention> source_flop_convention(const ValidationCase& vc, b
 
 struct ValidationRowResult {
   std::string id, source, framework, gpu, cluster;
+  std::string model;  // the row's `model` label
   std::string run;  // run_key(id): -alloc / -resv rows of one run share it
   // Throughput.
   std::optional<double> predicted_tokens_per_s_per_gpu;
@@ -82,6 +87,9 @@ struct ValidationOptions {
   GroupBy by = GroupBy::source;
   int threads = 0;  // rows simulated in parallel; 0 = one per hardware thread
   std::vector<std::string> only_ids;  // compare just these rows (every id must exist)
+  // Fitted parameters set to these values on every profile they apply to (calibrate --runs,
+  // validate --cross-validate); empty: the profiles' own values.
+  ParameterValues parameters;
 };
 
 // One row as the simulator sees it, to look inside (`validate --row ID --trace/--export-plan`):
