@@ -89,6 +89,7 @@ void check_one_line_error(const std::string& args, const std::string& needle) {
 
 TEST_CASE("bad files and flags: one line, names the file or flag and the key, non-zero exit") {
   const std::string plan = write_temp("good.toml", kPlan).string();
+  const std::string csv = write_temp("runs.csv", "id,source\nr1,s\n").string();
   auto with = [&](const std::string& name, const std::string& from, const std::string& to) {
     std::string t = kPlan;
     const auto pos = t.find(from);
@@ -130,6 +131,13 @@ TEST_CASE("bad files and flags: one line, names the file or flag and the key, no
       {"collective --cluster h100-sxm-80gb --op all_smash --gpus 8 --sizes 1K:1M", "all_smash"},
       {"kernel --cluster h100-sxm-80gb --gemm 8192x8192 --dtype bf16", "gemm"},
       {"no-such-command", "no-such-command"},
+      {"validate " + csv + " " + csv, "--cross-validate"},
+      {"validate " + csv + " --params elementwise_fraction", "--params"},
+      {"validate " + csv + " --cross-validate source --params no_such", "no_such"},
+      {"validate " + csv + " --cross-validate planet", "--cross-validate"},
+      {"calibrate --runs " + csv + " --fit m.json", "--runs"},
+      {"calibrate --runs /nonexistent/runs.csv", "/nonexistent/runs.csv"},
+      {"calibrate --runs " + csv + " --params no_such", "no_such"},
   };
   CHECK(cases.size() >= 25);
   for (const auto& c : cases) check_one_line_error(c.args, c.needle);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Refits every shipped fitted value from the dev sets and writes it into the hardware profiles that
+# declare it fitted, or with --check fails (exit 1) when a shipped value differs from the fit by
+# more than 0.5 % (the bounds test checks the same from C++: tests/report/test_validation_bounds.cpp).
+#
+#   tests/regen_fits.sh [--check]     (binary: $MESHPLAN_BIN, else build/meshplan;
+#                                      dev sets: $MESHPLAN_SHARED_DIR/validation, else ../shared/validation)
+#
+# The fit: `meshplan calibrate --runs dev.csv --runs dev-vtrain.csv --runs dev-moe.csv` (bounded
+# Levenberg-Marquardt on the squared log error of every run's throughput; docs/validation.md).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bin="${MESHPLAN_BIN:-$root/build/meshplan}"
+shared="${MESHPLAN_SHARED_DIR:-$root/../shared}"
+check=0
+[[ "${1:-}" == "--check" ]] && check=1
+[[ -x "$bin" ]] || { echo "regen_fits: no meshplan binary at $bin (set MESHPLAN_BIN)" >&2; exit 2; }
+runs=()
+for f in dev.csv dev-vtrain.csv dev-moe.csv; do
+  [[ -f "$shared/validation/$f" ]] || { echo "regen_fits: $shared/validation/$f not found (set MESHPLAN_SHARED_DIR)" >&2; exit 2; }
+  runs+=(--runs "$shared/validation/$f")
+done
+fit_json="$(mktemp)"
+trap 'rm -f "$fit_json"' EXIT
+"$bin" calibrate "${runs[@]}" --json > "$fit_json"
+python3 - "$fit_json" "$check" <<'PY'
+import json, re, sys, tomllib
+from pathlib import Path
+
+fit = json.load(open(sys.argv[1]))
+check = sys.argv[2] == "1"
+values = {p["profile_key"]: p for p in fit["parameters"] if p["identifiable"]}
+stale = []
+for path in sorted(Path("hardware_profiles").glob("*.toml")):
+    if path.name == "aliases.toml":
+        continue
+    text = path.read_text()
+    prof = tomllib.loads(text)
+    gpu = prof.get("gpu", {})
+    for key, p in values.items():
+        section, field = key.split(".")
+        tag = prof.get(section, {}).get("key_src", {}).get(field)
+        if tag is None or prof["sources"].get(tag, {}).get("kind") != "fitted":
+            continue
+        value = p["value"] * gpu["hbm_efficiency"] if p["name"] == "elementwise_fraction" else p["value"]
+        new = round(value, 3)
+        old = prof[section][field]
+        if check:
+            if abs(old - value) > 0.005 * abs(value):
+                stale.append(f"{path}: {key} = {old}, the fit gives {value:.4f}")
+            continue
+        # Replace the value inside its section only.
+        head = re.search(rf"(?m)^\[{section}\]\s*$", text)
+        nxt = re.search(r"(?m)^\[", text[head.end():])
+        end = head.end() + (nxt.start() if nxt else len(text) - head.end())
+        body = re.sub(rf"(?m)^{field}\s*=\s*[0-9.eE+-]+", f"{field} = {new}", text[head.end():end], count=1)
+        text = text[:head.end()] + body + text[end:]
+    if not check:
+        path.write_text(text)
+for p in fit["parameters"]:
+    print(f"regen_fits: {p['name']} = {p['value']:.4f} (prior {p['prior']:.4f}, "
+          f"{'identified' if p['identifiable'] else 'not identified'}, {p['runs']} runs)")
+if stale:
+    print("regen_fits: shipped fitted values differ from the fit (run tests/regen_fits.sh):\n  " + "\n  ".join(stale))
+    sys.exit(1)
+PY
