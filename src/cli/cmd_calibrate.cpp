@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "validate/cluster_search.hpp"
 #include "validate/fit_runs.hpp"
 #include "validate/fitted_profile.hpp"
+#include "validate/logged_run.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -39,6 +41,9 @@ struct CalibrateArgs {
   std::vector<std::string> runs;
   std::vector<std::string> params;
   std::vector<std::string> cluster_dirs;
+  std::string config;   // with --runs LOG: the config the logged run ran
+  std::string cluster;  // with --runs LOG --config: its hardware profile
+  std::int64_t gpus = 0;
   bool json = false;
 };
 
@@ -118,6 +123,27 @@ int run_fit(const CalibrateArgs& a) {
   return 0;
 }
 
+// Each --runs FILE by what it is: a validation CSV (.csv), a listing of logged runs (.toml), or one
+// training log whose config --config names.
+void read_runs_files(const CalibrateArgs& a, MeasuredRuns& runs) {
+  int logs = 0;
+  for (const auto& f : a.runs) {
+    const std::string ext = fs::path(f).extension().string();
+    if (ext == ".csv") {
+      runs.tables.push_back(read_csv_table(f));
+    } else if (ext == ".toml") {
+      for (const LoggedRunSpec& s : read_runs_listing(f)) runs.logged.push_back(logged_run_case(s));
+    } else {
+      if (a.config.empty())
+        throw InputError(f, "--config", "a training log needs the config it ran (--config FILE), or list it in a runs.toml");
+      if (++logs > 1) throw InputError(f, "--runs", "one log with --config; list several in a runs.toml");
+      runs.logged.push_back(logged_run_case({"", f, a.config, a.cluster, a.gpus, ""}));
+    }
+  }
+  if (logs == 0 && (!a.config.empty() || !a.cluster.empty() || a.gpus > 0))
+    throw InputError("", "--config", "--config, --cluster and --gpus go with one training log in --runs");
+}
+
 // --runs FILE...: the declared fitted parameters fitted to measured runs (validation CSV schema);
 // with --out, the runs' profile written with the fitted values.
 int run_runs_fit(const CalibrateArgs& a, const std::string& command_line) {
@@ -128,7 +154,7 @@ int run_runs_fit(const CalibrateArgs& a, const std::string& command_line) {
     if (!fs::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
     runs.cluster_dirs.emplace_back(d);
   }
-  for (const auto& f : a.runs) runs.tables.push_back(read_csv_table(f));
+  read_runs_files(a, runs);
   FitOptions options;
   for (const auto& name : a.params) options.parameters.push_back(&fitted_parameter(name, "--params"));
   const RunsFit fit = fit_runs(runs, options);
@@ -198,13 +224,18 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_option("--base", args->base, "with --fit: the profile to start from (file or shipped name)");
   app->add_option("--name", args->name, "with --fit: profile name (default: the --out file stem)");
   app->add_option("--runs", args->runs,
-                  "fit the declared fitted parameters (docs/validation.md) to these measured runs instead: validation "
-                  "CSVs (../shared/validation/README.md columns), repeatable; with --out, the runs' profile is written "
-                  "with the fitted values");
+                  "fit the declared fitted parameters (docs/validation.md) to measured runs instead: validation CSVs "
+                  "(../shared/validation/README.md columns), runs.toml listings ([[run]] log, config, cluster, gpus) or "
+                  "one training log with --config; repeatable; with --out, the runs' profile is written with the fit");
   app->add_option("--params", args->params,
                   "with --runs: the parameters to fit, comma-separated (default: every declared one the runs move)")
       ->delimiter(',');
   app->add_option("--cluster-dir", args->cluster_dirs, "with --runs: folder of extra hardware profiles (NAME.toml)");
+  app->add_option("--config", args->config,
+                  "with --runs LOG: the config the logged run ran (torchtitan TOML, llm-foundry YAML, Megatron args)");
+  app->add_option("--cluster", args->cluster, "with --runs LOG --config: the run's hardware profile");
+  app->add_option("--gpus", args->gpus, "with --runs LOG --config: the run's GPU count (default: the config's or the log's)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
   return {app, [args]() {
             if (!args->runs.empty()) {

@@ -23,7 +23,9 @@ constexpr std::uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
 // a speed file holds one line per GPU (2^20 GPUs at up to 64 bytes a line). A validation CSV is
 // read whole and its rows mapped at once (about 9 KB of memory per row): 128 MiB is some 220,000
 // rows of dev.csv's ~600 bytes, under 2 GB, until rows are streamed (issue 36 finding 8).
-constexpr std::array<InputKindInfo, 8> kKinds = {{
+// A training log is read line by line and keeps one record per logged step: 1 GiB is months of
+// per-step lines; a listing of runs is a few lines per run.
+constexpr std::array<InputKindInfo, 10> kKinds = {{
     {InputKind::model_toml, "a model TOML", 1 * kMiB},
     {InputKind::hf_config, "a Hugging Face config.json", 4 * kMiB},
     {InputKind::run_config, "a training config", 4 * kMiB},
@@ -32,6 +34,8 @@ constexpr std::array<InputKindInfo, 8> kKinds = {{
     {InputKind::measurements, "a calibration measurements file", 64 * kMiB},
     {InputKind::gpu_speeds, "a GPU speed file", 64 * kMiB},
     {InputKind::validation_csv, "a validation CSV", 128 * kMiB},
+    {InputKind::training_log, "a training log", 1024 * kMiB},
+    {InputKind::runs_listing, "a listing of measured runs", 1 * kMiB},
 }};
 
 std::string bytes_text(std::uint64_t n) {
@@ -76,7 +80,7 @@ std::string describe_non_regular(const std::string& path) {
 
 InputFile::InputFile(const std::string& path, InputKind kind, std::string key)
     : path_(path), key_(std::move(key)), info_(&input_kind_info(kind)) {
-  static_assert(kKinds.size() == static_cast<std::size_t>(InputKind::validation_csv) + 1);
+  static_assert(kKinds.size() == static_cast<std::size_t>(InputKind::runs_listing) + 1);
   if (path.empty()) throw InputError(path, key_, "empty file name");
   // stat before open: opening a FIFO for reading blocks until a writer appears.
   struct stat st {};

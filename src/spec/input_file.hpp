@@ -20,6 +20,8 @@ enum class InputKind {
   measurements,      // calibrate --fit JSON
   gpu_speeds,        // simulate --full --gpu-speeds
   validation_csv,    // validate FILE.csv
+  training_log,      // calibrate --runs: a run's own log (streamed line by line)
+  runs_listing,      // calibrate --runs runs.toml: logs, configs and clusters
 };
 
 struct InputKindInfo {

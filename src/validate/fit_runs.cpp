@@ -156,6 +156,64 @@ void record_standard_errors(std::vector<ParameterFit>& ps, const Problem& pb, co
   for (Index k = 0; k < p; ++k) ps[pb.free[static_cast<std::size_t>(cols[static_cast<std::size_t>(k)])]].standard_error = std::sqrt(cov(k, k));
 }
 
+
+// Drops from the free set every parameter no run's prediction moves with (a Jacobian column below
+// 1e-6 of log ratio per unit), marks them, and returns the Jacobian of the rest at `theta`.
+Eigen::MatrixXd identify(Problem& pb, std::vector<ParameterFit>& ps, const std::vector<double>& theta,
+                         const Eigen::VectorXd& r, double relative_step) {
+  const Eigen::MatrixXd J = jacobian_at(pb, ps, theta, r, relative_step);
+  std::vector<std::size_t> identified;
+  std::vector<Index> cols;
+  for (std::size_t c = 0; c < pb.free.size(); ++c)
+    if (J.col(static_cast<Index>(c)).norm() > 1e-6 * std::sqrt(static_cast<double>(r.size()))) {
+      identified.push_back(pb.free[c]);
+      cols.push_back(static_cast<Index>(c));
+    }
+  for (std::size_t j = 0; j < ps.size(); ++j)
+    ps[j].identifiable = std::find(identified.begin(), identified.end(), j) != identified.end();
+  Eigen::MatrixXd Jk(r.size(), static_cast<Index>(cols.size()));
+  for (std::size_t k = 0; k < cols.size(); ++k) Jk.col(static_cast<Index>(k)) = J.col(cols[k]);
+  pb.free = identified;
+  std::set<RunKey> affected;
+  for (std::size_t j : pb.free) affected.insert(pb.rows_of[j].begin(), pb.rows_of[j].end());
+  pb.affected.assign(affected.begin(), affected.end());
+  return Jk;
+}
+
+// Levenberg-Marquardt with each step projected onto the bounds; a step is taken only when it
+// lowers the sum of squares. Updates theta, r and J in place; returns the iterations run.
+int levenberg_marquardt(Problem& pb, const std::vector<ParameterFit>& ps, std::vector<double>& theta,
+                        Eigen::VectorXd& r, Eigen::MatrixXd& J, const FitOptions& options) {
+  double lambda = 1e-3;
+  int it = 0;
+  while (it < options.max_iterations && !pb.free.empty()) {
+    ++it;
+    const Eigen::VectorXd g = J.transpose() * r;
+    const Eigen::MatrixXd A = J.transpose() * J;
+    bool improved = false;
+    double moved = 0;
+    for (int tries = 0; tries < 6 && !improved; ++tries, lambda *= 10) {
+      Eigen::MatrixXd M = A;
+      M.diagonal() += lambda * A.diagonal().cwiseMax(1e-12);
+      const Eigen::VectorXd delta = M.ldlt().solve(-g);
+      std::vector<double> t = theta;
+      for (std::size_t c = 0; c < pb.free.size(); ++c) t[pb.free[c]] += delta[static_cast<Index>(c)];
+      t = clamp_to_bounds(t, ps);
+      const Eigen::VectorXd rt = residuals_at(pb, ps, t, pb.affected, r);
+      if (rt.squaredNorm() >= r.squaredNorm()) continue;
+      for (std::size_t j : pb.free) moved = std::max(moved, std::fabs(t[j] - theta[j]) / std::max(std::fabs(theta[j]), 1e-9));
+      // A gain below 1e-6 of the sum is convergence whatever the step.
+      if ((r.squaredNorm() - rt.squaredNorm()) < 1e-6 * std::max(r.squaredNorm(), 1e-300)) moved = 0;
+      theta = t;
+      r = rt;
+      improved = true;
+      lambda = std::max(lambda / 100, 1e-9);
+    }
+    if (!improved || moved < 1e-4) break;
+    J = jacobian_at(pb, ps, theta, r, options.relative_step);
+  }
+  return it;
+}
 }  // namespace
 
 RunsEvaluation evaluate_runs(const MeasuredRuns& runs, const ParameterValues& values, const std::vector<RunKey>* only) {
@@ -175,6 +233,21 @@ RunsEvaluation evaluate_runs(const MeasuredRuns& runs, const ParameterValues& va
       out.keys.push_back({t, r.id});
       out.rows.push_back(std::move(r));
     }
+  }
+  if (runs.logged.empty()) return out;
+  const std::size_t t = runs.tables.size();
+  std::vector<ValidationCase> cases;
+  for (const ValidationCase& vc : runs.logged)
+    if (only == nullptr || std::find(only->begin(), only->end(), RunKey{t, vc.id}) != only->end()) cases.push_back(vc);
+  if (cases.empty()) return out;
+  ValidationOptions opts;
+  opts.cluster_dirs = runs.cluster_dirs;
+  opts.threads = runs.threads;
+  opts.parameters = values;
+  ValidationReport rep = run_validation_cases(std::move(cases), "logs", opts);
+  for (auto& r : rep.rows) {
+    out.keys.push_back({t, r.id});
+    out.rows.push_back(std::move(r));
   }
   return out;
 }
@@ -220,55 +293,9 @@ RunsFit fit_runs(const MeasuredRuns& runs, const FitOptions& options) {
   std::vector<double> theta;
   for (const ParameterFit& f : ps) theta.push_back(f.prior);
   theta = clamp_to_bounds(theta, ps);
-  // A parameter no run's prediction moves with (below 1e-6 of log ratio per unit) is not identified.
-  Eigen::MatrixXd J = jacobian_at(pb, ps, theta, r, options.relative_step);
-  std::vector<std::size_t> identified;
-  for (std::size_t c = 0; c < pb.free.size(); ++c)
-    if (J.col(static_cast<Index>(c)).norm() > 1e-6 * std::sqrt(static_cast<double>(r.size())))
-      identified.push_back(pb.free[c]);
-  for (std::size_t j = 0; j < ps.size(); ++j)
-    ps[j].identifiable = std::find(identified.begin(), identified.end(), j) != identified.end();
-  {
-    Eigen::MatrixXd Jk(r.size(), static_cast<Index>(identified.size()));
-    for (std::size_t c = 0, k = 0; c < pb.free.size(); ++c)
-      if (ps[pb.free[c]].identifiable) Jk.col(static_cast<Index>(k++)) = J.col(static_cast<Index>(c));
-    pb.free = identified;
-    J = Jk;
-  }
-  std::set<RunKey> affected;
-  for (std::size_t j : pb.free) affected.insert(pb.rows_of[j].begin(), pb.rows_of[j].end());
-  pb.affected.assign(affected.begin(), affected.end());
+  Eigen::MatrixXd J = identify(pb, ps, theta, r, options.relative_step);
   record_pulls(ps, pb, J, r);
-  // Levenberg-Marquardt with the step projected onto the bounds.
-  double lambda = 1e-3;
-  for (int it = 0; it < options.max_iterations && !pb.free.empty(); ++it) {
-    fit.iterations = it + 1;
-    const Eigen::VectorXd g = J.transpose() * r;
-    const Eigen::MatrixXd A = J.transpose() * J;
-    bool improved = false;
-    double moved = 0;
-    for (int tries = 0; tries < 6 && !improved; ++tries, lambda *= 10) {
-      Eigen::MatrixXd M = A;
-      M.diagonal() += lambda * A.diagonal().cwiseMax(1e-12);
-      const Eigen::VectorXd delta = M.ldlt().solve(-g);
-      std::vector<double> t = theta;
-      for (std::size_t c = 0; c < pb.free.size(); ++c) t[pb.free[c]] += delta[static_cast<Index>(c)];
-      t = clamp_to_bounds(t, ps);
-      const Eigen::VectorXd rt = residuals_at(pb, ps, t, pb.affected, r);
-      if (rt.squaredNorm() < r.squaredNorm()) {
-        moved = 0;
-        for (std::size_t j : pb.free) moved = std::max(moved, std::fabs(t[j] - theta[j]) / std::max(std::fabs(theta[j]), 1e-9));
-        const double gain = (r.squaredNorm() - rt.squaredNorm()) / std::max(r.squaredNorm(), 1e-300);
-        theta = t;
-        r = rt;
-        improved = true;
-        lambda = std::max(lambda / 100, 1e-9);
-        if (gain < 1e-6) moved = 0;
-      }
-    }
-    if (!improved || moved < 1e-4) break;
-    J = jacobian_at(pb, ps, theta, r, options.relative_step);
-  }
+  fit.iterations = levenberg_marquardt(pb, ps, theta, r, J, options);
   for (std::size_t j : pb.free) ps[j].value = theta[j];
   fit.jacobian = pb.free.empty() ? Eigen::MatrixXd(r.size(), 0) : jacobian_at(pb, ps, theta, r, options.relative_step);
   record_standard_errors(ps, pb, fit.jacobian, r);

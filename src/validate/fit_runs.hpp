@@ -15,9 +15,11 @@
 
 namespace meshplan {
 
-// The runs a fit reads: one or more validation tables (the validation CSV schema).
+// The runs a fit reads: validation tables (the validation CSV schema) and runs read from training
+// logs with their configs (validate/logged_run.hpp), keyed as one more table after the others.
 struct MeasuredRuns {
   std::vector<CsvTable> tables;
+  std::vector<ValidationCase> logged;
   std::vector<std::filesystem::path> cluster_dirs;
   int threads = 0;
 };

@@ -502,25 +502,28 @@ std::vector<std::string> profile_names_in(const std::vector<std::filesystem::pat
 }  // namespace
 
 ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
   for (const auto& col : kRequiredColumns)
     if (std::find(table.header.begin(), table.header.end(), col) == table.header.end())
       throw InputError(table.file, col, "required column missing from the header (README 'Columns')");
-  ValidationReport rep;
-  rep.file = table.file;
-  rep.by = options.by;
-  // Mapping and profile loading are serial (cheap, and the cache is not shared-safe);
-  // simulation is per-row pure work, spread over the cores because the largest pipelines
-  // (thousands of micro-batch x stage tasks) take seconds each.
-  ClusterCache clusters(options.cluster_dirs, options.parameters);
   const std::vector<std::string> user_gpus = profile_names_in(options.cluster_dirs);
   std::vector<ValidationCase> cases;
+  for (std::size_t i : selected_rows(table, options.only_ids)) cases.push_back(map_validation_row(table, i, user_gpus));
+  return run_validation_cases(std::move(cases), table.file, options);
+}
+
+ValidationReport run_validation_cases(std::vector<ValidationCase> cases, const std::string& file,
+                                      const ValidationOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ValidationReport rep;
+  rep.file = file;
+  rep.by = options.by;
+  // Profile loading is serial (cheap, and the cache is not shared-safe); simulation is per-row
+  // pure work, spread over the cores because the largest pipelines (thousands of micro-batch x
+  // stage tasks) take seconds each.
+  ClusterCache clusters(options.cluster_dirs, options.parameters);
   std::vector<const ClusterSpec*> specs;
   std::vector<std::string> cluster_errors;
-  const std::vector<std::size_t> selected = selected_rows(table, options.only_ids);
-  for (std::size_t i : selected) {
-    cases.push_back(map_validation_row(table, i, user_gpus));
-    const ValidationCase& vc = cases.back();
+  for (const ValidationCase& vc : cases) {
     specs.push_back(nullptr);
     cluster_errors.emplace_back();
     if (!vc.skipped.empty()) continue;

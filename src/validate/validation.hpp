@@ -114,6 +114,10 @@ struct ValidationReport {
 // Throws InputError when a required column is missing; never for a bad row.
 ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options);
 ValidationReport run_validation_file(const std::string& path, const ValidationOptions& options);
+// Rows already mapped (runs read from logs and configs: validate/logged_run.hpp); `only_ids` is
+// not applied here. `file` names them in the report.
+ValidationReport run_validation_cases(std::vector<ValidationCase> cases, const std::string& file,
+                                      const ValidationOptions& options);
 
 // Summary statistics over `rows` (exposed for tests).
 ValidationSummary summarize(const std::vector<const ValidationRowResult*>& rows, const std::string& group);

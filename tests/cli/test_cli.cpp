@@ -765,3 +765,29 @@ TEST_CASE("plan searches llm-foundry's backward_prefetch: the BACKWARD_PRE lint 
   const Run l = run("lint --config " + example("llama3.1-70b-64xh100-foundry.yaml") + " --gpus 64");
   CHECK(l.out.find("fsdp_config.backward_prefetch=BACKWARD_PRE") != std::string::npos);
 }
+
+TEST_CASE("calibrate --runs on training logs, then simulate with the fitted profile reproduces each log") {
+  const fs::path logs = data_root() / "tests" / "report" / "data" / "logs";
+  const fs::path out = write_temp("fitted-logs.toml", "").parent_path() / "fitted-logs.toml";
+  fs::remove(out);
+  const Run fit = run("calibrate --runs " + (logs / "runs.toml").string() + " --out " + out.string() + " --json");
+  CAPTURE(fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const auto j = nlohmann::json::parse(fit.out);
+  CHECK(j["runs_compared"] == 3);
+  CHECK(j["parameters"][0]["name"] == "elementwise_fraction");
+  // The logs' steady throughput (make_logs.py) per config, through `simulate --cluster OUT`.
+  const std::vector<std::pair<std::string, double>> runs = {
+      {(logs / "torchtitan-llama3.1-8b.toml").string(), 7812},
+      {(data_root() / "plans" / "examples" / "mpt-7b-8gpu-pure-ac.yaml").string(), 9476.0},
+      {(logs / "megatron-llama3.1-8b-tp2.args").string(), 9434.47}};
+  for (const auto& [config, logged] : runs) {
+    CAPTURE(config);
+    const Run sim = run("simulate --config " + config + " --cluster " + out.string() + " --gpus 8 --json");
+    REQUIRE(sim.exit_code == 0);
+    const double tps = nlohmann::json::parse(sim.out)["tokens_per_s_per_gpu"].get<double>();
+    CHECK(std::fabs(tps / logged - 1) < 0.02);
+  }
+  // One log needs the config it ran.
+  check_one_line_error("calibrate --runs " + (logs / "torchtitan.log").string(), "--config");
+}

@@ -7,13 +7,18 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
+#include "test_paths.hpp"
+
+#include "import/training_log.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "validate/cross_validation.hpp"
 #include "validate/fit_runs.hpp"
 #include "validate/fitted_profile.hpp"
+#include "validate/logged_run.hpp"
 #include "validate/validation_row.hpp"
 
 using namespace meshplan;
@@ -173,4 +178,100 @@ TEST_CASE("validate --cross-validate gpu: a group whose parameter the others can
   CHECK(cv.folds[0].mape_pct < 1.0);
   const nlohmann::json j = cross_validation_json(cv);
   CHECK(j["folds"][1]["parameters"]["sustained_clock_fraction"]["identified"] == false);
+}
+
+// ---- training logs -------------------------------------------------------------------------
+
+namespace {
+
+std::filesystem::path logs_dir() { return test::data_root() / "tests" / "report" / "data" / "logs"; }
+
+// The fixtures' steady throughput, as make_logs.py wrote it (meshplan's prediction on the moved
+// profile, printed to the precision each runtime prints).
+constexpr double kTorchtitanTps = 7812, kComposerTps = 9476.0, kMegatronTps = 9434.47;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("training logs: the three runtimes' step lines, warm-up skipped, the median of the steady steps") {
+  const TrainingLog tt = read_training_log((logs_dir() / "torchtitan.log").string());
+  CHECK(tt.format == LogFormat::torchtitan);
+  CHECK(tt.steps.size() == 8);
+  CHECK(tt.world_size == 8);
+  CHECK(tt.peak_memory_gib == doctest::Approx(61.42));
+  const SteadyThroughput s = steady_throughput(tt, 8192, 8);
+  CHECK(s.warmup_records == 2);  // the first quarter of 8 records
+  CHECK(s.records == 6);
+  CHECK(s.tokens_per_s_per_gpu == doctest::Approx(kTorchtitanTps).epsilon(0.0005));
+
+  const TrainingLog co = read_training_log((logs_dir() / "composer.log").string());
+  CHECK(co.format == LogFormat::composer);
+  CHECK(co.memory_metric == "reserved");
+  CHECK(co.peak_memory_gib == doctest::Approx(70.02e9 / 1073741824.0));  // Composer's GB are 1e9 B
+  CHECK(steady_throughput(co, 2048, 8).tokens_per_s_per_gpu == doctest::Approx(kComposerTps).epsilon(0.0005));
+
+  const TrainingLog mg = read_training_log((logs_dir() / "megatron.log").string());
+  CHECK(mg.format == LogFormat::megatron);
+  CHECK(mg.world_size == 8);
+  CHECK(mg.peak_memory_gib == doctest::Approx(58000.0 / 1024));
+  // Megatron prints the iteration time: 32 sequences x 8192 tokens / (seconds x 8 GPUs).
+  CHECK(steady_throughput(mg, 8192, 8).tokens_per_s_per_gpu == doctest::Approx(kMegatronTps).epsilon(0.0005));
+}
+
+TEST_CASE("training logs: no steady step, a cut-off record and another run's world size are one-line errors") {
+  const std::string one = "step: 10  loss:  9.1  memory: 1.0GiB(1%)  tps: 5,000  mfu: 30%\n";
+  std::string e = error_of([&] { steady_throughput(parse_training_log(one, "short.log"), 8192, 8); });
+  CHECK(e.find("short.log") != std::string::npos);
+  CHECK(e.find("line 1") != std::string::npos);
+  CHECK(e.find("no steady iterations") != std::string::npos);
+
+  e = error_of([&] { parse_training_log(one + one + "step: 30  loss:  8.9  memory: 1.0GiB(1", "cut.log"); });
+  CHECK(e.find("cut.log") != std::string::npos);
+  CHECK(e.find("line 3") != std::string::npos);
+  e = error_of([&] { parse_training_log("[batch=1/9]:\n\t Train throughput/device/tokens_per_sec: 5.0\n[batch=2/9]:\n", "c.log"); });
+  CHECK(e.find("line 3") != std::string::npos);
+  const std::string full =
+      " iteration 10/ 100 | consumed samples: 320 | elapsed time per iteration (ms): 1147.6 | global batch size: 32 |\n";
+  e = error_of([&] { parse_training_log(full + " iteration 20/ 100 | consumed samples: 640 | elapsed time per", "m.log"); });
+  CHECK(e.find("line 2") != std::string::npos);
+  CHECK(error_of([&] { parse_training_log("hello\nworld\n", "none.log"); }).find("none.log") != std::string::npos);
+
+  // The torchtitan log says 8 GPUs; the listing says 16.
+  const auto dir = std::filesystem::temp_directory_path() / "meshplan_test_logs";
+  std::filesystem::create_directories(dir);
+  LoggedRunSpec spec{"", (logs_dir() / "torchtitan.log").string(), (logs_dir() / "torchtitan-llama3.1-8b.toml").string(),
+                     "h100-sxm-80gb", 16, ""};
+  e = error_of([&] { logged_run_case(spec); });
+  CHECK(e.find("torchtitan.log") != std::string::npos);
+  CHECK(e.find("line 1") != std::string::npos);
+  CHECK(e.find("8 GPUs") != std::string::npos);
+  std::ofstream(dir / "bad.toml") << "[[run]]\nlog = \"x.log\"\n";
+  CHECK(error_of([&] { read_runs_listing((dir / "bad.toml").string()); }).find("run[0].config") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("calibrate --runs runs.toml: the logged runs fitted, the moved parameters found") {
+  MeasuredRuns runs;
+  for (const LoggedRunSpec& s : read_runs_listing((logs_dir() / "runs.toml").string()))
+    runs.logged.push_back(logged_run_case(s));
+  REQUIRE(runs.logged.size() == 3);
+  CHECK(runs.logged[1].id == "composer");
+  const RunsFit fit = fit_runs(runs, {});
+  CHECK(fit.compared.size() == 3);
+  CHECK(fit_of(fit, elementwise()).value == doctest::Approx(0.72).epsilon(0.01));
+  CHECK(fit_of(fit, sustained()).value == doctest::Approx(0.82).epsilon(0.01));
+  // Every logged throughput reproduced within 2 % by the fitted values (the issue's acceptance).
+  for (std::size_t i = 0; i < fit.fitted.rows.size(); ++i) {
+    CAPTURE(fit.fitted.rows[i].id);
+    REQUIRE(fit.fitted.rows[i].error_pct.has_value());
+    CHECK(std::fabs(*fit.fitted.rows[i].error_pct) < 2.0);
+  }
 }
