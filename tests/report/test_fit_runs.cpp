@@ -11,6 +11,7 @@
 #include <string>
 
 #include "test_paths.hpp"
+#include "validation_csv_header.hpp"
 
 #include "import/training_log.hpp"
 #include "spec/cluster_loader.hpp"
@@ -25,12 +26,7 @@ using namespace meshplan;
 
 namespace {
 
-const char* kHeader =
-    "id,source,model,n_params,n_layers,d_model,n_heads,n_kv_heads,ffn_hidden,vocab,seq_len,mlp,tied_embeddings,"
-    "pos_emb,gpu,n_gpus,gpus_per_node,dp_replicate,dp_shard,tp,pp,vpp,cp,ep,sequence_parallel,sharding,micro_batch,"
-    "global_batch,grad_accum,activation_ckpt,ac_option,param_dtype,reduce_dtype,fp8,cpu_offload,framework,compile,"
-    "async_tp,measured_tokens_per_s_per_gpu,tokens_derived_from,measured_tflops_per_gpu,measured_mfu_pct,"
-    "measured_peak_mem_gib,notes\n";
+const char* const kHeader = test::kValidationCsvHeader;
 
 // Llama-like runs of different sizes and recompute (so the element-wise and tensor-core shares of
 // the step differ from run to run), on an A100 and an H100 profile; `{gpu}` and `{tps}` filled in.

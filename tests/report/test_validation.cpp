@@ -16,6 +16,7 @@
 #include "validate/validation_row.hpp"
 #include "workload/memory_estimate.hpp"
 #include "test_paths.hpp"
+#include "validation_csv_header.hpp"
 
 using namespace meshplan;
 
@@ -32,12 +33,7 @@ std::size_t row_index(const CsvTable& t, const std::string& id) {
   return 0;
 }
 
-const char* kHeader =
-    "id,source,model,n_params,n_layers,d_model,n_heads,n_kv_heads,ffn_hidden,vocab,seq_len,mlp,tied_embeddings,"
-    "pos_emb,gpu,n_gpus,gpus_per_node,dp_replicate,dp_shard,tp,pp,vpp,cp,ep,sequence_parallel,sharding,micro_batch,"
-    "global_batch,grad_accum,activation_ckpt,ac_option,param_dtype,reduce_dtype,fp8,cpu_offload,framework,compile,"
-    "async_tp,measured_tokens_per_s_per_gpu,tokens_derived_from,measured_tflops_per_gpu,measured_mfu_pct,"
-    "measured_peak_mem_gib,notes\n";
+const char* const kHeader = test::kValidationCsvHeader;
 
 // A small Llama-like row on 8 GPUs with every vocabulary slot filled; `edit` replaces fields.
 std::string synthetic_row(const std::string& id, const std::string& fields) {
