@@ -22,7 +22,7 @@ from pathlib import Path
 
 # Functions over 120 lines in src/ as of the last split (23 when this check was written on
 # 2026-12-03, after the importers moved to src/import). Lower it with each split; never raise it.
-MAX_OVER_120 = 1
+MAX_OVER_120 = 0
 LONG = 80
 TOO_LONG = 120
 # Where the runtime is defined; a switch anywhere else is a place a new runtime must be added.
