@@ -689,7 +689,7 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
 
   ClusterSpec spec;
   spec.source_file = file;
-  Context ctx{file, &spec, {}, {}};
+  Context ctx{file, &spec, {}, {}, {}};
   read_sources(ctx, root);
 
   TableReader r(ctx, root, "", "");
