@@ -61,7 +61,8 @@ bool answered(const CapacityReport& r, const CapacityRequest& rq) {
 }
 
 struct Options {
-  std::string model, tokens, deadline, cluster = kDefaultCluster, runtime = "torchtitan", batch_tokens = "4Mi";
+  std::string model, tokens, deadline, cluster = kDefaultCluster, batch_tokens = "4Mi";
+  std::string runtime{runtime_info(kDefaultSearchedRuntime).planner_name};
   std::string checkpoint = "sync", interval;
   bool no_failures = false;
   std::int64_t gpus = 0, seq = 8192;

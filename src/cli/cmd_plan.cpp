@@ -46,7 +46,8 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
 }
 
 struct Options {
-  std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
+  std::string model, cluster = kDefaultCluster, tokens, out;
+  std::string runtime{runtime_info(kDefaultSearchedRuntime).planner_name};
   std::string torchtitan_version = "238fa9953e4a";
   std::int64_t gpus = 0, global_batch = 0, seq = 8192;
   int top = 10;
