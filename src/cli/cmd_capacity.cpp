@@ -108,11 +108,7 @@ CapacityRequest capacity_request(const Options& o) {
   rq.gpus = o.gpus;
   if (o.price >= 0) rq.price_per_gpu_hour = o.price;
   rq.seq_len = o.seq;
-  rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
-      parse_token_count(o.batch_tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
-  if (rq.global_batch_tokens < rq.seq_len)
-    throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
-                                                              rq.global_batch_tokens, rq.seq_len));
+  rq.global_batch_tokens = parse_batch_tokens(o.batch_tokens, rq.seq_len);
   rq.runtime = searched_runtime(o.runtime);
   rq.simulate_budget = o.budget;
   rq.price_failures = !o.no_failures;

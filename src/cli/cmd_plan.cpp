@@ -254,11 +254,7 @@ PlanRequest plan_request(const Options& o) {
   rq.seq_len = o.seq;
   rq.global_batch = o.global_batch;
   if (!o.tokens.empty()) {
-    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
-        parse_token_count(o.tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
-    if (rq.global_batch_tokens < rq.seq_len)
-      throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
-                                                                rq.global_batch_tokens, rq.seq_len));
+    rq.global_batch_tokens = parse_batch_tokens(o.tokens, rq.seq_len);
   }
   if (rq.global_batch > 0 && rq.global_batch * rq.seq_len > limits::kMaxTokensPerStep)
     throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "
