@@ -3,8 +3,9 @@
 that switch on the runtime.
 
 Reports every function over 80 lines (marking those over 80 without a comment above them saying
-why) and over 120 lines, and the files outside the runtime's own definition (spec/plan.*,
-spec/runtime_traits.hpp) that test `runtime ==` or name `Runtime::` values. Fails when more
+why) and over 120 lines, and the files outside the runtime's own definition (the enum in
+spec/plan.*, the registry in spec/runtimes.*, spec/runtime_traits.hpp) that test `runtime ==` or
+name `Runtime::` values. Fails when more
 functions are over 120 lines than MAX_OVER_120: the goal is none, so the ceiling only comes down
 (lower it in the commit that splits one).
 
@@ -22,11 +23,12 @@ from pathlib import Path
 
 # Functions over 120 lines in src/ as of the last split (23 when this check was written on
 # 2026-12-03, after the importers moved to src/import). Lower it with each split; never raise it.
-MAX_OVER_120 = 6
+MAX_OVER_120 = 0
 LONG = 80
 TOO_LONG = 120
-# Where the runtime is defined; a switch anywhere else is a place a new runtime must be added.
-RUNTIME_HOME = {"spec/plan.hpp", "spec/plan.cpp", "spec/runtime_traits.hpp"}
+# Where the runtime is defined: the enum and the registry of its rows. A switch anywhere else is a
+# place a new runtime must be added.
+RUNTIME_HOME = {"spec/plan.hpp", "spec/plan.cpp", "spec/runtimes.hpp", "spec/runtimes.cpp", "spec/runtime_traits.hpp"}
 RUNTIME_SWITCH = re.compile(r"\bruntime\s*[=!]=|\bRuntime::")
 
 

@@ -656,6 +656,101 @@ void single_gpu_series(Bench& bench) {
   bench_memory(bench);
 }
 
+// One process driving every local GPU: the single-GPU series on the first, then, with two or more
+// GPUs and a usable NCCL, collectives and interference over all of them.
+void measure_in_one_process(Bench& bench, const Nccl& nccl, int n_devices) {
+  Measurements& m = bench.m;
+  single_gpu_series(bench);
+  m.device.gpus_per_node = n_devices;
+  m.device.world_size = n_devices;
+  if (n_devices < 2) {
+    m.notes.push_back("one GPU: no collectives or interference measured");
+  } else if (!nccl.ok()) {
+    m.notes.push_back("collectives and interference skipped: " + nccl.error);
+  } else {
+    CommSet cs;
+    cs.nccl = &nccl;
+    for (int d = 0; d < n_devices; ++d) cs.devices.push_back(d);
+    cs.ranks = n_devices;
+    cs.comms.assign(static_cast<std::size_t>(n_devices), nullptr);
+    nccl_check(nccl, nccl.CommInitAll(cs.comms.data(), n_devices, cs.devices.data()), "CommInitAll");
+    allocate(cs, comm_buffer_bytes(bench, cs.devices));
+    std::vector<int> ranks(cs.devices.begin(), cs.devices.end());
+    m.notes.push_back("collectives: one process driving all local GPUs (ncclCommInitAll); small-message latency "
+                      "includes the serial launch on each GPU");
+    bench_collectives(bench, cs, ranks, "intra_node");
+    bench_interference(bench, cs, nullptr, true);
+  }
+  check(cudaSetDevice(bench.device), "cudaSetDevice");
+}
+
+// The intra-node series of a multi-node run: the world split by host into `local`, each rank's index
+// on its host. The caller owns `local`, so every rank tears it down at the same point: after the
+// world's interference series and last barrier, just before the world communicator.
+void measure_intra_node_split(Bench& bench, const CommSet& world, CommSet& local, int rank,
+                              const std::vector<std::string>& hosts, const std::set<std::string>& distinct,
+                              std::size_t buffer_bytes) {
+  const Nccl& nccl = *world.nccl;
+  local.nccl = &nccl;
+  local.devices = {bench.device};
+  local.ranks = bench.m.device.gpus_per_node;
+  local.comms.assign(1, nullptr);
+  const int color = static_cast<int>(std::distance(distinct.begin(), distinct.find(hostname())));
+  nccl_check(nccl, nccl.CommSplit(world.comms[0], color, rank, &local.comms[0], nullptr), "CommSplit");
+  allocate(local, buffer_bytes);
+  int local_index = 0;
+  for (int r = 0; r < rank; ++r) local_index += hosts[static_cast<std::size_t>(r)] == hostname() ? 1 : 0;
+  bench_collectives(bench, local, {local_index}, "intra_node");
+}
+
+// torchrun / srun: one process per GPU. Rank 0 measures the single-GPU series while the others
+// wait, then every rank joins the collectives.
+void measure_across_ranks(Bench& bench, const Nccl& nccl, RendezvousConfig cfg) {
+  Measurements& m = bench.m;
+  cfg.timeout = std::chrono::seconds(bench.opt.quick ? 900 : 3600);
+  Rendezvous rv(cfg);
+  const std::vector<std::string> hosts = rv.all_gather(hostname());
+  const std::set<std::string> distinct(hosts.begin(), hosts.end());
+  m.device.nodes = static_cast<int>(distinct.size());
+  m.device.world_size = cfg.world_size;
+  m.device.gpus_per_node = cfg.world_size / m.device.nodes;
+  if (cfg.rank == 0) single_gpu_series(bench);
+  rv.barrier();
+  // Every rank needs the same answer about NCCL, or the others would block in init forever.
+  std::vector<std::uint8_t> ok_flag{static_cast<std::uint8_t>(nccl.ok() ? 1 : 0)};
+  const auto all_ok = rv.all_gather(std::string(1, static_cast<char>(ok_flag[0])));
+  if (std::any_of(all_ok.begin(), all_ok.end(), [](const std::string& s) { return s != std::string(1, '\1'); })) {
+    m.notes.push_back("collectives skipped: libnccl.so.2 not usable on every rank" + (nccl.ok() ? std::string() : ": " + nccl.error));
+    return;
+  }
+  ncclUniqueId id{};
+  if (cfg.rank == 0) nccl_check(nccl, nccl.GetUniqueId(&id), "GetUniqueId");
+  std::vector<std::uint8_t> raw(reinterpret_cast<std::uint8_t*>(&id), reinterpret_cast<std::uint8_t*>(&id) + sizeof id);
+  raw = rv.broadcast(raw);
+  std::memcpy(&id, raw.data(), sizeof id);
+  CommSet world;
+  world.nccl = &nccl;
+  world.devices = {bench.device};
+  world.ranks = cfg.world_size;
+  world.nodes = m.device.nodes;
+  world.comms.assign(1, nullptr);
+  check(cudaSetDevice(bench.device), "cudaSetDevice");
+  nccl_check(nccl, nccl.CommInitRank(&world.comms[0], cfg.world_size, id, cfg.rank), "CommInitRank");
+  // Same buffer size everywhere: the smallest any rank can afford.
+  const std::size_t mine = comm_buffer_bytes(bench, world.devices);
+  const auto sizes = rv.all_gather(std::to_string(mine));
+  std::size_t common = mine;
+  for (const std::string& s : sizes) common = std::min<std::size_t>(common, std::stoull(s));
+  allocate(world, common);
+  const std::vector<int> my_rank{cfg.rank};
+  bench_collectives(bench, world, my_rank, m.device.nodes > 1 ? "inter_node" : "intra_node");
+  CommSet local;
+  if (m.device.nodes > 1 && nccl.CommSplit != nullptr && m.device.gpus_per_node > 1)
+    measure_intra_node_split(bench, world, local, cfg.rank, hosts, distinct, common);
+  bench_interference(bench, world, &rv, cfg.rank == 0);
+  rv.barrier();
+}
+
 }  // namespace
 
 namespace cuda {
@@ -698,89 +793,8 @@ Measurements run_microbenchmarks(const BenchOptions& options, bool& is_writer) {
 
   const Nccl nccl = load_nccl();
   m.device.nccl_version = nccl.version;
-
-  if (!rcfg) {
-    single_gpu_series(bench);
-    m.device.gpus_per_node = n_devices;
-    m.device.world_size = n_devices;
-    if (n_devices < 2) {
-      m.notes.push_back("one GPU: no collectives or interference measured");
-    } else if (!nccl.ok()) {
-      m.notes.push_back("collectives and interference skipped: " + nccl.error);
-    } else {
-      CommSet cs;
-      cs.nccl = &nccl;
-      for (int d = 0; d < n_devices; ++d) cs.devices.push_back(d);
-      cs.ranks = n_devices;
-      cs.comms.assign(static_cast<std::size_t>(n_devices), nullptr);
-      nccl_check(nccl, nccl.CommInitAll(cs.comms.data(), n_devices, cs.devices.data()), "CommInitAll");
-      allocate(cs, comm_buffer_bytes(bench, cs.devices));
-      std::vector<int> ranks(cs.devices.begin(), cs.devices.end());
-      m.notes.push_back("collectives: one process driving all local GPUs (ncclCommInitAll); small-message latency "
-                        "includes the serial launch on each GPU");
-      bench_collectives(bench, cs, ranks, "intra_node");
-      bench_interference(bench, cs, nullptr, true);
-    }
-    check(cudaSetDevice(bench.device), "cudaSetDevice");
-    return m;
-  }
-
-  // torchrun / srun: one process per GPU. Rank 0 measures the single-GPU series while the others
-  // wait, then every rank joins the collectives.
-  RendezvousConfig cfg = *rcfg;
-  cfg.timeout = std::chrono::seconds(options.quick ? 900 : 3600);
-  Rendezvous rv(cfg);
-  const std::vector<std::string> hosts = rv.all_gather(hostname());
-  const std::set<std::string> distinct(hosts.begin(), hosts.end());
-  m.device.nodes = static_cast<int>(distinct.size());
-  m.device.world_size = cfg.world_size;
-  m.device.gpus_per_node = cfg.world_size / m.device.nodes;
-  if (is_writer) single_gpu_series(bench);
-  rv.barrier();
-  // Every rank needs the same answer about NCCL, or the others would block in init forever.
-  std::vector<std::uint8_t> ok_flag{static_cast<std::uint8_t>(nccl.ok() ? 1 : 0)};
-  const auto all_ok = rv.all_gather(std::string(1, static_cast<char>(ok_flag[0])));
-  if (std::any_of(all_ok.begin(), all_ok.end(), [](const std::string& s) { return s != std::string(1, '\1'); })) {
-    m.notes.push_back("collectives skipped: libnccl.so.2 not usable on every rank" + (nccl.ok() ? std::string() : ": " + nccl.error));
-    return m;
-  }
-  ncclUniqueId id{};
-  if (cfg.rank == 0) nccl_check(nccl, nccl.GetUniqueId(&id), "GetUniqueId");
-  std::vector<std::uint8_t> raw(reinterpret_cast<std::uint8_t*>(&id), reinterpret_cast<std::uint8_t*>(&id) + sizeof id);
-  raw = rv.broadcast(raw);
-  std::memcpy(&id, raw.data(), sizeof id);
-  CommSet world;
-  world.nccl = &nccl;
-  world.devices = {device};
-  world.ranks = cfg.world_size;
-  world.nodes = m.device.nodes;
-  world.comms.assign(1, nullptr);
-  check(cudaSetDevice(device), "cudaSetDevice");
-  nccl_check(nccl, nccl.CommInitRank(&world.comms[0], cfg.world_size, id, cfg.rank), "CommInitRank");
-  // Same buffer size everywhere: the smallest any rank can afford.
-  const std::size_t mine = comm_buffer_bytes(bench, world.devices);
-  const auto sizes = rv.all_gather(std::to_string(mine));
-  std::size_t common = mine;
-  for (const std::string& s : sizes) common = std::min<std::size_t>(common, std::stoull(s));
-  allocate(world, common);
-  const std::vector<int> my_rank{cfg.rank};
-  bench_collectives(bench, world, my_rank, m.device.nodes > 1 ? "inter_node" : "intra_node");
-  if (m.device.nodes > 1 && nccl.CommSplit != nullptr && m.device.gpus_per_node > 1) {
-    // The intra-node series of the same run: split the world by host.
-    CommSet local;
-    local.nccl = &nccl;
-    local.devices = {device};
-    local.ranks = m.device.gpus_per_node;
-    local.comms.assign(1, nullptr);
-    const int color = static_cast<int>(std::distance(distinct.begin(), distinct.find(hostname())));
-    nccl_check(nccl, nccl.CommSplit(world.comms[0], color, cfg.rank, &local.comms[0], nullptr), "CommSplit");
-    allocate(local, common);
-    int local_index = 0;
-    for (int r = 0; r < cfg.rank; ++r) local_index += hosts[static_cast<std::size_t>(r)] == hostname() ? 1 : 0;
-    bench_collectives(bench, local, {local_index}, "intra_node");
-  }
-  bench_interference(bench, world, &rv, cfg.rank == 0);
-  rv.barrier();
+  if (rcfg) measure_across_ranks(bench, nccl, *rcfg);
+  else measure_in_one_process(bench, nccl, n_devices);
   return m;
 }
 

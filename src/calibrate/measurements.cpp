@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "spec/atomic_file.hpp"
 #include "spec/error.hpp"
@@ -126,6 +128,106 @@ void check_scope(ObjectReader& r, const std::string& scope) {
     r.fail(r.key("scope"), "must be \"intra_node\" or \"inter_node\", got \"" + scope + "\"");
 }
 
+DeviceInfo read_device(ObjectReader& d) {
+  DeviceInfo dev;
+  dev.name = d.text("name");
+  dev.compute_capability = d.text("compute_capability", false);
+  dev.sm_count = static_cast<int>(d.integer("sm_count", 0, false));
+  dev.memory_bytes = d.number("memory_bytes", false, false);
+  dev.l2_bytes = d.number("l2_bytes", false, false);
+  dev.sm_clock_mhz = d.number("sm_clock_mhz", false, false);
+  dev.memory_clock_mhz = d.number("memory_clock_mhz", false, false);
+  dev.driver_version = d.text("driver_version", false);
+  dev.cuda_runtime_version = d.text("cuda_runtime_version", false);
+  dev.cublas_version = d.text("cublas_version", false);
+  dev.nccl_version = d.text("nccl_version", false);
+  dev.gpus_per_node = static_cast<int>(d.integer("gpus_per_node", 1, false, 1));
+  dev.nodes = static_cast<int>(d.integer("nodes", 1, false, 1));
+  dev.world_size = static_cast<int>(d.integer("world_size", 1, false, 1));
+  return dev;
+}
+
+GemmSample read_gemm(ObjectReader& e) {
+  GemmSample s;
+  s.shape = read_shape(e);
+  s.dtype = e.dtype("dtype");
+  s.seconds = e.number("seconds", true);
+  s.label = e.text("label", false);
+  return s;
+}
+
+AttentionSample read_attention(ObjectReader& e) {
+  AttentionSample s;
+  s.kernel = e.text("kernel");
+  s.fused = e.flag("fused");
+  s.pass = e.text("pass");
+  if (s.pass != "fwd+bwd" && s.pass != "fwd") e.fail(e.key("pass"), "must be \"fwd+bwd\" or \"fwd\"");
+  s.dtype = e.dtype("dtype");
+  s.shape.batch = e.integer("batch", 1);
+  s.shape.heads = e.integer("heads", 1);
+  s.shape.kv_heads = s.shape.heads;
+  s.shape.seq_q = s.shape.seq_kv = e.integer("seq_len", 1);
+  s.shape.head_dim = e.integer("head_dim", 1);
+  s.shape.causal = e.flag("causal");
+  s.seconds = e.number("seconds", true);
+  return s;
+}
+
+StreamSample read_stream(ObjectReader& e) {
+  StreamSample s;
+  s.kernel = e.text("kernel");
+  s.bytes = e.number("bytes", true);
+  s.seconds = e.number("seconds", true);
+  return s;
+}
+
+HostCopySample read_host_copy(ObjectReader& e) {
+  HostCopySample s;
+  s.direction = e.text("direction");
+  if (s.direction != "h2d" && s.direction != "d2h") e.fail(e.key("direction"), "must be \"h2d\" or \"d2h\"");
+  s.bytes = e.number("bytes", true);
+  s.seconds = e.number("seconds", true);
+  return s;
+}
+
+CollectiveSample read_collective(ObjectReader& e) {
+  CollectiveSample s;
+  s.op = e.op("op");
+  s.scope = e.text("scope");
+  check_scope(e, s.scope);
+  s.ranks = static_cast<int>(e.integer("ranks", 2));
+  s.nodes = static_cast<int>(e.integer("nodes", 1));
+  s.bytes = e.number("bytes", true);
+  s.seconds = e.number("seconds", true);
+  return s;
+}
+
+InterferenceSample read_interference(ObjectReader& e) {
+  InterferenceSample s;
+  s.shape = read_shape(e);
+  s.dtype = e.dtype("dtype");
+  s.alone_seconds = e.number("alone_seconds", true);
+  s.with_comm_seconds = e.number("with_comm_seconds", true);
+  s.comm_op = e.op("comm_op");
+  s.comm_bytes = e.number("comm_bytes", true);
+  s.comm_ranks = static_cast<int>(e.integer("comm_ranks", 1));
+  return s;
+}
+
+// The objects of array `name` (absent: none), each read by `read_one` and checked for unknown keys.
+template <typename ReadOne>
+auto read_samples(ObjectReader& r, const char* name, const std::string& file, ReadOne read_one) {
+  std::vector<decltype(read_one(std::declval<ObjectReader&>()))> out;
+  const json& a = r.array(name);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ObjectReader e(a[i], item_path(name, i), file);
+    auto s = read_one(e);
+    e.finish();
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
 
 json to_json(const Measurements& m) {
@@ -210,106 +312,16 @@ Measurements measurements_from_json(const json& j, const std::string& file) {
   m.mode = r.text("mode");
   {
     ObjectReader d(r.require("device"), "device", file);
-    DeviceInfo& dev = m.device;
-    dev.name = d.text("name");
-    dev.compute_capability = d.text("compute_capability", false);
-    dev.sm_count = static_cast<int>(d.integer("sm_count", 0, false));
-    dev.memory_bytes = d.number("memory_bytes", false, false);
-    dev.l2_bytes = d.number("l2_bytes", false, false);
-    dev.sm_clock_mhz = d.number("sm_clock_mhz", false, false);
-    dev.memory_clock_mhz = d.number("memory_clock_mhz", false, false);
-    dev.driver_version = d.text("driver_version", false);
-    dev.cuda_runtime_version = d.text("cuda_runtime_version", false);
-    dev.cublas_version = d.text("cublas_version", false);
-    dev.nccl_version = d.text("nccl_version", false);
-    dev.gpus_per_node = static_cast<int>(d.integer("gpus_per_node", 1, false, 1));
-    dev.nodes = static_cast<int>(d.integer("nodes", 1, false, 1));
-    dev.world_size = static_cast<int>(d.integer("world_size", 1, false, 1));
+    m.device = read_device(d);
     d.finish();
   }
-  const json& gemm = r.array("gemm");
-  for (std::size_t i = 0; i < gemm.size(); ++i) {
-    ObjectReader e(gemm[i], item_path("gemm", i), file);
-    GemmSample s;
-    s.shape = read_shape(e);
-    s.dtype = e.dtype("dtype");
-    s.seconds = e.number("seconds", true);
-    s.label = e.text("label", false);
-    e.finish();
-    m.gemm.push_back(s);
-  }
-  const json& att = r.array("attention");
-  for (std::size_t i = 0; i < att.size(); ++i) {
-    ObjectReader e(att[i], item_path("attention", i), file);
-    AttentionSample s;
-    s.kernel = e.text("kernel");
-    s.fused = e.flag("fused");
-    s.pass = e.text("pass");
-    if (s.pass != "fwd+bwd" && s.pass != "fwd") e.fail(e.key("pass"), "must be \"fwd+bwd\" or \"fwd\"");
-    s.dtype = e.dtype("dtype");
-    s.shape.batch = e.integer("batch", 1);
-    s.shape.heads = e.integer("heads", 1);
-    s.shape.kv_heads = s.shape.heads;
-    s.shape.seq_q = s.shape.seq_kv = e.integer("seq_len", 1);
-    s.shape.head_dim = e.integer("head_dim", 1);
-    s.shape.causal = e.flag("causal");
-    s.seconds = e.number("seconds", true);
-    e.finish();
-    m.attention.push_back(s);
-  }
-  auto streams = [&](const char* name, std::vector<StreamSample>& out) {
-    const json& a = r.array(name);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      ObjectReader e(a[i], item_path(name, i), file);
-      StreamSample s;
-      s.kernel = e.text("kernel");
-      s.bytes = e.number("bytes", true);
-      s.seconds = e.number("seconds", true);
-      e.finish();
-      out.push_back(s);
-    }
-  };
-  streams("hbm", m.hbm);
-  streams("launch", m.launch);
-  const json& host = r.array("host_copy");
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    ObjectReader e(host[i], item_path("host_copy", i), file);
-    HostCopySample s;
-    s.direction = e.text("direction");
-    if (s.direction != "h2d" && s.direction != "d2h") e.fail(e.key("direction"), "must be \"h2d\" or \"d2h\"");
-    s.bytes = e.number("bytes", true);
-    s.seconds = e.number("seconds", true);
-    e.finish();
-    m.host_copy.push_back(s);
-  }
-  const json& coll = r.array("collectives");
-  for (std::size_t i = 0; i < coll.size(); ++i) {
-    ObjectReader e(coll[i], item_path("collectives", i), file);
-    CollectiveSample s;
-    s.op = e.op("op");
-    s.scope = e.text("scope");
-    check_scope(e, s.scope);
-    s.ranks = static_cast<int>(e.integer("ranks", 2));
-    s.nodes = static_cast<int>(e.integer("nodes", 1));
-    s.bytes = e.number("bytes", true);
-    s.seconds = e.number("seconds", true);
-    e.finish();
-    m.collectives.push_back(s);
-  }
-  const json& inter = r.array("interference");
-  for (std::size_t i = 0; i < inter.size(); ++i) {
-    ObjectReader e(inter[i], item_path("interference", i), file);
-    InterferenceSample s;
-    s.shape = read_shape(e);
-    s.dtype = e.dtype("dtype");
-    s.alone_seconds = e.number("alone_seconds", true);
-    s.with_comm_seconds = e.number("with_comm_seconds", true);
-    s.comm_op = e.op("comm_op");
-    s.comm_bytes = e.number("comm_bytes", true);
-    s.comm_ranks = static_cast<int>(e.integer("comm_ranks", 1));
-    e.finish();
-    m.interference.push_back(s);
-  }
+  m.gemm = read_samples(r, "gemm", file, read_gemm);
+  m.attention = read_samples(r, "attention", file, read_attention);
+  m.hbm = read_samples(r, "hbm", file, read_stream);
+  m.launch = read_samples(r, "launch", file, read_stream);
+  m.host_copy = read_samples(r, "host_copy", file, read_host_copy);
+  m.collectives = read_samples(r, "collectives", file, read_collective);
+  m.interference = read_samples(r, "interference", file, read_interference);
   const json& notes = r.array("notes");
   for (std::size_t i = 0; i < notes.size(); ++i) {
     if (!notes[i].is_string()) r.fail(item_path("notes", i), "must be a string");

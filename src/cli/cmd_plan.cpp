@@ -46,7 +46,8 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
 }
 
 struct Options {
-  std::string model, cluster = kDefaultCluster, runtime = "torchtitan", tokens, out;
+  std::string model, cluster = kDefaultCluster, tokens, out;
+  std::string runtime{runtime_info(kDefaultSearchedRuntime).planner_name};
   std::string torchtitan_version = "238fa9953e4a";
   std::int64_t gpus = 0, global_batch = 0, seq = 8192;
   int top = 10;
@@ -253,11 +254,7 @@ PlanRequest plan_request(const Options& o) {
   rq.seq_len = o.seq;
   rq.global_batch = o.global_batch;
   if (!o.tokens.empty()) {
-    rq.global_batch_tokens = static_cast<std::int64_t>(std::llround(
-        parse_token_count(o.tokens, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
-    if (rq.global_batch_tokens < rq.seq_len)
-      throw InputError("", "--global-batch-tokens", fmt::format("{} tokens is less than one sequence of {} (--seq)",
-                                                                rq.global_batch_tokens, rq.seq_len));
+    rq.global_batch_tokens = parse_batch_tokens(o.tokens, rq.seq_len);
   }
   if (rq.global_batch > 0 && rq.global_batch * rq.seq_len > limits::kMaxTokensPerStep)
     throw InputError("", "--global-batch", fmt::format("{} sequences x {} tokens is above the maximum {} tokens per "

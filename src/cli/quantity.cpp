@@ -81,6 +81,15 @@ double parse_token_count(const std::string& text, const std::string& flag, doubl
   return n;
 }
 
+std::int64_t parse_batch_tokens(const std::string& text, std::int64_t seq_len) {
+  const auto tokens = static_cast<std::int64_t>(std::llround(
+      parse_token_count(text, "--global-batch-tokens", static_cast<double>(limits::kMaxTokensPerStep))));
+  if (tokens < seq_len)
+    throw InputError("", "--global-batch-tokens",
+                     fmt::format("{} tokens is less than one sequence of {} (--seq)", tokens, seq_len));
+  return tokens;
+}
+
 double parse_deadline_days(const std::string& text, const std::string& flag) {
   double v = 0;
   std::string suffix;

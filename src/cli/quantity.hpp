@@ -15,6 +15,10 @@ namespace meshplan::cli {
 // "15T", "4M", "4Mi", "4194304" -> the number, positive and finite, at most `max`.
 double parse_token_count(const std::string& text, const std::string& flag, double max);
 
+// --global-batch-tokens: a token count rounded to a whole number, at most limits::kMaxTokensPerStep
+// and at least one sequence of `seq_len` (--seq).
+std::int64_t parse_batch_tokens(const std::string& text, std::int64_t seq_len);
+
 // "60d", "60" (days), "36h", "12w" -> days, within [limits::kMinDeadlineDays, limits::kMaxDeadlineDays].
 double parse_deadline_days(const std::string& text, const std::string& flag);
 

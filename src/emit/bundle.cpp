@@ -228,6 +228,41 @@ void sync_dir(const fs::path& dir) {
   ::close(fd);
 }
 
+// Moves the freshly written folder `tmp` to `dir` (both in `parent`): one rename when `dir` is new,
+// else an atomic exchange, else the old bundle aside as a backup first. Throws InputError(shown,
+// --out); `tmp`, when still there, is the caller's to remove.
+void move_into_place(const fs::path& tmp, const fs::path& dir, const fs::path& parent, bool existed,
+                     const std::string& shown) {
+  auto fail = [&](const std::string& reason) { throw InputError(shown, "--out", reason); };
+  if (!existed && ::rename(tmp.c_str(), dir.c_str()) == 0) {
+    sync_dir(parent);
+    return;
+  }
+  // The target exists (or appeared meanwhile): exchange the two folders in one step, so that a
+  // concurrent reader or writer always finds a whole bundle there, then drop the old one.
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ignore;
+    fs::remove_all(tmp, ignore);  // `tmp` now holds the old bundle
+    sync_dir(parent);
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS)
+    fail(fmt::format("cannot move the bundle into place: {}", std::strerror(errno)));
+  // No atomic exchange on this filesystem: the old bundle moves aside as a backup, the new one
+  // takes its name, and the backup is restored should that fail.
+  std::string bak = (parent / ("." + dir.filename().string() + ".old.tmp-XXXXXX")).string();
+  if (::mkdtemp(bak.data()) == nullptr || ::rename(dir.c_str(), bak.c_str()) != 0)
+    fail(fmt::format("cannot move the old bundle aside: {}", std::strerror(errno)));
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    (void)::rename(bak.c_str(), dir.c_str());
+    fail(fmt::format("cannot move the bundle into place: {}", std::strerror(err)));
+  }
+  std::error_code ec;
+  fs::remove_all(bak, ec);
+  sync_dir(parent);
+}
+
 }  // namespace
 
 std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir_in, const RunConfig& rc,
@@ -277,31 +312,7 @@ std::vector<std::filesystem::path> write_bundle(const std::filesystem::path& dir
       written.push_back(dir / f.name);
     }
     sync_dir(tmp);
-    if (!existed && ::rename(tmp.c_str(), dir.c_str()) == 0) {
-      sync_dir(parent);
-      return written;
-    }
-    // The target exists (or appeared meanwhile): exchange the two folders in one step, so that a
-    // concurrent reader or writer always finds a whole bundle there, then drop the old one.
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-      cleanup();  // `tmp` now holds the old bundle
-      sync_dir(parent);
-      return written;
-    }
-    if (errno != EINVAL && errno != ENOSYS)
-      fail(fmt::format("cannot move the bundle into place: {}", std::strerror(errno)));
-    // No atomic exchange on this filesystem: the old bundle moves aside as a backup, the new one
-    // takes its name, and the backup is restored should that fail.
-    std::string bak = (parent / ("." + dir.filename().string() + ".old.tmp-XXXXXX")).string();
-    if (::mkdtemp(bak.data()) == nullptr || ::rename(dir.c_str(), bak.c_str()) != 0)
-      fail(fmt::format("cannot move the old bundle aside: {}", std::strerror(errno)));
-    if (::rename(tmp.c_str(), dir.c_str()) != 0) {
-      const int err = errno;
-      (void)::rename(bak.c_str(), dir.c_str());
-      fail(fmt::format("cannot move the bundle into place: {}", std::strerror(err)));
-    }
-    fs::remove_all(bak, ec);
-    sync_dir(parent);
+    move_into_place(tmp, dir, parent, existed, shown);
     return written;
   } catch (const InputError& e) {
     cleanup();

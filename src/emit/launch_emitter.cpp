@@ -4,6 +4,7 @@
 #include "emit/launch_emitter.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <fmt/format.h>
 
@@ -25,10 +26,39 @@ std::string joined_args(const std::vector<std::string>& args, std::string_view i
   return out;
 }
 
+// What the launch scripts need from each framework: its checkout (the variable naming it, what it
+// is, a file only a checkout has, the lines after `cd` into it), the exports its own examples set,
+// and its launcher. A framework the emitters gain is a row here and a case in program().
+struct FrameworkLaunch {
+  EmitRuntime framework;
+  std::string_view dir_var;
+  std::string_view checkout;       // with pinned_commit, "{}" is the commit
+  std::string_view marker;
+  std::string_view after_cd;
+  std::string_view env;
+  bool pinned_commit = false;      // the bundle targets one commit (LaunchSpec::torchtitan_version)
+  bool composer_launcher = false;  // Composer's launcher; else torchrun
+};
+
+constexpr std::array<FrameworkLaunch, 3> kFrameworkLaunch{{
+    {EmitRuntime::torchtitan, "TORCHTITAN_DIR", "a torchtitan checkout at {}", "torchtitan/train.py", "",
+     "export PYTORCH_ALLOC_CONF=\"expandable_segments:True\"\n", true, false},
+    {EmitRuntime::llm_foundry, "LLM_FOUNDRY_DIR", "an llm-foundry checkout", "scripts/train/train.py",
+     "cd scripts  # train/train.py and its relative paths\n", "", false, true},
+    {EmitRuntime::megatron, "MEGATRON_DIR", "a Megatron-LM checkout at core_v0.15.0", "pretrain_gpt.py", "",
+     "export CUDA_DEVICE_MAX_CONNECTIONS=1\n", false, false},
+}};
+
+const FrameworkLaunch& launch_of(const LaunchSpec& s) {
+  for (const FrameworkLaunch& f : kFrameworkLaunch)
+    if (f.framework == s.runtime) return f;
+  return kFrameworkLaunch.front();  // unreachable: every EmitRuntime has a row
+}
+
 std::string header(const RunConfig& rc, const ClusterSpec& c, const NodeLayout& n, const LaunchSpec& s,
                    std::string_view what) {
   std::string rt(to_string(s.runtime));
-  if (s.runtime == EmitRuntime::torchtitan) rt += fmt::format(" @ {}", to_string(s.torchtitan_version));
+  if (launch_of(s).pinned_commit) rt += fmt::format(" @ {}", to_string(s.torchtitan_version));
   return fmt::format("# meshplan {}: {} on {} GPUs ({} node{} x {} of {}), {}.\n", what, rc.model.name, rc.n_gpus,
                      n.nodes, n.nodes == 1 ? "" : "s", n.gpus_per_node, c.name, rt);
 }
@@ -38,25 +68,13 @@ std::string header(const RunConfig& rc, const ClusterSpec& c, const NodeLayout& 
 // downloaded into the checkout by its scripts) are relative to it. The bundle folder is found
 // from the script itself, so the scripts can be started from the bundle folder with the checkout
 // named by an environment variable, or from the checkout; anything else stops with the fix.
-struct Checkout {
-  std::string var, what, marker;  // env var, what it is, a file only a checkout has
-};
-Checkout checkout_of(const LaunchSpec& s) {
-  switch (s.runtime) {
-    case EmitRuntime::torchtitan:
-      return {"TORCHTITAN_DIR",
-              fmt::format("a torchtitan checkout at {}", s.torchtitan_version == TorchtitanVersion::registry
-                                                            ? "a post-9810191bb commit"
-                                                            : std::string(to_string(s.torchtitan_version))),
-              "torchtitan/train.py"};
-    case EmitRuntime::llm_foundry: return {"LLM_FOUNDRY_DIR", "an llm-foundry checkout", "scripts/train/train.py"};
-    case EmitRuntime::megatron: return {"MEGATRON_DIR", "a Megatron-LM checkout at core_v0.15.0", "pretrain_gpt.py"};
-  }
-  return {};
-}
-
 std::string workdir(const LaunchSpec& s) {
-  const Checkout k = checkout_of(s);
+  const FrameworkLaunch& f = launch_of(s);
+  const std::string what =
+      !f.pinned_commit ? std::string(f.checkout)
+                       : fmt::format(fmt::runtime(f.checkout), s.torchtitan_version == TorchtitanVersion::registry
+                                                                   ? "a post-9810191bb commit"
+                                                                   : std::string(to_string(s.torchtitan_version)));
   std::string out = fmt::format(
       "# Runs inside {0}: set {1} to it (default: the current folder).\n"
       "{1}=\"${{{1}:-$PWD}}\"\n"
@@ -65,15 +83,13 @@ std::string workdir(const LaunchSpec& s) {
       "  exit 2\n"
       "fi\n"
       "cd \"${1}\"\n",
-      k.what, k.var, k.marker);
-  if (s.runtime == EmitRuntime::llm_foundry) out += "cd scripts  # train/train.py and its relative paths\n";
+      what, f.dir_var, f.marker);
+  out += f.after_cd;
   return out;
 }
 
 std::string env_lines(const ClusterSpec& c, const LaunchSpec& s) {
-  std::string out;
-  if (s.runtime == EmitRuntime::torchtitan) out += "export PYTORCH_ALLOC_CONF=\"expandable_segments:True\"\n";
-  if (s.runtime == EmitRuntime::megatron) out += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  std::string out(launch_of(s).env);
   if (s.fsdp2_env) out += "export FSDP_VERSION=2  # Composer reads fsdp_config as FSDP2Config\n";
   if (c.fabric.transport == "efa") out += "export FI_PROVIDER=efa  # as torchtitan's multinode_trainer.slurm\n";
   return out;
@@ -158,25 +174,21 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
     for (int i = 0; i < n.gpus_per_node; ++i) devs += fmt::format("{}{}", i ? "," : "", i);
     sh += fmt::format("export CUDA_VISIBLE_DEVICES=\"${{CUDA_VISIBLE_DEVICES:-{}}}\"\n", devs);
   }
-  switch (s.runtime) {
-    case EmitRuntime::torchtitan:
-    case EmitRuntime::megatron:
-      if (multi)
-        sh += fmt::format("torchrun --nnodes={} --nproc_per_node={} --node_rank=\"$NODE_RANK\" \\\n{}--rdzv_backend c10d "
-                          "--rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\\n{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
-                          n.nodes, n.gpus_per_node, indent, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
-      else
-        sh += fmt::format("torchrun --nproc_per_node={} --rdzv_backend c10d --rdzv_endpoint=\"localhost:0\" \\\n"
-                          "{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
-                          n.gpus_per_node, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
-      break;
-    case EmitRuntime::llm_foundry:
-      if (multi)
-        sh += fmt::format("composer --world_size {} --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" "
-                          "--master_port \"$MASTER_PORT\" \\\n{}{} \"$@\"\n", rc.n_gpus, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
-      else
-        sh += fmt::format("composer {} \"$@\"\n", program(s, indent, rc.checkpoint_interval_steps > 0));
-      break;
+  const std::string prog = program(s, indent, rc.checkpoint_interval_steps > 0);
+  if (!launch_of(s).composer_launcher) {
+    if (multi)
+      sh += fmt::format("torchrun --nnodes={} --nproc_per_node={} --node_rank=\"$NODE_RANK\" \\\n{}--rdzv_backend c10d "
+                        "--rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\\n{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
+                        n.nodes, n.gpus_per_node, indent, indent, indent, prog);
+    else
+      sh += fmt::format("torchrun --nproc_per_node={} --rdzv_backend c10d --rdzv_endpoint=\"localhost:0\" \\\n"
+                        "{}--local-ranks-filter 0 --role rank --tee 3 \\\n{}{} \"$@\"\n",
+                        n.gpus_per_node, indent, indent, prog);
+  } else if (multi) {
+    sh += fmt::format("composer --world_size {} --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" "
+                      "--master_port \"$MASTER_PORT\" \\\n{}{} \"$@\"\n", rc.n_gpus, indent, prog);
+  } else {
+    sh += fmt::format("composer {} \"$@\"\n", prog);
   }
   out.launch_sh = sh;
   if (!multi) return out;
@@ -187,27 +199,21 @@ LaunchScripts emit_launch(const RunConfig& rc, const ClusterSpec& cluster, const
                     "#SBATCH --gpus-per-node={}\n#SBATCH --exclusive\n",
                     rc.model.name, n.nodes, n.gpus_per_node);
   sb += header(rc, cluster, n, s, "Slurm script");
-  sb += fmt::format("# Submit from the bundle folder: {}=/path/to/checkout sbatch sbatch.slurm\n", checkout_of(s).var);
+  sb += fmt::format("# Submit from the bundle folder: {}=/path/to/checkout sbatch sbatch.slurm\n", launch_of(s).dir_var);
   sb += "set -euo pipefail\nBUNDLE_DIR=\"${BUNDLE_DIR:-$SLURM_SUBMIT_DIR}\"\n";
   sb += workdir(s);
   sb += env_lines(cluster, s);
   sb += checkpoint_lines(rc);
   sb += "nodes=( $(scontrol show hostnames \"$SLURM_JOB_NODELIST\") )\nhead_node=${nodes[0]}\n"
         "head_node_ip=$(srun --nodes=1 --ntasks=1 -w \"$head_node\" hostname --ip-address | awk '{print $1}')\n";
-  switch (s.runtime) {
-    case EmitRuntime::torchtitan:
-    case EmitRuntime::megatron:
-      sb += fmt::format("srun torchrun --nnodes {} --nproc_per_node {} --rdzv_id \"$SLURM_JOB_ID\" --rdzv_backend c10d "
-                        "\\\n{}--rdzv_endpoint \"$head_node_ip:29500\" \\\n{}{}\n",
-                        n.nodes, n.gpus_per_node, indent, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
-      break;
-    case EmitRuntime::llm_foundry:
-      // Composer's launcher takes the node rank explicitly; Slurm gives it per task.
-      sb += fmt::format("export BUNDLE_DIR head_node_ip\nsrun bash -c 'composer --world_size {} --node_rank \"$SLURM_NODEID\" "
-                        "--master_addr \"$head_node_ip\" --master_port 29500 \\\n{}{}'\n",
-                        rc.n_gpus, indent, program(s, indent, rc.checkpoint_interval_steps > 0));
-      break;
-  }
+  if (!launch_of(s).composer_launcher)
+    sb += fmt::format("srun torchrun --nnodes {} --nproc_per_node {} --rdzv_id \"$SLURM_JOB_ID\" --rdzv_backend c10d "
+                      "\\\n{}--rdzv_endpoint \"$head_node_ip:29500\" \\\n{}{}\n",
+                      n.nodes, n.gpus_per_node, indent, indent, prog);
+  else  // Composer's launcher takes the node rank explicitly; Slurm gives it per task.
+    sb += fmt::format("export BUNDLE_DIR head_node_ip\nsrun bash -c 'composer --world_size {} --node_rank \"$SLURM_NODEID\" "
+                      "--master_addr \"$head_node_ip\" --master_port 29500 \\\n{}{}'\n",
+                      rc.n_gpus, indent, prog);
   out.sbatch = sb;
   return out;
 }

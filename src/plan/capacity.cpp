@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 #include <stdexcept>
 
 #include "spec/error.hpp"
@@ -125,9 +128,8 @@ std::int64_t round_up_to_grid(double n, std::int64_t node) {
   return g;
 }
 
-}  // namespace
-
-CapacityReport plan_capacity(const CapacityRequest& rq) {
+// The request's limits (docs/limits.md), and that it asks exactly one question.
+void check_request(const CapacityRequest& rq) {
   if (!(rq.tokens > 0)) throw InputError("", "--tokens", "must be positive");
   if (!(rq.tokens <= limits::kMaxTrainingTokens))
     throw InputError("", "--tokens", fmt::format("{:g} is above the maximum {:g} (docs/limits.md)", rq.tokens,
@@ -140,76 +142,105 @@ CapacityReport plan_capacity(const CapacityRequest& rq) {
   if (rq.deadline_days.has_value() == (rq.gpus > 0))
     throw InputError("", "--deadline", "give exactly one of --deadline DAYS or --gpus N");
   if (rq.deadline_days && !(*rq.deadline_days > 0)) throw InputError("", "--deadline", "must be positive");
+}
+
+// One cluster's rows by GPU count, each evaluated (a plan search) once, when first asked for.
+class RowsByCount {
+public:
+  RowsByCount(const CapacityRequest& rq, const ClusterSpec& c) : rq_(rq), c_(c) {}
+  const CapacityRow& at(std::int64_t n) {
+    auto it = rows_.find(n);
+    if (it == rows_.end()) it = rows_.emplace(n, evaluate(rq_, c_, n)).first;
+    return it->second;
+  }
+  const std::map<std::int64_t, CapacityRow>& all() const { return rows_; }
+
+private:
+  const CapacityRequest& rq_;
+  const ClusterSpec& c_;
+  std::map<std::int64_t, CapacityRow> rows_;
+};
+
+// Why no count up to `n` meets the deadline: the largest count where a plan exists, how long it
+// takes there, and what stops the next doubling.
+std::string missed_deadline_note(const CapacityRequest& rq, const ClusterSpec& c, std::int64_t n,
+                                 const std::map<std::int64_t, CapacityRow>& rows) {
+  const CapacityRow* widest = nullptr;
+  for (const auto& [count, row] : rows)
+    if (row.feasible && (widest == nullptr || row.gpus > widest->gpus)) widest = &row;
+  std::string why;
+  const auto next = widest != nullptr ? rows.find(widest->gpus * 2) : rows.end();
+  if (widest != nullptr)
+    why = fmt::format(": the most GPUs with a plan is {} ({:.1f} days){}", widest->gpus, widest->days,
+                      next != rows.end() && !next->second.feasible
+                          ? fmt::format(", and at {} GPUs {}", next->first, next->second.note)
+                          : std::string());
+  return fmt::format("{}: no GPU count up to {} meets the {:g}-day deadline{}", c.name, n, *rq.deadline_days, why);
+}
+
+// The fewest GPUs (node x 2^k) that meet the deadline on one cluster, or the closest there is;
+// nullopt, with a note, when no plan fits at any count tried.
+std::optional<std::int64_t> deadline_answer(const CapacityRequest& rq, const ClusterSpec& c, RowsByCount& rows,
+                                            std::vector<std::string>& notes) {
+  const std::int64_t node = std::max(1, c.node.gpus_per_node);
+  // Per-GPU throughput changes slowly with scale: measure it at the smallest count (node x 2^k,
+  // from 8 nodes) where a plan fits, size from it, then double until the deadline is met.
+  std::int64_t ref = node * 8;
+  int tries = 0;
+  while (!rows.at(ref).feasible && tries++ < rq.max_doublings) ref *= 2;
+  if (!rows.at(ref).feasible) {
+    notes.push_back(fmt::format("{}: no plan fits up to {} GPUs", c.name, ref));
+    return std::nullopt;
+  }
+  // Size from the effective rate: failures take their share at the reference count too.
+  const CapacityRow& r0 = rows.at(ref);
+  const double g0 = r0.failures.priced ? r0.failures.goodput.goodput_fraction : 1.0;
+  const double effective = r0.tokens_per_s_per_gpu * (g0 > 0 ? g0 : 1.0);
+  const double need = rq.tokens / (*rq.deadline_days * 86400.0 * effective);
+  std::int64_t n = round_up_to_grid(need, node);
+  auto meets = [&](std::int64_t k) { return rows.at(k).feasible && rows.at(k).meets_deadline; };
+  // Fewer GPUs than the reference may not fit: start from the smallest count that does.
+  while (n < ref && !rows.at(n).feasible) n *= 2;
+  for (int k = 0; k < rq.max_doublings && !meets(n); ++k) {
+    // Past the reference, a count where nothing fits means the batch no longer spreads over
+    // more GPUs (too few sequences per data-parallel rank): more GPUs will not help.
+    if (n > ref && !rows.at(n).feasible) break;
+    n *= 2;
+  }
+  // Sized past what the batch can spread over: halve back to the largest count with a plan,
+  // which is the fastest the run can go (the answer's row then says it misses the deadline).
+  while (n > ref && !rows.at(n).feasible) n /= 2;
+  // The fewest GPUs on the grid: step down while the half still meets the deadline.
+  while (n / 2 >= node && meets(n / 2)) n /= 2;
+  if (n / 2 >= node) rows.at(n / 2);
+  if (rows.at(n).feasible) rows.at(n * 2);
+  if (!meets(n)) notes.push_back(missed_deadline_note(rq, c, n, rows.all()));
+  return n;
+}
+
+}  // namespace
+
+CapacityReport plan_capacity(const CapacityRequest& rq) {
+  check_request(rq);
   CapacityReport out;
   for (const ClusterSpec& c : rq.clusters) {
-    const std::int64_t node = std::max(1, c.node.gpus_per_node);
     if (rq.price_failures && !c.reliability.present)
       out.notes.push_back(fmt::format("{}: the profile has no [reliability] table; failures are not priced (ideal days)",
                                       c.name));
-    std::map<std::int64_t, CapacityRow> rows;
-    auto at = [&](std::int64_t n) -> const CapacityRow& {
-      auto it = rows.find(n);
-      if (it == rows.end()) it = rows.emplace(n, evaluate(rq, c, n)).first;
-      return it->second;
-    };
-    std::int64_t answer = 0;
+    RowsByCount rows(rq, c);
+    std::optional<std::int64_t> answer;
     if (rq.gpus > 0) {
+      // The count asked for, with its neighbours on the grid for comparison.
       answer = rq.gpus;
-      if (rq.gpus / 2 >= 1 && rq.gpus % 2 == 0) at(rq.gpus / 2);
-      at(rq.gpus);
-      at(rq.gpus * 2);
+      if (rq.gpus / 2 >= 1 && rq.gpus % 2 == 0) rows.at(rq.gpus / 2);
+      rows.at(rq.gpus);
+      rows.at(rq.gpus * 2);
     } else {
-      // Per-GPU throughput changes slowly with scale: measure it at the smallest count (node x 2^k,
-      // from 8 nodes) where a plan fits, size from it, then double until the deadline is met.
-      std::int64_t ref = node * 8;
-      int tries = 0;
-      while (!at(ref).feasible && tries++ < rq.max_doublings) ref *= 2;
-      if (!at(ref).feasible) {
-        out.notes.push_back(fmt::format("{}: no plan fits up to {} GPUs", c.name, ref));
-        for (auto& [n, r] : rows) out.rows.push_back(r);
-        continue;
-      }
-      // Size from the effective rate: failures take their share at the reference count too.
-      const CapacityRow& r0 = at(ref);
-      const double g0 = r0.failures.priced ? r0.failures.goodput.goodput_fraction : 1.0;
-      const double effective = r0.tokens_per_s_per_gpu * (g0 > 0 ? g0 : 1.0);
-      const double need = rq.tokens / (*rq.deadline_days * 86400.0 * effective);
-      std::int64_t n = round_up_to_grid(need, node);
-      // Fewer GPUs than the reference may not fit: start from the smallest count that does.
-      while (n < ref && !at(n).feasible) n *= 2;
-      for (int k = 0; k < rq.max_doublings && !(at(n).feasible && at(n).meets_deadline); ++k) {
-        // Past the reference, a count where nothing fits means the batch no longer spreads over
-        // more GPUs (too few sequences per data-parallel rank): more GPUs will not help.
-        if (n > ref && !at(n).feasible) break;
-        n *= 2;
-      }
-      // Sized past what the batch can spread over: halve back to the largest count with a plan,
-      // which is the fastest the run can go (the answer's row then says it misses the deadline).
-      while (n > ref && !at(n).feasible) n /= 2;
-      // The fewest GPUs on the grid: step down while the half still meets the deadline.
-      while (n / 2 >= node && at(n / 2).feasible && at(n / 2).meets_deadline) n /= 2;
-      answer = n;
-      if (n / 2 >= node) at(n / 2);
-      if (at(n).feasible) at(n * 2);
-      if (!(at(n).feasible && at(n).meets_deadline)) {
-        // Name what binds: the largest count where a plan exists, and how long it takes there.
-        const CapacityRow* widest = nullptr;
-        for (const auto& [count, row] : rows)
-          if (row.feasible && (widest == nullptr || row.gpus > widest->gpus)) widest = &row;
-        std::string why;
-        const auto next = widest != nullptr ? rows.find(widest->gpus * 2) : rows.end();
-        if (widest != nullptr)
-          why = fmt::format(": the most GPUs with a plan is {} ({:.1f} days){}", widest->gpus, widest->days,
-                            next != rows.end() && !next->second.feasible
-                                ? fmt::format(", and at {} GPUs {}", next->first, next->second.note)
-                                : std::string());
-        out.notes.push_back(fmt::format("{}: no GPU count up to {} meets the {:g}-day deadline{}", c.name, n,
-                                        *rq.deadline_days, why));
-      }
+      answer = deadline_answer(rq, c, rows, out.notes);
     }
-    for (auto& [n, r] : rows) {
+    for (const auto& [n, r] : rows.all()) {
       CapacityRow x = r;
-      x.answer = n == answer;
+      if (answer) x.answer = n == *answer;
       out.rows.push_back(x);
     }
   }

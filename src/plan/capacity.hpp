@@ -10,6 +10,7 @@
 #include "plan/planner.hpp"
 #include "spec/cluster_spec.hpp"
 #include "spec/model_spec.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -22,7 +23,7 @@ struct CapacityRequest {
   std::optional<double> price_per_gpu_hour;
   std::int64_t seq_len = 8192;
   std::int64_t global_batch_tokens = 4'000'000;
-  Runtime runtime = Runtime::torchtitan_fsdp2;
+  Runtime runtime = kDefaultSearchedRuntime;
   int simulate_budget = 6;                 // plans simulated per GPU count (search_plans)
   int max_doublings = 12;                  // how far the deadline search grows the GPU count
   bool price_failures = true;              // false (--no-failures): the ideal, every step perfect

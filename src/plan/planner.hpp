@@ -11,6 +11,7 @@
 #include "spec/cluster_spec.hpp"
 #include "spec/model_spec.hpp"
 #include "spec/plan.hpp"
+#include "spec/runtimes.hpp"
 
 namespace meshplan {
 
@@ -21,7 +22,7 @@ struct PlanRequest {
   std::int64_t seq_len = 8192;
   std::int64_t global_batch = 0;         // sequences per step (0: from global_batch_tokens)
   std::int64_t global_batch_tokens = 0;  // tokens per step, rounded to whole sequences per DP rank
-  Runtime runtime = Runtime::torchtitan_fsdp2;
+  Runtime runtime = kDefaultSearchedRuntime;
   double headroom_fraction = 0.05;       // keep this much of the GPU free
   int top_k = 10;
   int simulate_budget = 20;              // plans simulated after the closed-form prune (>= top_k)

@@ -21,20 +21,26 @@ void MaxMinShare::solve(const std::vector<Link>& links, std::vector<double>& rat
   const std::size_t nf = flow_links_.size();
   rates.assign(nf, 0.0);
   if (nf == 0) return;
-  constexpr double inf = std::numeric_limits<double>::infinity();
   if (nf == 1 && flow_links_[0].size() <= 1) {
     // The common event: one flow alone on its link. The first round of the filling below, with
     // the same operations in the same order, and it always freezes the flow.
+    constexpr double inf = std::numeric_limits<double>::infinity();
     double level = inf;
     for (LinkId l : flow_links_[0])
       level = std::min(level, links[static_cast<std::size_t>(l)].bandwidth_bytes_per_s / 1);
     level = std::min(level, caps_[0]);
     rates[0] = level == inf ? inf : std::max(level, 0.0);
-    flow_links_.clear();
-    caps_.clear();
-    return;
+  } else {
+    index_links(links);
+    fill(rates);
   }
-  // Work only on the links these flows cross (a few among possibly thousands).
+  flow_links_.clear();
+  caps_.clear();
+}
+
+// Work only on the links these flows cross (a few among possibly thousands): number them
+// 0 .. used_.size(), take their capacities, and rewrite each flow's links in those numbers.
+void MaxMinShare::index_links(const std::vector<Link>& links) {
   used_.clear();
   for (const auto& fl : flow_links_) used_.insert(used_.end(), fl.begin(), fl.end());
   std::sort(used_.begin(), used_.end());
@@ -59,12 +65,20 @@ void MaxMinShare::solve(const std::vector<Link>& links, std::vector<double>& rat
   }
   local_begin_.push_back(static_cast<std::uint32_t>(local_links_.size()));
   for (LinkId l : used_) local_of_[static_cast<std::size_t>(l)] = -1;
+}
+
+std::span<const std::uint32_t> MaxMinShare::flow_local(std::size_t i) const {
+  const std::uint32_t* base = local_links_.data();
+  return {base + local_begin_[i], base + local_begin_[i + 1]};
+}
+
+// Progressive filling: raise every unfrozen flow's rate to the tightest level left, freeze the
+// flows that level saturates, take their rate off their links, repeat until all are frozen.
+void MaxMinShare::fill(std::vector<double>& rates) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const std::size_t nf = flow_links_.size(), nl = used_.size();
   frozen_.assign(nf, 0);
   tight_.assign(nl, 0);
-  auto flow_local = [&](std::size_t i) {
-    const std::uint32_t* base = local_links_.data();
-    return std::span<const std::uint32_t>(base + local_begin_[i], base + local_begin_[i + 1]);
-  };
   std::size_t remaining = nf;
   while (remaining > 0) {
     // The tightest constraint: the smallest fair share on any link, or a flow's own cap.
@@ -96,8 +110,6 @@ void MaxMinShare::solve(const std::vector<Link>& links, std::vector<double>& rat
       }
     }
   }
-  flow_links_.clear();
-  caps_.clear();
 }
 
 }  // namespace meshplan::sim

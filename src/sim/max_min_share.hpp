@@ -30,6 +30,10 @@ public:
   void solve(const std::vector<Link>& links, std::vector<double>& rates);
 
 private:
+  void index_links(const std::vector<Link>& links);
+  std::span<const std::uint32_t> flow_local(std::size_t i) const;  // flow i's links, as indices in used_
+  void fill(std::vector<double>& rates);
+
   std::vector<std::span<const LinkId>> flow_links_;
   std::vector<double> caps_;
   std::vector<LinkId> used_;                  // links the flows cross, ascending

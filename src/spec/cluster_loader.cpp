@@ -408,9 +408,114 @@ void read_sources(Context& ctx, const toml::table& root) {
   }
 }
 
-void read_gpu(Context& ctx, const toml::table& t) {
-  GpuSpec& g = ctx.spec->gpu;
-  TableReader r(ctx, t, "gpu", "gpu");
+// Dense tensor-core peaks, TFLOP/s, one key per dtype.
+void read_peak_tflops(Context& ctx, TableReader& gpu, GpuSpec& g) {
+  const toml::table& pt = require_table(ctx, gpu, "peak_tflops");
+  TableReader p(ctx, pt, "gpu.peak_tflops", "gpu.peak_flops_per_s");
+  for (auto&& [k, v] : pt) {
+    const std::string name(k.str());
+    if (name == "src" || name == "key_src") continue;
+    auto d = parse_dtype(name);
+    if (!d || to_string(*d) != name)
+      ctx.fail(p.key(name), "unknown key (expected a dtype: fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)",
+               &v);
+    g.peak_flops_per_s[*d] = p.number(name, name, Range::positive, kTflops);
+  }
+  if (g.peak_flops_per_s.count(Dtype::bf16) == 0)
+    ctx.fail("gpu.peak_tflops.bf16", "missing required key (every profile needs a bf16 peak)",
+             &pt);
+  p.finish();
+}
+
+// The array of tables gpu.KEY, when the profile has one.
+const toml::array* curve_tables(Context& ctx, TableReader& gpu, std::string_view key) {
+  const toml::node* n = gpu.find(key);
+  if (n == nullptr) return nullptr;
+  const toml::array* a = n->as_array();
+  if (a == nullptr || !a->is_array_of_tables())
+    ctx.fail("gpu." + std::string(key), "must be an array of tables ([[gpu." + std::string(key) + "]])", n);
+  return a;
+}
+
+GemmCurve read_gemm_curve(Context& ctx, const toml::table& t, std::size_t i) {
+  const std::string tp = "gpu.gemm_curve[" + std::to_string(i) + "]";
+  const std::string sp = "gpu.gemm_curves[" + std::to_string(i) + "]";
+  TableReader c(ctx, t, tp, "", true);
+  GemmCurve curve;
+  const std::string dt = c.text("dtype", "");
+  auto d = parse_dtype(dt);
+  if (!d) ctx.fail(c.key("dtype"), "unknown dtype \"" + dt + "\"", c.table().get("dtype"));
+  curve.dtype = *d;
+  const auto dims = c.numbers("cube_dim", Range::positive);
+  const auto effs = c.numbers("efficiency", Range::efficiency);
+  if (dims.size() < 2) ctx.fail(c.key("cube_dim"), "a curve needs at least 2 points", c.table().get("cube_dim"));
+  if (effs.size() != dims.size())
+    ctx.fail(c.key("efficiency"), "has " + std::to_string(effs.size()) + " values but cube_dim has " +
+                                      std::to_string(dims.size()),
+             c.table().get("efficiency"));
+  for (std::size_t j = 0; j < dims.size(); ++j) {
+    if (j > 0 && dims[j] <= dims[j - 1])
+      ctx.fail(c.key("cube_dim"), "must be strictly increasing", c.table().get("cube_dim"));
+    curve.points.push_back({dims[j], effs[j]});
+  }
+  c.record("src", sp);  // the whole curve has one source
+  curve.source = ctx.spec->sources[sp];
+  c.finish();
+  return curve;
+}
+
+// What identifies an attention curve: kernel, dtype, pass, library version, head size, masking.
+void read_attention_key(Context& ctx, TableReader& c, AttentionCurve& curve) {
+  // Free text: calibration records what it measured; fa2, fa3, fa4 and cudnn (or the
+  // flash-attn-N spellings) are the families the runtimes' attention APIs select.
+  curve.kernel = c.text("kernel", "");
+  if (c.table().get("dtype") != nullptr) {
+    const std::string dt = c.text("dtype", "", {"bf16", "fp16", "fp8", "mxfp8"});
+    curve.dtype = *parse_dtype(dt);
+  }
+  curve.pass = c.text("pass", "", {"fwd+bwd", "fwd", "bwd"});
+  if (c.table().get("version") != nullptr) {
+    const std::string v = c.text("version", "");
+    const std::optional<int> parsed = parse_library_version(v);
+    if (!parsed)
+      ctx.fail(c.key("version"), "must be the library release measured, MAJOR.MINOR like \"9.22\", got \"" + v + "\"",
+               c.table().get("version"));
+    curve.version = *parsed;
+  }
+  const toml::node& hd = c.require("head_dim");
+  if (!hd.is_integer() || hd.as_integer()->get() < 1 || hd.as_integer()->get() > 4096)
+    ctx.fail(c.key("head_dim"), "must be a positive integer", &hd);
+  curve.head_dim = static_cast<int>(hd.as_integer()->get());
+  const toml::node& cz = c.require("causal");
+  if (!cz.is_boolean()) ctx.fail(c.key("causal"), "must be true or false, got " + std::string(type_name(cz)), &cz);
+  curve.causal = cz.as_boolean()->get();
+}
+
+AttentionCurve read_attention_curve(Context& ctx, const toml::table& t, std::size_t i) {
+  const std::string tp = "gpu.attention_curve[" + std::to_string(i) + "]";
+  const std::string sp = "gpu.attention_curves[" + std::to_string(i) + "]";
+  TableReader c(ctx, t, tp, "", true);
+  AttentionCurve curve;
+  read_attention_key(ctx, c, curve);
+  curve.seq_len = c.numbers("seq_len", Range::positive);
+  curve.flops_per_s = c.numbers("tflops", Range::positive, kTflops);
+  if (curve.seq_len.size() < 2)
+    ctx.fail(c.key("seq_len"), "a curve needs at least 2 points", c.table().get("seq_len"));
+  if (curve.flops_per_s.size() != curve.seq_len.size())
+    ctx.fail(c.key("tflops"), "has " + std::to_string(curve.flops_per_s.size()) +
+                                  " values but seq_len has " + std::to_string(curve.seq_len.size()),
+             c.table().get("tflops"));
+  for (std::size_t j = 1; j < curve.seq_len.size(); ++j)
+    if (curve.seq_len[j] <= curve.seq_len[j - 1])
+      ctx.fail(c.key("seq_len"), "must be strictly increasing", c.table().get("seq_len"));
+  c.record("src", sp);
+  curve.source = ctx.spec->sources[sp];
+  c.finish();
+  return curve;
+}
+
+// The scalars of [gpu]: identity, memory, HBM, clocks, launch and interference.
+void read_gpu_scalars(Context& ctx, const toml::table& t, TableReader& r, GpuSpec& g) {
   g.model = r.text("model", "model");
   g.arch = r.text("arch", "arch");
   if (g.arch.size() < 3 || g.arch.rfind("sm", 0) != 0 ||
@@ -444,107 +549,18 @@ void read_gpu(Context& ctx, const toml::table& t) {
       r.quantity("kernel_launch_{}", kTimeUnits, "kernel_launch_seconds", Range::positive);
   g.comm_interference_factor =
       r.number("comm_interference", "comm_interference_factor", Range::fraction);
+}
 
-  // Dense tensor-core peaks, TFLOP/s, one key per dtype.
-  {
-    const toml::table& pt = require_table(ctx, r, "peak_tflops");
-    TableReader p(ctx, pt, "gpu.peak_tflops", "gpu.peak_flops_per_s");
-    for (auto&& [k, v] : pt) {
-      const std::string name(k.str());
-      if (name == "src" || name == "key_src") continue;
-      auto d = parse_dtype(name);
-      if (!d || to_string(*d) != name)
-        ctx.fail(p.key(name), "unknown key (expected a dtype: fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)",
-                 &v);
-      g.peak_flops_per_s[*d] = p.number(name, name, Range::positive, kTflops);
-    }
-    if (g.peak_flops_per_s.count(Dtype::bf16) == 0)
-      ctx.fail("gpu.peak_tflops.bf16", "missing required key (every profile needs a bf16 peak)",
-               &pt);
-    p.finish();
-  }
-
-  if (const toml::node* n = r.find("gemm_curve")) {
-    const toml::array* a = n->as_array();
-    if (a == nullptr || !a->is_array_of_tables())
-      ctx.fail("gpu.gemm_curve", "must be an array of tables ([[gpu.gemm_curve]])", n);
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      const std::string tp = "gpu.gemm_curve[" + std::to_string(i) + "]";
-      const std::string sp = "gpu.gemm_curves[" + std::to_string(i) + "]";
-      TableReader c(ctx, *(*a)[i].as_table(), tp, "", true);
-      GemmCurve curve;
-      const std::string dt = c.text("dtype", "");
-      auto d = parse_dtype(dt);
-      if (!d) ctx.fail(c.key("dtype"), "unknown dtype \"" + dt + "\"", c.table().get("dtype"));
-      curve.dtype = *d;
-      const auto dims = c.numbers("cube_dim", Range::positive);
-      const auto effs = c.numbers("efficiency", Range::efficiency);
-      if (dims.size() < 2) ctx.fail(c.key("cube_dim"), "a curve needs at least 2 points", c.table().get("cube_dim"));
-      if (effs.size() != dims.size())
-        ctx.fail(c.key("efficiency"), "has " + std::to_string(effs.size()) + " values but cube_dim has " +
-                                          std::to_string(dims.size()),
-                 c.table().get("efficiency"));
-      for (std::size_t j = 0; j < dims.size(); ++j) {
-        if (j > 0 && dims[j] <= dims[j - 1])
-          ctx.fail(c.key("cube_dim"), "must be strictly increasing", c.table().get("cube_dim"));
-        curve.points.push_back({dims[j], effs[j]});
-      }
-      c.record("src", sp);  // the whole curve has one source
-      curve.source = ctx.spec->sources[sp];
-      c.finish();
-      g.gemm_curves.push_back(std::move(curve));
-    }
-  }
-
-  if (const toml::node* n = r.find("attention_curve")) {
-    const toml::array* a = n->as_array();
-    if (a == nullptr || !a->is_array_of_tables())
-      ctx.fail("gpu.attention_curve", "must be an array of tables ([[gpu.attention_curve]])", n);
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      const std::string tp = "gpu.attention_curve[" + std::to_string(i) + "]";
-      const std::string sp = "gpu.attention_curves[" + std::to_string(i) + "]";
-      TableReader c(ctx, *(*a)[i].as_table(), tp, "", true);
-      AttentionCurve curve;
-      // Free text: calibration records what it measured; fa2, fa3, fa4 and cudnn (or the
-      // flash-attn-N spellings) are the families the runtimes' attention APIs select.
-      curve.kernel = c.text("kernel", "");
-      if (c.table().get("dtype") != nullptr) {
-        const std::string dt = c.text("dtype", "", {"bf16", "fp16", "fp8", "mxfp8"});
-        curve.dtype = *parse_dtype(dt);
-      }
-      curve.pass = c.text("pass", "", {"fwd+bwd", "fwd", "bwd"});
-      if (c.table().get("version") != nullptr) {
-        const std::string v = c.text("version", "");
-        const std::optional<int> parsed = parse_library_version(v);
-        if (!parsed)
-          ctx.fail(c.key("version"), "must be the library release measured, MAJOR.MINOR like \"9.22\", got \"" + v + "\"",
-                   c.table().get("version"));
-        curve.version = *parsed;
-      }
-      const toml::node& hd = c.require("head_dim");
-      if (!hd.is_integer() || hd.as_integer()->get() < 1 || hd.as_integer()->get() > 4096)
-        ctx.fail(c.key("head_dim"), "must be a positive integer", &hd);
-      curve.head_dim = static_cast<int>(hd.as_integer()->get());
-      const toml::node& cz = c.require("causal");
-      if (!cz.is_boolean()) ctx.fail(c.key("causal"), "must be true or false, got " + std::string(type_name(cz)), &cz);
-      curve.causal = cz.as_boolean()->get();
-      curve.seq_len = c.numbers("seq_len", Range::positive);
-      curve.flops_per_s = c.numbers("tflops", Range::positive, kTflops);
-      if (curve.seq_len.size() < 2)
-        ctx.fail(c.key("seq_len"), "a curve needs at least 2 points", c.table().get("seq_len"));
-      if (curve.flops_per_s.size() != curve.seq_len.size())
-        ctx.fail(c.key("tflops"), "has " + std::to_string(curve.flops_per_s.size()) +
-                                      " values but seq_len has " + std::to_string(curve.seq_len.size()),
-                 c.table().get("tflops"));
-      for (std::size_t j = 1; j < curve.seq_len.size(); ++j)
-        if (curve.seq_len[j] <= curve.seq_len[j - 1])
-          ctx.fail(c.key("seq_len"), "must be strictly increasing", c.table().get("seq_len"));
-      c.record("src", sp);
-      curve.source = ctx.spec->sources[sp];
-      c.finish();
-      g.attention_curves.push_back(std::move(curve));
-    }
-  }
+void read_gpu(Context& ctx, const toml::table& t) {
+  GpuSpec& g = ctx.spec->gpu;
+  TableReader r(ctx, t, "gpu", "gpu");
+  read_gpu_scalars(ctx, t, r, g);
+  read_peak_tflops(ctx, r, g);
+  if (const toml::array* a = curve_tables(ctx, r, "gemm_curve"))
+    for (std::size_t i = 0; i < a->size(); ++i) g.gemm_curves.push_back(read_gemm_curve(ctx, *(*a)[i].as_table(), i));
+  if (const toml::array* a = curve_tables(ctx, r, "attention_curve"))
+    for (std::size_t i = 0; i < a->size(); ++i)
+      g.attention_curves.push_back(read_attention_curve(ctx, *(*a)[i].as_table(), i));
   r.finish();
 }
 
@@ -674,7 +690,7 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
 
   ClusterSpec spec;
   spec.source_file = file;
-  Context ctx{file, &spec, {}, {}};
+  Context ctx{file, &spec, {}, {}, {}};
   read_sources(ctx, root);
 
   TableReader r(ctx, root, "", "");

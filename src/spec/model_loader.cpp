@@ -152,6 +152,80 @@ constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 // applies each field's own maximum.
 constexpr std::int64_t kSizeMax = limits::kMaxSeqLen;
 
+// [rope_scaling]: the llama3 frequency scaling, the one kind this reader knows.
+void read_rope_scaling(const toml::table& root, const std::string& file, const TomlReader& r, ModelSpec& m) {
+  const toml::node* rs_node = root.get("rope_scaling");
+  if (rs_node == nullptr) return;
+  const toml::table* rs = rs_node->as_table();
+  if (rs == nullptr) throw r.error("rope_scaling", fmt::format("expected a table, got {}", toml_type_name(*rs_node)));
+  const TomlReader sr(*rs, file, "rope_scaling.");
+  sr.reject_unknown(kRopeScalingKeys);
+  m.rope.scaling = sr.opt_string("type").value_or("");
+  if (m.rope.scaling != "llama3")
+    throw sr.error("type", fmt::format("'{}' is not a known RoPE scaling (\"llama3\")", m.rope.scaling));
+  m.rope.factor = sr.opt_float("factor").value_or(8.0);
+  m.rope.low_freq_factor = sr.opt_float("low_freq_factor").value_or(1.0);
+  m.rope.high_freq_factor = sr.opt_float("high_freq_factor").value_or(4.0);
+  m.rope.original_max_position = sr.opt_int("original_max_position", 1, kSizeMax).value_or(8192);
+  if (!(m.rope.factor >= 1)) throw sr.error("factor", fmt::format("must be at least 1, got {}", m.rope.factor));
+}
+
+// [moe] and ffn_hidden, which a mixture of experts makes optional.
+void read_moe_and_ffn(const toml::table& root, const std::string& file, const TomlReader& r, ModelSpec& m) {
+  const toml::node* moe_node = root.get("moe");
+  if (moe_node == nullptr) {
+    m.ffn_hidden = r.req_int("ffn_hidden", 1, kSizeMax);
+    return;
+  }
+  const toml::table* moe = moe_node->as_table();
+  if (moe == nullptr) throw r.error("moe", fmt::format("expected a table, got {}", toml_type_name(*moe_node)));
+  const TomlReader mr(*moe, file, "moe.");
+  mr.reject_unknown(kMoeKeys);
+  m.moe.n_experts = static_cast<int>(mr.req_int("n_experts", 1, kIntMax));
+  m.moe.top_k = static_cast<int>(mr.req_int("top_k", 1, kIntMax));
+  m.moe.expert_ffn = mr.req_int("expert_ffn", 1, kSizeMax);
+  m.moe.n_shared_experts = static_cast<int>(mr.opt_int("n_shared_experts", 0, kIntMax).value_or(0));
+  m.moe.n_dense_layers = static_cast<int>(mr.opt_int("n_dense_layers", 0, kIntMax).value_or(0));
+  m.moe.capacity_factor = mr.opt_float("capacity_factor").value_or(0.0);
+  if (m.moe.n_dense_layers > 0 && !root.get("ffn_hidden"))
+    throw r.error("ffn_hidden", "required with moe.n_dense_layers (the dense layers' MLP width)");
+  // The dense width of an all-MoE model is one expert's width (what one token's MLP sees).
+  m.ffn_hidden = r.opt_int("ffn_hidden", 1, kSizeMax).value_or(m.moe.expert_ffn);
+}
+
+// attention, qk_norm, n_mtp_layers and [mla], which attention = "mla" requires and nothing else takes.
+void read_attention(const toml::table& root, const std::string& file, const TomlReader& r, ModelSpec& m) {
+  if (root.get("attention"))
+    m.attention = r.req_enum<AttentionKind>("attention", parse_attention_kind, "\"gqa\", \"mla\"");
+  m.qk_norm = r.opt_bool("qk_norm").value_or(false);
+  m.n_mtp_layers = static_cast<int>(r.opt_int("n_mtp_layers", 0, kIntMax).value_or(0));
+  const toml::node* mla_node = root.get("mla");
+  if (mla_node == nullptr) {
+    if (m.attention == AttentionKind::mla)
+      throw r.error("mla", "required with attention = \"mla\" (kv_lora_rank, rope_head_dim, v_head_dim)");
+    return;
+  }
+  const toml::table* mla = mla_node->as_table();
+  if (mla == nullptr) throw r.error("mla", fmt::format("expected a table, got {}", toml_type_name(*mla_node)));
+  if (m.attention != AttentionKind::mla) throw r.error("mla", "given, but attention is not \"mla\"");
+  const TomlReader ar(*mla, file, "mla.");
+  ar.reject_unknown(kMlaKeys);
+  m.mla.q_lora_rank = ar.opt_int("q_lora_rank", 0, kSizeMax).value_or(0);
+  m.mla.kv_lora_rank = ar.req_int("kv_lora_rank", 1, kSizeMax);
+  m.mla.rope_head_dim = ar.req_int("rope_head_dim", 1, kSizeMax);
+  m.mla.v_head_dim = ar.req_int("v_head_dim", 1, kSizeMax);
+}
+
+// The published parameter count and its citation: both or neither.
+void read_published_count(const TomlReader& r, ModelSpec& m) {
+  m.n_params_published = r.opt_int("n_params_published", 1, std::numeric_limits<std::int64_t>::max());
+  m.n_params_source = r.opt_string("n_params_source").value_or("");
+  if (m.n_params_published && m.n_params_source.empty())
+    throw r.error("n_params_source", "required when n_params_published is given (cite where the count comes from)");
+  if (!m.n_params_published && !m.n_params_source.empty())
+    throw r.error("n_params_published", "n_params_source is given but the count it cites is missing");
+}
+
 ModelSpec model_from_toml(const toml::table& root, const std::string& file, const std::string& stem) {
   const TomlReader r(root, file, "");
   r.reject_unknown(kTopKeys);
@@ -189,65 +263,10 @@ ModelSpec model_from_toml(const toml::table& root, const std::string& file, cons
     if (!(*eps > 0 && *eps < 1)) throw r.error("norm_eps", fmt::format("must be in (0, 1), got {}", *eps));
     m.norm_eps = *eps;
   }
-  if (const toml::node* rs_node = root.get("rope_scaling")) {
-    const toml::table* rs = rs_node->as_table();
-    if (rs == nullptr) throw r.error("rope_scaling", fmt::format("expected a table, got {}", toml_type_name(*rs_node)));
-    const TomlReader sr(*rs, file, "rope_scaling.");
-    sr.reject_unknown(kRopeScalingKeys);
-    m.rope.scaling = sr.opt_string("type").value_or("");
-    if (m.rope.scaling != "llama3")
-      throw sr.error("type", fmt::format("'{}' is not a known RoPE scaling (\"llama3\")", m.rope.scaling));
-    m.rope.factor = sr.opt_float("factor").value_or(8.0);
-    m.rope.low_freq_factor = sr.opt_float("low_freq_factor").value_or(1.0);
-    m.rope.high_freq_factor = sr.opt_float("high_freq_factor").value_or(4.0);
-    m.rope.original_max_position = sr.opt_int("original_max_position", 1, kSizeMax).value_or(8192);
-    if (!(m.rope.factor >= 1)) throw sr.error("factor", fmt::format("must be at least 1, got {}", m.rope.factor));
-  }
-
-  if (const toml::node* moe_node = root.get("moe")) {
-    const toml::table* moe = moe_node->as_table();
-    if (moe == nullptr) throw r.error("moe", fmt::format("expected a table, got {}", toml_type_name(*moe_node)));
-    const TomlReader mr(*moe, file, "moe.");
-    mr.reject_unknown(kMoeKeys);
-    m.moe.n_experts = static_cast<int>(mr.req_int("n_experts", 1, kIntMax));
-    m.moe.top_k = static_cast<int>(mr.req_int("top_k", 1, kIntMax));
-    m.moe.expert_ffn = mr.req_int("expert_ffn", 1, kSizeMax);
-    m.moe.n_shared_experts = static_cast<int>(mr.opt_int("n_shared_experts", 0, kIntMax).value_or(0));
-    m.moe.n_dense_layers = static_cast<int>(mr.opt_int("n_dense_layers", 0, kIntMax).value_or(0));
-    m.moe.capacity_factor = mr.opt_float("capacity_factor").value_or(0.0);
-    if (m.moe.n_dense_layers > 0 && !root.get("ffn_hidden"))
-      throw r.error("ffn_hidden", "required with moe.n_dense_layers (the dense layers' MLP width)");
-    // The dense width of an all-MoE model is one expert's width (what one token's MLP sees).
-    m.ffn_hidden = r.opt_int("ffn_hidden", 1, kSizeMax).value_or(m.moe.expert_ffn);
-  } else {
-    m.ffn_hidden = r.req_int("ffn_hidden", 1, kSizeMax);
-  }
-
-  if (root.get("attention"))
-    m.attention = r.req_enum<AttentionKind>("attention", parse_attention_kind, "\"gqa\", \"mla\"");
-  m.qk_norm = r.opt_bool("qk_norm").value_or(false);
-  m.n_mtp_layers = static_cast<int>(r.opt_int("n_mtp_layers", 0, kIntMax).value_or(0));
-  if (const toml::node* mla_node = root.get("mla")) {
-    const toml::table* mla = mla_node->as_table();
-    if (mla == nullptr) throw r.error("mla", fmt::format("expected a table, got {}", toml_type_name(*mla_node)));
-    if (m.attention != AttentionKind::mla) throw r.error("mla", "given, but attention is not \"mla\"");
-    const TomlReader ar(*mla, file, "mla.");
-    ar.reject_unknown(kMlaKeys);
-    m.mla.q_lora_rank = ar.opt_int("q_lora_rank", 0, kSizeMax).value_or(0);
-    m.mla.kv_lora_rank = ar.req_int("kv_lora_rank", 1, kSizeMax);
-    m.mla.rope_head_dim = ar.req_int("rope_head_dim", 1, kSizeMax);
-    m.mla.v_head_dim = ar.req_int("v_head_dim", 1, kSizeMax);
-  } else if (m.attention == AttentionKind::mla) {
-    throw r.error("mla", "required with attention = \"mla\" (kv_lora_rank, rope_head_dim, v_head_dim)");
-  }
-
-  m.n_params_published = r.opt_int("n_params_published", 1, std::numeric_limits<std::int64_t>::max());
-  m.n_params_source = r.opt_string("n_params_source").value_or("");
-  if (m.n_params_published && m.n_params_source.empty())
-    throw r.error("n_params_source", "required when n_params_published is given (cite where the count comes from)");
-  if (!m.n_params_published && !m.n_params_source.empty())
-    throw r.error("n_params_published", "n_params_source is given but the count it cites is missing");
-
+  read_rope_scaling(root, file, r, m);
+  read_moe_and_ffn(root, file, r, m);
+  read_attention(root, file, r, m);
+  read_published_count(r, m);
   validate(m, file);
   return m;
 }

@@ -255,20 +255,18 @@ NcclArchTable read_arch(Context& ctx, const toml::table& caps_root, const toml::
   return t;
 }
 
-NcclTable read_table(const fs::path& path) {
-  NcclTable out;
-  out.source_file = path.string();
-  Context ctx{path.string(), &out, {}, {}};
+toml::table parse_root(const Context& ctx, const fs::path& path) {
   const std::string text = read_input_file(path.string(), InputKind::nccl_table);
-  toml::table root;
   try {
-    root = toml::parse(text, path.string());
+    return toml::parse(text, path.string());
   } catch (const toml::parse_error& e) {
     ctx.fail("", std::string("TOML syntax error: ") + importer::one_line(e.description()) + " (line " +
                      std::to_string(e.source().begin.line) + ")");
   }
-  read_sources(ctx, root);
+}
 
+// Every top-level key known, the schema this reader reads, and the NCCL release the file describes.
+void read_header(Context& ctx, const toml::table& root, NcclTable& out) {
   static constexpr std::array<std::string_view, 19> kTop = {
       "schema_version", "nccl_version", "sources", "base_latency_us", "hw_latency_us", "latency",
       "protocol_efficiency", "nvls_efficiency", "nvls_switch_reduction_gb_per_s", "tree_correction_factor", "caps_gb_per_s",
@@ -277,44 +275,45 @@ NcclTable read_table(const fs::path& path) {
   for (const auto& [k, v] : root)
     if (std::find(kTop.begin(), kTop.end(), k.str()) == kTop.end())
       ctx.fail(std::string(k.str()), "unknown key", &v);
+  const toml::node* sv = root.get("schema_version");
+  if (sv == nullptr || !sv->is_integer()) ctx.fail("schema_version", "missing or not an integer", sv);
+  if (sv->as_integer()->get() != kSchemaVersion)
+    ctx.fail("schema_version", "unsupported (this meshplan reads " + std::to_string(kSchemaVersion) + ")", sv);
+  const toml::node* ver = root.get("nccl_version");
+  if (ver == nullptr || !ver->is_string()) ctx.fail("nccl_version", "missing or not a string", ver);
+  out.version = ver->as_string()->get();
+}
 
-  {
-    const toml::node* sv = root.get("schema_version");
-    if (sv == nullptr || !sv->is_integer()) ctx.fail("schema_version", "missing or not an integer", sv);
-    if (sv->as_integer()->get() != kSchemaVersion)
-      ctx.fail("schema_version", "unsupported (this meshplan reads " + std::to_string(kSchemaVersion) + ")", sv);
-    const toml::node* ver = root.get("nccl_version");
-    if (ver == nullptr || !ver->is_string()) ctx.fail("nccl_version", "missing or not a string", ver);
-    out.version = ver->as_string()->get();
-  }
-
+// [base_latency_us], [hw_latency_us.LINK] and [latency]: the per-algorithm, per-link and host terms.
+void read_latencies(Context& ctx, const toml::table& root, NcclTable& out) {
   {
     Reader r(ctx, child(ctx, root, "", "base_latency_us"), "base_latency_us");
     read_algo_table(r, out.base_latency_seconds);
     r.finish();
   }
-  {
-    const toml::table& hw = group(ctx, root, "hw_latency_us", kLinkKeys);
-    for (int l = 0; l < kNcclLinkCount; ++l) {
-      const std::string_view lk = kLinkKeys[static_cast<std::size_t>(l)];
-      Reader r(ctx, child(ctx, hw, "hw_latency_us", lk), "hw_latency_us." + std::string(lk));
-      read_algo_table(r, out.hw_latency_seconds[static_cast<std::size_t>(l)]);
-      r.finish();
-    }
-  }
-  {
-    Reader r(ctx, child(ctx, root, "", "latency"), "latency");
-    out.net_overhead_intel_seconds = r.number("net_overhead_intel_us", 0, 1e3) * kUs;
-    out.net_overhead_amd_seconds = r.number("net_overhead_amd_us", 0, 1e3) * kUs;
-    out.simple_net_overhead_factor = r.number("simple_net_overhead_factor", 1, 100);
-    out.pat_inter_divisor = r.number("pat_inter_divisor", 0, 100, false);
-    out.pat_per_rank_seconds = r.number("pat_per_rank_us", 0, 1e3) * kUs;
-    out.collnet_direct_per_local_rank_seconds = r.number("collnet_direct_per_local_rank_us", 0, 1e3) * kUs;
-    out.ring_simple_plateau_factor_sm80 = r.number("ring_simple_plateau_factor_sm80", 1, 100);
-    out.ring_simple_plateau_factor_older = r.number("ring_simple_plateau_factor_older", 1, 100);
-    out.ring_simple_plateau_min_bytes = r.number("ring_simple_plateau_min_bytes", 0, 1e9);
+  const toml::table& hw = group(ctx, root, "hw_latency_us", kLinkKeys);
+  for (int l = 0; l < kNcclLinkCount; ++l) {
+    const std::string_view lk = kLinkKeys[static_cast<std::size_t>(l)];
+    Reader r(ctx, child(ctx, hw, "hw_latency_us", lk), "hw_latency_us." + std::string(lk));
+    read_algo_table(r, out.hw_latency_seconds[static_cast<std::size_t>(l)]);
     r.finish();
   }
+  Reader r(ctx, child(ctx, root, "", "latency"), "latency");
+  out.net_overhead_intel_seconds = r.number("net_overhead_intel_us", 0, 1e3) * kUs;
+  out.net_overhead_amd_seconds = r.number("net_overhead_amd_us", 0, 1e3) * kUs;
+  out.simple_net_overhead_factor = r.number("simple_net_overhead_factor", 1, 100);
+  out.pat_inter_divisor = r.number("pat_inter_divisor", 0, 100, false);
+  out.pat_per_rank_seconds = r.number("pat_per_rank_us", 0, 1e3) * kUs;
+  out.collnet_direct_per_local_rank_seconds = r.number("collnet_direct_per_local_rank_us", 0, 1e3) * kUs;
+  out.ring_simple_plateau_factor_sm80 = r.number("ring_simple_plateau_factor_sm80", 1, 100);
+  out.ring_simple_plateau_factor_older = r.number("ring_simple_plateau_factor_older", 1, 100);
+  out.ring_simple_plateau_min_bytes = r.number("ring_simple_plateau_min_bytes", 0, 1e9);
+  r.finish();
+}
+
+// [protocol_efficiency], [nvls_efficiency], [nvls_switch_reduction_gb_per_s] and
+// [tree_correction_factor]: what each algorithm and protocol achieves of the raw bandwidth.
+void read_efficiencies(Context& ctx, const toml::table& root, NcclTable& out) {
   {
     Reader r(ctx, child(ctx, root, "", "protocol_efficiency"), "protocol_efficiency");
     out.ring_ll_efficiency = r.number("ring_ll", 0, 1, false);
@@ -339,34 +338,38 @@ NcclTable read_table(const fs::path& path) {
     out.nvls_switch_reduction_sm100_bytes_per_s = r.number("sm100", 0, 1e5) * kGB;
     r.finish();
   }
-  {
-    Reader r(ctx, child(ctx, root, "", "tree_correction_factor"), "tree_correction_factor");
-    for (int p = 0; p < kNcclProtoCount; ++p) {
-      const auto v = r.numbers<kTreeCorrectionEntries>(kProtoKeys[static_cast<std::size_t>(p)], 1.0, 1.0, false);
-      out.tree_correction[static_cast<std::size_t>(p)] = v;
-    }
-    r.finish();
+  Reader r(ctx, child(ctx, root, "", "tree_correction_factor"), "tree_correction_factor");
+  for (int p = 0; p < kNcclProtoCount; ++p) {
+    const auto v = r.numbers<kTreeCorrectionEntries>(kProtoKeys[static_cast<std::size_t>(p)], 1.0, 1.0, false);
+    out.tree_correction[static_cast<std::size_t>(p)] = v;
   }
-  {
-    const toml::node* cn = root.get("caps_gb_per_s");
-    if (cn == nullptr || !cn->is_table() || cn->as_table()->empty())
-      ctx.fail("caps_gb_per_s", "missing: one sub-table per GPU generation, e.g. [caps_gb_per_s.sm90]", cn);
-    const toml::node* ln = root.get("speed_ladder_gb_per_s");
-    if (ln != nullptr && !ln->is_table()) ctx.fail("speed_ladder_gb_per_s", "must be a table", ln);
-    const toml::table* ladders = ln != nullptr ? ln->as_table() : nullptr;
-    for (const auto& [k, v] : *cn->as_table()) out.arch.push_back(read_arch(ctx, *cn->as_table(), ladders, k.str()));
-    if (ladders != nullptr)
-      for (const auto& [k, v] : *ladders)
-        if (!cn->as_table()->contains(k.str()))
-          ctx.fail("speed_ladder_gb_per_s." + std::string(k.str()), "no matching [caps_gb_per_s] generation", &v);
-    std::sort(out.arch.begin(), out.arch.end(), [](const auto& a, const auto& b) { return a.sm < b.sm; });
-  }
-  {
-    Reader r(ctx, child(ctx, root, "", "ll_max_multi_node_gb_per_s"), "ll_max_multi_node_gb_per_s");
-    out.ll_max_multi_node_intel_bytes_per_s = r.numbers<2>("intel", kGB, 1e5, false);
-    out.ll_max_multi_node_amd_bytes_per_s = r.numbers<2>("amd", kGB, 1e5, false);
-    r.finish();
-  }
+  r.finish();
+}
+
+// [caps_gb_per_s.smNN] with their optional [speed_ladder_gb_per_s.smNN], then
+// [ll_max_multi_node_gb_per_s]: the bandwidth ceilings by GPU generation.
+void read_caps(Context& ctx, const toml::table& root, NcclTable& out) {
+  const toml::node* cn = root.get("caps_gb_per_s");
+  if (cn == nullptr || !cn->is_table() || cn->as_table()->empty())
+    ctx.fail("caps_gb_per_s", "missing: one sub-table per GPU generation, e.g. [caps_gb_per_s.sm90]", cn);
+  const toml::node* ln = root.get("speed_ladder_gb_per_s");
+  if (ln != nullptr && !ln->is_table()) ctx.fail("speed_ladder_gb_per_s", "must be a table", ln);
+  const toml::table* ladders = ln != nullptr ? ln->as_table() : nullptr;
+  for (const auto& [k, v] : *cn->as_table()) out.arch.push_back(read_arch(ctx, *cn->as_table(), ladders, k.str()));
+  if (ladders != nullptr)
+    for (const auto& [k, v] : *ladders)
+      if (!cn->as_table()->contains(k.str()))
+        ctx.fail("speed_ladder_gb_per_s." + std::string(k.str()), "no matching [caps_gb_per_s] generation", &v);
+  std::sort(out.arch.begin(), out.arch.end(), [](const auto& a, const auto& b) { return a.sm < b.sm; });
+  Reader r(ctx, child(ctx, root, "", "ll_max_multi_node_gb_per_s"), "ll_max_multi_node_gb_per_s");
+  out.ll_max_multi_node_intel_bytes_per_s = r.numbers<2>("intel", kGB, 1e5, false);
+  out.ll_max_multi_node_amd_bytes_per_s = r.numbers<2>("amd", kGB, 1e5, false);
+  r.finish();
+}
+
+// [channels], [buffers], [thread_threshold_bytes] and [max_threads]: how NCCL sizes its channels,
+// buffers and thread blocks.
+void read_resources(Context& ctx, const toml::table& root, NcclTable& out) {
   {
     Reader r(ctx, child(ctx, root, "", "channels"), "channels");
     out.max_channels = r.integer("max_channels", 1, 1024);
@@ -389,25 +392,38 @@ NcclTable read_table(const fs::path& path) {
                                   r.number("simple", 0, 1e6, false)};
     r.finish();
   }
-  {
-    Reader r(ctx, child(ctx, root, "", "max_threads"), "max_threads");
-    out.max_threads = {r.integer("ll", 32, 4096), r.integer("ll128", 32, 4096), r.integer("simple", 32, 4096)};
-    r.finish();
-  }
+  Reader r(ctx, child(ctx, root, "", "max_threads"), "max_threads");
+  out.max_threads = {r.integer("ll", 32, 4096), r.integer("ll128", 32, 4096), r.integer("simple", 32, 4096)};
+  r.finish();
+}
+
+// [host_launch_us] and [pipeline_ramp]: the host's launch cost and how small messages ramp up.
+void read_host_and_ramp(Context& ctx, const toml::table& root, NcclTable& out) {
   {
     Reader r(ctx, child(ctx, root, "", "host_launch_us"), "host_launch_us");
     out.host_launch_intel_seconds = r.number("intel", 0, 1e3) * kUs;
     out.host_launch_amd_seconds = r.number("amd", 0, 1e3) * kUs;
     r.finish();
   }
-  {
-    Reader r(ctx, child(ctx, root, "", "pipeline_ramp"), "pipeline_ramp");
-    out.pipeline_small_message_efficiency = r.number("small_message_efficiency", 0, 1, false);
-    out.pipeline_half_ramp_bytes = r.number("half_ramp_bytes", 0, 1e15, false);
-    out.pipeline_half_ramp_ranks = r.integer("half_ramp_ranks", 1, 1 << 20);
-    r.finish();
-  }
+  Reader r(ctx, child(ctx, root, "", "pipeline_ramp"), "pipeline_ramp");
+  out.pipeline_small_message_efficiency = r.number("small_message_efficiency", 0, 1, false);
+  out.pipeline_half_ramp_bytes = r.number("half_ramp_bytes", 0, 1e15, false);
+  out.pipeline_half_ramp_ranks = r.integer("half_ramp_ranks", 1, 1 << 20);
+  r.finish();
+}
 
+NcclTable read_table(const fs::path& path) {
+  NcclTable out;
+  out.source_file = path.string();
+  Context ctx{path.string(), &out, {}, {}};
+  const toml::table root = parse_root(ctx, path);
+  read_sources(ctx, root);
+  read_header(ctx, root, out);
+  read_latencies(ctx, root, out);
+  read_efficiencies(ctx, root, out);
+  read_caps(ctx, root, out);
+  read_resources(ctx, root, out);
+  read_host_and_ramp(ctx, root, out);
   for (const auto& [tag, kind] : ctx.tags)
     if (!ctx.used.contains(tag)) ctx.fail("sources." + tag, "declared but never used");
   return out;

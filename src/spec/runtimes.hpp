@@ -39,6 +39,9 @@ struct RuntimeInfo {
   void (*planner_defaults)(Plan&) = nullptr;  // a fresh plan's defaults and quirks (planner)
 };
 
+// The runtime `plan` and `capacity` search when no --runtime is given.
+inline constexpr Runtime kDefaultSearchedRuntime = Runtime::torchtitan_fsdp2;
+
 std::span<const RuntimeInfo> runtime_registry();
 const RuntimeInfo& runtime_info(Runtime r);
 inline const RuntimeInfo& runtime_info(const Plan& p) { return runtime_info(p.runtime); }

@@ -132,7 +132,10 @@ Route find_route(const Topology& t, int gpu_from, int gpu_to) {
   return r;
 }
 
-Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
+namespace {
+
+// The counts and bandwidths the graph is built from, after checking the request fits the profile.
+Topology topology_figures(const ClusterSpec& c, std::int64_t n_gpus) {
   const std::string file = c.source_file.empty() ? c.name : c.source_file;
   if (n_gpus < 1) throw InputError("", "--gpus", "must be at least 1, got " + std::to_string(n_gpus));
   if (n_gpus > std::numeric_limits<int>::max() / 4)
@@ -164,19 +167,19 @@ Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
   t.nic_bytes_per_s = node.nic_bandwidth_bytes_per_s;
   t.leaf_oversubscription = fab.leaf_oversubscription;
   t.spine_oversubscription = fab.spine_oversubscription;
+  t.nodes_per_leaf_group = fab.nodes_per_leaf;
+  t.n_leaf_groups = t.has_fabric ? ceil_div(t.n_nodes, t.nodes_per_leaf_group) : 0;
+  return t;
+}
 
+// Scale-up. NVSwitch: every GPU has links to every NVSwitch chip of its domain (4 chips in a
+// DGX H100, 18 in an NVL72 rack), a non-blocking crossbar, so the chips fold into one vertex per
+// domain with the GPU's full NVLink bandwidth on its edge. Per-link latency is the profile's
+// per-hop value; GPU -> switch -> GPU is two hops, as in ASTRA-sim's validated HGX-H100 Switch.
+void add_scaleup(Topology& t, double nvl_lat) {
   TopoGraph& g = t.graph;
-  const int G = t.gpus_per_node, D = t.domain_gpus;
-
-  t.gpu_vertex.reserve(static_cast<std::size_t>(t.n_gpus));
-  for (int i = 0; i < t.n_gpus; ++i) t.gpu_vertex.push_back(add_vertex(g, VertexKind::gpu, i, "gpu" + std::to_string(i)));
-
-  // Scale-up. NVSwitch: every GPU has links to every NVSwitch chip of its domain (4 chips in a
-  // DGX H100, 18 in an NVL72 rack), a non-blocking crossbar, so the chips fold into one vertex per
-  // domain with the GPU's full NVLink bandwidth on its edge. Per-link latency is the profile's
-  // per-hop value; GPU -> switch -> GPU is two hops, as in ASTRA-sim's validated HGX-H100 Switch.
-  const double nvl_lat = node.nvlink_latency_seconds;
-  if (node.scaleup_kind == "nvlink-mesh") {
+  const int D = t.domain_gpus;
+  if (t.scaleup_kind == "nvlink-mesh") {
     // Direct mesh: each GPU's links are split evenly over its domain peers.
     const double per_peer = D > 1 ? t.nvlink_bytes_per_s / (D - 1) : t.nvlink_bytes_per_s;
     for (int a = 0; a < t.n_gpus; ++a)
@@ -184,7 +187,7 @@ Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
         add_link(g, t.gpu_vertex[static_cast<std::size_t>(a)], t.gpu_vertex[static_cast<std::size_t>(b)], per_peer,
                  nvl_lat, 1);
   } else {
-    const bool pcie = node.scaleup_kind == "pcie";
+    const bool pcie = t.scaleup_kind == "pcie";
     for (int d = 0; d < t.n_domains; ++d) {
       const auto sw = add_vertex(g, pcie ? VertexKind::pcie_switch : VertexKind::nvswitch, d,
                                  (pcie ? "pcie" : "nvswitch") + std::to_string(d));
@@ -192,12 +195,16 @@ Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
         add_link(g, t.gpu_vertex[static_cast<std::size_t>(i)], sw, t.nvlink_bytes_per_s, nvl_lat, 1);
     }
   }
+}
 
-  // NICs: every node of the cluster carries all its NICs. GPU l of a node uses NIC l / gpus_per_nic
-  // (one NIC per GPU in DGX H100 and GB200 trays); with more NICs than GPUs, NIC j serves GPU
-  // j * G / nics. NIC latency is end to end (both NICs and the wire), half on each GPU-NIC edge.
-  const int nics = t.nics_per_node;
-  const double half_nic_lat = fab.nic_latency_seconds / 2;
+// NICs: every node of the cluster carries all its NICs. GPU l of a node uses NIC l / gpus_per_nic
+// (one NIC per GPU in DGX H100 and GB200 trays); with more NICs than GPUs, NIC j serves GPU
+// j * G / nics. NIC latency is end to end (both NICs and the wire), half on each GPU-NIC edge.
+// Returns the NIC vertices, node-major.
+std::vector<TopoVertexId> add_nics(Topology& t, double nic_latency_s) {
+  TopoGraph& g = t.graph;
+  const int G = t.gpus_per_node, nics = t.nics_per_node;
+  const double half_nic_lat = nic_latency_s / 2;
   std::vector<TopoVertexId> nic_vertex;
   nic_vertex.reserve(static_cast<std::size_t>(t.n_nics));
   for (int u = 0; u < t.n_nodes; ++u)
@@ -212,68 +219,85 @@ Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
           add_link(g, t.gpu_vertex[static_cast<std::size_t>(gpu)], v, t.nic_bytes_per_s, half_nic_lat, t.gpus_per_nic);
       }
     }
+  return nic_vertex;
+}
 
-  t.nodes_per_leaf_group = fab.nodes_per_leaf;
-  t.n_leaf_groups = ceil_div(t.n_nodes, t.nodes_per_leaf_group);
-  if (!t.has_fabric) {
-    t.n_leaf_groups = 0;
-  } else {
-    // Leaves. Rail-optimized (SuperPOD): NIC i of every node in a scalable unit goes to leaf i of
-    // that unit; otherwise (a ToR per rack, as in Meta's clusters) all NICs of the unit's nodes go
-    // to its one leaf. A switch hop's latency is split over the two edges touching the switch.
-    t.leaves_per_group = t.rail_optimized ? nics : 1;
-    t.n_leaves = t.n_leaf_groups * t.leaves_per_group;
-    t.leaf_down_ports = t.nodes_per_leaf_group * (t.rail_optimized ? 1 : nics);
-    t.leaf_up_ports = static_cast<int>(std::ceil(t.leaf_down_ports / t.leaf_oversubscription - 1e-9));
-    t.leaf_uplink_bytes_per_s = t.leaf_down_ports * t.nic_bytes_per_s / t.leaf_oversubscription;
-    const double hop = fab.switch_hop_latency_seconds;
-    std::vector<TopoVertexId> leaf_vertex;
-    for (int k = 0; k < t.n_leaf_groups; ++k)
-      for (int r = 0; r < t.leaves_per_group; ++r)
-        leaf_vertex.push_back(add_vertex(g, VertexKind::leaf, k * t.leaves_per_group + r,
-                                         "leaf" + std::to_string(k) + "." + std::to_string(r)));
-    for (int u = 0; u < t.n_nodes; ++u)
-      for (int j = 0; j < nics; ++j) {
-        const int leaf = t.leaf_group_of_node(u) * t.leaves_per_group + (t.rail_optimized ? j : 0);
-        add_link(g, nic_vertex[static_cast<std::size_t>(u * nics + j)], leaf_vertex[static_cast<std::size_t>(leaf)],
-                 t.nic_bytes_per_s, hop / 2, t.gpus_per_nic);
-      }
-
-    // Spines: a two-tier Clos, every leaf linked to every spine, the leaf's uplink capacity
-    // (downlink / leaf oversubscription) spread evenly (ECMP). The profile has no tier above the
-    // spine, so spine_oversubscription (Meta's 1:7 aggregation layer) divides the same capacity.
-    // Beyond a two-tier Clos (more spines than leaf uplinks) the spines are grouped into as many
-    // vertices as a leaf has uplinks, which keeps the edge count at the uplink-cable count.
-    if (t.n_leaves > 1) {
-      t.n_spines = spine_count(t.n_leaves, t.leaf_up_ports, t.leaf_down_ports + t.leaf_up_ports);
-      t.n_spine_vertices = std::min(t.n_spines, t.leaf_up_ports);
-      const double edge_bytes_per_s =
-          t.leaf_uplink_bytes_per_s / (t.spine_oversubscription * t.n_spine_vertices);
-      const double leaf_gpus = static_cast<double>(t.leaf_down_ports) * t.gpus_per_nic;
-      for (int s = 0; s < t.n_spine_vertices; ++s) {
-        const auto sv = add_vertex(g, VertexKind::spine, s, "spine" + std::to_string(s));
-        for (const auto lv : leaf_vertex) add_link(g, lv, sv, edge_bytes_per_s, hop, leaf_gpus / t.n_spine_vertices);
-      }
+// Leaves. Rail-optimized (SuperPOD): NIC i of every node in a scalable unit goes to leaf i of
+// that unit; otherwise (a ToR per rack, as in Meta's clusters) all NICs of the unit's nodes go
+// to its one leaf. A switch hop's latency is split over the two edges touching the switch.
+// Returns the leaf vertices, group-major.
+std::vector<TopoVertexId> add_leaves(Topology& t, double hop, const std::vector<TopoVertexId>& nic_vertex) {
+  TopoGraph& g = t.graph;
+  const int nics = t.nics_per_node;
+  t.leaves_per_group = t.rail_optimized ? nics : 1;
+  t.n_leaves = t.n_leaf_groups * t.leaves_per_group;
+  t.leaf_down_ports = t.nodes_per_leaf_group * (t.rail_optimized ? 1 : nics);
+  t.leaf_up_ports = static_cast<int>(std::ceil(t.leaf_down_ports / t.leaf_oversubscription - 1e-9));
+  t.leaf_uplink_bytes_per_s = t.leaf_down_ports * t.nic_bytes_per_s / t.leaf_oversubscription;
+  std::vector<TopoVertexId> leaf_vertex;
+  for (int k = 0; k < t.n_leaf_groups; ++k)
+    for (int r = 0; r < t.leaves_per_group; ++r)
+      leaf_vertex.push_back(add_vertex(g, VertexKind::leaf, k * t.leaves_per_group + r,
+                                       "leaf" + std::to_string(k) + "." + std::to_string(r)));
+  for (int u = 0; u < t.n_nodes; ++u)
+    for (int j = 0; j < nics; ++j) {
+      const int leaf = t.leaf_group_of_node(u) * t.leaves_per_group + (t.rail_optimized ? j : 0);
+      add_link(g, nic_vertex[static_cast<std::size_t>(u * nics + j)], leaf_vertex[static_cast<std::size_t>(leaf)],
+               t.nic_bytes_per_s, hop / 2, t.gpus_per_nic);
     }
-  }
+  return leaf_vertex;
+}
 
-  // One route per tier, between GPUs with the same local index: NCCL keeps inter-node traffic
-  // rail-aligned (PXN first moves data over NVLink to the GPU on the destination's rail).
+// Spines: a two-tier Clos, every leaf linked to every spine, the leaf's uplink capacity
+// (downlink / leaf oversubscription) spread evenly (ECMP). The profile has no tier above the
+// spine, so spine_oversubscription (Meta's 1:7 aggregation layer) divides the same capacity.
+// Beyond a two-tier Clos (more spines than leaf uplinks) the spines are grouped into as many
+// vertices as a leaf has uplinks, which keeps the edge count at the uplink-cable count.
+void add_spines(Topology& t, double hop, const std::vector<TopoVertexId>& leaf_vertex) {
+  if (t.n_leaves <= 1) return;
+  t.n_spines = spine_count(t.n_leaves, t.leaf_up_ports, t.leaf_down_ports + t.leaf_up_ports);
+  t.n_spine_vertices = std::min(t.n_spines, t.leaf_up_ports);
+  const double edge_bytes_per_s = t.leaf_uplink_bytes_per_s / (t.spine_oversubscription * t.n_spine_vertices);
+  const double leaf_gpus = static_cast<double>(t.leaf_down_ports) * t.gpus_per_nic;
+  for (int s = 0; s < t.n_spine_vertices; ++s) {
+    const auto sv = add_vertex(t.graph, VertexKind::spine, s, "spine" + std::to_string(s));
+    for (const auto lv : leaf_vertex) add_link(t.graph, lv, sv, edge_bytes_per_s, hop, leaf_gpus / t.n_spine_vertices);
+  }
+}
+
+// One route per tier, between GPUs with the same local index: NCCL keeps inter-node traffic
+// rail-aligned (PXN first moves data over NVLink to the GPU on the destination's rail).
+void add_tier_routes(Topology& t) {
+  const int G = t.gpus_per_node, D = t.domain_gpus;
   auto& nv = t.tier_route[static_cast<std::size_t>(Tier::nvlink)];
   if (t.n_gpus >= 2 && D >= 2) nv = find_route(t, 0, 1);
-  if (t.has_fabric) {
-    const int P = t.nodes_per_leaf_group;
-    for (int k = 0; k < t.n_leaf_groups; ++k) {
-      const int first = k * P, last = std::min((k + 1) * P, t.n_nodes) - 1;
-      if (first * G / D != last * G / D) {
-        t.tier_route[static_cast<std::size_t>(Tier::leaf)] = find_route(t, first * G, last * G);
-        break;
-      }
+  if (!t.has_fabric) return;
+  const int P = t.nodes_per_leaf_group;
+  for (int k = 0; k < t.n_leaf_groups; ++k) {
+    const int first = k * P, last = std::min((k + 1) * P, t.n_nodes) - 1;
+    if (first * G / D != last * G / D) {
+      t.tier_route[static_cast<std::size_t>(Tier::leaf)] = find_route(t, first * G, last * G);
+      break;
     }
-    const int far_node = std::max(D / G, P);  // first node in another domain and another leaf group
-    if (far_node < t.n_nodes)
-      t.tier_route[static_cast<std::size_t>(Tier::spine)] = find_route(t, 0, far_node * G);
   }
+  const int far_node = std::max(D / G, P);  // first node in another domain and another leaf group
+  if (far_node < t.n_nodes) t.tier_route[static_cast<std::size_t>(Tier::spine)] = find_route(t, 0, far_node * G);
+}
+
+}  // namespace
+
+Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
+  Topology t = topology_figures(c, n_gpus);
+  t.gpu_vertex.reserve(static_cast<std::size_t>(t.n_gpus));
+  for (int i = 0; i < t.n_gpus; ++i)
+    t.gpu_vertex.push_back(add_vertex(t.graph, VertexKind::gpu, i, "gpu" + std::to_string(i)));
+  add_scaleup(t, c.node.nvlink_latency_seconds);
+  const std::vector<TopoVertexId> nic_vertex = add_nics(t, c.fabric.nic_latency_seconds);
+  if (t.has_fabric) {
+    const std::vector<TopoVertexId> leaf_vertex = add_leaves(t, c.fabric.switch_hop_latency_seconds, nic_vertex);
+    add_spines(t, c.fabric.switch_hop_latency_seconds, leaf_vertex);
+  }
+  add_tier_routes(t);
   return t;
 }
 

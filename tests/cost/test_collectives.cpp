@@ -140,7 +140,7 @@ TEST_CASE("nccl table: shipped 2.30.7 constants load in SI units, each with a so
   CHECK(t.pipeline_small_message_efficiency == doctest::Approx(0.423));
   CHECK(t.pipeline_half_ramp_bytes == 17 * kMiB);
   CHECK(t.sources.at("pipeline_ramp.half_ramp_bytes") == "pipeline_ramp_fit");
-  for (const auto& [key, tag] : t.sources) CHECK_MESSAGE(t.source_refs.contains(tag), key);
+  for (const auto& entry : t.sources) CHECK_MESSAGE(t.source_refs.contains(entry.second), entry.first);
 }
 
 TEST_CASE("nccl table: strict loader names the file and the key") {

@@ -332,8 +332,9 @@ TEST_CASE("a faster GPU is never slower") {
                                         {8192, 28672, 4096}, {65536, 128, 128},  {300, 70000, 5000}};
   for (const auto& [slow_name, fast_name] : pairs) {
     const ClusterSpec slow = profile(slow_name), fast = profile(fast_name);
-    CAPTURE(std::string(slow_name));
-    CAPTURE(std::string(fast_name));
+    const std::string slow_label(slow_name), fast_label(fast_name);  // CAPTURE cannot name a binding in clang 14
+    CAPTURE(slow_label);
+    CAPTURE(fast_label);
     for (Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
       if (slow.peak_flops_per_s(d) <= 0 || fast.peak_flops_per_s(d) <= 0) continue;
       for (const GemmShape& g : gemms) {

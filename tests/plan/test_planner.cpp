@@ -114,7 +114,8 @@ TEST_CASE("plan --runtime megatron: uneven pipelines carry the split rule Megatr
   // counted as layers ((126 + 2) / 16 = 8 per stage, 7 on the first and last); DeepSeek-V3's 61 on
   // pp 16 only with a layout, ceil(61 / 16) = 4 per stage and 1 on the last.
   for (const auto& [name, layers] : {std::pair{"llama3.1-405b", 126}, std::pair{"deepseek-v3", 61}}) {
-    CAPTURE(name);
+    const std::string model_name = name;  // CAPTURE cannot name a structured binding in clang 14
+    CAPTURE(model_name);
     const ModelSpec m = load_model(name);
     for (int pp : {16, 32}) {
       CAPTURE(pp);

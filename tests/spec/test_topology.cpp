@@ -343,7 +343,8 @@ TEST_CASE("route_group agrees with a walk over every group, aligned or not") {
     check_mesh(t, m);
     for (const MeshGroup k : kAllMeshGroups) {
       if (k == MeshGroup::ep) continue;
-      CAPTURE(m.world());
+      const auto world = m.world();  // CAPTURE cannot name a structured binding in clang 14
+      CAPTURE(world);
       CAPTURE(to_string(k));
       const GroupRoute r = route_group(t, m, k);
       const Brute b = brute_route(t, m, k);

@@ -424,7 +424,7 @@ TEST_CASE("Loss forward: log_softmax holds the fp32 logits it reads and the fp32
 TEST_CASE("Block backward working set: the incoming gradient plus the widest MLP or attention gradients") {
   const auto m = llama3_8b();
   Plan p;
-  const double S = 8192, H = 4096, F = 14336, Q = 4096, KV = 1024;
+  const double S = 8192, F = 14336, Q = 4096, KV = 1024;
   // SwiGLU: d(silu(gate)) and d(up), 2 x 2SF = 469,762,048, beat attention's dO+dQ+dK+dV
   // (2S(2Q + 2KV) = 167,772,160); plus the incoming 2SH = 67,108,864: 536,870,912 bytes.
   CHECK(block_backward_working_bytes(m, p, {8192, 1}) == doctest::Approx(536870912.0).epsilon(1e-12));
