@@ -711,6 +711,64 @@ std::string validation_text(const ValidationReport& r) {
 
 // ---- collectives -----------------------------------------------------------------------------
 
+namespace {
+
+// One nccl-tests row priced by estimate_collective and compared on the figure it gives; a row that
+// cannot be read comes back skipped with its line and key, never as an exception.
+CollectiveRowResult collective_row(const CsvTable& table, std::size_t i, const ClusterSpec& cluster, bool has_time,
+                                   bool has_bw) {
+  const CsvRow row(table, i);
+  CollectiveRowResult x;
+  x.line = table.row_lines[i];
+  x.op = row.get("op");
+  auto num = [&](const char* col) -> std::optional<double> {
+    const std::string& s = row.get(col);
+    if (s.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double d = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !std::isfinite(d)) throw InputError(table.file, col, "'" + s + "' is not a number");
+    return d;
+  };
+  try {
+    CollectiveOp op{};
+    if (!parse_collective_op(x.op, op)) throw InputError(table.file, "op", "unknown collective '" + x.op + "'");
+    const auto gpus = num("gpus");
+    const auto gpn = num("gpus_per_node");
+    const auto size = num("size_bytes");
+    if (!gpus || *gpus < 1 || std::floor(*gpus) != *gpus) throw InputError(table.file, "gpus", "must be a positive integer");
+    if (!size || *size <= 0) throw InputError(table.file, "size_bytes", "must be positive");
+    x.gpus = static_cast<int>(*gpus);
+    x.size_bytes = *size;
+    x.gpus_per_node = gpn ? static_cast<int>(*gpn) : std::min(x.gpus, cluster.node.gpus_per_node);
+    if (x.gpus_per_node < 1 || x.gpus_per_node > cluster.node.gpus_per_node)
+      throw InputError(table.file, "gpus_per_node",
+                       fmt::format("{} is outside 1..{} ({} node)", x.gpus_per_node, cluster.node.gpus_per_node, cluster.name));
+    if (x.gpus % x.gpus_per_node != 0)
+      throw InputError(table.file, "gpus", fmt::format("{} GPUs do not fill nodes of {}", x.gpus, x.gpus_per_node));
+    if (has_time) x.measured_time_us = num("time_us");
+    if (has_bw) x.measured_busbw_gbps = num("busbw_gbps");
+    const CollectiveEstimate e = estimate_collective(cluster, op, x.size_bytes, GroupPlacement{x.gpus, x.gpus_per_node});
+    x.predicted_time_us = e.seconds * 1e6;
+    x.predicted_busbw_gbps = e.seconds > 0 ? x.size_bytes / e.seconds * bus_bandwidth_factor(op, x.gpus) / 1e9 : 0;
+    x.algorithm = e.algorithm;
+    x.protocol = e.protocol;
+    if (x.measured_time_us && *x.measured_time_us > 0) {
+      x.compared = "time_us";
+      x.error_pct = pct_error(x.predicted_time_us, *x.measured_time_us);
+    } else if (x.measured_busbw_gbps && *x.measured_busbw_gbps > 0) {
+      x.compared = "busbw_gbps";
+      x.error_pct = pct_error(x.predicted_busbw_gbps, *x.measured_busbw_gbps);
+    } else {
+      x.skipped = "neither time_us nor busbw_gbps is given";
+    }
+  } catch (const InputError& e) {
+    x.skipped = fmt::format("line {}: {}: {}", x.line, e.key(), e.reason());
+  }
+  return x;
+}
+
+}  // namespace
+
 CollectiveValidation run_collective_validation(const CsvTable& table, const ClusterSpec& cluster) {
   for (const char* col : {"op", "gpus", "size_bytes"})
     if (std::find(table.header.begin(), table.header.end(), col) == table.header.end())
@@ -726,53 +784,7 @@ CollectiveValidation run_collective_validation(const CsvTable& table, const Clus
   std::map<std::string, int> group_rows;
   std::vector<double> errors;
   for (std::size_t i = 0; i < table.rows.size(); ++i) {
-    const CsvRow row(table, i);
-    CollectiveRowResult x;
-    x.line = table.row_lines[i];
-    x.op = row.get("op");
-    auto num = [&](const char* col) -> std::optional<double> {
-      const std::string& s = row.get(col);
-      if (s.empty()) return std::nullopt;
-      char* end = nullptr;
-      const double d = std::strtod(s.c_str(), &end);
-      if (end != s.c_str() + s.size() || !std::isfinite(d)) throw InputError(table.file, col, "'" + s + "' is not a number");
-      return d;
-    };
-    try {
-      CollectiveOp op{};
-      if (!parse_collective_op(x.op, op)) throw InputError(table.file, "op", "unknown collective '" + x.op + "'");
-      const auto gpus = num("gpus");
-      const auto gpn = num("gpus_per_node");
-      const auto size = num("size_bytes");
-      if (!gpus || *gpus < 1 || std::floor(*gpus) != *gpus) throw InputError(table.file, "gpus", "must be a positive integer");
-      if (!size || *size <= 0) throw InputError(table.file, "size_bytes", "must be positive");
-      x.gpus = static_cast<int>(*gpus);
-      x.size_bytes = *size;
-      x.gpus_per_node = gpn ? static_cast<int>(*gpn) : std::min(x.gpus, cluster.node.gpus_per_node);
-      if (x.gpus_per_node < 1 || x.gpus_per_node > cluster.node.gpus_per_node)
-        throw InputError(table.file, "gpus_per_node",
-                         fmt::format("{} is outside 1..{} ({} node)", x.gpus_per_node, cluster.node.gpus_per_node, cluster.name));
-      if (x.gpus % x.gpus_per_node != 0)
-        throw InputError(table.file, "gpus", fmt::format("{} GPUs do not fill nodes of {}", x.gpus, x.gpus_per_node));
-      if (has_time) x.measured_time_us = num("time_us");
-      if (has_bw) x.measured_busbw_gbps = num("busbw_gbps");
-      const CollectiveEstimate e = estimate_collective(cluster, op, x.size_bytes, GroupPlacement{x.gpus, x.gpus_per_node});
-      x.predicted_time_us = e.seconds * 1e6;
-      x.predicted_busbw_gbps = e.seconds > 0 ? x.size_bytes / e.seconds * bus_bandwidth_factor(op, x.gpus) / 1e9 : 0;
-      x.algorithm = e.algorithm;
-      x.protocol = e.protocol;
-      if (x.measured_time_us && *x.measured_time_us > 0) {
-        x.compared = "time_us";
-        x.error_pct = pct_error(x.predicted_time_us, *x.measured_time_us);
-      } else if (x.measured_busbw_gbps && *x.measured_busbw_gbps > 0) {
-        x.compared = "busbw_gbps";
-        x.error_pct = pct_error(x.predicted_busbw_gbps, *x.measured_busbw_gbps);
-      } else {
-        x.skipped = "neither time_us nor busbw_gbps is given";
-      }
-    } catch (const InputError& e) {
-      x.skipped = fmt::format("line {}: {}: {}", x.line, e.key(), e.reason());
-    }
+    CollectiveRowResult x = collective_row(table, i, cluster, has_time, has_bw);
     const std::string key = fmt::format("{} x{}", x.op, x.gpus);
     ++group_rows[key];
     if (x.error_pct) {
