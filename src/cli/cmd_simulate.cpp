@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/command.hpp"
+#include "import/training_log.hpp"
 #include "cli/output_path.hpp"
 #include "cli/flag_ranges.hpp"
 #include "spec/atomic_file.hpp"
@@ -43,6 +44,7 @@ struct SimulateOptions {
   bool full = false;
   std::string trace;
   double observed_tokens_per_s = 0;  // per GPU; > 0: explain the gap (report/diagnose.hpp)
+  std::string log;                   // the run's training log: its steady throughput is the observation
   std::string straggler, gpu_speeds;
   std::uint64_t seed = 1;
 };
@@ -58,6 +60,10 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
   app.add_option("--observed-tokens-per-s", o.observed_tokens_per_s,
                  "tokens/s per GPU the real run achieved: rank causes of the gap, simulate fixes")
       ->check(in_range("simulate", "--observed-tokens-per-s"));
+  app.add_option("--log", o.log,
+                 "the run's own training log (Megatron-LM, torchtitan or Composer): the median of its steady steps "
+                 "is the observed tokens/s (docs/validation.md \"Training logs\")")
+      ->excludes("--observed-tokens-per-s");
   auto* st = app.add_option("--straggler", o.straggler,
                             "with --full: FRACTION:SPEED, e.g. 0.01:0.9 = 1 % of the GPUs (drawn with --seed) run "
                             "compute at 0.9x; reports the step time with and without them");
@@ -131,6 +137,20 @@ void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepRes
                100 * (result.step_time_s / slow->ideal.step_time_s - 1));
 }
 
+// The steady tokens/s per GPU of `log`, which must be this run's: a world size or global batch it
+// states that differs from the config's is an error naming the log's line.
+double logged_tokens_per_s(const std::string& log_path, const RunConfig& run) {
+  const TrainingLog log = read_training_log(log_path);
+  if (log.world_size && *log.world_size != run.n_gpus)
+    throw InputError(log.file, fmt::format("line {}", log.world_size_line),
+                     fmt::format("the log ran on {} GPUs, the simulated run has {}", *log.world_size, run.n_gpus));
+  for (const LoggedStep& s : log.steps)
+    if (s.global_batch && *s.global_batch != run.job.global_batch)
+      throw InputError(log.file, fmt::format("line {}", s.line),
+                       fmt::format("global batch size {} in the log, {} simulated", *s.global_batch, run.job.global_batch));
+  return steady_throughput(log, run.job.seq_len, run.n_gpus).tokens_per_s_per_gpu;
+}
+
 int run_simulate(const SimulateOptions& o) {
   const RunInputs in = load_run_inputs(o.in);
   check_output_path(o.trace, "--trace");
@@ -141,8 +161,8 @@ int run_simulate(const SimulateOptions& o) {
     write_file_atomic(o.trace, chrome_trace_text(step.program, step.timings, step.host_timings), "--trace");
   }
   std::optional<Diagnosis> gap;
-  if (o.observed_tokens_per_s > 0)
-    gap = diagnose_gap(run_source(o.in), in.run, in.cluster, step.result, o.observed_tokens_per_s);
+  const double observed = o.log.empty() ? o.observed_tokens_per_s : logged_tokens_per_s(o.log, in.run);
+  if (observed > 0) gap = diagnose_gap(run_source(o.in), in.run, in.cluster, step.result, observed);
   print_simulate(o, in, step.result, gap, stragglers);
   return simulated_fit(in.cluster, step.result).fits ? 0 : 3;  // 3: does not fit, as `memory`
 }

@@ -790,4 +790,13 @@ TEST_CASE("calibrate --runs on training logs, then simulate with the fitted prof
   }
   // One log needs the config it ran.
   check_one_line_error("calibrate --runs " + (logs / "torchtitan.log").string(), "--config");
+  // simulate --log: the log's steady throughput is the observation the gap is explained against.
+  const std::string megatron = "simulate --config " + (logs / "megatron-llama3.1-8b-tp2.args").string() + " --log " +
+                               (logs / "megatron.log").string();
+  const Run gap = run(megatron + " --gpus 8 --json");
+  REQUIRE(gap.exit_code == 0);
+  const auto g = nlohmann::json::parse(gap.out);
+  REQUIRE(g.contains("diagnosis"));
+  CHECK(g["diagnosis"]["observed_tokens_per_s_per_gpu"].get<double>() == doctest::Approx(9434.47).epsilon(0.0005));
+  check_one_line_error(megatron + " --gpus 16", "line 1");
 }
