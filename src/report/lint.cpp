@@ -72,6 +72,13 @@ std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64
     return "";
   }
   if (!alt.ok()) return "";
+  // A setting the model does not read cannot move its numbers: quoting them would claim a result.
+  for (const RunConfig* rc : {&base.run, static_cast<const RunConfig*>(&alt.run)})
+    if (std::find(rc->unmodelled_settings.begin(), rc->unmodelled_settings.end(), key) != rc->unmodelled_settings.end())
+      return "; not modelled, so not simulated.";
+  if (alt.result.tokens_per_s_per_gpu == base.result.tokens_per_s_per_gpu && alt.peak_bytes == base.peak_bytes)
+    return fmt::format("; simulated with {}={}: the same {:.1f} tokens/s/GPU and {:.2f} GiB peak.", key, value,
+                       base.result.tokens_per_s_per_gpu, base.peak_bytes / kGiB);
   return fmt::format("; simulated with {}={}: tokens/s/GPU {:.1f} → {:.1f} ({:+.1f}%), peak {:.2f} → {:.2f} GiB.", key,
                      value, base.result.tokens_per_s_per_gpu, alt.result.tokens_per_s_per_gpu,
                      base.result.tokens_per_s_per_gpu > 0

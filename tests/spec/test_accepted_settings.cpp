@@ -7,15 +7,19 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <variant>
 #include <vector>
 
 #include "import/import_composer.hpp"
 #include "import/import_torchtitan.hpp"
+#include "report/lint.hpp"
+#include "report/whatif.hpp"
 #include "spec/error.hpp"
 #include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
@@ -276,4 +280,38 @@ TEST_CASE("docs/importers.md lists every setting the importers name") {
   const std::string doc = ss.str();
   for (const auto* table : {&torchtitan_unmodelled_settings(), &llm_foundry_unmodelled_settings()})
     for (const UnmodelledSetting& s : *table) CHECK_MESSAGE(doc.find("`" + s.key + "`") != std::string::npos, s.key);
+}
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / ("meshplan_accepted_" + std::to_string(::getpid()) + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+}  // namespace
+
+TEST_CASE("whatif and lint never quantify a setting the model does not read") {
+  RunSource src;
+  src.config = write_temp(".toml", "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
+                                   "gc_freq = 10\n");
+  src.gpus = 8;
+  src.cluster = "h100-sxm-80gb";
+  const WhatIfReport r = run_whatif(src, {Variation{"training.gc_freq", {"50", "10"}}});
+  REQUIRE(r.explanations.size() == 1);
+  // The two variants simulate alike because the model ignores gc_freq, not because it has no effect.
+  CHECK(r.explanations[0].find("training.gc_freq 50 → 10: not quantified, the model does not read training.gc_freq") ==
+        0);
+  CHECK(r.explanations[0].find("tokens/s") == std::string::npos);
+  CHECK(r.explanations[0].find("no effect") == std::string::npos);
+  // lint reports it as a warning and simulates nothing for it.
+  const LintReport l = lint_config(src);
+  const auto f = std::find_if(l.findings.begin(), l.findings.end(),
+                              [](const LintFinding& x) { return x.key == "training.gc_freq"; });
+  REQUIRE(f != l.findings.end());
+  CHECK(f->severity == "warning");
+  CHECK(f->message.find("accepted but not modelled") != std::string::npos);
+  CHECK(f->message.find("simulated with training.gc_freq") == std::string::npos);
+  std::filesystem::remove(src.config);
 }
