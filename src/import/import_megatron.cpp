@@ -296,6 +296,11 @@ private:
 
 // ---------------------------------------------------------------- model
 
+// The warning (and the unmodelled setting, by its flag) of an MoE model without --moe-grouped-gemm.
+constexpr const char* kSequentialExperts =
+    "--moe-grouped-gemm: not given, so Megatron runs each local expert's GEMMs one after another "
+    "(SequentialMLP); not modelled: the experts are simulated as grouped GEMMs";
+
 // Same layers, widths, heads, experts and vocabulary: what every FLOP and byte is computed from.
 bool same_shape(const ModelSpec& a, const ModelSpec& b, bool compare_vocab) {
   const bool dense_ffn_matters = !a.moe.enabled() || a.moe.n_dense_layers > 0;
@@ -421,6 +426,9 @@ ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::stri
       m.moe.n_shared_experts = static_cast<int>(*s / m.moe.expert_ffn);
     }
     if (a.has("--moe-layer-freq")) m.moe.n_dense_layers = dense_layers_from_freq(a, m.n_layers);
+    // The lowering runs a rank's experts as grouped GEMMs (layer_kernels.cpp), as --moe-grouped-gemm
+    // does; without it Megatron loops over the local experts (SequentialMLP), which is not modelled.
+    if (!a.has("--moe-grouped-gemm")) warnings.push_back(kSequentialExperts);
     if (auto cf = a.number("--moe-expert-capacity-factor")) {
       if (*cf <= 0) a.fail("--moe-expert-capacity-factor", fmt::format("must be positive, got {}", *cf));
       m.moe.capacity_factor = *cf;
@@ -818,7 +826,8 @@ void read_kernels(const Args& a, RunConfig& rc) {
 
 // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
 void name_unmodelled(const Args& a, RunConfig& rc) {
-  // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
+  if (std::find(rc.warnings.begin(), rc.warnings.end(), kSequentialExperts) != rc.warnings.end())
+    rc.unmodelled_settings.push_back("--moe-grouped-gemm");
   for (const std::string& f : a.unread()) {
     if (no_effect_flags().count(f) != 0) continue;
     rc.unmodelled_settings.push_back(f);
