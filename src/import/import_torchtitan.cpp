@@ -12,6 +12,7 @@
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 
 namespace meshplan {
 
@@ -190,11 +191,6 @@ const std::vector<UnmodelledSetting>& unmodelled_keys() {
                                                      "loss"},
       {"parallelism.module_fqns_per_model_part", "", "a hand-written split of the model into pipeline stages"},
       {"parallelism.pipeline_parallel_schedule_csv", "", "a pipeline schedule read from a CSV file"},
-      // torchtitan splits layers + these weights evenly over the stages; meshplan splits the layers
-      // evenly (the weights count only towards the number of stages pipeline_parallel_layers_per_stage
-      // makes).
-      {"parallelism.pipeline_parallel_first_stage_less_layers", "1", "the first stage's share of layers"},
-      {"parallelism.pipeline_parallel_last_stage_less_layers", "1", "the last stage's share of layers"},
       {"parallelism.pipeline_parallel_expert_parallel_overlap", "true", "overlapping the expert all-to-alls of one "
                                                                         "micro-batch with another's compute"},
       {"parallelism.context_parallel_load_balancer", "headtail", "how causal-attention work is balanced over the "
@@ -496,6 +492,26 @@ void read_pipeline(const std::string& path, bool early, const TomlView& par, Run
   }
 }
 
+// The layers of each stage (early-2026 layout): torchtitan's weighted even split
+// (spec/pipeline_split.hpp torchtitan_stage_layers), kept as the plan's explicit stage layers where
+// it differs from meshplan's default split. The mid-2025 layout names its stages by split points,
+// and module_fqns_per_model_part (named as not modelled) overrides the split.
+void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
+  const Mesh& mesh = rc.plan.mesh;
+  if (!early || mesh.pp <= 1 || par.has("module_fqns_per_model_part")) return;
+  const int stages = mesh.pp * mesh.vpp;
+  const auto weight = [&](const char* key) { return static_cast<int>(par.get_int(key).value_or(1)); };
+  std::string why;
+  const int first = weight("pipeline_parallel_first_stage_less_layers");
+  const int last = weight("pipeline_parallel_last_stage_less_layers");
+  const auto layers = torchtitan_stage_layers(rc.model.n_layers, stages, first, last, &why);
+  if (!layers)
+    par.fail(stages > rc.model.n_layers + first + last ? "pipeline_parallel_degree"
+                                                       : "pipeline_parallel_first_stage_less_layers",
+             fmt::format("{} layers over {} stages: {} (torchtitan raises)", rc.model.n_layers, stages, why));
+  if (*layers != split_layers(rc.model.n_layers, stages)) rc.plan.pipeline_split.chunk_layers = *layers;
+}
+
 // The batch and the sequence (torchtitan/train.py).
 void read_batch(const std::string& path, const TomlView& training, const TomlView& par, RunConfig& rc) {
   const bool pp = rc.plan.mesh.pp > 1;
@@ -748,6 +764,7 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   read_parallelism(path, par, rc);
   read_compile_and_tp(early, compile, training, par, rc);
   read_pipeline(path, early, par, rc);
+  read_stage_layers(early, par, rc);
   read_batch(path, training, par, rc);
   read_precision(training, rc);
   read_converters(layout, model, float8, rc);
