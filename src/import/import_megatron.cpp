@@ -155,6 +155,22 @@ const std::set<std::string, std::less<>>& no_effect_flags() {
   return k;
 }
 
+// Value flags meshplan does not read, with Megatron's default (arguments.py at core_v0.15.0): the
+// behaviour the model assumes, so that a file stating the default has nothing to name.
+const std::map<std::string, std::string, std::less<>>& unread_flag_defaults() {
+  static const std::map<std::string, std::string, std::less<>> k = {
+      {"--transformer-impl", "transformer_engine"},
+      {"--num-distributed-optimizer-instances", "1"},
+      {"--moe-router-load-balancing-type", "aux_loss"},
+      {"--moe-router-score-function", "softmax"},
+      {"--moe-token-drop-policy", "probs"},
+      {"--manual-gc-interval", "0"},
+      {"--cuda-graph-scope", "full"},
+      {"--cpu-offloading-num-layers", "0"},
+  };
+  return k;
+}
+
 // One flag as given. Of the known flags, those the importer reads below set what meshplan models;
 // the others (optimizer values, data, logging, checkpoints, fusions) change neither memory nor time.
 struct Given {
@@ -830,6 +846,7 @@ void name_unmodelled(const Args& a, RunConfig& rc) {
     rc.unmodelled_settings.push_back("--moe-grouped-gemm");
   for (const std::string& f : a.unread()) {
     if (no_effect_flags().count(f) != 0) continue;
+    if (auto d = unread_flag_defaults().find(f); d != unread_flag_defaults().end() && a.str(f) == d->second) continue;
     rc.unmodelled_settings.push_back(f);
     rc.warnings.push_back(fmt::format("{}: accepted but not modelled; the step is simulated as if it were not given "
                                       "(docs/importers.md, \"Accepted but not modelled\")", f));

@@ -486,3 +486,12 @@ TEST_CASE("--moe-grouped-gemm is what the lowering prices; an MoE model without 
   // The two import to the same plan: the flag changes the real run, not meshplan's model of it.
   CHECK(to_plan_toml(seq) == to_plan_toml(import_text(moe + "--moe-grouped-gemm")));
 }
+
+TEST_CASE("an unread Megatron flag given at Megatron's default is what the model assumes: not named") {
+  const RunConfig same = import_text(kSmall + "--transformer-impl transformer_engine "
+                                              "--num-distributed-optimizer-instances 1 --cuda-graph-scope full");
+  CHECK(same.unmodelled_settings.empty());
+  const RunConfig other = import_text(kSmall + "--transformer-impl local --num-distributed-optimizer-instances 2");
+  CHECK(other.unmodelled_settings ==
+        std::vector<std::string>{"--num-distributed-optimizer-instances", "--transformer-impl"});
+}
