@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -313,5 +314,27 @@ TEST_CASE("whatif and lint never quantify a setting the model does not read") {
   CHECK(f->severity == "warning");
   CHECK(f->message.find("accepted but not modelled") != std::string::npos);
   CHECK(f->message.find("simulated with training.gc_freq") == std::string::npos);
+  std::filesystem::remove(src.config);
+}
+
+TEST_CASE("lint quotes a figure as moved only where it moved") {
+  RunSource src;
+  std::string yaml = std::string(kFoundryBase) + "  limit_all_gathers: false\n";
+  yaml.replace(yaml.find("activation_checkpointing: true"), 30, "activation_checkpointing: false");
+  src.config = write_temp(".yaml", yaml);
+  src.gpus = 8;
+  src.cluster = "a100-80gb";
+  const LintReport l = lint_config(src);
+  const auto f = std::find_if(l.findings.begin(), l.findings.end(),
+                              [](const LintFinding& x) { return x.key == "fsdp_config.limit_all_gathers"; });
+  REQUIRE(f != l.findings.end());
+  CAPTURE(f->message);
+  // Every "a → b" lint prints has a != b: an unmoved figure reads "unchanged at a".
+  const std::regex change(R"(([0-9.]+) → ([0-9.]+))");
+  for (auto it = std::sregex_iterator(f->message.begin(), f->message.end(), change); it != std::sregex_iterator(); ++it)
+    CHECK((*it)[1].str() != (*it)[2].str());
+  // Here the step's peak falls outside the forward's run of gathered blocks, so the limiter does not
+  // move it, and lint says so rather than printing the same figure twice.
+  CHECK(f->message.find("peak unchanged at") != std::string::npos);
   std::filesystem::remove(src.config);
 }
