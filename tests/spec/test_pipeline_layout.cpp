@@ -135,6 +135,11 @@ TEST_CASE("a 61-layer model on (pp 16, vpp 1), (pp 4, vpp 4) and (pp 4, vpp 2): 
       double want = (st.n_layers - (r == 0 ? 3 : 0)) * moe + (r == 0 ? 3 * dense + first_extra : 0) +
                     (r == k.pp - 1 ? last_extra : 0);
       CHECK(st.params_per_rank == doctest::Approx(want).epsilon(1e-9));
+      // And the state each stage keeps, by hand: Megatron without the distributed optimizer holds,
+      // per parameter, the bf16 weight (2 B), the fp32 main gradient (4 B), the fp32 master weight
+      // and the two Adam moments (12 B): 18 B.
+      const MemoryBreakdown& kept = st.persistent;
+      CHECK(kept.params + kept.grads + kept.optimizer == doctest::Approx(18 * want).epsilon(1e-9));
     }
     // The stage with fewer layers keeps less: the last rank's state is below rank 1's.
     CHECK(e.stages.back().persistent.total() < e.stages[1].persistent.total());
