@@ -215,6 +215,11 @@ TEST_CASE("a torchtitan file's pipeline stages hold the layers torchtitan places
   CHECK(e.stages[1].n_layers == 9);
   CHECK(e.stages[1].params_per_rank - e.stages[2].params_per_rank == doctest::Approx(layer).epsilon(1e-9));
   CHECK(e.stages[1].persistent.total() > e.stages[2].persistent.total());
+  // Through meshplan's plan TOML and back: the same stages, still torchtitan's runtime.
+  RunConfig again = read_plan_toml("roundtrip.toml", toml::parse(to_plan_toml(rc)));
+  resolve_layout(again, 8);
+  CHECK(again.plan.runtime == rc.plan.runtime);
+  CHECK(again.plan.pipeline_split.chunk_layers == rc.plan.pipeline_split.chunk_layers);
   // The weights meshplan's bundles write for an even split (0, 0) keep it even: no stage layers.
   CHECK(stages_of("pipeline_parallel_degree = 4\npipeline_parallel_layers_per_stage = 8\n"
                   "pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n")
