@@ -181,8 +181,6 @@ const std::vector<std::string>& no_effect_keys() {
 // torchtitan's default (job_config.py at the pinned commits) unless noted.
 const std::vector<UnmodelledSetting>& unmodelled_keys() {
   static const std::vector<UnmodelledSetting> k = {
-      {"optimizer.early_step_in_backward", "false", "the optimizer steps each parameter in backward and frees its "
-                                                    "gradient there"},
       {"training.gc_freq", "50", "Python garbage collection every gc_freq steps"},
       {"training.gc_debug", "false", "a full garbage collection every step"},
       {"training.deterministic", "false", "deterministic kernels"},
@@ -670,6 +668,14 @@ void read_optimizer(const TomlView& optim, RunConfig& rc) {
     if (!parsed || *parsed == OptimizerImpl::framework)
       optim.fail("implementation", fmt::format("'{}' is not accepted (for-loop, foreach, fused)", *impl));
     plan.optimizer_impl = *parsed;
+  }
+  // OptimizersInBackwardContainer: each parameter is stepped in its post-accumulate-grad hook and
+  // its gradient freed there (the plan's optimizer_in_backward, as torchtune's optimizer_in_bwd).
+  if (optim.get_bool("early_step_in_backward").value_or(false)) {
+    if (plan.mesh.pp > 1 || plan.mesh.ep > 1)
+      optim.fail("early_step_in_backward", "not supported with pipeline or expert parallelism (torchtitan's "
+                                           "build_optimizers raises NotImplementedError)");
+    plan.optimizer_in_backward = true;
   }
 }
 

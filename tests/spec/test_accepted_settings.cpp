@@ -17,13 +17,17 @@
 #include <variant>
 #include <vector>
 
+#include "import/config_loader.hpp"
 #include "import/import_composer.hpp"
 #include "import/import_torchtitan.hpp"
 #include "report/lint.hpp"
 #include "report/whatif.hpp"
+#include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/model_loader.hpp"
 #include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
+#include "workload/memory_estimate.hpp"
 
 using namespace meshplan;
 
@@ -337,4 +341,32 @@ TEST_CASE("lint quotes a figure as moved only where it moved") {
   // move it, and lint says so rather than printing the same figure twice.
   CHECK(f->message.find("peak unchanged at") != std::string::npos);
   std::filesystem::remove(src.config);
+}
+
+TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient shard leaves the step, as torchtitan "
+          "frees each gradient in backward") {
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
+                           "seq_len = 8192\n";
+  RunConfig off = import_torchtitan("t.toml", toml::parse(base));
+  RunConfig on = import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"));
+  resolve_layout(off, 8);
+  resolve_layout(on, 8);
+  CHECK(on.plan.optimizer_in_backward);
+  CHECK(on.unmodelled_settings.empty());
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const StageMemory a = estimate_memory(off.model, off.plan, off.job, c).stages.at(0);
+  const StageMemory b = estimate_memory(on.model, on.plan, on.job, c).stages.at(0);
+  // By hand: FSDP2 keeps each rank's fp32 gradient shard, 4 B x P / 8, once backward has made it;
+  // stepped in backward, no gradient is stored. The peak never rises, and falls by at most that
+  // much (here it is at the loss's backward, before any block's gradient exists: it stays).
+  const double grad_shard = 4.0 * static_cast<double>(param_counts(off.model).total(off.model.n_layers)) / 8;
+  CHECK(a.grads_bytes == doctest::Approx(grad_shard).epsilon(1e-9));
+  CHECK(b.grads_bytes == 0);
+  CHECK(a.peak_moment == "loss backward");
+  CHECK(b.peak_bytes <= a.peak_bytes);
+  CHECK(a.peak_bytes - b.peak_bytes <= grad_shard * (1 + 1e-9));
+  // torchtitan's build_optimizers raises under pipeline parallelism.
+  CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"
+                                                                 "[parallelism]\npipeline_parallel_degree = 2\n")),
+                  InputError);
 }
