@@ -793,7 +793,6 @@ void read_tp(const std::string& path, const YView& top, const YView& fsdp, bool 
   }
 }
 
-
 // The text of a value as unmodelled_keys() writes the model's: scalars as written, lists as "[a, b]".
 std::string value_text(const YAML::Node& n) {
   if (n.IsScalar()) return n.Scalar();

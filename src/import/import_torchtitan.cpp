@@ -714,7 +714,7 @@ bool key_applies(const std::string& key, const Plan& p) {
   return true;
 }
 
-// Every unmodelled key the file sets to other than torchtitan's default is named.
+// Every unmodelled key the file sets to other than the value the model assumes is named.
 void name_unmodelled_keys(const toml::table& t, RunConfig& rc) {
   for (const UnmodelledSetting& s : unmodelled_keys()) {
     const toml::node* n = node_at(t, s.key);
