@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "import/accepted_settings.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
@@ -56,6 +57,53 @@ const std::vector<std::string> kFsdp2Keys = {
     "device_mesh", "reshard_after_forward", "activation_checkpointing", "activation_cpu_offload",
     "state_dict_type", "load_monolith_rank0_only", "mixed_precision", "verbose",
 };
+
+// Top-level keys that change neither the simulated step's time nor its memory: names and
+// variables, data and tokenizer, the schedule, evaluation and checkpoints (between steps), logging,
+// the profiler (a few profiled steps), timeouts and seeds. device_train_grad_accum is what
+// llm-foundry derives from the micro-batch and logs back. The save_/load_/icl_ families are too.
+const std::vector<std::string> kNoEffectTopLevel = {
+    "variables", "run_name", "tokenizer", "train_loader", "eval_loader", "eval_loaders", "scheduler",
+    "max_duration", "eval_interval", "eval_first", "eval_subset_num_batches", "seed", "device_eval_batch_size",
+    "device_train_grad_accum", "progress_bar", "log_to_console", "console_log_interval", "python_log_level",
+    "loggers", "only_hf_checkpoint", "only_composer_checkpoint", "autoresume", "dist_timeout", "eval_gauntlet",
+    "eval_gauntlet_str", "metadata", "log_config", "profiler", "code_paths", "cuda_load_lazy",
+};
+// fsdp_config keys of the same kind: checkpoint formats and loading, start-up broadcasts, logging.
+// keep_low_precision_grads: sharded gradients are still accumulated in fp32 and cast down only before
+// the optimizer step (docs/importers.md); use_orig_params: FSDP1's flat parameter is used in place
+// either way (its combinations Composer refuses are refused).
+const std::vector<std::string> kNoEffectFsdp = {
+    "keep_low_precision_grads", "use_orig_params", "sync_module_states", "state_dict_type",
+    "sharded_ckpt_prefix_dir", "load_monolith_rank0_only", "load_planner", "save_planner", "auto_wrap", "verbose",
+};
+// Callbacks that only read what the step already has (throughput, learning rate, memory) or that
+// run between steps (checkpoint export); any other callback is named. Composer's
+// gradient_clipping is the one algorithm of no effect (one small norm reduction per step, as
+// Megatron's --clip-grad and torchtitan's max_norm); any other is named.
+const std::vector<std::string> kNoEffectCallbacks = {"speed_monitor", "lr_monitor", "memory_monitor",
+                                                     "runtime_estimator", "hf_checkpointer"};
+const std::vector<std::string> kNoEffectAlgorithms = {"gradient_clipping"};
+
+// Keys whose effect on the real step the model lacks, with the value it assumes (Composer's and
+// llm-foundry's code defaults).
+const std::vector<UnmodelledSetting>& unmodelled_keys() {
+  static const std::vector<UnmodelledSetting> k = {
+      {"algorithms", "", "Composer algorithms that change the model or the step"},
+      {"callbacks", "", "callbacks that run work in the step (garbage collection, generation, ...)"},
+      {"expandable_segments", "false", "the CUDA allocator's expandable segments, which change fragmentation"},
+      {"max_split_size_mb", "", "the CUDA allocator's largest split block, which changes fragmentation"},
+      {"fsdp_config.ignored_modules", "", "modules FSDP leaves unsharded"},
+      {"fsdp_config.process_group", "", "the process group FSDP shards over"},
+      {"fsdp_config.te_checkpoint_wrapper", "false", "Transformer Engine's checkpoint wrapper under amp_fp8"},
+      {"fsdp_config.te_shard_fp8_weight", "false", "FP8 weights sharded under amp_fp8"},
+  };
+  return k;
+}
+
+bool listed(const std::vector<std::string>& l, const std::string& k) {
+  return std::find(l.begin(), l.end(), k) != l.end();
+}
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
@@ -745,6 +793,51 @@ void read_tp(const std::string& path, const YView& top, const YView& fsdp, bool 
   }
 }
 
+// The text of a value as unmodelled_keys() writes the model's: scalars as written, lists as "[a, b]".
+std::string value_text(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  std::string out;
+  if (n.IsSequence()) {
+    for (const auto& e : n) out += (out.empty() ? "" : ", ") + value_text(e);
+    return "[" + out + "]";
+  }
+  if (n.IsMap()) {
+    for (const auto& kv : n) out += (out.empty() ? "" : ", ") + kv.first.Scalar();
+    return "{" + out + "}";
+  }
+  return "";
+}
+
+// The entries of an algorithms / callbacks map that are not of no effect, as "[a, b]"; "" when none.
+std::string entries_with_effect(const YAML::Node& n, const std::vector<std::string>& no_effect) {
+  if (!n.IsMap()) return value_text(n);
+  std::string out;
+  for (const auto& kv : n)
+    if (!listed(no_effect, kv.first.Scalar())) out += (out.empty() ? "" : ", ") + kv.first.Scalar();
+  return out.empty() ? "" : "[" + out + "]";
+}
+
+// Every unmodelled key the file sets to other than what the model assumes is named; fsdp_config's
+// only where this FSDP version reads them (the others are warned about as dropped).
+void name_unmodelled_keys(const YView& top, const std::optional<YView>& fsdp, bool fsdp2, RunConfig& rc) {
+  for (const UnmodelledSetting& s : unmodelled_keys()) {
+    std::string value;
+    if (s.key == "algorithms" || s.key == "callbacks") {
+      if (!top.set(s.key)) continue;
+      value = entries_with_effect(top.raw(s.key), s.key == "algorithms" ? kNoEffectAlgorithms : kNoEffectCallbacks);
+      if (value.empty()) continue;
+    } else if (s.key.starts_with("fsdp_config.")) {
+      const std::string k = s.key.substr(std::string_view("fsdp_config.").size());
+      if (!fsdp || !fsdp->set(k) || !listed(fsdp2 ? kFsdp2Keys : kFsdp1Keys, k)) continue;
+      value = value_text(fsdp->raw(k));
+    } else {
+      if (!top.set(s.key)) continue;
+      value = value_text(top.raw(s.key));
+    }
+    if (differs_from_model(s, value)) note_unmodelled(rc, s, value);
+  }
+}
+
 }  // namespace
 
 bool looks_like_llm_foundry(const std::string& text) {
@@ -810,6 +903,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   }
   if (!fsdp && top.map("tp_config"))
     top.fail("tp_config", "Composer requires fsdp_config for tensor parallelism");
+  name_unmodelled_keys(top, fsdp, plan.runtime == Runtime::composer_fsdp2, rc);
 
   // The world size where the file states it: llm-foundry's update_batch_size_info writes n_gpus
   // and device_train_batch_size (= global / world, calculate_batch_size_info) into the config it
@@ -828,5 +922,25 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
   }
   return rc;
 }
+
+std::vector<std::string> llm_foundry_accepted_keys() {
+  std::vector<std::string> out = kTopLevel;
+  for (const auto* keys : {&kFsdp1Keys, &kFsdp2Keys})
+    for (const auto& k : *keys) out.push_back("fsdp_config." + k);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> llm_foundry_no_effect_settings() {
+  std::vector<std::string> out = kNoEffectTopLevel;
+  for (const auto& k : kNoEffectFsdp) out.push_back("fsdp_config." + k);
+  for (const auto& k : kTopLevel)
+    for (const auto& prefix : kAcceptedPrefixes)
+      if (k.starts_with(prefix)) out.push_back(k);
+  return out;
+}
+
+const std::vector<UnmodelledSetting>& llm_foundry_unmodelled_settings() { return unmodelled_keys(); }
 
 }  // namespace meshplan

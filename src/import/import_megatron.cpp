@@ -155,6 +155,22 @@ const std::set<std::string, std::less<>>& no_effect_flags() {
   return k;
 }
 
+// Value flags meshplan does not read, with Megatron's default (arguments.py at core_v0.15.0): the
+// behaviour the model assumes, so that a file stating the default has nothing to name.
+const std::map<std::string, std::string, std::less<>>& unread_flag_defaults() {
+  static const std::map<std::string, std::string, std::less<>> k = {
+      {"--transformer-impl", "transformer_engine"},
+      {"--num-distributed-optimizer-instances", "1"},
+      {"--moe-router-load-balancing-type", "aux_loss"},
+      {"--moe-router-score-function", "softmax"},
+      {"--moe-token-drop-policy", "probs"},
+      {"--manual-gc-interval", "0"},
+      {"--cuda-graph-scope", "full"},
+      {"--cpu-offloading-num-layers", "0"},
+  };
+  return k;
+}
+
 // One flag as given. Of the known flags, those the importer reads below set what meshplan models;
 // the others (optimizer values, data, logging, checkpoints, fusions) change neither memory nor time.
 struct Given {
@@ -296,6 +312,11 @@ private:
 
 // ---------------------------------------------------------------- model
 
+// The warning (and the unmodelled setting, by its flag) of an MoE model without --moe-grouped-gemm.
+constexpr const char* kSequentialExperts =
+    "--moe-grouped-gemm: not given, so Megatron runs each local expert's GEMMs one after another "
+    "(SequentialMLP); not modelled: the experts are simulated as grouped GEMMs";
+
 // Same layers, widths, heads, experts and vocabulary: what every FLOP and byte is computed from.
 bool same_shape(const ModelSpec& a, const ModelSpec& b, bool compare_vocab) {
   const bool dense_ffn_matters = !a.moe.enabled() || a.moe.n_dense_layers > 0;
@@ -421,6 +442,9 @@ ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::stri
       m.moe.n_shared_experts = static_cast<int>(*s / m.moe.expert_ffn);
     }
     if (a.has("--moe-layer-freq")) m.moe.n_dense_layers = dense_layers_from_freq(a, m.n_layers);
+    // The lowering runs a rank's experts as grouped GEMMs (layer_kernels.cpp), as --moe-grouped-gemm
+    // does; without it Megatron loops over the local experts (SequentialMLP), which is not modelled.
+    if (!a.has("--moe-grouped-gemm")) warnings.push_back(kSequentialExperts);
     if (auto cf = a.number("--moe-expert-capacity-factor")) {
       if (*cf <= 0) a.fail("--moe-expert-capacity-factor", fmt::format("must be positive, got {}", *cf));
       m.moe.capacity_factor = *cf;
@@ -818,9 +842,11 @@ void read_kernels(const Args& a, RunConfig& rc) {
 
 // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
 void name_unmodelled(const Args& a, RunConfig& rc) {
-  // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
+  if (std::find(rc.warnings.begin(), rc.warnings.end(), kSequentialExperts) != rc.warnings.end())
+    rc.unmodelled_settings.push_back("--moe-grouped-gemm");
   for (const std::string& f : a.unread()) {
     if (no_effect_flags().count(f) != 0) continue;
+    if (auto d = unread_flag_defaults().find(f); d != unread_flag_defaults().end() && a.str(f) == d->second) continue;
     rc.unmodelled_settings.push_back(f);
     rc.warnings.push_back(fmt::format("{}: accepted but not modelled; the step is simulated as if it were not given "
                                       "(docs/importers.md, \"Accepted but not modelled\")", f));

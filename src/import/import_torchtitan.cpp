@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 #include <map>
 
+#include "import/accepted_settings.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 
 namespace meshplan {
 
@@ -128,6 +130,106 @@ const std::map<std::string, std::string>& renames() {
   return r;
 }
 
+// Accepted keys that change neither the simulated step's time nor its memory: the job's files and
+// logging, the profiler (a few profiled steps per profile_freq, not the steady step), the
+// optimizer's and the schedule's values, the data and its loader, checkpoints and validation
+// (between steps), timeouts, seeds. Every other key is read by the mapping below or listed in
+// unmodelled_keys().
+const std::vector<std::string>& no_effect_keys() {
+  static const std::vector<std::string> k = {
+      "job.config_file", "job.dump_folder", "job.description", "job.print_config", "job.save_config_file",
+      "job.custom_config_module", "job.use_for_integration_test", "job.print_args",
+      "profiling.enable_profiling", "profiling.save_traces_folder", "profiling.profile_freq",
+      "profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder", "profiling.profiler_active",
+      "profiling.profiler_warmup",
+      "metrics.log_freq", "metrics.enable_tensorboard", "metrics.save_tb_folder", "metrics.save_for_all_ranks",
+      "metrics.enable_wandb", "metrics.disable_color_printing",
+      "model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion",
+      "optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps", "optimizer.weight_decay",
+      "lr_scheduler.warmup_steps", "lr_scheduler.decay_ratio", "lr_scheduler.decay_type", "lr_scheduler.total_steps",
+      "lr_scheduler.min_lr_factor", "lr_scheduler.lr_min",
+      // max_norm: the gradient-norm clip, one small reduction per step (Megatron's --clip-grad alike).
+      "training.dataset", "training.dataset_path", "training.steps", "training.max_norm", "training.seed",
+      "training.dataloader.num_workers", "training.dataloader.persistent_workers", "training.dataloader.pin_memory",
+      "training.dataloader.prefetch_factor",
+      "checkpoint.folder", "checkpoint.interval", "checkpoint.initial_load_path", "checkpoint.initial_load_model_only",
+      "checkpoint.export_dtype", "checkpoint.async_mode", "checkpoint.keep_latest_k", "checkpoint.load_step",
+      "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint", "checkpoint.enable",
+      "checkpoint.initial_load_in_hf", "checkpoint.last_save_model_only", "checkpoint.last_save_in_hf",
+      "checkpoint.enable_first_step_checkpoint", "checkpoint.load_only", "checkpoint.enable_checkpoint",
+      "checkpoint.model_weights_only",
+      // Saving the RNG state around a recomputed block: microseconds per block.
+      "activation_checkpoint.visualize_memory_budget_pareto", "activation_checkpoint.preserve_rng_state",
+      "comm.init_timeout_seconds", "comm.train_timeout_seconds", "comm.trace_buf_size", "comm.save_traces_folder",
+      "comm.save_traces_file_prefix",
+      "memory_estimation.disable_fake_mode", "memory_estimation.enable", "memory_estimation.enabled",
+      // Only with fault_tolerance.enable, which is named.
+      "fault_tolerance.process_group", "fault_tolerance.process_group_timeout_ms", "fault_tolerance.replica_id",
+      "fault_tolerance.group_size", "fault_tolerance.min_replica_size", "fault_tolerance.semi_sync_method",
+      "fault_tolerance.sync_steps", "fault_tolerance.should_quantize", "fault_tolerance.fragment_sync_delay",
+      "fault_tolerance.fragment_update_alpha",
+      "experimental.custom_import", "experimental.custom_args_module",
+      "validation.enable", "validation.dataset", "validation.dataset_path", "validation.local_batch_size",
+      "validation.seq_len", "validation.freq", "validation.steps",
+      // moe_force_load_balance routes tokens evenly, which is what meshplan's MoE model assumes anyway.
+      "debug.seed", "debug.deterministic_warn_only", "debug.moe_force_load_balance",
+  };
+  return k;
+}
+
+// Accepted keys whose effect on the real step the model lacks, with the value the model assumes:
+// torchtitan's default (job_config.py at the pinned commits) unless noted.
+const std::vector<UnmodelledSetting>& unmodelled_keys() {
+  static const std::vector<UnmodelledSetting> k = {
+      {"training.gc_freq", "50", "Python garbage collection every gc_freq steps"},
+      {"training.gc_debug", "false", "a full garbage collection every step"},
+      {"training.deterministic", "false", "deterministic kernels"},
+      {"debug.deterministic", "false", "deterministic kernels"},
+      {"parallelism.disable_loss_parallel", "false", "the full-vocabulary logits gathered over the TP ranks for the "
+                                                     "loss"},
+      {"parallelism.module_fqns_per_model_part", "", "a hand-written split of the model into pipeline stages"},
+      {"parallelism.pipeline_parallel_schedule_csv", "", "a pipeline schedule read from a CSV file"},
+      {"parallelism.pipeline_parallel_expert_parallel_overlap", "true", "overlapping the expert all-to-alls of one "
+                                                                        "micro-batch with another's compute"},
+      {"parallelism.context_parallel_load_balancer", "headtail", "how causal-attention work is balanced over the "
+                                                                 "CP ranks"},
+      {"parallelism.context_parallel_rotate_method", "allgather", "how CP ranks exchange keys and values"},
+      {"parallelism.enable_compiled_autograd", "false", "the backward compiled by compiled autograd"},
+      {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "[moe.router.gate]",
+       "which matmuls per-op selective AC always recomputes"},
+      {"activation_checkpoint.early_stop", "false", "recompute stopping once the tensors backward needs exist"},
+      {"activation_checkpoint.memory_budget", "0.5", "the activation memory budget the compiler's min-cut aims at"},
+      {"activation_checkpoint.determinism_check", "default", "checking recomputed tensors against the originals"},
+      {"activation_checkpoint.debug", "false", "recording debug information during recompute"},
+      {"compile.components", "[model, loss]", "which parts torch.compile compiles"},
+      {"compile.backend", "inductor", "the torch.compile backend"},
+      {"comm.mode", "default", "a fake or local communication backend instead of NCCL"},
+      {"fault_tolerance.enable", "false", "torchft's fault-tolerant replicas and their synchronization"},
+      {"quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "false",
+       "one all-reduce of the float8 scales after the optimizer step"},
+      // The model keeps the output head out of float8, as torchtitan's shipped configs do.
+      {"quantize.linear.float8.filter_fqns", "[output]", "linears kept out of float8"},
+      {"quantize.linear.float8.emulate", "false", "float8 emulated in high precision"},
+      {"quantize.linear.mx.mxfp8_dim0_cast_kernel_choice", "", "the MX cast kernel"},
+      {"quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", "", "the MX cast kernel"},
+      {"quantize.linear.mx.recipe_name", "", "the MX recipe"},
+      {"quantize.linear.mx.filter_fqns", "", "linears kept out of MX"},
+      {"quantize.grouped_mm.float8.fqns", "", "MoE grouped GEMMs in float8"},
+      {"quantize.grouped_mm.mx.fqns", "", "MoE grouped GEMMs in MX"},
+      {"quantize.grouped_mm.mx.recipe_name", "", "the MX recipe of MoE grouped GEMMs"},
+      {"float8.precompute_float8_dynamic_scale_for_fsdp", "false",
+       "one all-reduce of the float8 scales after the optimizer step"},
+      {"float8.filter_fqns", "[output]", "linears kept out of float8"},
+      {"float8.emulate", "false", "float8 emulated in high precision"},
+      {"float8.force_recompute_fp8_weight_in_bwd", "false", "float8 weights cast again in backward instead of kept"},
+      {"float8.moe_fqns_prototype", "[]", "MoE grouped GEMMs in float8"},
+      {"mx.mxfp8_dim1_cast_kernel_choice", "", "the MX cast kernel"},
+      {"mx.recipe_name", "", "the MX recipe"},
+      {"mx.filter_fqns", "", "linears kept out of MX"},
+  };
+  return k;
+}
+
 }  // namespace
 
 std::vector<std::string> torchtitan_layout_keys(TorchtitanLayout l) {
@@ -142,6 +244,10 @@ std::vector<std::string> torchtitan_layout_keys(TorchtitanLayout l) {
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
+
+std::vector<std::string> torchtitan_no_effect_settings() { return no_effect_keys(); }
+
+const std::vector<UnmodelledSetting>& torchtitan_unmodelled_settings() { return unmodelled_keys(); }
 
 namespace {
 
@@ -384,6 +490,26 @@ void read_pipeline(const std::string& path, bool early, const TomlView& par, Run
   }
 }
 
+// The layers of each stage (early-2026 layout): torchtitan's weighted even split
+// (spec/pipeline_split.hpp torchtitan_stage_layers), kept as the plan's explicit stage layers where
+// it differs from meshplan's default split. The mid-2025 layout names its stages by split points,
+// and module_fqns_per_model_part (named as not modelled) overrides the split.
+void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
+  const Mesh& mesh = rc.plan.mesh;
+  if (!early || mesh.pp <= 1 || par.has("module_fqns_per_model_part")) return;
+  const int stages = mesh.pp * mesh.vpp;
+  const auto weight = [&](const char* key) { return static_cast<int>(par.get_int(key).value_or(1)); };
+  std::string why;
+  const int first = weight("pipeline_parallel_first_stage_less_layers");
+  const int last = weight("pipeline_parallel_last_stage_less_layers");
+  const auto layers = torchtitan_stage_layers(rc.model.n_layers, stages, first, last, &why);
+  if (!layers)
+    par.fail(stages > rc.model.n_layers + first + last ? "pipeline_parallel_degree"
+                                                       : "pipeline_parallel_first_stage_less_layers",
+             fmt::format("{} layers over {} stages: {} (torchtitan raises)", rc.model.n_layers, stages, why));
+  if (*layers != split_layers(rc.model.n_layers, stages)) rc.plan.pipeline_split.chunk_layers = *layers;
+}
+
 // The batch and the sequence (torchtitan/train.py).
 void read_batch(const std::string& path, const TomlView& training, const TomlView& par, RunConfig& rc) {
   const bool pp = rc.plan.mesh.pp > 1;
@@ -455,8 +581,12 @@ void read_converters(TorchtitanLayout layout, const TomlView& model, const TomlV
           "modeled as the intended {} training", c, layout_name(layout),
           (new_mx || old_mx || c == "quantize.grouped_mm.mx") ? "MX" : "float8"));
     if (grouped) {
+      static const UnmodelledSetting kGrouped{"model.converters", "",
+                                              "MoE grouped GEMMs in float8 or MX, priced in the compute dtype"};
       if (!rc.model.moe.enabled())
         rc.warnings.push_back(fmt::format("model.converters: '{}' converts MoE grouped GEMMs; the model has none", c));
+      else
+        note_unmodelled(rc, kGrouped, c);
       continue;
     }
     f8_linear = f8_linear || new_f8 || old_f8;
@@ -539,7 +669,61 @@ void read_optimizer(const TomlView& optim, RunConfig& rc) {
       optim.fail("implementation", fmt::format("'{}' is not accepted (for-loop, foreach, fused)", *impl));
     plan.optimizer_impl = *parsed;
   }
+  // OptimizersInBackwardContainer: each parameter is stepped in its post-accumulate-grad hook and
+  // its gradient freed there (the plan's optimizer_in_backward, as torchtune's optimizer_in_bwd).
+  if (optim.get_bool("early_step_in_backward").value_or(false)) {
+    if (plan.mesh.pp > 1 || plan.mesh.ep > 1)
+      optim.fail("early_step_in_backward", "not supported with pipeline or expert parallelism (torchtitan's "
+                                           "build_optimizers raises NotImplementedError)");
+    plan.optimizer_in_backward = true;
+  }
 }
+
+// The text of a value as unmodelled_keys() writes defaults: strings bare, lists as "[a, b]".
+std::string value_text(const toml::node& n) {
+  if (const auto* b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (const auto* i = n.as_integer()) return std::to_string(i->get());
+  if (const auto* f = n.as_floating_point()) return fmt::format("{}", f->get());
+  if (const auto* s = n.as_string()) return s->get();
+  if (const auto* a = n.as_array()) {
+    std::string out;
+    for (const auto& e : *a) out += (out.empty() ? "" : ", ") + value_text(e);
+    return "[" + out + "]";
+  }
+  return "{...}";
+}
+
+// The node at a dotted key ("quantize.linear.float8.emulate"), or nullptr.
+const toml::node* node_at(const toml::table& t, std::string_view key) {
+  const toml::table* tab = &t;
+  for (std::size_t from = 0;;) {
+    const std::size_t dot = key.find('.', from);
+    const toml::node* n = tab->get(key.substr(from, dot == std::string_view::npos ? dot : dot - from));
+    if (n == nullptr || dot == std::string_view::npos) return n;
+    tab = n->as_table();
+    if (tab == nullptr) return nullptr;
+    from = dot + 1;
+  }
+}
+
+// A converter's keys matter only when that converter runs (torchtitan reads them from it).
+bool key_applies(const std::string& key, const Plan& p) {
+  const bool float8 = p.fp8 == Fp8Recipe::torchao_tensorwise || p.fp8 == Fp8Recipe::torchao_rowwise;
+  if (key.starts_with("float8.") || key.starts_with("quantize.linear.float8.")) return float8;
+  if (key.starts_with("mx.") || key.starts_with("quantize.linear.mx.")) return p.fp8 == Fp8Recipe::mxfp8;
+  return true;
+}
+
+// Every unmodelled key the file sets to other than the value the model assumes is named.
+void name_unmodelled_keys(const toml::table& t, RunConfig& rc) {
+  for (const UnmodelledSetting& s : unmodelled_keys()) {
+    const toml::node* n = node_at(t, s.key);
+    if (n == nullptr || !key_applies(s.key, rc.plan)) continue;
+    const std::string value = value_text(*n);
+    if (differs_from_model(s, value)) note_unmodelled(rc, s, value);
+  }
+}
+
 }  // namespace
 
 TorchtitanLayout detect_torchtitan_layout(const toml::table& t) {
@@ -586,12 +770,14 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   read_parallelism(path, par, rc);
   read_compile_and_tp(early, compile, training, par, rc);
   read_pipeline(path, early, par, rc);
+  read_stage_layers(early, par, rc);
   read_batch(path, training, par, rc);
   read_precision(training, rc);
   read_converters(layout, model, float8, rc);
   read_recompute(early, ac, rc);
   read_fsdp(par, rc);
   read_optimizer(optim, rc);
+  name_unmodelled_keys(t, rc);
   return rc;
 }
 

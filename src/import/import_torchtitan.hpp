@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "import/accepted_settings.hpp"
 #include "spec/import_common.hpp"
 #include "spec/run_config.hpp"
 
@@ -19,6 +20,13 @@ TorchtitanLayout detect_torchtitan_layout(const toml::table& t);
 // Every key (sorted "section.key") the layout's job_config accepts: the importer's one table, which
 // the emitter checks the keys it writes against.
 std::vector<std::string> torchtitan_layout_keys(TorchtitanLayout l);
+
+// Of those keys, the ones that change neither the step's time nor its memory (logging, data,
+// checkpoints, optimizer values: never reported), and the ones whose effect the model lacks (named
+// at import when the file gives them a value other than torchtitan's default). Every other key is
+// read into the plan.
+std::vector<std::string> torchtitan_no_effect_settings();
+const std::vector<UnmodelledSetting>& torchtitan_unmodelled_settings();
 
 // The result is unresolved: n_gpus is 0 (torchtitan files do not fix it), the shard degree may
 // be -1, and global_batch is 0 for global_batch_size = -1 (resolve_layout derives it).

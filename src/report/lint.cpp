@@ -61,6 +61,12 @@ Keys keys_for(ConfigFormat f) {
           "sharding.strategy", "activation_checkpoint.mode", ""};
 }
 
+// "a → b" and what follows it, or "unchanged at a" where the two print alike: a figure that did
+// not move is not quoted as a change.
+std::string moved(const std::string& a, const std::string& b, const std::string& after = "") {
+  return a == b ? "unchanged at " + a : a + " → " + b + after;
+}
+
 // "simulated: tokens/s/GPU a → b (+x%), peak p → q GiB" for the same config with KEY=VALUE.
 std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64_t fallback, const Variant& base,
                      const std::string& key, const std::string& value) {
@@ -72,12 +78,15 @@ std::string quantify(const ConfigDocument& doc, const RunSource& src, std::int64
     return "";
   }
   if (!alt.ok()) return "";
-  return fmt::format("; simulated with {}={}: tokens/s/GPU {:.1f} → {:.1f} ({:+.1f}%), peak {:.2f} → {:.2f} GiB.", key,
-                     value, base.result.tokens_per_s_per_gpu, alt.result.tokens_per_s_per_gpu,
-                     base.result.tokens_per_s_per_gpu > 0
-                         ? 100 * (alt.result.tokens_per_s_per_gpu / base.result.tokens_per_s_per_gpu - 1)
-                         : 0.0,
-                     base.peak_bytes / kGiB, alt.peak_bytes / kGiB);
+  // A setting the model does not read cannot move its numbers: quoting them would claim a result.
+  for (const RunConfig* rc : {&base.run, static_cast<const RunConfig*>(&alt.run)})
+    if (std::find(rc->unmodelled_settings.begin(), rc->unmodelled_settings.end(), key) != rc->unmodelled_settings.end())
+      return "; not modelled, so not simulated.";
+  const double a = base.result.tokens_per_s_per_gpu, b = alt.result.tokens_per_s_per_gpu;
+  return fmt::format("; simulated with {}={}: tokens/s/GPU {}, peak {} GiB.", key, value,
+                     moved(fmt::format("{:.1f}", a), fmt::format("{:.1f}", b),
+                           fmt::format(" ({:+.1f}%)", a > 0 ? 100 * (b / a - 1) : 0.0)),
+                     moved(fmt::format("{:.2f}", base.peak_bytes / kGiB), fmt::format("{:.2f}", alt.peak_bytes / kGiB)));
 }
 
 // What every check reads: the document, its evaluation and the plan the checks look at (the

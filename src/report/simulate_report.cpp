@@ -1,15 +1,32 @@
 #include "report/simulate_report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "report/memory_report.hpp"
+#include "spec/pipeline_split.hpp"
 
 namespace meshplan {
 
 namespace {
 std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:5.1f}%", 100 * part / whole) : "  -  "; }
+
+// Decoder layers on each pipeline rank, all its chunks (chunk k * pp + r is rank r's k-th); empty
+// where the plan's split does not place them (the simulation refuses such a plan before this).
+std::vector<int> layers_per_rank(const RunConfig& rc) {
+  const int pp = std::max(1, rc.plan.mesh.pp);
+  const int vpp = std::max(1, rc.plan.mesh.vpp);
+  const auto chunks = split_pipeline(rc.model.n_layers, pp, vpp, rc.plan.pipeline_split);
+  if (!chunks) return {};
+  std::vector<int> out(static_cast<std::size_t>(pp), 0);
+  for (std::size_t c = 0; c < chunks->size(); ++c) out[c % static_cast<std::size_t>(pp)] += (*chunks)[c];
+  return out;
+}
 }  // namespace
 
 SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
@@ -38,6 +55,12 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
   out += fmt::format("  layout      pp {} x dp_replicate {} x dp_shard {} x cp {} x tp {}{}; {} {}\n", p.mesh.pp,
                      p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, experts, to_string(p.runtime),
                      to_string(p.sharding));
+  // Uneven pipelines (a layout, first/last stage counts, torchtitan's weighted split) say where the
+  // layers are: the stages' memory and time differ by them.
+  if (const std::vector<int> per_rank = layers_per_rank(rc);
+      per_rank.size() > 1 && std::adjacent_find(per_rank.begin(), per_rank.end(), std::not_equal_to<>()) != per_rank.end())
+    out += fmt::format("  stages      {} decoder layers on pipeline ranks 0..{}\n", fmt::join(per_rank, ", "),
+                       per_rank.size() - 1);
   out += fmt::format("  batch       {} sequences x {} tokens per step, micro-batch {}, {} micro-batches\n",
                      rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);
   out += fmt::format("\nstep time     {:.4f} s\n", r.step_time_s);
@@ -99,9 +122,12 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["gpu_memory_bytes"] = f.gpu_memory_bytes;
   j["peak_bytes"] = static_cast<std::int64_t>(std::llround(f.peak_bytes));
   j["stages"] = nlohmann::json::array();
+  const std::vector<int> per_rank = layers_per_rank(rc);
   for (const auto& s : r.stages) {
     nlohmann::json st;
     st["stage"] = s.stage;
+    if (s.stage >= 0 && static_cast<std::size_t>(s.stage) < per_rank.size())
+      st["layers"] = per_rank[static_cast<std::size_t>(s.stage)];
     st["peak_bytes"] = static_cast<std::int64_t>(std::llround(s.peak_bytes));
     st["allocated_peak_bytes"] = static_cast<std::int64_t>(std::llround(s.allocated_peak_bytes));
     st["host_bytes"] = static_cast<std::int64_t>(std::llround(s.host_bytes));

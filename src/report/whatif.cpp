@@ -275,6 +275,25 @@ void keep_global_batch(WhatIfReport& r, const ConfigDocument& base, const RunSou
                                 number, v.run.job.global_batch, want));
 }
 
+// Whether either variant's import named `key` as accepted but not modelled: then its numbers
+// cannot show what the setting does, and no difference between them is one.
+bool unmodelled_in(const Variant& x, const Variant& y, const std::string& key) {
+  auto named = [&](const Variant& v) {
+    const auto& u = v.run.unmodelled_settings;
+    return std::find(u.begin(), u.end(), key) != u.end();
+  };
+  return named(x) || named(y);
+}
+
+std::string not_modelled_explanation(const Variant& x, const Variant& y, const std::string& key,
+                                     const std::string& what) {
+  std::string why;
+  for (const Variant* v : {&x, &y})
+    for (const auto& w : v->run.warnings)
+      if (why.empty() && w.rfind(key + ":", 0) == 0) why = " (" + w + ")";
+  return fmt::format("{}: not quantified, the model does not read {}{}", what, key, why);
+}
+
 }  // namespace
 
 WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary) {
@@ -337,7 +356,9 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
       for (std::size_t j = 0; j < vary.size(); ++j)
         if (j != k) others += (others.empty() ? "" : ", ") + r.variants[i].settings[j].first + "=" + r.variants[i].settings[j].second;
       if (!others.empty()) what += " (with " + others + ")";
-      r.explanations.push_back(explain_difference(r.variants[base_i], r.variants[i], what));
+      r.explanations.push_back(unmodelled_in(r.variants[base_i], r.variants[i], vary[k].key)
+                                   ? not_modelled_explanation(r.variants[base_i], r.variants[i], vary[k].key, what)
+                                   : explain_difference(r.variants[base_i], r.variants[i], what));
     }
   }
   return r;

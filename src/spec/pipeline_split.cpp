@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 
 namespace meshplan {
@@ -16,6 +17,36 @@ std::optional<std::vector<int>> split_layers(int n_layers, int n_chunks) {
   std::vector<int> layers(static_cast<std::size_t>(n_chunks), per);
   layers.front() -= 1;
   layers.back() -= 1;
+  return layers;
+}
+
+std::optional<std::vector<int>> torchtitan_stage_layers(int n_layers, int n_stages, int first_less, int last_less,
+                                                        std::string* why) {
+  auto refuse = [&](std::string reason) -> std::optional<std::vector<int>> {
+    if (why != nullptr) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (n_layers <= 0 || n_stages <= 0 || first_less < 0 || last_less < 0)
+    return refuse("layers and stages must be positive and the weights not negative");
+  if (n_stages == 1) return std::vector<int>{n_layers};
+  const int weighted = n_layers + first_less + last_less;
+  if (n_stages > weighted)
+    return refuse(fmt::format("{} stages for {} weighted layers ({} + {} + {})", n_stages, weighted, n_layers,
+                              first_less, last_less));
+  const int per = weighted / n_stages;
+  const int extra = weighted % n_stages;
+  if (first_less > per || last_less > per)
+    return refuse(fmt::format("a weight of {} is above the {} layers per stage", std::max(first_less, last_less), per));
+  std::vector<int> layers(static_cast<std::size_t>(n_stages));
+  int placed = 0;
+  for (int s = 0; s < n_stages; ++s) {
+    int share = per + (s < extra ? 1 : 0);
+    if (s == 0) share -= first_less;
+    if (s == n_stages - 1) share -= last_less;
+    const int n = std::min(share, n_layers - placed);
+    layers[static_cast<std::size_t>(s)] = n;
+    placed += n;
+  }
   return layers;
 }
 

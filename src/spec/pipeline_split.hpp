@@ -16,6 +16,15 @@ namespace meshplan {
 // split is exact.
 std::optional<std::vector<int>> split_layers(int n_layers, int n_chunks);
 
+// torchtitan's split when nothing names the stages' modules (generate_llm_fqn_per_model_part,
+// distributed/pipeline_parallel.py @ 238fa9953e4a): the layers plus the embedding and the output,
+// weighing first_less and last_less layers, spread evenly over the stages, the remainder one each
+// to the lowest-index stages; the first stage builds first_less layers fewer than its share, the
+// last last_less fewer. 32 layers over 4 stages: 8, 9, 8, 7. nullopt with `why` where torchtitan
+// raises (more stages than weighted layers, a weight above the per-stage share).
+std::optional<std::vector<int>> torchtitan_stage_layers(int n_layers, int n_stages, int first_less, int last_less,
+                                                        std::string* why = nullptr);
+
 // Why a split rule cannot place the layers: the rule's field (PipelineSplit member name, or
 // "pp" / "vpp" for the degrees) and a one-line reason.
 struct SplitError {

@@ -31,12 +31,17 @@ int Builder::copy_out(int stage, int all_gather, std::string name, double bytes)
   return add(std::move(co));
 }
 
-int Builder::fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std::vector<int>& deps) {
+int Builder::fsdp_gather_forward(StageState& st, int layer, int issuing_layer, std::int64_t mb,
+                                  std::vector<int>& deps) {
   Op g = collective_op(st.stage, op_name("fsdp_ag.fwd.L{}.mb{}", layer, mb), StreamKind::fsdp_all_gather,
                        OpCategory::fsdp_all_gather, CollectiveOp::all_gather, GroupKind::fsdp, s_.unit_gathered);
-  // At most two units gathered: this one waits until the unit two back is done (without FSDP1's
-  // rate limiter the gathers run as far ahead as the host issues them).
-  auto two_back = st.fwd_end_of_layer.find({layer - 2, mb});
+  // FSDP1's rate limiter: each unit's reshard queues a free event, and an all-gather issued while
+  // two are queued first waits for the older one. In steady state the pre-forward hook of unit i
+  // finds units i-2 and i-1 queued, so whatever it issues (unit i, or under forward_prefetch unit
+  // i + k) waits until unit i-2's forward is done: 2 + k units gathered at most. FSDP2 and
+  // Megatron-FSDP keep two by their own design; without the limiter the gathers run as far ahead
+  // as the host issues them.
+  auto two_back = st.fwd_end_of_layer.find({issuing_layer - 2, mb});
   if (s_.limit_gathers && two_back != st.fwd_end_of_layer.end()) g.deps.push_back(two_back->second);
   if (st.prev_ag >= 0) g.deps.push_back(st.prev_ag);
   g.at_start.push_back({MemoryTerm::unsharded_params, s_.unit_gathered});

@@ -165,13 +165,13 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
         deps.insert(deps.end(), it->second.second.begin(), it->second.second.end());
         prefetched.erase(it);
       } else {
-        ag = fsdp_gather_forward(st, layer, mb, deps);
+        ag = fsdp_gather_forward(st, layer, layer, mb, deps);
       }
       // The pre-forward hook issues the next units' gathers before this unit's kernels.
       for (int k = 1; k <= s_.fwd_prefetch && li + k < chunk_layers(vstage); ++k) {
         if (prefetched.count(layer + k) != 0) continue;
         std::vector<int> waits;
-        const int id = fsdp_gather_forward(st, layer + k, mb, waits);
+        const int id = fsdp_gather_forward(st, layer + k, layer, mb, waits);
         prefetched[layer + k] = {id, std::move(waits)};
       }
     }

@@ -82,13 +82,15 @@ void Builder::set_up_step() {
   s.fsdp = fsdp_units(p_, traits_);
   s.reshard = p_.reshard_after_forward;
   s.prefetch_two = p_.backward_prefetch == BackwardPrefetch::backward_pre || traits_.fsdp_always_prefetches_backward;
-  // FSDP1's knobs (torch/distributed/fsdp: _FreeEventQueue keeps at most 2 unsharded groups in
-  // flight under limit_all_gathers; _forward_prefetch_limit / _backward_prefetch_limit units ahead).
+  // FSDP1's knobs (torch/distributed/fsdp: under limit_all_gathers an all-gather issued while two
+  // reshard events are queued in _FreeEventQueue waits for the older; _forward_prefetch_limit /
+  // _backward_prefetch_limit units ahead).
   const bool knobs = traits_.fsdp1_prefetch_knobs;
   s.limit_gathers = !knobs || p_.limit_all_gathers;
   const int bwd_depth = knobs && !s.limit_gathers ? std::max(1, p_.backward_prefetch_limit) : 1;
   s.bwd_window = s.prefetch_two ? 1 + bwd_depth : 1;
-  s.fwd_prefetch = knobs && p_.forward_prefetch ? (s.limit_gathers ? 1 : std::max(1, p_.forward_prefetch_limit)) : 0;
+  // The limiter does not cap how far ahead the hook issues, it makes the gathers wait (fsdp_gather_forward).
+  s.fwd_prefetch = knobs && p_.forward_prefetch ? std::max(1, p_.forward_prefetch_limit) : 0;
   s.hsdp = p_.mesh.dp_replicate > 1 && p_.mesh.dp_shard * p_.mesh.cp > 1;
   s.dp_all = p_.mesh.dp_replicate * p_.mesh.dp_shard * p_.mesh.cp;
   s.mbs = MicroBatchShape{d_.s_local, d_.b};

@@ -53,8 +53,9 @@ struct StepShape {
   // FSDP1 forward_prefetch: the pre-forward hook also issues the next units' all-gathers (this many,
   // forward_prefetch_limit) before the current unit runs; 0 without.
   int fwd_prefetch = 0;
-  // At most two units gathered in forward: FSDP1's rate limiter (limit_all_gathers) holds an
-  // all-gather until the unit two back is freed; FSDP2 and Megatron-FSDP bound it themselves.
+  // FSDP1's rate limiter (limit_all_gathers) holds an all-gather until the unit two before the
+  // issuing one is freed: two units gathered, 2 + fwd_prefetch under forward_prefetch; FSDP2 and
+  // Megatron-FSDP bound it themselves.
   bool limit_gathers = true;
   bool hsdp = false;
   int dp_all = 1;
@@ -198,7 +199,9 @@ private:
   bool fsdp_syncs(std::int64_t mb) const {
     return defers_fsdp_sync() ? fsdp_run_last(mb) : p_.grad_sync_every_microbatch || mb == s_.microbatches - 1;
   }
-  int fsdp_gather_forward(StageState& st, int layer, std::int64_t mb, std::vector<int>& deps);
+  // `issuing_layer`: the unit whose pre-forward hook issues the gather (the unit itself, or under
+  // forward_prefetch the one it runs ahead of).
+  int fsdp_gather_forward(StageState& st, int layer, int issuing_layer, std::int64_t mb, std::vector<int>& deps);
   void fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, int last, std::vector<int>& deps);
   int copy_out(int stage, int all_gather, std::string name, double bytes);
   // The groups outside the blocks: 0 the root unit, 1 the embedding, 2 [norm, output].

@@ -470,3 +470,28 @@ TEST_CASE("every Megatron flag the importer accepts is modelled, changes nothing
                       rc.unmodelled_settings.end(), f);
   CHECK(std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), "--lr") == rc.unmodelled_settings.end());
 }
+
+TEST_CASE("--moe-grouped-gemm is what the lowering prices; an MoE model without it names the flag") {
+  const std::string moe = kSmall + "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 ";
+  auto named = [](const RunConfig& rc) {
+    return std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), "--moe-grouped-gemm") !=
+           rc.unmodelled_settings.end();
+  };
+  // Grouped: the experts run as the lowering's grouped GEMMs; nothing to name.
+  CHECK_FALSE(named(import_text(moe + "--moe-grouped-gemm")));
+  // Without it Megatron loops over the local experts (SequentialMLP), which the model does not.
+  const RunConfig seq = import_text(moe);
+  CHECK(named(seq));
+  CHECK(warns(seq, "--moe-grouped-gemm: not given, so Megatron runs each local expert's GEMMs one after another"));
+  // The two import to the same plan: the flag changes the real run, not meshplan's model of it.
+  CHECK(to_plan_toml(seq) == to_plan_toml(import_text(moe + "--moe-grouped-gemm")));
+}
+
+TEST_CASE("an unread Megatron flag given at Megatron's default is what the model assumes: not named") {
+  const RunConfig same = import_text(kSmall + "--transformer-impl transformer_engine "
+                                              "--num-distributed-optimizer-instances 1 --cuda-graph-scope full");
+  CHECK(same.unmodelled_settings.empty());
+  const RunConfig other = import_text(kSmall + "--transformer-impl local --num-distributed-optimizer-instances 2");
+  CHECK(other.unmodelled_settings ==
+        std::vector<std::string>{"--num-distributed-optimizer-instances", "--transformer-impl"});
+}

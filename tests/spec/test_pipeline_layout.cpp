@@ -13,6 +13,7 @@
 #include "emit/megatron_emitter.hpp"
 #include "import/config_loader.hpp"
 #include "import/import_megatron.hpp"
+#include "import/import_torchtitan.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
@@ -134,6 +135,11 @@ TEST_CASE("a 61-layer model on (pp 16, vpp 1), (pp 4, vpp 4) and (pp 4, vpp 2): 
       double want = (st.n_layers - (r == 0 ? 3 : 0)) * moe + (r == 0 ? 3 * dense + first_extra : 0) +
                     (r == k.pp - 1 ? last_extra : 0);
       CHECK(st.params_per_rank == doctest::Approx(want).epsilon(1e-9));
+      // And the state each stage keeps, by hand: Megatron without the distributed optimizer holds,
+      // per parameter, the bf16 weight (2 B), the fp32 main gradient (4 B), the fp32 master weight
+      // and the two Adam moments (12 B): 18 B.
+      const MemoryBreakdown& kept = st.persistent;
+      CHECK(kept.params + kept.grads + kept.optimizer == doctest::Approx(18 * want).epsilon(1e-9));
     }
     // The stage with fewer layers keeps less: the last rank's state is below rank 1's.
     CHECK(e.stages.back().persistent.total() < e.stages[1].persistent.total());
@@ -168,4 +174,57 @@ TEST_CASE("layout flags Megatron refuses are refused, naming the flag") {
   CHECK(err(4, "Et*4|(t*4|)*14tL", "--decoder-first-pipeline-num-layers 4").find("cannot be combined") !=
         std::string::npos);
   CHECK(err(4, "Et*4|(t*4|)*14tLL").find("loss L must come last") != std::string::npos);
+}
+
+TEST_CASE("torchtitan's weighted split by hand: layers plus the embedding and output weights, spread evenly") {
+  // 32 + 1 + 1 = 34 over 4 stages: 8 each and 2 over, to stages 0 and 1 (9, 9); stage 0 builds
+  // 9 - 1 layers, stage 3 builds 8 - 1.
+  CHECK(*torchtitan_stage_layers(32, 4, 1, 1) == std::vector<int>{8, 9, 8, 7});
+  // 126 + 2 = 128 over 16: 8 each, the end stages one fewer (split_layers' uneven rule).
+  CHECK(*torchtitan_stage_layers(126, 16, 1, 1) == cat(cat({7}, repeat(14, 8)), {7}));
+  CHECK(*torchtitan_stage_layers(126, 16, 1, 1) == *split_layers(126, 16));
+  // 61 + 2 = 63 over 16: 3 each and 15 over, to stages 0-14 (4 each): 3, 4 x 14, 2.
+  CHECK(*torchtitan_stage_layers(61, 16, 1, 1) == cat(cat({3}, repeat(14, 4)), {2}));
+  // Weights 0 (what meshplan's torchtitan bundles write for an even split): the layers alone.
+  CHECK(*torchtitan_stage_layers(32, 4, 0, 0) == repeat(4, 8));
+  // torchtitan raises on more stages than weighted layers, and on a weight above the share.
+  std::string why;
+  CHECK_FALSE(torchtitan_stage_layers(32, 40, 1, 1, &why));
+  CHECK(why == "40 stages for 34 weighted layers (32 + 1 + 1)");
+  CHECK_FALSE(torchtitan_stage_layers(32, 4, 12, 1, &why));
+  CHECK(why == "a weight of 12 is above the 11 layers per stage");
+}
+
+TEST_CASE("a torchtitan file's pipeline stages hold the layers torchtitan places there, and their memory follows") {
+  auto stages_of = [](const std::string& parallelism) {
+    RunConfig rc = import_torchtitan("t.toml", toml::parse("[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+                                                           "[training]\nlocal_batch_size = 8\nseq_len = 4096\n"
+                                                           "[parallelism]\n" + parallelism));
+    resolve_layout(rc, rc.plan.mesh.pp * 2);
+    return rc;
+  };
+  // Llama-3.1 8B's 32 layers on pp 4 with torchtitan's default weights: 8, 9, 8, 7.
+  const RunConfig rc = stages_of("pipeline_parallel_degree = 4\n");
+  CHECK(rc.plan.pipeline_split.chunk_layers == std::vector<int>{8, 9, 8, 7});
+  const MemoryEstimate e = estimate_memory(rc.model, rc.plan, rc.job, load_cluster("h100-sxm-80gb"));
+  REQUIRE(e.stages.size() == 4);
+  const ParamCounts pc = param_counts(rc.model);
+  const double layer = static_cast<double>(pc.per_layer());
+  // By hand: stage 1's 9 layers against stage 2's 8, one layer's parameters apart, and the state
+  // FSDP keeps of them (sharded over the stage's 2 ranks) one layer's share heavier.
+  CHECK(e.stages[1].n_layers == 9);
+  CHECK(e.stages[1].params_per_rank - e.stages[2].params_per_rank == doctest::Approx(layer).epsilon(1e-9));
+  CHECK(e.stages[1].persistent.total() > e.stages[2].persistent.total());
+  // Through meshplan's plan TOML and back: the same stages, still torchtitan's runtime.
+  RunConfig again = read_plan_toml("roundtrip.toml", toml::parse(to_plan_toml(rc)));
+  resolve_layout(again, 8);
+  CHECK(again.plan.runtime == rc.plan.runtime);
+  CHECK(again.plan.pipeline_split.chunk_layers == rc.plan.pipeline_split.chunk_layers);
+  // The weights meshplan's bundles write for an even split (0, 0) keep it even: no stage layers.
+  CHECK(stages_of("pipeline_parallel_degree = 4\npipeline_parallel_layers_per_stage = 8\n"
+                  "pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n")
+            .plan.pipeline_split.chunk_layers.empty());
+  // Two layers lighter first stage: 32 + 2 + 1 = 35 over 4, 8 each and 3 over: 9 - 2, 9, 9, 8 - 1.
+  CHECK(stages_of("pipeline_parallel_degree = 4\npipeline_parallel_first_stage_less_layers = 2\n")
+            .plan.pipeline_split.chunk_layers == std::vector<int>{7, 9, 9, 7});
 }
