@@ -22,11 +22,13 @@
 #include "import/import_torchtitan.hpp"
 #include "report/lint.hpp"
 #include "report/whatif.hpp"
+#include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
+#include "workload/activation_memory.hpp"
 #include "workload/memory_estimate.hpp"
 
 using namespace meshplan;
@@ -369,4 +371,42 @@ TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient sh
   CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"
                                                                  "[parallelism]\npipeline_parallel_degree = 2\n")),
                   InputError);
+}
+
+TEST_CASE("torchtitan's parallelism.disable_loss_parallel: the logits gathered over TP and the loss over the whole "
+          "vocabulary, slower and larger as the runtime runs it") {
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
+                           "seq_len = 8192\n[parallelism]\ntensor_parallel_degree = 8\n";
+  RunConfig on = import_torchtitan("t.toml", toml::parse(base));
+  RunConfig off = import_torchtitan("t.toml", toml::parse(base + "disable_loss_parallel = true\n"));
+  resolve_layout(on, 8);
+  resolve_layout(off, 8);
+  CHECK(on.plan.loss_parallel);
+  CHECK_FALSE(off.plan.loss_parallel);
+  CHECK(off.unmodelled_settings.empty());
+  // Kept through the plan TOML.
+  CHECK(read_plan_toml("rt.toml", toml::parse(to_plan_toml(off))).plan.loss_parallel == false);
+  // By hand: torch's cross-entropy keeps the fp32 log-probs over the logits, 4 B x 8192 tokens x
+  // 128256 / 8 per rank under loss parallelism, 8 times that without.
+  const MicroBatchShape mbs{8192, 1};
+  const double logits = 8192.0 * static_cast<double>(on.model.vocab);
+  CHECK(loss_saved_bytes(off.model, off.plan, mbs) - loss_saved_bytes(on.model, on.plan, mbs) ==
+        doctest::Approx(4 * logits * (1 - 1.0 / 8)).epsilon(1e-9));
+  // The step: one all-gather of the bf16 logits (2 B x 8192 x 128256) over the TP group per
+  // micro-batch, and more time and memory.
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions keep;
+  keep.keep_timeline = true;  // the program's ops with it
+  const SimulatedStep a = simulate_step(on.model, on.plan, on.job, c, keep);
+  const SimulatedStep b = simulate_step(off.model, off.plan, off.job, c, keep);
+  auto logit_gathers = [&](const SimulatedStep& s) {
+    return std::count_if(s.program.ops.begin(), s.program.ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::collective && op.group == GroupKind::tp && op.collective == CollectiveOp::all_gather &&
+             op.bytes == 2 * logits;
+    });
+  };
+  CHECK(logit_gathers(a) == 0);
+  CHECK(logit_gathers(b) == on.job.grad_accum);
+  CHECK(b.result.step_time_s > a.result.step_time_s);
+  CHECK(b.result.stages[0].peak_bytes > a.result.stages[0].peak_bytes);
 }
