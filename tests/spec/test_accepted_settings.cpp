@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -345,16 +346,27 @@ TEST_CASE("lint quotes a figure as moved only where it moved") {
   std::filesystem::remove(src.config);
 }
 
+namespace {
+
+// Llama-3.1 8B's torchtitan file (8192-token sequences, one per rank) with `parallelism` lines,
+// without and with `extra`, each resolved on 8 GPUs.
+std::pair<RunConfig, RunConfig> titan_8b_without_and_with(const std::string& parallelism, const std::string& extra) {
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
+                           "seq_len = 8192\n[parallelism]\n" + parallelism;
+  std::pair<RunConfig, RunConfig> out{import_torchtitan("t.toml", toml::parse(base)),
+                                      import_torchtitan("t.toml", toml::parse(base + extra))};
+  resolve_layout(out.first, 8);
+  resolve_layout(out.second, 8);
+  CHECK(out.second.unmodelled_settings.empty());
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient shard leaves the step, as torchtitan "
           "frees each gradient in backward") {
-  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
-                           "seq_len = 8192\n";
-  RunConfig off = import_torchtitan("t.toml", toml::parse(base));
-  RunConfig on = import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"));
-  resolve_layout(off, 8);
-  resolve_layout(on, 8);
+  const auto [off, on] = titan_8b_without_and_with("", "[optimizer]\nearly_step_in_backward = true\n");
   CHECK(on.plan.optimizer_in_backward);
-  CHECK(on.unmodelled_settings.empty());
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
   const StageMemory a = estimate_memory(off.model, off.plan, off.job, c).stages.at(0);
   const StageMemory b = estimate_memory(on.model, on.plan, on.job, c).stages.at(0);
@@ -368,22 +380,17 @@ TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient sh
   CHECK(b.peak_bytes <= a.peak_bytes);
   CHECK(a.peak_bytes - b.peak_bytes <= grad_shard * (1 + 1e-9));
   // torchtitan's build_optimizers raises under pipeline parallelism.
-  CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"
-                                                                 "[parallelism]\npipeline_parallel_degree = 2\n")),
+  CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse("[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+                                                         "[optimizer]\nearly_step_in_backward = true\n"
+                                                         "[parallelism]\npipeline_parallel_degree = 2\n")),
                   InputError);
 }
 
 TEST_CASE("torchtitan's parallelism.disable_loss_parallel: the logits gathered over TP and the loss over the whole "
           "vocabulary, slower and larger as the runtime runs it") {
-  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
-                           "seq_len = 8192\n[parallelism]\ntensor_parallel_degree = 8\n";
-  RunConfig on = import_torchtitan("t.toml", toml::parse(base));
-  RunConfig off = import_torchtitan("t.toml", toml::parse(base + "disable_loss_parallel = true\n"));
-  resolve_layout(on, 8);
-  resolve_layout(off, 8);
+  const auto [on, off] = titan_8b_without_and_with("tensor_parallel_degree = 8\n", "disable_loss_parallel = true\n");
   CHECK(on.plan.loss_parallel);
   CHECK_FALSE(off.plan.loss_parallel);
-  CHECK(off.unmodelled_settings.empty());
   // Kept through the plan TOML.
   CHECK(read_plan_toml("rt.toml", toml::parse(to_plan_toml(off))).plan.loss_parallel == false);
   // By hand: torch's cross-entropy keeps the fp32 log-probs over the logits, 4 B x 8192 tokens x
