@@ -185,8 +185,6 @@ const std::vector<UnmodelledSetting>& unmodelled_keys() {
       {"training.gc_debug", "false", "a full garbage collection every step"},
       {"training.deterministic", "false", "deterministic kernels"},
       {"debug.deterministic", "false", "deterministic kernels"},
-      {"parallelism.disable_loss_parallel", "false", "the full-vocabulary logits gathered over the TP ranks for the "
-                                                     "loss"},
       {"parallelism.module_fqns_per_model_part", "", "a hand-written split of the model into pipeline stages"},
       {"parallelism.pipeline_parallel_schedule_csv", "", "a pipeline schedule read from a CSV file"},
       {"parallelism.pipeline_parallel_expert_parallel_overlap", "true", "overlapping the expert all-to-alls of one "
@@ -414,6 +412,7 @@ void read_compile_and_tp(bool early, const TomlView& compile, const TomlView& tr
 
   plan.tp_style = TpStyle::full;
   plan.sequence_parallel = mesh.tp > 1;
+  plan.loss_parallel = !par.get_bool("disable_loss_parallel").value_or(false);
   const bool async_tp = par.get_bool("enable_async_tensor_parallel").value_or(false);
   plan.async_tp = async_tp && plan.compile && mesh.tp > 1;
   if (async_tp && !plan.compile)

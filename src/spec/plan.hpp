@@ -167,6 +167,10 @@ struct Plan {
   TpStyle tp_style = TpStyle::full;
   bool sequence_parallel = false;
   bool async_tp = false;
+  // The loss over the head's vocabulary-sharded logits (torchtitan's loss_parallel, Megatron's
+  // vocab-parallel cross entropy); false (torchtitan's disable_loss_parallel): the logits are
+  // all-gathered over the TP ranks and each computes the loss over the whole vocabulary.
+  bool loss_parallel = true;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   PipelineSplit pipeline_split;
   bool flash_attention = true;           // fused attention: no s^2 score matrix kept

@@ -35,7 +35,7 @@ const std::vector<std::string> kShapeKeys = {
     "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
 const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
 const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp",
-                                              "tp_style", "sequence_parallel", "async_tp", "schedule",
+                                              "tp_style", "sequence_parallel", "async_tp", "loss_parallel", "schedule",
                                               "account_for_embedding_in_pipeline_split",
                                               "account_for_loss_in_pipeline_split",
                                               "pipeline_layout",
@@ -241,6 +241,7 @@ void read_layout(Plan& plan, const TomlView& layout, const std::string& path) {
                            "full, mlp-only");
   plan.sequence_parallel = layout.get_bool("sequence_parallel").value_or(false);
   plan.async_tp = layout.get_bool("async_tp").value_or(false);
+  plan.loss_parallel = layout.get_bool("loss_parallel").value_or(true);
   plan.schedule = get_enum(layout, "schedule",
                            mesh.vpp > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b,
                            parse_schedule, "gpipe, 1f1b, interleaved-1f1b");
@@ -514,6 +515,7 @@ void write_cluster_and_layout(TomlLines& t, const RunConfig& rc) {
   t.line(fmt::format("tp_style = {}", quote(std::string(to_string(p.tp_style)))));
   t.line(fmt::format("sequence_parallel = {}", b(p.sequence_parallel)));
   t.line(fmt::format("async_tp = {}", b(p.async_tp)));
+  if (!p.loss_parallel) t.line("loss_parallel = false");
   t.line(fmt::format("schedule = {}", quote(std::string(to_string(p.schedule)))));
   if (p.pipeline_split.embedding_as_layer) t.line("account_for_embedding_in_pipeline_split = true");
   if (p.pipeline_split.loss_as_layer) t.line("account_for_loss_in_pipeline_split = true");

@@ -349,8 +349,9 @@ double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
 }
 
 namespace {
+// The loss's share of the vocabulary: its TP shard under loss parallelism, else all of it.
 double vocab_split(const Plan& p) {
-  return (p.mesh.tp > 1 && p.tp_style == TpStyle::full) ? p.mesh.tp : 1.0;
+  return (p.mesh.tp > 1 && p.tp_style == TpStyle::full && p.loss_parallel) ? p.mesh.tp : 1.0;
 }
 }  // namespace
 

@@ -97,10 +97,34 @@ void Builder::lower_stage(int stage) {
   optimizer_step(st);
 }
 
+double Builder::loss_vocab() const {
+  return p_.loss_parallel ? static_cast<double>(d_.vocab_local) : static_cast<double>(m_.vocab);
+}
+
+bool Builder::gather_logits(int stage, std::int64_t mb, Op& head) {
+  if (loss_vocab() <= static_cast<double>(d_.vocab_local)) return false;
+  Op gemm = compute_op(stage, op_name("fwd.head.mb{}", mb), OpCategory::compute);
+  gemm.gemms = std::move(head.gemms);
+  gemm.hardware_flops = head.hardware_flops;
+  gemm.model_flops = head.model_flops;
+  gemm.kernels = 1;
+  gemm.deps = std::move(head.deps);
+  head.gemms.clear();
+  head.hardware_flops = head.model_flops = 0;
+  const double gathered = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(m_.vocab);
+  Op ag = tp_collective(stage, op_name("tp_ag_logits.mb{}", mb), CollectiveOp::all_gather, gathered);
+  ag.deps = {add(std::move(gemm))};
+  // The gathered logits live until the loss has read them (loss_saved_bytes keeps what it saves).
+  ag.at_start.push_back({MemoryTerm::activations, gathered});
+  head.at_end.push_back({MemoryTerm::activations, -gathered});
+  head.deps = {add(std::move(ag))};
+  return true;
+}
+
 int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached) {
   Op head = compute_op(st.stage, op_name("fwd.head_loss.mb{}", mb), OpCategory::compute);
   head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
-  head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+  head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
                             (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossForwardBytesBeyondLogit);
   head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
   head.hardware_flops = gemm_flops(head.gemms);
@@ -111,6 +135,7 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
   std::vector<int> gathered;
   fsdp_gather_group(st, s_.root.one_root ? kRoot : kHead, mb, false, gathered);
   head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
+  gather_logits(st.stage, mb, head);
   head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
   // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
   head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
@@ -225,7 +250,7 @@ int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
   Op head = compute_op(st.stage, op_name("bwd.head_loss.mb{}", mb), OpCategory::compute);
   const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
   head.gemms = {dgrad(g), wgrad(g)};
-  head.memory_bound_bytes = static_cast<double>(d_.tokens) * static_cast<double>(d_.vocab_local) *
+  head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
                             (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossBackwardBytesBeyondLogit);
   head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossBackwardKernels;
   head.hardware_flops = gemm_flops(head.gemms);

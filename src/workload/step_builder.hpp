@@ -178,6 +178,11 @@ private:
   void backward_chunk(StageState& st, const Step& step);
   void backward_layer(StageState& st, const Step& step, int vstage, int layer, bool chunk_last_layer, int& last);
   int forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached);
+  // The vocabulary the loss runs over: the TP shard under loss parallelism, else all of it.
+  double loss_vocab() const;
+  // Without loss parallelism: the head's GEMM as an op of its own and the all-gather of its
+  // logits over TP, which the loss op `head` then waits for; false (nothing added) with it.
+  bool gather_logits(int stage, std::int64_t mb, Op& head);
   int backward_head(StageState& st, int vstage, std::int64_t mb);
   int embedding(int stage, std::int64_t mb, Pass pass);
   // Delayed FP8 scaling's amax all-reduce at the end of a chunk's block forward or backward,

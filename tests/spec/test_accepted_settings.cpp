@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -22,11 +23,13 @@
 #include "import/import_torchtitan.hpp"
 #include "report/lint.hpp"
 #include "report/whatif.hpp"
+#include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
+#include "workload/activation_memory.hpp"
 #include "workload/memory_estimate.hpp"
 
 using namespace meshplan;
@@ -343,16 +346,27 @@ TEST_CASE("lint quotes a figure as moved only where it moved") {
   std::filesystem::remove(src.config);
 }
 
+namespace {
+
+// Llama-3.1 8B's torchtitan file (8192-token sequences, one per rank) with `parallelism` lines,
+// without and with `extra`, each resolved on 8 GPUs.
+std::pair<RunConfig, RunConfig> titan_8b_without_and_with(const std::string& parallelism, const std::string& extra) {
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
+                           "seq_len = 8192\n[parallelism]\n" + parallelism;
+  std::pair<RunConfig, RunConfig> out{import_torchtitan("t.toml", toml::parse(base)),
+                                      import_torchtitan("t.toml", toml::parse(base + extra))};
+  resolve_layout(out.first, 8);
+  resolve_layout(out.second, 8);
+  CHECK(out.second.unmodelled_settings.empty());
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient shard leaves the step, as torchtitan "
           "frees each gradient in backward") {
-  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
-                           "seq_len = 8192\n";
-  RunConfig off = import_torchtitan("t.toml", toml::parse(base));
-  RunConfig on = import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"));
-  resolve_layout(off, 8);
-  resolve_layout(on, 8);
+  const auto [off, on] = titan_8b_without_and_with("", "[optimizer]\nearly_step_in_backward = true\n");
   CHECK(on.plan.optimizer_in_backward);
-  CHECK(on.unmodelled_settings.empty());
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
   const StageMemory a = estimate_memory(off.model, off.plan, off.job, c).stages.at(0);
   const StageMemory b = estimate_memory(on.model, on.plan, on.job, c).stages.at(0);
@@ -366,7 +380,40 @@ TEST_CASE("torchtitan's optimizer.early_step_in_backward: the stored gradient sh
   CHECK(b.peak_bytes <= a.peak_bytes);
   CHECK(a.peak_bytes - b.peak_bytes <= grad_shard * (1 + 1e-9));
   // torchtitan's build_optimizers raises under pipeline parallelism.
-  CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse(base + "[optimizer]\nearly_step_in_backward = true\n"
-                                                                 "[parallelism]\npipeline_parallel_degree = 2\n")),
+  CHECK_THROWS_AS(import_torchtitan("t.toml", toml::parse("[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+                                                         "[optimizer]\nearly_step_in_backward = true\n"
+                                                         "[parallelism]\npipeline_parallel_degree = 2\n")),
                   InputError);
+}
+
+TEST_CASE("torchtitan's parallelism.disable_loss_parallel: the logits gathered over TP and the loss over the whole "
+          "vocabulary, slower and larger as the runtime runs it") {
+  const auto [on, off] = titan_8b_without_and_with("tensor_parallel_degree = 8\n", "disable_loss_parallel = true\n");
+  CHECK(on.plan.loss_parallel);
+  CHECK_FALSE(off.plan.loss_parallel);
+  // Kept through the plan TOML.
+  CHECK(read_plan_toml("rt.toml", toml::parse(to_plan_toml(off))).plan.loss_parallel == false);
+  // By hand: torch's cross-entropy keeps the fp32 log-probs over the logits, 4 B x 8192 tokens x
+  // 128256 / 8 per rank under loss parallelism, 8 times that without.
+  const MicroBatchShape mbs{8192, 1};
+  const double logits = 8192.0 * static_cast<double>(on.model.vocab);
+  CHECK(loss_saved_bytes(off.model, off.plan, mbs) - loss_saved_bytes(on.model, on.plan, mbs) ==
+        doctest::Approx(4 * logits * (1 - 1.0 / 8)).epsilon(1e-9));
+  // The step: one all-gather of the bf16 logits (2 B x 8192 x 128256) over the TP group per
+  // micro-batch, and more time and memory.
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions keep;
+  keep.keep_timeline = true;  // the program's ops with it
+  const SimulatedStep a = simulate_step(on.model, on.plan, on.job, c, keep);
+  const SimulatedStep b = simulate_step(off.model, off.plan, off.job, c, keep);
+  auto logit_gathers = [&](const SimulatedStep& s) {
+    return std::count_if(s.program.ops.begin(), s.program.ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::collective && op.group == GroupKind::tp && op.collective == CollectiveOp::all_gather &&
+             op.bytes == 2 * logits;
+    });
+  };
+  CHECK(logit_gathers(a) == 0);
+  CHECK(logit_gathers(b) == on.job.grad_accum);
+  CHECK(b.result.step_time_s > a.result.step_time_s);
+  CHECK(b.result.stages[0].peak_bytes > a.result.stages[0].peak_bytes);
 }
