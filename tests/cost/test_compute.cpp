@@ -80,7 +80,7 @@ TEST_CASE("large square GEMMs land within 5% of the measured sweeps") {
       {"h100-sxm-80gb", Dtype::bf16, 8192, 797.5}, {"h100-sxm-80gb", Dtype::bf16, 4096, 788.7},
       {"a100-80gb", Dtype::fp16, 8192, 253.7},     {"a100-80gb", Dtype::fp16, 16384, 256.5},
       {"h100-sxm-80gb", Dtype::fp8, 8192, 1290.1}, {"h100-sxm-80gb", Dtype::fp8, 16384, 1377.3},
-      {"h200-141gb", Dtype::fp8, 8192, 1300.6},    {"gb300", Dtype::fp8, 8192, 3286.3},
+      {"h200-141gb", Dtype::fp8, 8192, 1446.9},    {"gb300", Dtype::fp8, 8192, 3286.3},
   };
   // The sweeps are short runs at the burst clock: compared with sustained_clock_fraction 1. Each
   // point's time holds the fixed per-kernel latency once, as the estimate does (docs/compute.md).
@@ -975,7 +975,11 @@ TEST_CASE("H200 GEMMs by shape: waves, stream-K, short K and GPT layer GEMMs") {
   int checked = 0, excluded = 0, within_10 = 0, graph_launched = 0;
   for (const auto& r : t.rows) {
     const std::string series = t.at(r, "series");
-    if (series != "gemm_wave" && series != "gemm_square" && series != "gemm_shortk" && series != "gemm_layer")
+    // fp8_tensorwise / fp8_rowwise: torch._scaled_mm on Llama-3-8B shapes; fp8_bf16_ref the same
+    // shapes in bf16. Both scalings are priced on the one FP8 curve (this GPU's own cuBLASLt sweep).
+    const bool eight_bit = series == "fp8_tensorwise" || series == "fp8_rowwise";
+    if (series != "gemm_wave" && series != "gemm_square" && series != "gemm_shortk" && series != "gemm_layer" &&
+        !eight_bit && series != "fp8_bf16_ref")
       continue;
     const GemmShape g{as_int(t.at(r, "m")), as_int(t.at(r, "n")), as_int(t.at(r, "k")), 1};
     const double measured = std::stod(t.at(r, "seconds"));
@@ -983,7 +987,7 @@ TEST_CASE("H200 GEMMs by shape: waves, stream-K, short K and GPT layer GEMMs") {
       ++excluded;
       continue;
     }
-    const KernelEstimate e = gemm_time(measured >= 100e-6 ? h200 : burst, g, Dtype::bf16);
+    const KernelEstimate e = gemm_time(measured >= 100e-6 ? h200 : burst, g, eight_bit ? Dtype::fp8 : Dtype::bf16);
     const double err = rel_err(e.seconds, measured);
     if (measured < 8e-6) {
       ++graph_launched;
@@ -1019,6 +1023,13 @@ TEST_CASE("H200 GEMMs by shape: waves, stream-K, short K and GPT layer GEMMs") {
   CHECK(mape(errors["gemm_square"]) < 7.5);
   CHECK(mape(errors["gemm_shortk"]) < 11.0);
   CHECK(mape(errors["gemm_layer"]) < 8.0);
+  // torchao's float8 recipes on Hopper: rowwise scaling's scaled-mm is no slower than tensorwise
+  // here (0.90-1.02 of its time, median 0.95), so the recipes' measured difference in training is
+  // in their casts and all-gathers, not the GEMM. Model: tensorwise 4.5 %, rowwise 8.8 % (priced
+  // at tensorwise's rate, +8.8 % bias), bf16 2.4 % MAPE.
+  CHECK(mape(errors["fp8_tensorwise"]) < 5.5);
+  CHECK(mape(errors["fp8_rowwise"]) < 10.0);
+  CHECK(mape(errors["fp8_bf16_ref"]) < 3.5);
 }
 
 // The grouped expert GEMMs of the H200 shapes CSV (torch._grouped_mm over 8-32 experts of gpt-oss
