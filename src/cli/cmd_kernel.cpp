@@ -221,7 +221,12 @@ void print_kernel_json(const KernelReport& k, const ClusterSpec& cluster) {
   } else if (k.d.kind == "gemm") {
     j["curve_source"] = std::string(e.curve_source);
     j["curve_dtype"] = std::string(to_string(e.curve_dtype));
-    j["equivalent_square_dim"] = e.equivalent_square_dim;
+    const bool scheduled = e.equivalent_square_dim == 0;
+    j["schedule"] = scheduled ? (e.gemm_stream_k ? "stream-k" : "data-parallel") : "equivalent-square";
+    j["tiles"] = scheduled ? json(e.gemm_tiles) : json(nullptr);
+    j["waves"] = scheduled ? json(e.gemm_waves) : json(nullptr);
+    j["tile_efficiency"] = scheduled ? json(e.gemm_tile_efficiency) : json(nullptr);
+    j["equivalent_square_dim"] = scheduled ? json(nullptr) : json(e.equivalent_square_dim);
     j["tile_overhead_k"] = cluster.gpu.gemm_tile_overhead_k;
   }
   fmt::print("{}\n", j.dump(2));
@@ -240,9 +245,16 @@ void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
   fmt::print("  bound       {} (compute {:.2f} us, memory {:.2f} us, launch {:.2f} us)\n", k.bound,
              e.compute_seconds * 1e6, e.memory_seconds * 1e6, e.launch_seconds * 1e6);
   if (d.kind == "gemm" && e.flops > 0)
-    fmt::print("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; each tile pays {:g} K "
-               "beside its K loop)\n",
-               e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source, cluster.gpu.gemm_tile_overhead_k);
+    fmt::print("{}", e.equivalent_square_dim > 0
+                         ? fmt::format("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; "
+                                       "each tile pays {:g} K beside its K loop)\n",
+                                       e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source,
+                                       cluster.gpu.gemm_tile_overhead_k)
+                         : fmt::format("  schedule    {}: {:.0f} tiles, {:.2f} waves over {} SMs at {:.3f} per tile "
+                                       "({} curve, source {}; each tile pays {:g} K beside its K loop)\n",
+                                       e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
+                                       cluster.gpu.sm_count, e.gemm_tile_efficiency, to_string(e.curve_dtype),
+                                       e.curve_source, cluster.gpu.gemm_tile_overhead_k));
   if (d.kind == "attention")
     fmt::print("  kernel      {} ({} {} curve{}, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
                e.curve_pass,

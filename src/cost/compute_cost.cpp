@@ -15,16 +15,24 @@ namespace {
 
 // Output tile of the large-GEMM kernels cuBLAS picks on Ampere and Hopper
 // (ampere_*gemm_*_256x128_ldg8_stages_64x3, sm90_xmma_gemm_*_128x256x64, CUTLASS 3 sm90 default
-// 128x256x64): a GEMM runs whole tiles, so M and N are padded to a multiple of these sides.
+// 128x256x64; Blackwell's 2-SM 256x256 tile is 128x256 per SM): one SM computes one output tile
+// at a time, so M and N are padded to a multiple of these sides and the tiles run in waves of
+// one per SM.
 constexpr std::int64_t kTileLongSide = 256;
 constexpr std::int64_t kTileShortSide = 128;
+// Stream-K and split-K kernels cover the output in 128-wide steps: on H200 (M = K = 4096) N = 64
+// and 128 take the same time, as do N = 192 and 256 (tests/cost/measured_h200_shapes.csv).
+constexpr std::int64_t kStreamKStep = 128;
+// The per-tile rate is read from the profile's squares of at least this side: 4096^2 is 512
+// tiles, three waves or more on every shipped GPU, and a kernel of 100 us or more, where neither
+// the last wave nor a launch counted into a published sweep's time weighs much.
+constexpr double kLargeSquareDim = 4096;
 
 // Every output tile also pays a fixed cost beside its K loop: the prologue of the multistage
 // pipeline (a 3-stage kernel loads two 64-deep K blocks before its first MMA) and the epilogue
 // that stores the accumulator tile. The profile counts it as gpu.gemm_tile_overhead_k more K per
-// tile: 128 (two K blocks) where the epilogue is serial, as on Ampere and Hopper, where the
-// A100 802816x192x768 point, +13 % without it, needs about 115; 0 on Blackwell, whose kernels
-// double-buffer the accumulator in tensor memory (docs/compute.md).
+// tile: 128 (two K blocks) where the epilogue is serial, as on Ampere and Hopper; 0 on Blackwell,
+// whose kernels double-buffer the accumulator in tensor memory (docs/compute.md).
 
 // FlashAttention-2 "yields around 2x speedup compared to FlashAttention" (Dao 2023, arXiv:2307.08691
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
@@ -114,6 +122,103 @@ double envelope_efficiency(const GemmCurve& curve, double cube_dim) {
   return lo_eff;
 }
 
+// How the output tiles of one GEMM are spread over the SMs, timed at per-tile efficiency 1 and
+// the dense peak (docs/compute.md, "GEMM time from the shape").
+struct TileSchedule {
+  double tiles = 0;         // output tiles of the kernel tile shape (stream-K: 128x256 equivalents)
+  double waves = 0;         // tiles per SM: whole waves for data-parallel, a fraction for stream-K
+  bool stream_k = false;
+  double unit_seconds = 0;  // tensor-core seconds at efficiency 1
+};
+
+// Seconds one SM spends on a tile_m x tile_n output tile over `depth` K at its share of the peak.
+double tile_seconds(double sms, double peak_flops_per_s, double tile_m, double tile_n, double depth) {
+  return 2.0 * tile_m * tile_n * depth * sms / peak_flops_per_s;
+}
+
+// Data-parallel schedule of one tile shape: whole output tiles, one per SM at a time, so the GEMM
+// takes ceil(tiles / SMs) waves of one tile's K loop and fixed cost; the last, partial wave costs
+// a full one. `fixed_k` is the tile's fixed cost in K of this tile's own width.
+TileSchedule waves_of(const GemmShape& g, double sms, double peak, std::int64_t tm, std::int64_t tn, double fixed_k) {
+  TileSchedule s;
+  s.tiles = static_cast<double>(g.batch) * (padded(g.m, tm) / tm) * (padded(g.n, tn) / tn);
+  s.waves = std::ceil(s.tiles / sms);
+  s.unit_seconds = s.waves * tile_seconds(sms, peak, static_cast<double>(tm), static_cast<double>(tn),
+                                          static_cast<double>(g.k) + fixed_k);
+  return s;
+}
+
+// The schedule cuBLAS runs, the fastest of its kernel families (docs/compute.md):
+// * the large 128x256 tile in whole waves, in the orientation that runs fewer;
+// * stream-K over the large tile (Osama et al., "Stream-K: Work-centric Parallel Decomposition
+//   for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023; cuBLAS's split-K for skinny
+//   outputs): the K iterations of every tile spread evenly over all SMs, i.e. the padded work
+//   over the whole GPU, plus one more tile prologue and epilogue for the partial sums the SMs
+//   hand on (the fixup). The heuristic leaves the large-tile waves for it only when that saves
+//   more than gpu.gemm_stream_k_min_saving of their time;
+// * the 128x128 tile in whole waves: half the work per tile, so finer waves, but the same fixed
+//   latency per tile (the pipeline fill and the epilogue's store do not shrink with the tile's
+//   width): 2 k0 in its own K.
+TileSchedule tile_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
+  const double sms = static_cast<double>(c.gpu.sm_count);
+  if (!(sms > 0)) throw InputError(c.source_file, "gpu.sm_count", "must be positive to schedule GEMM tiles");
+  const double overhead_k = c.gpu.gemm_tile_overhead_k;
+  TileSchedule best = waves_of(g, sms, peak, kTileShortSide, kTileLongSide, overhead_k);
+  const TileSchedule other = waves_of(g, sms, peak, kTileLongSide, kTileShortSide, overhead_k);
+  if (other.unit_seconds < best.unit_seconds) best = other;
+  const double depth = static_cast<double>(g.k) + overhead_k;
+  const double padded_work =
+      static_cast<double>(g.batch) * padded(g.m, kStreamKStep) * padded(g.n, kStreamKStep) * depth;
+  const double stream_k =
+      2.0 * padded_work / peak + tile_seconds(sms, peak, kTileShortSide, kTileLongSide, overhead_k);
+  if (stream_k < (1.0 - c.gpu.gemm_stream_k_min_saving) * best.unit_seconds) {
+    best.tiles = padded_work / (static_cast<double>(kTileShortSide * kTileLongSide) * depth);
+    best.waves = best.tiles / sms;
+    best.stream_k = true;
+    best.unit_seconds = stream_k;
+  }
+  const TileSchedule small = waves_of(g, sms, peak, kTileShortSide, kTileShortSide, 2.0 * overhead_k);
+  return small.unit_seconds < best.unit_seconds ? small : best;
+}
+
+// The per-tile tensor-core efficiency a curve point implies: the rate at which an SM runs a tile
+// once fed, such that the tile schedule reproduces the point. A point whose side is a multiple
+// of 256 is a square of a published sweep, scheduled as that square; its time is the sweep's
+// back-to-back kernel time, which holds the fixed per-kernel latency (gpu.kernel_launch) once, so
+// that is taken off first, and a point left with less than half its time (a launch-bound sweep
+// point) implies nothing (0). Any other side is a point `meshplan calibrate` fitted: the cube
+// root of the shape's scheduled work (its tensor-core time at efficiency 1, times peak / 2) with
+// the tensor-core efficiency the fit gives it, which it implies as it stands.
+double implied_tile_efficiency(const ClusterSpec& c, double cube_dim, double efficiency, double peak) {
+  const auto side = static_cast<std::int64_t>(std::llround(cube_dim));
+  if (side % kTileLongSide != 0) return std::min(1.0, efficiency);
+  const GemmShape square{side, side, side, 1};
+  const double unit = tile_schedule(c, square, peak).unit_seconds;
+  const double measured = square.flops() / (peak * std::max(efficiency, 1e-9));
+  const double kernel = measured - c.gpu.kernel_launch_seconds;
+  if (!(kernel > 0.5 * measured)) return 0.0;
+  return std::min(1.0, unit / kernel);
+}
+
+// The per-tile efficiency of a curve: the rate of an SM once fed, the best that the curve's large
+// squares (kLargeSquareDim and up) imply, where neither the last wave nor the launch weighs much
+// (the best, as the sweeps' running maximum: a dip is throttling or a heuristic pick,
+// docs/compute.md). Every GEMM runs its tiles at that rate: what makes a small one slower per
+// FLOP is its schedule (waves, K depth, stream-K) and the fixed latency, not the tile. A curve
+// without large squares takes its best implied point; a flat test curve that implies nothing,
+// its own efficiency.
+double tile_efficiency(const ClusterSpec& c, const GemmCurve& curve, double peak) {
+  double envelope = 0, large = 0, small = 0;
+  for (const GemmEfficiencyPoint& p : curve.points) {
+    envelope = std::max(envelope, p.efficiency);
+    const double eta = implied_tile_efficiency(c, p.cube_dim, p.efficiency, peak);
+    double& best = p.cube_dim >= kLargeSquareDim ? large : small;
+    best = std::max(best, eta);
+  }
+  if (large > 0) return large;
+  return small > 0 ? small : std::min(1.0, std::max(envelope, 1e-9));
+}
+
 // The side c of the square sweep point that does the same tensor-core work, tile overheads included:
 // c^2 (c + k0) = work (Newton on a monotone cubic, from cbrt(work), which lies above the root).
 double square_with_same_work(double work, double overhead_k) {
@@ -148,6 +253,42 @@ double equivalent_square(const GemmShape& g, double overhead_k) {
 // and time grows with the work, hence with M, N and K.
 double tensor_core_seconds(const GemmCurve& curve, double peak_flops_per_s, double c) {
   return 2.0 * c * c * c / (peak_flops_per_s * envelope_efficiency(curve, c));
+}
+
+// The compute capability of the profile's arch ("sm90" -> 90).
+int sm_version(const ClusterSpec& c) {
+  const std::string& arch = c.gpu.arch;
+  int v = 0;
+  for (std::size_t i = 2; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) v = 10 * v + (arch[i] - '0');
+  return v;
+}
+
+// How a GEMM was priced: the tile schedule at the per-tile efficiency (cuBLAS on Ampere and
+// Hopper), or the measured square of the same tile work (Blackwell, DeepGEMM).
+struct GemmPricing {
+  double tensor_core_seconds = 0;  // at the microbenchmarks' clock
+  TileSchedule schedule;
+  double tile_efficiency = 0;
+  double equivalent_square_dim = 0;
+};
+
+// Blackwell's GEMMs (CUTLASS sm100 persistent kernels: 2-SM tiles handed out by a hardware tile
+// scheduler, accumulators double-buffered in tensor memory) show no wave quantization in their
+// sweeps (GB300 FP8 4096^3, 3.2 waves of 128x256 tiles on 160 SMs, runs at 0.99 of 8192^3's
+// efficiency), and no Blackwell GEMM was measured by shape: they keep the equivalent-square
+// pricing. So does blockwise FP8 (DeepGEMM on Hopper, whose curve is its own shapes): its JIT
+// picks the block width (16..256) and the SMs used per shape to fill whole waves.
+GemmPricing price_gemm(const ClusterSpec& c, const GemmShape& g, Dtype dtype, const GemmCurve& curve, double peak) {
+  GemmPricing out;
+  if (sm_version(c) >= 100 || dtype == Dtype::fp8_block) {
+    out.equivalent_square_dim = equivalent_square(g, c.gpu.gemm_tile_overhead_k);
+    out.tensor_core_seconds = tensor_core_seconds(curve, peak, out.equivalent_square_dim);
+    return out;
+  }
+  out.schedule = tile_schedule(c, g, peak);
+  out.tile_efficiency = tile_efficiency(c, curve, peak);
+  out.tensor_core_seconds = out.schedule.unit_seconds / out.tile_efficiency;
+  return out;
 }
 
 void check_gemm(const GemmShape& g) {
@@ -227,13 +368,6 @@ AttentionKernel family_of(const AttentionCurve& a) {
   if (a.kernel == kTorchSdpaCudnn) return AttentionKernel::cudnn;
   if (const auto k = parse_attention_kernel(a.kernel)) return *k;
   return a.kernel.rfind("cudnn", 0) == 0 ? AttentionKernel::cudnn : AttentionKernel::framework;
-}
-
-int sm_version(const ClusterSpec& c) {
-  const std::string& arch = c.gpu.arch;
-  int v = 0;
-  for (std::size_t i = 2; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) v = 10 * v + (arch[i] - '0');
-  return v;
 }
 
 // The requested family if the profile measured it, else the nearest one it did: cuDNN and FA4
@@ -408,9 +542,8 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   check_gemm(g);
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
-  const CurveChoice curve = gemm_curve_for(c, dtype);
-  const double seconds = tensor_core_seconds(*curve.curve, peak, equivalent_square(g, c.gpu.gemm_tile_overhead_k));
-  return g.flops() * c.gpu.sustained_clock_fraction / (peak * seconds);
+  const GemmPricing p = price_gemm(c, g, dtype, *gemm_curve_for(c, dtype).curve, peak);
+  return g.flops() * c.gpu.sustained_clock_fraction / (peak * p.tensor_core_seconds);
 }
 
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
@@ -425,12 +558,16 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   const CurveChoice curve = gemm_curve_for(c, dtype);
   e.curve_fallback = curve.fallback;
   e.curve_dtype = curve.curve->dtype;
+  e.curve_source = curve.curve->source;
   e.flops = g.flops();
   e.bytes = gemm_bytes(g, dtype);
-  e.equivalent_square_dim = equivalent_square(g, c.gpu.gemm_tile_overhead_k);
-  e.compute_seconds =
-      tensor_core_seconds(*curve.curve, e.peak_flops_per_s, e.equivalent_square_dim) / c.gpu.sustained_clock_fraction;
-  e.curve_source = curve.curve->source;
+  const GemmPricing p = price_gemm(c, g, dtype, *curve.curve, e.peak_flops_per_s);
+  e.gemm_tiles = p.schedule.tiles;
+  e.gemm_waves = p.schedule.waves;
+  e.gemm_stream_k = p.schedule.stream_k;
+  e.gemm_tile_efficiency = p.tile_efficiency;
+  e.equivalent_square_dim = p.equivalent_square_dim;
+  e.compute_seconds = p.tensor_core_seconds / c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }

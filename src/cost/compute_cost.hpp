@@ -34,13 +34,22 @@ struct KernelEstimate {
   std::string_view curve_source;  // GEMMs too: the source tag of the GEMM curve
   std::string_view curve_pass;
   int curve_version = 0;  // attention: the library release of the curve (parse_library_version), 0 = not stated
-  // GEMM only: the side of the measured square the shape is priced as (same padded tile work,
-  // each tile paying gpu.gemm_tile_overhead_k more K, docs/compute.md).
+  // GEMM only: the tile schedule it was priced with (docs/compute.md, "GEMM time from the
+  // shape"): output tiles of the 128x256 kernel tile, waves of them over the SMs, whether the
+  // stream-K schedule (K iterations spread evenly over every SM) was taken instead of whole-tile
+  // waves, and the per-tile tensor-core efficiency read off the profile's large squares.
+  double gemm_tiles = 0;
+  double gemm_waves = 0;
+  bool gemm_stream_k = false;
+  double gemm_tile_efficiency = 0;
+  // Blackwell GEMMs instead: the side of the measured square with the same padded tile work, each
+  // tile paying gpu.gemm_tile_overhead_k more K (docs/compute.md); 0 where tiles were scheduled.
   double equivalent_square_dim = 0;
 };
 
-// GEMM efficiency from the profile's curves (monotone interpolation in log cube-dim), with a
-// penalty for skinny shapes where one dimension is far below the others.
+// The tensor-core part of a GEMM's time as a fraction of peak (FLOPs / (peak x compute_seconds)):
+// the tile schedule of the shape at the per-tile efficiency of the profile's large squares,
+// with the sustained clock.
 double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
 // The profile's square-GEMM curve for `dtype` (the nearest one if it has none: blockwise FP8 ->
 // MXFP8 -> FP8 -> bf16, docs/compute.md) at `cube_dim`: running

@@ -545,6 +545,8 @@ void read_gpu_scalars(Context& ctx, const toml::table& t, TableReader& r, GpuSpe
              "is in units of K (128 = two 64-deep K blocks), got " + fmt_double(g.gemm_tile_overhead_k) +
                  "; must be <= 4096",
              t.get("gemm_tile_overhead_k"));
+  g.gemm_stream_k_min_saving = r.optional_number("gemm_stream_k_min_saving", "gemm_stream_k_min_saving",
+                                                 Range::fraction, g.gemm_stream_k_min_saving);
   g.kernel_launch_seconds =
       r.quantity("kernel_launch_{}", kTimeUnits, "kernel_launch_seconds", Range::positive);
   g.comm_interference_factor =

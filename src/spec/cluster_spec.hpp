@@ -67,6 +67,10 @@ struct GpuSpec {
   // Blackwell kernels keep the accumulator in tensor memory, double-buffered, so one tile's
   // epilogue runs under the next tile's MMAs: 0 there.
   double gemm_tile_overhead_k = 128;
+  // cuBLAS's heuristic leaves whole-tile waves for a stream-K schedule (K iterations spread
+  // evenly over the SMs) only when that saves more than this fraction of the waves' time: fitted
+  // on the H200 square and wave series (docs/compute.md, "GEMM time from the shape").
+  double gemm_stream_k_min_saving = 0.235;
   std::map<Dtype, double> peak_flops_per_s;  // dense tensor-core peaks per dtype
   double kernel_launch_seconds = 0;
   // Compute runs 1/(1+factor) as fast while NCCL kernels share the SMs and HBM.

@@ -58,9 +58,17 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // scaling's amax all-reduce.
 // megatron-sc21, raised to 4.5 when GEMMs were priced with their tile overhead, is back at its
 // tightest 4.3 (4.16 % on 2026-12-03).
+// Issue 31 (2026-12-04): GEMMs priced by their tile schedule (waves, stream-K, the fixed latency
+// once) and the H100/H200 sustained clock measured (0.836 on the lent H200 at 700 W, replacing the
+// 0.9 fitted while attention was FA2 and GEMMs equivalent squares, the suspect named above):
+// megatron-lm-h100 13.5 -> 9.9 %, back to its tightest bound 11; dev.csv 6.37 -> 6.27 %,
+// korthikanti2022 4.40 -> 4.28, llm-foundry 5.04 -> 5.22, megatron-sc21 4.16 -> 4.28, nemo-24.07
+// 8.88 -> 8.48, bloom-176b 46.1 -> 45.2; dev-vtrain 9.72 % / -0.04 % -> 9.75 % / -0.07 % with
+// the Megatron-DeepSpeed host factor refitted 8 -> 8.2; dev-moe 15.31 -> 15.38 %; memory.csv
+// 9.06 % unchanged.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.3},
-    {"megatron-lm-h100", 15.5}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
 };
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
 constexpr double kMemoryMapeBoundPct = 10.0;

@@ -437,14 +437,14 @@ TEST_CASE("bad profiles are rejected naming the file and the dotted key") {
                  "gpu.sm_clock_mhz", "unknown key");
   }
   SUBCASE("fitted sources declare their bounds and fit, and their values stay inside the bounds") {
-    expect_error(s, edited(good, "sustained_clock_fraction = 0.9", "sustained_clock_fraction = 0.7"),
-                 "gpu.sustained_clock_fraction", "outside its source's bounds [0.75, 1]");
-    expect_error(s, edited(good, "bounds = [0.75, 1.0], ", ""), "sources.sustained_clock_fit.bounds",
+    expect_error(s, edited(good, "gemm_stream_k_min_saving = 0.235", "gemm_stream_k_min_saving = 0.7"),
+                 "gpu.gemm_stream_k_min_saving", "outside its source's bounds [0, 0.5]");
+    expect_error(s, edited(good, "bounds = [0.0, 0.5], ", ""), "sources.stream_k_fit.bounds",
                  "must give the bounds");
-    expect_error(s, edited(good, "bounds = [0.75, 1.0], ", "bounds = [1.0, 0.75], "),
-                 "sources.sustained_clock_fit.bounds", "low <= high");
-    expect_error(s, edited(good, "kind = \"fitted\", ref = \"fitted, not measured: under", "kind = \"estimate\", ref = \"under"),
-                 "sources.sustained_clock_fit.bounds", "only a fitted source");
+    expect_error(s, edited(good, "bounds = [0.0, 0.5], ", "bounds = [0.5, 0.0], "),
+                 "sources.stream_k_fit.bounds", "low <= high");
+    expect_error(s, edited(good, "kind = \"fitted\", ref = \"fitted, not measured: cuBLAS", "kind = \"estimate\", ref = \"cuBLAS"),
+                 "sources.stream_k_fit.bounds", "only a fitted source");
   }
   SUBCASE("wrong type: string for an integer") {
     expect_error(s, edited(good, "sm_count = 132", "sm_count = \"132\""), "gpu.sm_count",
