@@ -778,9 +778,9 @@ TEST_CASE("calibrate --runs on training logs, then simulate with the fitted prof
   CHECK(j["parameters"][0]["name"] == "elementwise_fraction");
   // The logs' steady throughput (make_logs.py) per config, through `simulate --cluster OUT`.
   const std::vector<std::pair<std::string, double>> runs = {
-      {(logs / "torchtitan-llama3.1-8b.toml").string(), 7812},
-      {(data_root() / "plans" / "examples" / "mpt-7b-8gpu-pure-ac.yaml").string(), 9476.0},
-      {(logs / "megatron-llama3.1-8b-tp2.args").string(), 9434.47}};
+      {(logs / "torchtitan-llama3.1-8b.toml").string(), 6697},
+      {(data_root() / "plans" / "examples" / "mpt-7b-8gpu-pure-ac.yaml").string(), 8277.7},
+      {(logs / "megatron-llama3.1-8b-tp2.args").string(), 8184.32}};
   for (const auto& [config, logged] : runs) {
     CAPTURE(config);
     const Run sim = run("simulate --config " + config + " --cluster " + out.string() + " --gpus 8 --json");
@@ -797,6 +797,6 @@ TEST_CASE("calibrate --runs on training logs, then simulate with the fitted prof
   REQUIRE(gap.exit_code == 0);
   const auto g = nlohmann::json::parse(gap.out);
   REQUIRE(g.contains("diagnosis"));
-  CHECK(g["diagnosis"]["observed_tokens_per_s_per_gpu"].get<double>() == doctest::Approx(9434.47).epsilon(0.0005));
+  CHECK(g["diagnosis"]["observed_tokens_per_s_per_gpu"].get<double>() == doctest::Approx(8184.32).epsilon(0.0005));
   check_one_line_error(megatron + " --gpus 16", "line 1");
 }

@@ -89,7 +89,7 @@ const ParameterFit& fit_of(const RunsFit& fit, const FittedParameter& p) {
 }  // namespace
 
 TEST_CASE("fitted parameters: the shipped profiles declare them, with the bounds a fit searches") {
-  const ClusterSpec h100 = load_cluster("h100-sxm-80gb");
+  const ClusterSpec h100 = load_cluster("h100-sxm-96gb");  // its clock fraction is still fitted
   const ClusterSpec a100 = load_cluster("a100-80gb");
   CHECK(applies_to(sustained(), h100));
   CHECK_FALSE(applies_to(sustained(), a100));  // an A100's clock fraction is not a fitted key
@@ -109,7 +109,7 @@ TEST_CASE("calibrate --runs: runs generated from perturbed parameters are fitted
   // Element-wise fraction +20 % (0.60 -> 0.72); the sustained clock fraction cannot move 20 % down
   // inside its declared bounds [0.75, 1], so -13 % (0.90 -> 0.78).
   const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.78}};
-  const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-80gb"}, truth);
+  const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-96gb"}, truth);
   const RunsFit fit = fit_runs(runs, {});
   const ParameterFit& e = fit_of(fit, elementwise());
   const ParameterFit& s = fit_of(fit, sustained());
@@ -157,13 +157,13 @@ TEST_CASE("calibrate --runs --out: the runs' profile with the fitted value and a
 
 TEST_CASE("validate --cross-validate gpu: a group whose parameter the others cannot identify keeps the prior") {
   const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.78}};
-  const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-80gb"}, truth);
+  const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-96gb"}, truth);
   const CrossValidation cv = cross_validate(runs, GroupBy::gpu, {});
   REQUIRE(cv.folds.size() == 2);
   CHECK(cv.n == 8);
   // Holding the H100 runs out leaves only A100 runs, which say nothing of the H100 clock fraction.
   const CrossValidationFold& h = cv.folds[1];
-  CHECK(h.group == "h100-sxm-80gb");
+  CHECK(h.group == "h100-sxm-96gb");
   CHECK_FALSE(h.identified[1]);
   CHECK(h.values[1] == doctest::Approx(0.9));
   CHECK(h.identified[0]);
@@ -184,7 +184,7 @@ std::filesystem::path logs_dir() { return test::data_root() / "tests" / "report"
 
 // The fixtures' steady throughput, as make_logs.py wrote it (meshplan's prediction on the moved
 // profile, printed to the precision each runtime prints).
-constexpr double kTorchtitanTps = 7812, kComposerTps = 9476.0, kMegatronTps = 9434.47;
+constexpr double kTorchtitanTps = 6697, kComposerTps = 8277.7, kMegatronTps = 8184.32;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -244,7 +244,7 @@ TEST_CASE("training logs: no steady step, a cut-off record and another run's wor
   const auto dir = std::filesystem::temp_directory_path() / "meshplan_test_logs";
   std::filesystem::create_directories(dir);
   LoggedRunSpec spec{"", (logs_dir() / "torchtitan.log").string(), (logs_dir() / "torchtitan-llama3.1-8b.toml").string(),
-                     "h100-sxm-80gb", 16, ""};
+                     "h100-sxm-96gb", 16, ""};
   e = error_of([&] { logged_run_case(spec); });
   CHECK(e.find("torchtitan.log") != std::string::npos);
   CHECK(e.find("line 1") != std::string::npos);

@@ -3,7 +3,7 @@
 
 The line formats are the runtimes' own (torchtitan components/metrics.py; Composer's console
 logger; Megatron-LM training.py and arguments.py). The numbers are NOT measurements: they are what
-meshplan predicts for each run's config on an h100-sxm-80gb profile whose fitted parameters were
+meshplan predicts for each run's config on an h100-sxm-96gb profile whose fitted parameters were
 moved (element-wise fraction 0.60 -> 0.72, sustained clock fraction 0.90 -> 0.82), so a fit of the
 shipped profile to these logs has a known answer. The first steps are slower (warm-up), the steady
 ones scatter +-0.3 % around the prediction with the prediction as their median.
@@ -21,7 +21,7 @@ here = Path(__file__).resolve().parent
 root = here.parents[3]
 meshplan = sys.argv[1] if len(sys.argv) > 1 else str(root / "build" / "meshplan")
 
-text = (root / "hardware_profiles" / "h100-sxm-80gb.toml").read_text()
+text = (root / "hardware_profiles" / "h100-sxm-96gb.toml").read_text()
 hbm = float(re.search(r"(?m)^hbm_efficiency\s*=\s*([0-9.]+)", text).group(1))
 text = re.sub(r'(?m)^name\s*=\s*"[^"]*"', 'name = "h100-moved"', text, count=1)
 text = re.sub(r"(?m)^elementwise_efficiency\s*=\s*[0-9.]+", f"elementwise_efficiency = {0.72 * hbm:.6f}", text, count=1)
