@@ -12,18 +12,13 @@ namespace {
 // stream event, NCCL enqueue) and the wait that makes the compute stream depend on it.
 constexpr double kCollectiveOps = 2.0;
 
-// Megatron-DeepSpeed drives each layer through Python-level autograd Functions (tensor-parallel
-// regions, DeepSpeed's CheckpointFunction with its RNG-state save and restore) around every
-// kernel the lowering counts; fitted on dev-vtrain.csv (docs/host.md) as a multiple of the host's
-// eager per-op cost, the same for every row: refitted to 8.2 (from 8) once GEMMs were priced by
-// their tile schedule with the fixed latency counted once (issue 31).
-constexpr double kMegatronDeepSpeedOpFactor = 8.2;
 
 }  // namespace
 
 HostModel host_model(const ClusterSpec& c, const Plan& p) {
   HostModel h;
-  const double factor = p.deepspeed_engine ? kMegatronDeepSpeedOpFactor : 1.0;
+  // Megatron-DeepSpeed: the profile's fitted multiple (host.megatron_deepspeed_op_factor, docs/host.md).
+  const double factor = p.deepspeed_engine ? c.host.megatron_deepspeed_op_factor : 1.0;
   h.op_seconds = c.host.op_seconds * factor;
   h.launch_seconds = c.gpu.kernel_launch_seconds;
   h.collective_seconds = kCollectiveOps * h.op_seconds;

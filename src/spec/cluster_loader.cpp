@@ -645,6 +645,8 @@ void read_host(Context& ctx, const toml::table* t) {
   TableReader r(ctx, *t, "host", "host");
   h.cpu = r.text("cpu", "cpu", {"x86", "grace"});
   h.op_seconds = r.quantity("op_dispatch_{}", kTimeUnits, "op_seconds", Range::positive);
+  h.megatron_deepspeed_op_factor = r.optional_number("megatron_deepspeed_op_factor", "megatron_deepspeed_op_factor",
+                                                     Range::at_least_one, 1.0);
   r.finish();
 }
 

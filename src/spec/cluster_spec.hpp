@@ -116,6 +116,10 @@ struct FabricSpec {
 struct HostSpec {
   std::string cpu = "x86";                 // "x86" or "grace"
   double op_seconds = 0;                   // per eager PyTorch op issuing one kernel
+  // Megatron-DeepSpeed's host work per kernel the lowering counts, as a multiple of op_seconds: it
+  // drives every layer through Python autograd Functions (tensor-parallel regions, DeepSpeed's
+  // CheckpointFunction with its RNG-state save and restore). 1 = plain eager.
+  double megatron_deepspeed_op_factor = 1;
 };
 
 // Fixed costs of the software stack, not of the model.

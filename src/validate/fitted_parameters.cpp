@@ -45,6 +45,18 @@ void write_sustained(ClusterSpec& c, double v) { c.gpu.sustained_clock_fraction 
 double sustained_key(const ClusterSpec& c) { return c.gpu.sustained_clock_fraction; }
 std::pair<double, double> sustained_bounds(const ClusterSpec& c) { return *declared_bounds(c, kSustainedKey); }
 
+// Megatron-DeepSpeed's host work per counted kernel, a multiple of the eager per-op cost: a
+// property of the framework's Python, so one number for every host.
+constexpr std::string_view kDeepSpeedKey = "host.megatron_deepspeed_op_factor";
+
+std::optional<double> read_deepspeed(const ClusterSpec& c) {
+  if (!declared_bounds(c, kDeepSpeedKey)) return std::nullopt;
+  return c.host.megatron_deepspeed_op_factor;
+}
+void write_deepspeed(ClusterSpec& c, double v) { c.host.megatron_deepspeed_op_factor = v; }
+double deepspeed_key(const ClusterSpec& c) { return c.host.megatron_deepspeed_op_factor; }
+std::pair<double, double> deepspeed_bounds(const ClusterSpec& c) { return *declared_bounds(c, kDeepSpeedKey); }
+
 }  // namespace
 
 const std::vector<FittedParameter>& fitted_parameters() {
@@ -55,6 +67,9 @@ const std::vector<FittedParameter>& fitted_parameters() {
       {"sustained_clock_fraction", kSustainedKey,
        "tensor-core rate over a whole step as a fraction of the short-microbenchmark (burst) rate", read_sustained,
        write_sustained, sustained_key, sustained_bounds},
+      {"deepspeed_op_factor", kDeepSpeedKey,
+       "Megatron-DeepSpeed's host work per kernel as a multiple of the eager per-op cost", read_deepspeed,
+       write_deepspeed, deepspeed_key, deepspeed_bounds},
   };
   return all;
 }
