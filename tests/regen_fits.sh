@@ -6,8 +6,9 @@
 #   tests/regen_fits.sh [--check]     (binary: $MESHPLAN_BIN, else build/meshplan;
 #                                      dev sets: $MESHPLAN_SHARED_DIR/validation, else ../shared/validation)
 #
-# The fit: `meshplan calibrate --runs dev.csv --runs dev-vtrain.csv --runs dev-moe.csv` (bounded
-# Levenberg-Marquardt on the squared log error of every run's throughput; docs/validation.md).
+# The fit: `meshplan calibrate --runs dev.csv --runs dev-vtrain.csv --runs dev-moe.csv --params
+# deepspeed_op_factor` (bounded Levenberg-Marquardt on the squared log error of every run's
+# throughput; docs/validation.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -23,7 +24,9 @@ for f in dev.csv dev-vtrain.csv dev-moe.csv; do
 done
 fit_json="$(mktemp)"
 trap 'rm -f "$fit_json"' EXIT
-"$bin" calibrate "${runs[@]}" --json > "$fit_json"
+# The element-wise fraction is not refitted here: its joint fit (0.549) moves korthikanti2022 and
+# megatron-sc21 past their bounds (docs/validation.md "Fitted parameters"); it stays at 0.60.
+"$bin" calibrate "${runs[@]}" --params deepspeed_op_factor --json > "$fit_json"
 python3 - "$fit_json" "$check" <<'PY'
 import json, re, sys, tomllib
 from pathlib import Path

@@ -33,7 +33,8 @@ struct CrossValidation {
 
 // Each fold refits from the pooled fit by one Gauss-Newton step on the pooled Jacobian restricted
 // to the fold's training runs (the parameters move little between folds; the step is exact for a
-// model linear in them), then simulates the held-out runs exactly at the fold's values.
+// model linear in them), then simulates the held-out runs exactly at the fold's values. A
+// parameter the training runs pin down only to more than a quarter of its value keeps its prior.
 CrossValidation cross_validate(const MeasuredRuns& runs, GroupBy by, const FitOptions& options);
 
 std::string cross_validation_text(const CrossValidation& cv);

@@ -171,6 +171,14 @@ Eigen::MatrixXd identify(Problem& pb, std::vector<ParameterFit>& ps, const std::
     }
   for (std::size_t j = 0; j < ps.size(); ++j)
     ps[j].identifiable = std::find(identified.begin(), identified.end(), j) != identified.end();
+  // From here on a parameter re-simulates only the runs whose prediction moved with it (the
+  // Megatron-DeepSpeed factor: those runs, not every run on a profile that declares it).
+  for (std::size_t c = 0; c < pb.free.size(); ++c) {
+    std::vector<RunKey> moved;
+    for (const RunKey& k : pb.rows_of[pb.free[c]])
+      if (J(pb.row_index.at(k), static_cast<Index>(c)) != 0.0) moved.push_back(k);
+    pb.rows_of[pb.free[c]] = std::move(moved);
+  }
   Eigen::MatrixXd Jk(r.size(), static_cast<Index>(cols.size()));
   for (std::size_t k = 0; k < cols.size(); ++k) Jk.col(static_cast<Index>(k)) = J.col(cols[k]);
   pb.free = identified;
