@@ -32,6 +32,7 @@
 #include <map>
 #include <string>
 
+#include "validate/cross_validation.hpp"
 #include "validate/validation.hpp"
 #include "test_paths.hpp"
 
@@ -129,6 +130,17 @@ constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
 constexpr double kMoeMapeBoundPct = 15.5;
 
+// Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
+// declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
+// Measured 2026-12-04 (element-wise fraction, Megatron-DeepSpeed factor; the H100 SXM clock now
+// measured, not fitted): held out 9.9 % over 921 runs (in sample 8.9 %, shipped 9.2 %); per source
+// held out: bloom-176b 42.7, korthikanti2022 5.3, llm-foundry 4.7, megatron-lm-h100 9.3,
+// megatron-moe-modelzoo 15.5, megatron-sc21 5.0, nemo-24.07 8.3, vtrain 10.8.
+constexpr double kCrossValidatedMapeBoundPct = 10.0;
+constexpr int kCrossValidatedRowsCompared = 921;
+// The shipped value of every parameter tests/regen_fits.sh refits equals what the fit gives.
+constexpr double kShippedFitRelativeTolerance = 0.005;
+
 ValidationReport run(const char* name) {
   const auto path = test::shared_root() / "validation" / name;
   const ValidationReport rep = run_validation_file(path.string(), ValidationOptions{});
@@ -200,4 +212,25 @@ TEST_CASE("dev-moe.csv: MoE rows compared, MAPE within the current bound" *
         resolved = resolved || (a.rfind("activation offload scope not stated: fine-grained offload of ", 0) == 0 &&
                                 a.find("expert_fc1") != std::string::npos && a.find("moe_act") != std::string::npos);
   CHECK(resolved);
+}
+
+TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; shipped fits are what the fit gives" *
+          SKIP_UNLESS_SHARED("validation/dev-moe.csv")) {
+  MeasuredRuns runs;
+  for (const char* f : {"dev.csv", "dev-vtrain.csv", "dev-moe.csv"})
+    runs.tables.push_back(read_csv_table((test::shared_root() / "validation" / f).string()));
+  const CrossValidation cv = cross_validate(runs, GroupBy::source, {});
+  MESSAGE(cross_validation_text(cv));
+  CHECK(cv.n >= kCrossValidatedRowsCompared);
+  CHECK(cv.mape_pct <= kCrossValidatedMapeBoundPct);
+  // The refit tests/regen_fits.sh ships (the Megatron-DeepSpeed factor alone; docs/validation.md
+  // says why the element-wise fraction is not refitted): its value is the shipped one.
+  FitOptions only_deepspeed;
+  only_deepspeed.parameters = {&fitted_parameter("deepspeed_op_factor", "test")};
+  const RunsFit shipped = fit_runs(runs, only_deepspeed);
+  for (const ParameterFit& f : shipped.parameters) {
+    CAPTURE(f.parameter->name);
+    REQUIRE(f.identifiable);
+    CHECK(std::fabs(f.value - f.prior) <= kShippedFitRelativeTolerance * f.prior);
+  }
 }
