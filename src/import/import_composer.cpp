@@ -418,6 +418,8 @@ Amp parse_precision(const YView& top, std::vector<std::string>& warnings) {
                                     "amp_fp8, fp32)", p));
 }
 
+// Every llm-foundry model key (MPT and Hugging Face families) in the order its YAML has them:
+// long by the number of keys, each read once.
 void read_model(const std::string& file, const YView& top, const ImportOptions& opts, RunConfig& rc) {
   auto model = top.map("model");
   if (!model) top.fail("model", "required: llm-foundry needs a model section");

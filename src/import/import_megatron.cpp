@@ -387,6 +387,8 @@ int dense_layers_from_freq(const Args& a, int n_layers) {
   return static_cast<int>(first_moe - pattern.begin());
 }
 
+// Long by the number of Megatron model flags: one read-and-check per flag, in the order of
+// Megatron's argument groups, so a flag is found where its documentation puts it.
 ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::string>& warnings) {
   auto need = [&](const char* f, std::int64_t max, const char* what) {
     auto v = a.integer(f, 1, max, what);

@@ -364,6 +364,9 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
   return r;
 }
 
+// Long by its parts, not its logic: one paragraph per kind of difference (the step-time breakdown,
+// communication volume by kind, the memory peak and its terms) in the order the report prints them,
+// all reading the same two variants.
 std::string explain_difference(const Variant& x, const Variant& y, const std::string& what) {
   if (!x.ok() || !y.ok()) return fmt::format("{}: not comparable: {}", what, !x.ok() ? x.error : y.error);
   const auto changes = plan_changes(x.run, y.run);

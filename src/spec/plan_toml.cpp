@@ -87,6 +87,8 @@ bool looks_like_path(const std::string& s) {
   return s.find('/') != std::string::npos || s.ends_with(".toml") || s.ends_with(".json");
 }
 
+// Every [model] key of the plan format, in the order docs/plan_format.md lists them: long by the
+// number of keys, each a read and a range check.
 ModelSpec read_model(const std::string& path, const TomlView& m) {
   m.require_known(kModelKeys, kStrict);
   const auto name = m.get_string("name");

@@ -213,6 +213,8 @@ void settle_peak(const MemoryContext& x, MemoryBreakdown fb, MemoryBreakdown fwd
                                     std::min(sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction), device_room));
 }
 
+// The memory terms of one stage in the order docs/memory.md gives them: each term is one call,
+// the length is their number.
 StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<int>& layers,
                            const std::vector<LayerRange>& chunks) {
   const ModelSpec& m = x.m;

@@ -150,6 +150,9 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
   return id;
 }
 
+// One pipeline chunk's forward in issue order (FSDP gathers and forward prefetch, each layer with
+// its saved activations and their offload, the embedding and head ends): the order of the ops is
+// the schedule, so it reads top to bottom.
 void Builder::forward_chunk(StageState& st, const Step& step) {
   const int stage = st.stage;
   const int vstage = step.chunk * s_.pp + stage;
