@@ -16,60 +16,55 @@ std::optional<std::pair<double, double>> declared_bounds(const ClusterSpec& prof
   return b->second;
 }
 
+// A parameter that is its profile key's value, where the profile declares the key fitted; `field`
+// maps a profile (const or not) to the value.
+template <class Field>
+FittedParameter direct(std::string_view name, std::string_view key, std::string_view meaning, Field field) {
+  FittedParameter p{name, key, meaning, {}, {}, {}, {}};
+  p.key_value = [field](const ClusterSpec& c) { return field(c); };
+  p.read = [key, get = p.key_value](const ClusterSpec& c) -> std::optional<double> {
+    if (!declared_bounds(c, key)) return std::nullopt;
+    return get(c);
+  };
+  p.write = [field](ClusterSpec& c, double v) { field(c) = v; };
+  p.bounds = [key](const ClusterSpec& c) { return *declared_bounds(c, key); };
+  return p;
+}
+
 // Element-wise kernels run at a fraction of the GPU's STREAM copy rate (docs/compute.md): the
 // fraction is what eager PyTorch's casts, norms and activations lose to their access patterns, a
 // property of the kernels rather than of the GPU, so one fraction serves every profile.
-constexpr std::string_view kElementwiseKey = "gpu.elementwise_efficiency";
-
-std::optional<double> read_elementwise(const ClusterSpec& c) {
-  if (!declared_bounds(c, kElementwiseKey) || !(c.gpu.hbm_efficiency > 0)) return std::nullopt;
-  return c.gpu.elementwise_efficiency / c.gpu.hbm_efficiency;
-}
-void write_elementwise(ClusterSpec& c, double fraction) {
-  c.gpu.elementwise_efficiency = fraction * c.gpu.hbm_efficiency;
-}
-double elementwise_key(const ClusterSpec& c) { return c.gpu.elementwise_efficiency; }
-std::pair<double, double> elementwise_bounds(const ClusterSpec& c) {
-  const auto b = *declared_bounds(c, kElementwiseKey);
+FittedParameter elementwise_fraction() {
+  constexpr std::string_view key = "gpu.elementwise_efficiency";
+  FittedParameter p{"elementwise_fraction", key,
+                    "element-wise kernels' rate as a fraction of the profile's STREAM copy rate", {}, {}, {}, {}};
+  p.read = [key](const ClusterSpec& c) -> std::optional<double> {
+    if (!declared_bounds(c, key) || !(c.gpu.hbm_efficiency > 0)) return std::nullopt;
+    return c.gpu.elementwise_efficiency / c.gpu.hbm_efficiency;
+  };
+  p.write = [](ClusterSpec& c, double fraction) { c.gpu.elementwise_efficiency = fraction * c.gpu.hbm_efficiency; };
+  p.key_value = [](const ClusterSpec& c) { return c.gpu.elementwise_efficiency; };
   // No element-wise kernel beats a plain copy: the fraction stays at or below 1.
-  return {b.first / c.gpu.hbm_efficiency, std::min(1.0, b.second / c.gpu.hbm_efficiency)};
+  p.bounds = [key](const ClusterSpec& c) {
+    const auto b = *declared_bounds(c, key);
+    return std::pair{b.first / c.gpu.hbm_efficiency, std::min(1.0, b.second / c.gpu.hbm_efficiency)};
+  };
+  return p;
 }
-
-constexpr std::string_view kSustainedKey = "gpu.sustained_clock_fraction";
-
-std::optional<double> read_sustained(const ClusterSpec& c) {
-  if (!declared_bounds(c, kSustainedKey)) return std::nullopt;
-  return c.gpu.sustained_clock_fraction;
-}
-void write_sustained(ClusterSpec& c, double v) { c.gpu.sustained_clock_fraction = v; }
-double sustained_key(const ClusterSpec& c) { return c.gpu.sustained_clock_fraction; }
-std::pair<double, double> sustained_bounds(const ClusterSpec& c) { return *declared_bounds(c, kSustainedKey); }
-
-// Megatron-DeepSpeed's host work per counted kernel, a multiple of the eager per-op cost: a
-// property of the framework's Python, so one number for every host.
-constexpr std::string_view kDeepSpeedKey = "host.megatron_deepspeed_op_factor";
-
-std::optional<double> read_deepspeed(const ClusterSpec& c) {
-  if (!declared_bounds(c, kDeepSpeedKey)) return std::nullopt;
-  return c.host.megatron_deepspeed_op_factor;
-}
-void write_deepspeed(ClusterSpec& c, double v) { c.host.megatron_deepspeed_op_factor = v; }
-double deepspeed_key(const ClusterSpec& c) { return c.host.megatron_deepspeed_op_factor; }
-std::pair<double, double> deepspeed_bounds(const ClusterSpec& c) { return *declared_bounds(c, kDeepSpeedKey); }
 
 }  // namespace
 
 const std::vector<FittedParameter>& fitted_parameters() {
   static const std::vector<FittedParameter> all = {
-      {"elementwise_fraction", kElementwiseKey,
-       "element-wise kernels' rate as a fraction of the profile's STREAM copy rate", read_elementwise,
-       write_elementwise, elementwise_key, elementwise_bounds},
-      {"sustained_clock_fraction", kSustainedKey,
-       "tensor-core rate over a whole step as a fraction of the short-microbenchmark (burst) rate", read_sustained,
-       write_sustained, sustained_key, sustained_bounds},
-      {"deepspeed_op_factor", kDeepSpeedKey,
-       "Megatron-DeepSpeed's host work per kernel as a multiple of the eager per-op cost", read_deepspeed,
-       write_deepspeed, deepspeed_key, deepspeed_bounds},
+      elementwise_fraction(),
+      direct("sustained_clock_fraction", "gpu.sustained_clock_fraction",
+             "tensor-core rate over a whole step as a fraction of the short-microbenchmark (burst) rate",
+             [](auto& c) -> auto& { return c.gpu.sustained_clock_fraction; }),
+      // Megatron-DeepSpeed's host work per counted kernel: a property of the framework's Python,
+      // so one number for every host.
+      direct("deepspeed_op_factor", "host.megatron_deepspeed_op_factor",
+             "Megatron-DeepSpeed's host work per kernel as a multiple of the eager per-op cost",
+             [](auto& c) -> auto& { return c.host.megatron_deepspeed_op_factor; }),
   };
   return all;
 }

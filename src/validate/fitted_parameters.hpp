@@ -3,6 +3,7 @@
 // Each is one physical number shared by every profile that declares its key `fitted`: the fit asks
 // what value explains the runs, not what value each GPU would like, so that a parameter fitted on
 // one GPU's or one framework's runs is the same number the others are predicted with.
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,13 +20,13 @@ struct FittedParameter {
   std::string_view meaning;      // one line, for reports
   // The parameter's value as `profile` holds it; nullopt where the profile does not declare the
   // key fitted (the parameter does not apply to runs on that profile).
-  std::optional<double> (*read)(const ClusterSpec& profile);
+  std::function<std::optional<double>(const ClusterSpec& profile)> read;
   // Sets the value on a loaded profile (one the parameter applies to).
-  void (*write)(ClusterSpec& profile, double value);
+  std::function<void(ClusterSpec& profile, double value)> write;
   // The profile key's own value (what a profile file holds for `profile_key`).
-  double (*key_value)(const ClusterSpec& profile);
+  std::function<double(const ClusterSpec& profile)> key_value;
   // Bounds of the parameter itself, from the profile's declared bounds of its key.
-  std::pair<double, double> (*bounds)(const ClusterSpec& profile);
+  std::function<std::pair<double, double>(const ClusterSpec& profile)> bounds;
 };
 
 // Every declared fitted parameter, in report order.
