@@ -56,15 +56,13 @@ ParameterValues values_of(const std::vector<ParameterFit>& ps, const std::vector
 
 // Residuals at `theta`: the rows in `only` re-simulated, every other row as in `base`.
 Eigen::VectorXd residuals_at(Problem& pb, const std::vector<ParameterFit>& ps, const std::vector<double>& theta,
-                             const std::vector<RunKey>& only, const Eigen::VectorXd& base,
-                             RunsEvaluation* eval_out = nullptr) {
+                             const std::vector<RunKey>& only, const Eigen::VectorXd& base) {
   Eigen::VectorXd r = base;
   if (only.empty()) return r;
-  RunsEvaluation e = evaluate_runs(*pb.runs, values_of(ps, theta, pb.free), &only);
+  const RunsEvaluation e = evaluate_runs(*pb.runs, values_of(ps, theta, pb.free), &only);
   pb.evaluations += static_cast<int>(e.rows.size());
   for (std::size_t i = 0; i < e.rows.size(); ++i)
     if (auto lr = log_ratio(e.rows[i]); lr) r[pb.row_index.at(e.keys[i])] = *lr;
-  if (eval_out != nullptr) *eval_out = std::move(e);
   return r;
 }
 
