@@ -781,7 +781,9 @@ TEST_CASE("calibrate --runs on training logs, then simulate with the fitted prof
       {(logs / "torchtitan-llama3.1-8b.toml").string(), 6697},
       {(data_root() / "plans" / "examples" / "mpt-7b-8gpu-pure-ac.yaml").string(), 8277.7},
       {(logs / "megatron-llama3.1-8b-tp2.args").string(), 8184.32}};
-  for (const auto& [config, logged] : runs) {
+  for (const auto& run_and_log : runs) {
+    const std::string config = run_and_log.first;  // a named copy: clang 14 cannot CAPTURE a structured binding
+    const double logged = run_and_log.second;
     CAPTURE(config);
     const Run sim = run("simulate --config " + config + " --cluster " + out.string() + " --gpus 8 --json");
     REQUIRE(sim.exit_code == 0);
