@@ -276,9 +276,14 @@ QuantRecipe quant_recipe(Fp8Recipe r) {
       q.recasts_inputs = true;
       break;
     case Fp8Recipe::torchao_rowwise:
-      // Row-wise scales are local to a row: the amax fuses into the cast.
+      // Row-wise scales are local to a row: the forward casts fuse their amax. The backward's
+      // GEMMs contract the other dimension (torchao's float8 linear: the output gradient scaled
+      // per row for the data gradient and per column for the weight gradient, the input and the
+      // weight along the dimension the forward did not), so the output gradient is cast twice and
+      // the column-wise casts reduce in a pass of their own.
       q.forward_copies = 1;
       q.recasts_inputs = true;
+      q.column_casts_reduce_separately = true;
       break;
   }
   return q;
@@ -298,16 +303,30 @@ double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe&
   return bytes;
 }
 
-double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q) {
+double quantize_weight_shard_bytes(const Gemms& linears, double e, const QuantRecipe& q, int shards) {
+  double bytes = 0;
+  for (const GemmShape& g : linears)
+    bytes += static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n) *
+             (2 * e + q.data_bytes + q.weight_scale_bytes);
+  return bytes / std::max(shards, 1);
+}
+
+double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights) {
   const double read = q.amax_pass ? 2 * e : e;
-  const double grad = read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
+  // One kernel writes every copy of the output gradient; with column-wise scales its column copy
+  // is a cast of its own after its own reduction (two more reads).
+  const double grad = q.column_casts_reduce_separately
+                          ? read + 2 * e + q.grad_copies * (q.data_bytes + q.act_scale_bytes)
+                          : read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
+  const double recast_read = q.column_casts_reduce_separately ? 2 * e : read;
   double bytes = 0;
   for (const GemmShape& g : linears) {
     const double b = static_cast<double>(g.batch);
     bytes += grad * b * static_cast<double>(g.m) * static_cast<double>(g.n);
     if (q.recasts_inputs)
-      bytes += b * ((read + q.data_bytes + q.act_scale_bytes) * static_cast<double>(g.m) * static_cast<double>(g.k) +
-                    (read + q.data_bytes + q.weight_scale_bytes) * static_cast<double>(g.k) * static_cast<double>(g.n));
+      bytes += b * ((recast_read + q.data_bytes + q.act_scale_bytes) * static_cast<double>(g.m) * static_cast<double>(g.k) +
+                    (weights ? recast_read + q.data_bytes + q.weight_scale_bytes : 0.0) * static_cast<double>(g.k) *
+                        static_cast<double>(g.n));
   }
   return bytes;
 }
@@ -328,9 +347,12 @@ int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool we
   return static_cast<int>(linears.size()) * per_tensor * (weights ? 2 : 1);
 }
 
-int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q) {
+int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights) {
   const int per_tensor = q.amax_pass ? 2 : 1;
-  return static_cast<int>(linears.size()) * per_tensor * (q.recasts_inputs ? 3 : 1);
+  const int recast_tensors = q.recasts_inputs ? (weights ? 2 : 1) : 0;
+  if (q.column_casts_reduce_separately)  // the gradient's row cast, then a reduction + cast per column cast
+    return static_cast<int>(linears.size()) * (per_tensor + 2 + 2 * recast_tensors);
+  return static_cast<int>(linears.size()) * per_tensor * (1 + recast_tensors);
 }
 
 }  // namespace meshplan

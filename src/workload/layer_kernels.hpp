@@ -90,6 +90,10 @@ struct QuantRecipe {
   bool amax_pass = false;         // a separate amax reduction reads each tensor before its cast
   bool caches_weights = false;    // the quantized weights are reused after a step's first micro-batch
   bool recasts_inputs = false;    // backward casts the saved 16-bit input and the weight again
+  // Scales along the other dimension for the backward GEMMs (row-wise recipes): a row-major
+  // tensor's column amax is an outer reduction that cannot fuse into its cast, so each such cast
+  // reads its 16-bit tensor twice, while the row-wise cast beside it reads it once.
+  bool column_casts_reduce_separately = false;
   double scale_update_bytes_per_linear = 0;  // delayed scaling's amax-history roll and scale update
 };
 QuantRecipe quant_recipe(Fp8Recipe r);
@@ -99,9 +103,13 @@ QuantRecipe quant_recipe(Fp8Recipe r);
 // and, when `weights`, the weights; backward the output gradients (and the inputs again where the
 // recipe recasts them).
 double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights);
-double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q);
+double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights = true);
 int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights);
-int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q);
+int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights = true);
+// FSDP float8 all-gather (torchao): each rank casts its own shard of the weights (1 / `shards` of
+// them) before the all-gather, which then carries FP8; the casts read the 16-bit shard twice (its
+// amax, then the cast) and write FP8.
+double quantize_weight_shard_bytes(const Gemms& linears, double e, const QuantRecipe& q, int shards);
 
 // Transformer Engine's FP8 DotProductAttention (without FP8 multi-head attention) casts the
 // kernel's 16-bit inputs to FP8 and its FP8 outputs back: forward Q, K, V in and O out, backward

@@ -88,20 +88,31 @@ void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) co
   if (!low_precision()) return;
   // Transformer Engine caches the quantized weights after the first micro-batch of a step;
   // torchao's float8 linears cast them on every forward.
+  // With FSDP's float8 all-gather the gathered weights arrive in FP8: each rank casts only its
+  // shard, before the all-gather (torchao's fsdp_pre_all_gather).
   const QuantRecipe q = quant_recipe(p_.fp8);
-  const bool weights = !q.caches_weights || mb == 0;
+  const bool gathered_fp8 = fp8_weights_gathered();
+  const bool weights = (!q.caches_weights || mb == 0) && !gathered_fp8;
   op.low_precision_gemms = true;
   op.cast_bytes += quantize_forward_bytes(linears, d_.e, q, weights);
   op.kernels += quantize_forward_kernels(linears, q, weights);
+  if (gathered_fp8) {
+    op.cast_bytes += quantize_weight_shard_bytes(linears, d_.e, q, p_.mesh.dp_shard);
+    op.kernels += 2 * static_cast<int>(linears.size());
+  }
 }
 
 void Builder::quantize_backward(Op& op, const Gemms& linears) const {
   if (!low_precision()) return;
   op.low_precision_gemms = true;
   const QuantRecipe q = quant_recipe(p_.fp8);
-  op.cast_bytes += quantize_backward_bytes(linears, d_.e, q);
-  op.kernels += quantize_backward_kernels(linears, q);
+  // The backward's all-gather brings the FP8 weights again: only the inputs are recast.
+  const bool weights = !fp8_weights_gathered();
+  op.cast_bytes += quantize_backward_bytes(linears, d_.e, q, weights);
+  op.kernels += quantize_backward_kernels(linears, q, weights);
 }
+
+bool Builder::fp8_weights_gathered() const { return p_.fp8_all_gather && p_.mesh.dp_shard > 1; }
 
 // Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring
 // step (Transformer Engine userbuffers, torchtitan's micro-pipelined TP), so they are priced as

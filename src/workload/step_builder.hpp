@@ -166,6 +166,7 @@ private:
   bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
   void quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const;
   void quantize_backward(Op& op, const Gemms& linears) const;
+  bool fp8_weights_gathered() const;  // FSDP float8 all-gather: weights cast per shard, gathered in FP8
   void chunk_for_overlap(Op& op) const;
   Op tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const;
   // One direction of the EP all-to-all (dispatch, combine, or either's backward).

@@ -834,6 +834,19 @@ TEST_CASE("quantize kernels per recipe: bytes read, copies and scales written (d
   CHECK(quantize_forward_bytes(one, e, ao, true) == doctest::Approx(5 * (mk + kn)));
   CHECK(quantize_backward_bytes(one, e, ao) == doctest::Approx(6 * mn + 5 * mk + 5 * kn));
   CHECK(quantize_backward_kernels(one, ao) == 6);
+  // With FSDP's float8 all-gather the backward gathers FP8 weights: only the input is recast; the
+  // forward casts each rank's shard before the all-gather instead (2e read + 1 written, / shards).
+  CHECK(quantize_backward_bytes(one, e, ao, false) == doctest::Approx(6 * mn + 5 * mk));
+  CHECK(quantize_backward_kernels(one, ao, false) == 4);
+  CHECK(quantize_weight_shard_bytes(one, e, ao, 8) == doctest::Approx(5 * kn / 8));
+  // torchao rowwise: forward casts fuse their row amax (e read + 1 written); backward casts the
+  // output gradient per row (e + 1) and per column (its own reduction: 2e + 1), and the input and
+  // weight along the other dimension (2e + 1 each): 3e + 2 = 8 per gradient element, 5 per input
+  // and weight element, against tensorwise's 6 / 5 / 5. Seven launches per linear.
+  const QuantRecipe rw = quant_recipe(Fp8Recipe::torchao_rowwise);
+  CHECK(quantize_forward_bytes(one, e, rw, true) == doctest::Approx(3 * (mk + kn)));
+  CHECK(quantize_backward_bytes(one, e, rw) == doctest::Approx(8 * mn + 5 * mk + 5 * kn));
+  CHECK(quantize_backward_kernels(one, rw) == 7);
   // The recipe picks the GEMM format.
   CHECK(low_precision_gemm_dtype(Fp8Recipe::mxfp8) == Dtype::mxfp8);
   CHECK(low_precision_gemm_dtype(Fp8Recipe::te_blockwise) == Dtype::fp8_block);

@@ -43,7 +43,7 @@ namespace {
 // Issue 15's acceptance: the overall dev.csv MAPE stays within 6.5 % once unpublished settings are
 // resolved. Measured 2026-12-02 with every branch merged (usable device memory, one memory model,
 // resolution, measured profiles): 6.38 % over 184 rows (the 185th, opt175b, publishes no batch).
-constexpr double kDevTokensMapeBoundPct = 6.5;
+constexpr double kDevTokensMapeBoundPct = 6.3;
 constexpr int kDevRowsCompared = 184;
 constexpr int kDevUnresolvedSkipsBound = 0;
 // Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
@@ -67,6 +67,14 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // 8.88 -> 8.48, bloom-176b 46.1 -> 45.2; dev-vtrain 9.72 % / -0.04 % -> 9.75 % / -0.07 % with
 // the Megatron-DeepSpeed host factor refitted 8 -> 8.2; dev-moe 15.31 -> 15.38 %; memory.csv
 // 9.06 % unchanged.
+// Issue 31 (2026-12-04, second session): a simulated op keeps each GEMM's and attention kernel's
+// fixed per-kernel latency as GPU time (the GEMM model is calibrated on times that hold it; the
+// H200's hidden-1024 layer GEMMs were 19 % too fast without it): dev.csv 6.27 -> 6.23 % (bound
+// tightened 6.5 -> 6.3), llm-foundry 5.22 -> 5.15, nemo-24.07 8.48 -> 8.42, megatron-sc21 4.28 ->
+// 4.23, bloom-176b 45.20 -> 45.05, megatron-lm-h100 9.93 -> 10.03, korthikanti2022 4.27 -> 4.44
+// (bias -2.7 %: too slow, as the element-wise fraction's refit conflict says, docs/validation.md);
+// dev-vtrain 9.75 -> 9.46 %, bias +1.9 -> +1.7 % with the DeepSpeed factor refitted 7.773 ->
+// 7.684; dev-moe 15.38 -> 15.33 %; memory.csv 9.06 % unchanged.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.3},
     {"megatron-lm-h100", 11.0}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
@@ -231,6 +239,17 @@ TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; s
   for (const ParameterFit& f : shipped.parameters) {
     CAPTURE(f.parameter->name);
     REQUIRE(f.identifiable);
+    CHECK(std::fabs(f.value - f.prior) <= kShippedFitRelativeTolerance * f.prior);
+  }
+  // The 500 W H100 96GB's sustained clock, fitted on the only dev runs on that part (memory.csv).
+  MeasuredRuns memory_runs;
+  memory_runs.tables.push_back(read_csv_table((test::shared_root() / "validation" / "memory.csv").string()));
+  FitOptions only_clock;
+  only_clock.parameters = {&fitted_parameter("sustained_clock_fraction", "test")};
+  for (const ParameterFit& f : fit_runs(memory_runs, only_clock).parameters) {
+    CAPTURE(f.parameter->name);
+    REQUIRE(f.identifiable);
+    CHECK(f.runs == 5);
     CHECK(std::fabs(f.value - f.prior) <= kShippedFitRelativeTolerance * f.prior);
   }
 }
