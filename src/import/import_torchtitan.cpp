@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <map>
 
 #include "import/accepted_settings.hpp"
 #include "spec/error.hpp"
+#include "spec/framework_defaults.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/pipeline_split.hpp"
@@ -506,6 +508,11 @@ void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
     par.fail(stages > rc.model.n_layers + first + last ? "pipeline_parallel_degree"
                                                        : "pipeline_parallel_first_stage_less_layers",
              fmt::format("{} layers over {} stages: {} (torchtitan raises)", rc.model.n_layers, stages, why));
+  for (const char* key : {"pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"})
+    if (!par.has(key))
+      note_default(rc, par.key(key), fmt::format("1, stages of {} layers", fmt::join(*layers, ", ")),
+                   "torchtitan's default: the embedding or the output counted as one layer, "
+                   "distributed/pipeline_parallel.py @ 238fa9953e4a");
   if (*layers != split_layers(rc.model.n_layers, stages)) rc.plan.pipeline_split.chunk_layers = *layers;
 }
 
@@ -513,15 +520,26 @@ void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
 void read_batch(const std::string& path, const TomlView& training, const TomlView& par, RunConfig& rc) {
   const bool pp = rc.plan.mesh.pp > 1;
   const std::int64_t local = training.get_int("local_batch_size").value_or(8);
+  if (!training.has("local_batch_size"))
+    note_default(rc, training.key("local_batch_size"), "8 sequences", "torchtitan's default, config/job_config.py");
   if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
   limits::check_count(path, training.key("local_batch_size"), local, 1, limits::kMaxBatch, "sequences per step");
   const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
   if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
   const std::int64_t seq = training.get_int("seq_len").value_or(2048);
+  if (!training.has("seq_len"))
+    note_default(rc, training.key("seq_len"), "2048 tokens", "torchtitan's default, config/job_config.py");
   if (seq <= 0) training.fail("seq_len", fmt::format("must be positive, got {}", seq));
   rc.job.seq_len = seq;
   if (pp) {
     const std::int64_t mb = par.get_int("pipeline_parallel_microbatch_size").value_or(1);
+    if (!par.has("pipeline_parallel_microbatch_size")) {
+      // Both layouts meshplan reads are of the release range whose default this is.
+      const FrameworkDefault* row = torchtitan_pp_microbatch_default(FrameworkRelease{20250407}).row;
+      note_default(rc, par.key("pipeline_parallel_microbatch_size"),
+                   fmt::format("1: {} micro-batches of one sequence", local),
+                   fmt::format("torchtitan's default, {}", row->source));
+    }
     if (mb <= 0) par.fail("pipeline_parallel_microbatch_size", fmt::format("must be positive, got {}", mb));
     if (local % mb != 0)
       par.fail("pipeline_parallel_microbatch_size",
