@@ -72,6 +72,9 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
   const std::string cluster = !o.cluster.empty() ? o.cluster
                               : !in.run.cluster.empty() ? in.run.cluster
                                                         : std::string(kDefaultCluster);
+  if (o.cluster.empty() && in.run.cluster.empty())
+    in.run.assumptions.push_back(fmt::format("cluster: not stated; {} (meshplan's default; --cluster names another)",
+                                             kDefaultCluster));
   try {
     in.cluster = load_cluster(cluster);
   } catch (const InputError& e) {
@@ -91,11 +94,16 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
     in.run.n_gpus_assumed = true;
     in.run.warnings.push_back(fmt::format(
         "no GPU count in {} or --gpus; assuming one node of {} GPUs", o.config, *gpus));
+    in.run.assumptions.push_back(
+        fmt::format("GPU count: not stated; {}, one node of {} (--gpus names another)", *gpus, in.cluster.name));
   }
   resolve_layout(in.run, gpus);
   // Knobs the config leaves to the runtime ('auto' micro-batch): settled as the runtime would.
   const RuntimeChoices choices = resolve_runtime_choices(in.run, in.cluster);
-  for (const auto& a : choices.assumptions) in.run.warnings.push_back(a);
+  for (const auto& a : choices.assumptions) {
+    in.run.warnings.push_back(a);
+    in.run.assumptions.push_back(a);
+  }
   if (!choices.no_fit.empty())
     in.run.warnings.push_back(fmt::format("{}; modeled with the whole device batch", choices.no_fit));
   return in;

@@ -5,6 +5,7 @@
 #include "spec/pipeline_split.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <utility>
 
 #include "emit/torchtitan_keys.hpp"
@@ -200,12 +201,11 @@ void check_pipeline(const RunConfig& rc) {
       refuse(kRt, "schedule", fmt::format("vpp {} needs Interleaved1F1B, not {}", m.vpp, schedule_name(p.schedule)));
     if (m.vpp == 1 && p.schedule == PipelineSchedule::interleaved_1f1b)
       refuse(kRt, "vpp", "Interleaved1F1B runs at least 2 stages per rank (vpp >= 2)");
-    if (p.pipeline_split.given())
-      refuse(kRt, "pipeline_split", "Megatron's pipeline split rules (first/last stage layers, embedding and loss "
-                                    "counted as layers) are not emitted for torchtitan");
-    if (!split_layers(rc.model.n_layers, m.pp * m.vpp))
-      refuse(kRt, "vpp", fmt::format("{} layers do not split into pp x vpp = {} stages (evenly, or with the "
-                                     "embedding and head counted as one layer each)", rc.model.n_layers, m.pp * m.vpp));
+    // Any split that places the layers is written as the stages' layers it gives (write_pipeline_stages).
+    if (SplitError why; !split_pipeline(rc.model.n_layers, m.pp, m.vpp, p.pipeline_split, &why))
+      refuse(kRt, p.pipeline_split.given() ? "pipeline_split" : "vpp",
+             fmt::format("{} layers do not split into pp x vpp = {} stages: {}", rc.model.n_layers, m.pp * m.vpp,
+                         why.reason));
   } else if (m.vpp != 1) {
     refuse(kRt, "vpp", "virtual stages need pp > 1");
   }
@@ -333,21 +333,54 @@ void write_training(TomlDoc& d, const RunConfig& rc, const Settings& s, bool ear
   if (!early) d.key("compile", boolean(p.compile));
 }
 
-// The pipeline schedule and how the layers split into stages, in each layout's own keys.
+// The modules of each stage by name, as torchtitan's module_fqns_per_model_part lists them (its
+// generate_llm_fqn_per_model_part writes the same names): the embedding first, the layers, the
+// final norm and the head last.
+std::string module_fqns(const std::vector<int>& stage_layers) {
+  std::vector<std::string> parts;
+  int layer = 0;
+  for (std::size_t s = 0; s < stage_layers.size(); ++s) {
+    std::vector<std::string> fqns;
+    if (s == 0) fqns.push_back("tok_embeddings");
+    for (int i = 0; i < stage_layers[s]; ++i) fqns.push_back(fmt::format("layers.{}", layer++));
+    if (s + 1 == stage_layers.size()) {
+      fqns.push_back("norm");
+      fqns.push_back("output");
+    }
+    parts.push_back(string_array(fqns));
+  }
+  std::string out = "[";
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out + "]";
+}
+
+// The pipeline schedule and how the layers split into stages, in each layout's own keys: the
+// early-2026 layout by torchtitan's weighted rule where it gives the plan's stages (the embedding
+// and output weighing 0, or 1 each as by default), else each stage's modules by name; the mid-2025
+// layout by split points, which place any split.
 void write_pipeline_stages(TomlDoc& d, const RunConfig& rc, bool early) {
   const Plan& p = rc.plan;
   const Mesh& m = p.mesh;
   d.key("pipeline_parallel_schedule", quoted(schedule_name(p.schedule)));
   d.key("pipeline_parallel_microbatch_size", std::to_string(rc.job.micro_batch));
   const int stages = m.pp * m.vpp;
-  const std::vector<int> split = *split_layers(rc.model.n_layers, stages);
-  const bool even = rc.model.n_layers % stages == 0;
+  const int layers = rc.model.n_layers;
+  const std::vector<int> split = *split_pipeline(layers, m.pp, m.vpp, p.pipeline_split);
+  const bool even = split == std::vector<int>(static_cast<std::size_t>(stages), layers / stages);
+  const bool end_stages_fewer = split_layers(layers, stages) == split;
   if (early) {
-    // Even split: the embedding and output are not counted as layers (less_layers = 0).
-    // Uneven: torchtitan's default counts each as one layer, so the end stages get one fewer.
-    d.key("pipeline_parallel_layers_per_stage", std::to_string(even ? split[0] : split[1]));
-    d.key("pipeline_parallel_first_stage_less_layers", even ? "0" : "1");
-    d.key("pipeline_parallel_last_stage_less_layers", even ? "0" : "1");
+    for (int weight : {0, 1}) {
+      const int per = (layers + 2 * weight + stages - 1) / stages;
+      if (torchtitan_stage_layers(layers, stages, weight, weight) != split ||
+          (layers + 2 * weight + per - 1) / per != stages)
+        continue;
+      d.key("pipeline_parallel_layers_per_stage", std::to_string(per));
+      d.key("pipeline_parallel_first_stage_less_layers", std::to_string(weight));
+      d.key("pipeline_parallel_last_stage_less_layers", std::to_string(weight));
+      return;
+    }
+    d.key("module_fqns_per_model_part", module_fqns(split),
+          fmt::format("stages of {} layers", fmt::join(split, ", ")));
   } else {
     std::vector<std::string> splits;
     int at = 0;
@@ -355,7 +388,9 @@ void write_pipeline_stages(TomlDoc& d, const RunConfig& rc, bool early) {
       at += split[static_cast<std::size_t>(i)];
       splits.push_back(fmt::format("layers.{}", at));
     }
-    d.key("pipeline_parallel_split_points", string_array(splits), even ? "equal stages" : "end stages one layer fewer");
+    d.key("pipeline_parallel_split_points", string_array(splits),
+          even ? "equal stages" : end_stages_fewer ? "end stages one layer fewer"
+                                                   : fmt::format("stages of {} layers", fmt::join(split, ", ")));
   }
 }
 

@@ -20,6 +20,10 @@ bool differs_from_model(const UnmodelledSetting& s, const std::string& value) {
   return s.modelled_value.empty() || canonical(value) != canonical(s.modelled_value);
 }
 
+void note_default(RunConfig& rc, std::string_view key, std::string_view value, std::string_view rule) {
+  rc.assumptions.push_back(fmt::format("{}: not stated; {} ({})", key, value, rule));
+}
+
 void note_unmodelled(RunConfig& rc, const UnmodelledSetting& s, const std::string& value) {
   auto& names = rc.unmodelled_settings;
   if (std::find(names.begin(), names.end(), s.key) != names.end()) return;

@@ -34,4 +34,8 @@ bool differs_from_model(const UnmodelledSetting& s, const std::string& value);
 // rc.unmodelled_settings (sorted, once).
 void note_unmodelled(RunConfig& rc, const UnmodelledSetting& s, const std::string& value);
 
+// Records in rc.assumptions that `key` was not stated and resolved to `value` by `rule` (whose
+// default it is, with its source): "key: not stated; value (rule)".
+void note_default(RunConfig& rc, std::string_view key, std::string_view value, std::string_view rule);
+
 }  // namespace meshplan

@@ -10,6 +10,7 @@
 #include <regex>
 #include <yaml-cpp/yaml.h>
 
+#include "import/accepted_settings.hpp"
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
 #include "import/import_composer.hpp"
@@ -184,6 +185,24 @@ void resolve_degrees(RunConfig& rc, const Keys& keys, std::int64_t n) {
     fail(mesh.tp > 1 && wild == nullptr && mesh.dp_shard == 1 ? keys.tp : keys.dp_shard,
          fmt::format("{} = {} GPUs, but the run has {}", product(), mesh.world(), n));
   if (mesh.vpp > 1 && mesh.pp == 1) fail(keys.vpp, "virtual pipeline stages need pipeline parallelism (pp > 1)");
+}
+
+// A plan TOML for Megatron that gives pp (and vpp) but no split rule for layers they do not divide:
+// the rule Megatron needs to run it (megatron_split_for, as validate infers it for a published
+// run), said in the assumptions. Megatron's own arguments give the rule or Megatron raises.
+void infer_megatron_split(RunConfig& rc) {
+  Plan& plan = rc.plan;
+  const int chunks = plan.mesh.pp * plan.mesh.vpp;
+  if (rc.format != ConfigFormat::meshplan_plan || !runtime_traits(plan).pipeline_split_by_flags ||
+      plan.pipeline_split.given() || chunks <= 1 || rc.model.n_layers % chunks == 0)
+    return;
+  std::string how;
+  const auto split = megatron_split_for(rc.model.n_layers, plan.mesh.pp, plan.mesh.vpp, rc.model.n_mtp_layers, &how);
+  if (!split) return;  // check_model_vs_degrees names why nothing places them
+  plan.pipeline_split = *split;
+  note_default(rc, "layout.pipeline_layout",
+               fmt::format("{} layers on pp {} x vpp {}: {}", rc.model.n_layers, plan.mesh.pp, plan.mesh.vpp, how),
+               "meshplan's inference of the split Megatron needs, spec/pipeline_split.hpp megatron_split_for");
 }
 
 // The model's shape against the degrees: heads, MLP width, layers and experts must divide.
@@ -430,6 +449,7 @@ void resolve_layout(RunConfig& rc, std::optional<std::int64_t> n_gpus) {
   const Keys keys = keys_for(rc);
   const std::int64_t n = resolve_gpu_count(rc, keys, n_gpus);
   resolve_degrees(rc, keys, n);
+  infer_megatron_split(rc);
   check_model_vs_degrees(rc, keys);
   check_seq_len(rc, keys);
   apply_runtime_rules(rc, n);

@@ -753,7 +753,14 @@ void read_fsdp1_sharding(const std::string& path, const YView& fsdp, RunConfig& 
 }
 
 // FSDP1's prefetch and all-gather limiter, and its unsharded root unit.
-void read_fsdp1_prefetch(const std::string& path, const YView& fsdp, Plan& plan) {
+void read_fsdp1_prefetch(const std::string& path, const YView& fsdp, RunConfig& rc) {
+  Plan& plan = rc.plan;
+  // Composer's FSDP1 defaults (composer/utils/parallelism.py FSDPConfig) for the knobs that change
+  // the simulated step, when the file leaves them out.
+  for (const auto& [key, value] : {std::pair{"backward_prefetch", "BACKWARD_POST"},
+                                   std::pair{"forward_prefetch", "false"}, std::pair{"limit_all_gathers", "true"}})
+    if (!fsdp.has(key))
+      note_default(rc, fsdp.key(key), value, "Composer's default, composer/utils/parallelism.py FSDPConfig");
   const std::string bp = upper(fsdp.get_string("backward_prefetch").value_or("BACKWARD_POST"));
   if (bp == "NONE") plan.backward_prefetch = BackwardPrefetch::none;
   else if (auto b = parse_backward_prefetch(bp)) plan.backward_prefetch = *b;
@@ -874,6 +881,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
 
   // ---- precision
   const Amp amp = parse_precision(top, rc.warnings);
+  if (!top.has("precision")) note_default(rc, "precision", "amp_bf16", "llm-foundry's default, scripts/train/train.py");
   plan.compute_dtype = amp.dtype;
   if (amp.fp8) plan.fp8 = Fp8Recipe::te_delayed;
   plan.state_dtype = Dtype::fp32;  // FSDP keeps fp32 sharded master params in every mode
@@ -899,7 +907,7 @@ RunConfig import_llm_foundry(const std::string& path, const std::string& text, c
       read_fsdp2_sharding(*fsdp, rc);
     } else {
       read_fsdp1_sharding(path, *fsdp, rc);
-      read_fsdp1_prefetch(path, *fsdp, plan);
+      read_fsdp1_prefetch(path, *fsdp, rc);
     }
     read_tp(path, top, *fsdp, orig, rc);
   }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "import/accepted_settings.hpp"
 #include "import/shell_words.hpp"
 #include "spec/error.hpp"
 #include "spec/framework_defaults.hpp"
@@ -574,9 +575,12 @@ void read_model(const Args& a, const std::string& path, const ImportOptions& opt
     }
     if (match) {
       rc.model = *match;
-      if (!vocab)
+      if (!vocab) {
         rc.warnings.push_back(fmt::format("--vocab-size: not given and the tokenizer is not a shipped model's; the "
                                           "shape is {}'s, whose vocabulary {} is used", match->name, match->vocab));
+        note_default(rc, "--vocab-size", fmt::format("{}", match->vocab),
+                     fmt::format("the vocabulary of {}, the shipped model of this shape", match->name));
+      }
     } else {
       if (!vocab)
         a.fail("--vocab-size", "required: the tokenizer's vocabulary is not known (no --vocab-size, and "
@@ -601,11 +605,16 @@ void read_parallelism(const Args& a, RunConfig& rc) {
   // The flex dispatcher runs DeepEP (--moe-enable-deepep, the default backend) or HybridEP.
   if (a.choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "flex"}).value_or("allgather") == "flex") {
     const std::string backend = a.choice("--moe-flex-dispatcher-backend", {"deepep", "hybridep"}).value_or("deepep");
+    if (!a.has("--moe-flex-dispatcher-backend"))
+      note_default(rc, "--moe-flex-dispatcher-backend", "deepep", "Megatron-LM's default, arguments.py");
     plan.moe_dispatcher = backend == "hybridep" ? MoeDispatcher::hybridep : MoeDispatcher::deepep;
   }
   if (a.has("--expert-tensor-parallel-size")) {
     const int etp = degree("--expert-tensor-parallel-size");
     mesh.etp = etp == mesh.tp ? 0 : etp;  // Megatron's default is tp
+  } else if (mesh.ep > 1 && mesh.tp > 1) {
+    note_default(rc, "--expert-tensor-parallel-size", fmt::format("{}, the tensor-parallel degree", mesh.tp),
+                 "Megatron-LM's default, arguments.py");
   }
   if (mesh.ep > 1 && !rc.model.moe.enabled())
     rc.warnings.push_back("--expert-model-parallel-size: the model has no experts; EP has no effect");
@@ -627,6 +636,10 @@ void pad_vocab(const Args& a, RunConfig& rc) {
     a.fail("--make-vocab-size-divisible-by", fmt::format("the padded vocabulary {} is above the maximum {} "
                                                          "(docs/limits.md)", padded, limits::kMaxVocab));
   if (padded != rc.model.vocab) {
+    if (!a.has("--make-vocab-size-divisible-by"))
+      note_default(rc, "--make-vocab-size-divisible-by",
+                   fmt::format("128: the vocabulary {} padded to {} (128 x tp {})", rc.model.vocab, padded, tp),
+                   "Megatron-LM's default, arguments.py; megatron/training/tokenizer vocab_size_with_padding");
     rc.warnings.push_back(fmt::format("--vocab-size: {} padded to {} (a multiple of --make-vocab-size-divisible-by "
                                       "{} x tp {}, as Megatron pads it)", rc.model.vocab, padded, by, tp));
     rc.model.vocab = padded;

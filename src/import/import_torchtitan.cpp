@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <map>
 
 #include "import/accepted_settings.hpp"
 #include "spec/error.hpp"
+#include "spec/framework_defaults.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/pipeline_split.hpp"
@@ -185,7 +187,6 @@ const std::vector<UnmodelledSetting>& unmodelled_keys() {
       {"training.gc_debug", "false", "a full garbage collection every step"},
       {"training.deterministic", "false", "deterministic kernels"},
       {"debug.deterministic", "false", "deterministic kernels"},
-      {"parallelism.module_fqns_per_model_part", "", "a hand-written split of the model into pipeline stages"},
       {"parallelism.pipeline_parallel_schedule_csv", "", "a pipeline schedule read from a CSV file"},
       {"parallelism.pipeline_parallel_expert_parallel_overlap", "true", "overlapping the expert all-to-alls of one "
                                                                         "micro-batch with another's compute"},
@@ -422,6 +423,75 @@ void read_compile_and_tp(bool early, const TomlView& compile, const TomlView& tr
 }
 
 // The schedule and the stages per rank.
+// "layers.N" -> N, for a layer of the model's `n_layers`; nullopt for any other name.
+std::optional<int> layer_index(const std::string& fqn, int n_layers) {
+  const std::string prefix = "layers.";
+  if (fqn.rfind(prefix, 0) != 0 || fqn.size() == prefix.size() || fqn.size() > prefix.size() + 6) return std::nullopt;
+  int n = 0;
+  for (std::size_t i = prefix.size(); i < fqn.size(); ++i) {
+    if (fqn[i] < '0' || fqn[i] > '9') return std::nullopt;
+    n = n * 10 + (fqn[i] - '0');
+  }
+  if (n >= n_layers) return std::nullopt;
+  return n;
+}
+
+// The layers of each stage named by parallelism.module_fqns_per_model_part (early-2026 layout),
+// the split torchtitan builds when it is given (distributed/pipeline_parallel.py @ 238fa9953e4a):
+// the embedding in the first stage, the final norm and the head in the last, the layers in order,
+// each once. nullopt when the key is absent.
+std::optional<std::vector<int>> module_fqn_stages(const TomlView& par, int n_layers) {
+  const char* key = "module_fqns_per_model_part";
+  if (!par.has(key)) return std::nullopt;
+  const toml::array* parts = par.table().get(key)->as_array();
+  if (parts == nullptr || parts->empty()) par.fail(key, "expected a list of lists of module names, one list per stage");
+  std::vector<int> layers;
+  int next = 0;
+  for (std::size_t s = 0; s < parts->size(); ++s) {
+    const toml::array* names = (*parts)[s].as_array();
+    if (names == nullptr || names->empty())
+      par.fail(key, fmt::format("stage {} is not a non-empty list of module names", s));
+    int count = 0;
+    for (std::size_t i = 0; i < names->size(); ++i) {
+      const auto name = (*names)[i].value<std::string>();
+      if (!name) par.fail(key, fmt::format("stage {}: entry {} is not a string", s, i));
+      const bool first = s == 0, last = s + 1 == parts->size();
+      if (*name == "tok_embeddings" && first && i == 0) continue;
+      if ((*name == "norm" || *name == "output") && last) continue;
+      const std::optional<int> layer = layer_index(*name, n_layers);
+      if (!layer)
+        par.fail(key, fmt::format("stage {}: '{}' is not tok_embeddings (first stage), layers.0 to layers.{}, norm or "
+                                  "output (last stage)", s, *name, n_layers - 1));
+      if (*layer != next) par.fail(key, fmt::format("stage {}: '{}' out of order, layers.{} expected", s, *name, next));
+      ++next;
+      ++count;
+    }
+    layers.push_back(count);
+  }
+  if (next != n_layers) par.fail(key, fmt::format("the stages hold {} of the model's {} layers", next, n_layers));
+  return layers;
+}
+
+// The layers of each stage given by parallelism.pipeline_parallel_split_points (mid-2025 layout):
+// each point names the first layer of the next stage. nullopt when the key is absent or empty.
+std::optional<std::vector<int>> split_point_stages(const TomlView& par, int n_layers) {
+  const char* key = "pipeline_parallel_split_points";
+  const auto points = par.get_string_array(key);
+  if (!points || points->empty()) return std::nullopt;
+  std::vector<int> layers;
+  int at = 0;
+  for (const std::string& p : *points) {
+    const std::optional<int> layer = layer_index(p, n_layers);
+    if (!layer || *layer <= at)
+      par.fail(key, fmt::format("'{}' is not a layer after {} (layers.{} to layers.{}, in increasing order)", p,
+                                at == 0 ? "the first" : fmt::format("layers.{}", at), at + 1, n_layers - 1));
+    layers.push_back(*layer - at);
+    at = *layer;
+  }
+  layers.push_back(n_layers - at);
+  return layers;
+}
+
 void read_pipeline(const std::string& path, bool early, const TomlView& par, RunConfig& rc) {
   Plan& plan = rc.plan;
   Mesh& mesh = plan.mesh;
@@ -452,7 +522,17 @@ void read_pipeline(const std::string& path, bool early, const TomlView& par, Run
   // 2 for multi-stage ones (torchtitan pipeline_parallel.py).
   mesh.vpp = 1;
   if (pp) {
-    if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
+    // torchtitan takes the named modules over every layer-count setting.
+    if (const auto named = early ? module_fqn_stages(par, rc.model.n_layers) : std::nullopt) {
+      const auto stages = static_cast<std::int64_t>(named->size());
+      if (stages % mesh.pp != 0)
+        par.fail("module_fqns_per_model_part", fmt::format("{} stages, not a multiple of pipeline_parallel_degree {}",
+                                                           stages, mesh.pp));
+      mesh.vpp = static_cast<int>(stages / mesh.pp);
+      if (!multi && mesh.vpp != 1)
+        par.fail("pipeline_parallel_schedule", fmt::format("{} runs one stage per rank, but "
+                                                           "module_fqns_per_model_part gives {}", sched, mesh.vpp));
+    } else if (auto lps = par.get_int("pipeline_parallel_layers_per_stage")) {
       if (*lps <= 0) par.fail("pipeline_parallel_layers_per_stage", fmt::format("must be positive, got {}", *lps));
       limits::check_count(path, par.key("pipeline_parallel_layers_per_stage"), *lps, 1, limits::kMaxLayers, "layers");
       const std::int64_t first = limits::check_count(
@@ -484,19 +564,23 @@ void read_pipeline(const std::string& path, bool early, const TomlView& par, Run
     } else {
       mesh.vpp = multi ? 2 : 1;
     }
-    if (!early && par.has("pipeline_parallel_split_points"))
-      rc.warnings.push_back("parallelism.pipeline_parallel_split_points: stages are modeled with equal layer counts");
   }
 }
 
-// The layers of each stage (early-2026 layout): torchtitan's weighted even split
-// (spec/pipeline_split.hpp torchtitan_stage_layers), kept as the plan's explicit stage layers where
-// it differs from meshplan's default split. The mid-2025 layout names its stages by split points,
-// and module_fqns_per_model_part (named as not modelled) overrides the split.
+// The layers of each stage, kept as the plan's explicit stage layers where they differ from
+// meshplan's default split (spec/pipeline_split.hpp split_layers): the early-2026 layout's named
+// modules (module_fqns_per_model_part), else torchtitan's weighted even split
+// (torchtitan_stage_layers); the mid-2025 layout's split points, else the default split.
 void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
   const Mesh& mesh = rc.plan.mesh;
-  if (!early || mesh.pp <= 1 || par.has("module_fqns_per_model_part")) return;
+  if (mesh.pp <= 1) return;
   const int stages = mesh.pp * mesh.vpp;
+  const auto given = early ? module_fqn_stages(par, rc.model.n_layers) : split_point_stages(par, rc.model.n_layers);
+  if (given) {
+    if (*given != split_layers(rc.model.n_layers, stages)) rc.plan.pipeline_split.chunk_layers = *given;
+    return;
+  }
+  if (!early) return;
   const auto weight = [&](const char* key) { return static_cast<int>(par.get_int(key).value_or(1)); };
   std::string why;
   const int first = weight("pipeline_parallel_first_stage_less_layers");
@@ -506,6 +590,11 @@ void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
     par.fail(stages > rc.model.n_layers + first + last ? "pipeline_parallel_degree"
                                                        : "pipeline_parallel_first_stage_less_layers",
              fmt::format("{} layers over {} stages: {} (torchtitan raises)", rc.model.n_layers, stages, why));
+  for (const char* key : {"pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"})
+    if (!par.has(key))
+      note_default(rc, par.key(key), fmt::format("1, stages of {} layers", fmt::join(*layers, ", ")),
+                   "torchtitan's default: the embedding or the output counted as one layer, "
+                   "distributed/pipeline_parallel.py @ 238fa9953e4a");
   if (*layers != split_layers(rc.model.n_layers, stages)) rc.plan.pipeline_split.chunk_layers = *layers;
 }
 
@@ -513,15 +602,26 @@ void read_stage_layers(bool early, const TomlView& par, RunConfig& rc) {
 void read_batch(const std::string& path, const TomlView& training, const TomlView& par, RunConfig& rc) {
   const bool pp = rc.plan.mesh.pp > 1;
   const std::int64_t local = training.get_int("local_batch_size").value_or(8);
+  if (!training.has("local_batch_size"))
+    note_default(rc, training.key("local_batch_size"), "8 sequences", "torchtitan's default, config/job_config.py");
   if (local <= 0) training.fail("local_batch_size", fmt::format("must be positive, got {}", local));
   limits::check_count(path, training.key("local_batch_size"), local, 1, limits::kMaxBatch, "sequences per step");
   const std::int64_t global = training.get_int("global_batch_size").value_or(-1);
   if (global == 0 || global < -1) training.fail("global_batch_size", fmt::format("must be positive or -1, got {}", global));
   const std::int64_t seq = training.get_int("seq_len").value_or(2048);
+  if (!training.has("seq_len"))
+    note_default(rc, training.key("seq_len"), "2048 tokens", "torchtitan's default, config/job_config.py");
   if (seq <= 0) training.fail("seq_len", fmt::format("must be positive, got {}", seq));
   rc.job.seq_len = seq;
   if (pp) {
     const std::int64_t mb = par.get_int("pipeline_parallel_microbatch_size").value_or(1);
+    if (!par.has("pipeline_parallel_microbatch_size")) {
+      // Both layouts meshplan reads are of the release range whose default this is.
+      const FrameworkDefault* row = torchtitan_pp_microbatch_default(FrameworkRelease{20250407}).row;
+      note_default(rc, par.key("pipeline_parallel_microbatch_size"),
+                   fmt::format("1: {} micro-batches of one sequence", local),
+                   fmt::format("torchtitan's default, {}", row->source));
+    }
     if (mb <= 0) par.fail("pipeline_parallel_microbatch_size", fmt::format("must be positive, got {}", mb));
     if (local % mb != 0)
       par.fail("pipeline_parallel_microbatch_size",

@@ -761,6 +761,57 @@ std::string empty_grid_reason(const PlanRequest& rq, std::int64_t global_batch) 
   return why;
 }
 
+// The plan under Megatron-Bridge's ceil(L / stages) layout (spec/pipeline_layout.hpp
+// ceil_split_layout: ceil(L / s) layers per virtual stage, the remainder last), where its runtime
+// takes any per-stage layer counts, its layers do not divide over pp x vpp, and the layout differs
+// from the split it has; nullopt otherwise.
+std::optional<Plan> ceil_layout_twin(const ModelSpec& m, const Plan& p) {
+  const int chunks = p.mesh.pp * p.mesh.vpp;
+  if (!runtime_traits(p).any_stage_layers || chunks <= 1 || m.n_layers % chunks == 0) return std::nullopt;
+  const auto current = split_pipeline(m.n_layers, p.mesh.pp, p.mesh.vpp, p.pipeline_split);
+  const auto layout = ceil_split_layout(m.n_layers, chunks, m.n_mtp_layers);
+  if (!current || !layout || layout->chunk_layers == *current) return std::nullopt;
+  Plan q = p;
+  q.pipeline_split = {};
+  set_layout(q.pipeline_split, *layout);
+  if (!split_pipeline(m.n_layers, q.mesh.pp, q.mesh.vpp, q.pipeline_split)) return std::nullopt;
+  return q;
+}
+
+// Uneven pipelines: every simulated plan with a ceil-layout twin that fits (with headroom) has it
+// simulated too, and the twin takes the plan's place only where it is faster: the layout is
+// considered beside the runtime's own split, never preferred for itself. Returns {tried, kept}.
+std::pair<std::int64_t, std::int64_t> try_ceil_layouts(const PlanRequest& rq, std::vector<PlanCandidate>& sims) {
+  const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
+  std::vector<PlanCandidate> twins;
+  std::vector<std::size_t> of;
+  for (std::size_t i = 0; i < sims.size(); ++i) {
+    if (!sims[i].simulated) continue;
+    const std::optional<Plan> q = ceil_layout_twin(rq.model, sims[i].plan);
+    if (!q) continue;
+    const MemoryEstimate mem = estimate_memory(rq.model, *q, sims[i].job, rq.cluster);
+    double peak = 0;
+    for (const auto& st : mem.stages) peak = std::max(peak, st.peak_bytes);
+    if (peak > budget) continue;
+    PlanCandidate twin = sims[i];
+    twin.plan = *q;
+    twin.peak_bytes = peak;
+    twin.simulated = false;
+    twin.equivalent_plans = {*q};
+    twins.push_back(std::move(twin));
+    of.push_back(i);
+  }
+  std::vector<std::string> errors;
+  simulate_all(rq, twins, errors, {});
+  std::int64_t kept = 0;
+  for (std::size_t k = 0; k < twins.size(); ++k)
+    if (twins[k].simulated && twins[k].result.tokens_per_s_per_gpu > sims[of[k]].result.tokens_per_s_per_gpu) {
+      sims[of[k]] = std::move(twins[k]);
+      ++kept;
+    }
+  return {static_cast<std::int64_t>(twins.size()), kept};
+}
+
 // Ties within the model's own resolution go to the numerically safer plan. Two plans that differ
 // by less than kTieFraction in predicted tokens/s are not told apart by the simulator (its error
 // between variants of one layout is larger), so a plan summing gradients in bf16 over a large
@@ -908,6 +959,7 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   out.dropped = std::move(sel.dropped);
   std::vector<std::string> errors;
   simulate_all(rq, sims, errors, progress);
+  std::tie(out.uneven_tried, out.uneven_kept) = try_ceil_layouts(rq, sims);
   const std::size_t n_simulated = sims.size();
   const std::size_t looked_at = n_simulated + static_cast<std::size_t>(out.merged) + out.dropped.size();
   for (std::size_t i = 0; i < sims.size(); ++i)
@@ -928,6 +980,11 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   if (e.feasible.size() > looked_at)
     out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
                                     e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));
+  if (out.uneven_kept > 0)
+    out.notes.push_back(fmt::format("uneven pipelines: {} of the {} simulated plans whose layers do not divide over pp x "
+                                    "vpp run faster under Megatron-Bridge's ceil(L / stages) layout, which replaces "
+                                    "their split",
+                                    out.uneven_kept, out.uneven_tried));
   if (out.merged > 0)
     out.notes.push_back(fmt::format("{} plans lower to the same step and memory as a better-ranked one; each is "
                                     "named in that row's equivalent settings instead of simulated",

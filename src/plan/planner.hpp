@@ -62,6 +62,10 @@ struct PlanSearch {
   std::vector<DroppedPlan> dropped;
   std::vector<std::size_t> pareto;         // indices into ranked: tokens/s vs peak memory front
   std::string why_winner;                  // one or two sentences: winner vs the best different plan
+  // Uneven pipelines: simulated plans tried again under Megatron-Bridge's ceil(L / stages) layout
+  // (their layers do not divide over pp x vpp and the layout differs from their split), and how
+  // many of those layouts replaced the split because they simulated faster.
+  std::int64_t uneven_tried = 0, uneven_kept = 0;
   std::vector<std::string> notes;
 };
 

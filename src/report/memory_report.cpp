@@ -49,6 +49,7 @@ std::string layer_ranges(const StageMemory& s) {
   if (s.chunks.empty()) out = fmt::format("{}-{}", s.first_layer, s.first_layer + s.n_layers - 1);
   std::string held = fmt::format("{} {}", s.n_layers == 1 ? "layer" : "layers", out.empty() ? "none" : out);
   if (s.holds_embedding) held += embedding_alone ? " + embedding (a chunk of its own)" : " + embedding";
+  if (s.mtp_layers > 0) held += s.mtp_layers == 1 ? " + MTP module" : fmt::format(" + {} MTP modules", s.mtp_layers);
   if (s.holds_loss) held += loss_alone ? " + head and loss (a chunk of their own)" : " + head and loss";
   return held;
 }
@@ -150,6 +151,7 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
     st["chunks"] = std::move(chunks);
     st["holds_embedding"] = s.holds_embedding;
     st["holds_loss"] = s.holds_loss;
+    if (s.mtp_layers > 0) st["mtp_layers"] = s.mtp_layers;
     nlohmann::json br;
     std::int64_t sum = 0;
     for (const auto& t : kTerms) {

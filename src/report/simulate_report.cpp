@@ -150,6 +150,8 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   for (const auto& w : c.warnings) warnings.push_back(w);
   j["warnings"] = warnings;
   j["unmodelled_settings"] = rc.unmodelled_settings;
+  // Every setting resolved from a default rather than stated by the input (RunConfig::assumptions).
+  j["assumptions"] = rc.assumptions;
   j["n_tasks"] = r.n_tasks;
   return j;
 }

@@ -478,6 +478,7 @@ void headline_figures(StepResult& r, const ModelSpec& m, const Plan& p, const Jo
   r.tokens_per_s_per_gpu = r.tokens_per_s / world;
   r.model_flops_per_token = model_flops_per_token(m, j.seq_len);
   r.flops_formula = "6*(N - embedding) + 12*L*(heads*head_dim)*seq per token (PaLM/torchtitan), over dense peak";
+  if (m.n_mtp_layers > 0) r.flops_formula += "; L and N count the MTP modules' blocks, + 6*d*V per module (its logits)";
   const double peak = c.peak_flops_per_s(p.compute_dtype);
   r.mfu = peak > 0 ? r.model_flops_per_token * r.tokens_per_s_per_gpu / peak : 0;
   r.hfu = gpu.model_flops > 0 ? r.mfu * gpu.hardware_flops / gpu.model_flops : 0;

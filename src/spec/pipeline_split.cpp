@@ -203,6 +203,12 @@ std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, i
   return s;
 }
 
+int mtp_chunk_of(const PipelineSplit& rule, int n_chunks, int n_mtp_layers) {
+  if (n_mtp_layers <= 0 || n_chunks <= 0) return -1;
+  if (!rule.chunk_layers.empty() && rule.mtp_chunk >= 0 && rule.mtp_chunk < n_chunks) return rule.mtp_chunk;
+  return n_chunks - 1;
+}
+
 PipelineLayout layout_of(const PipelineSplit& s) { return {s.chunk_layers, s.mtp_chunk, s.mtp_layers}; }
 
 void set_layout(PipelineSplit& s, const PipelineLayout& l) {

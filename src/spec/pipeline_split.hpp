@@ -59,6 +59,13 @@ void set_layout(PipelineSplit& s, const PipelineLayout& l);
 std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, int mtp_layers = 0,
                                                 std::string* how = nullptr);
 
+// The model chunk (virtual stage) that holds the model's `n_mtp_layers` multi-token-prediction
+// layers: the layout's `m` stage where a layout places them, else the last chunk, after every
+// decoder layer and with the loss (Megatron-Core builds the MTP block on the last pipeline stage,
+// multi_token_prediction.py get_mtp_num_layers_to_build; the layout validation keeps it in the last
+// virtual chunk). -1 when the model has none.
+int mtp_chunk_of(const PipelineSplit& rule, int n_chunks, int n_mtp_layers);
+
 // One model chunk's layers: [first_layer, first_layer + n_layers).
 struct LayerRange {
   int first_layer = 0;

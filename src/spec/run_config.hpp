@@ -33,6 +33,11 @@ struct RunConfig {
   // Settings the file gives that change the real run but not meshplan's model of it (their names
   // as written: "--moe-grouped-gemm", "fsdp_config.forward_prefetch_limit"); each also has a warning.
   std::vector<std::string> unmodelled_settings;
+  // Settings the input does not state, resolved from a default: the framework's (with its source),
+  // meshplan's inference (a pipeline layout, the GPU count, the cluster) or the runtime choices
+  // (workload/runtime_choices.hpp). One line each, "key: not stated; value (rule)"; simulate
+  // --json lists them as `assumptions`.
+  std::vector<std::string> assumptions;
   // Neither the file nor the command line gave the GPU count, so one node was assumed: reports
   // say so on their first line, where a wrong world size cannot be missed.
   bool n_gpus_assumed = false;

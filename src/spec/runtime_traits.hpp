@@ -101,6 +101,10 @@ struct RuntimeTraits {
   // Megatron splits layers unevenly only by its flags (--decoder-first/last-pipeline-num-layers,
   // --pipeline-model-parallel-layout): megatron_split_for.
   bool pipeline_split_by_flags = false;
+  // The runtime's config places any per-stage layer counts (Megatron's
+  // --pipeline-model-parallel-layout, torchtitan's module_fqns_per_model_part or split points), so
+  // the planner may try Megatron-Bridge's ceil(L / stages) layout beside the runtime's own split.
+  bool any_stage_layers = false;
   // Megatron-FSDP / DeepSpeed ZeRO-3: one persistent bucket per layer, prefetched in backward.
   bool zero3_as_layer_buckets = false;
   // DeepSpeed's engine drives this runtime's model (Megatron-DeepSpeed).

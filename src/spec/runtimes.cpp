@@ -62,6 +62,7 @@ constexpr RuntimeTraits torchtitan_traits() {
   t.keeps_head_group_gathered = true;
   t.unsharded_without_shard_dim = true;
   t.sequence_parallel_with_tp = true;
+  t.any_stage_layers = true;
   return t;
 }
 
@@ -98,6 +99,7 @@ constexpr RuntimeTraits megatron_traits() {
   t.micro_batch_required = true;
   t.sharding_by_distributed_optimizer = true;
   t.pipeline_split_by_flags = true;
+  t.any_stage_layers = true;
   t.zero3_as_layer_buckets = true;
   t.accepts_deepspeed_engine = true;
   t.zero2_modelled = false;

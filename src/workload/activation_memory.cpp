@@ -348,6 +348,13 @@ double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShap
   return working;
 }
 
+double mtp_input_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb) {
+  const Dims d = dims(m, p, mb);
+  const TpSplit t = tp_split(p);
+  const double sb = d.s * d.b;
+  return 2 * d.norm_e * sb * d.h / t.seq_sharded + d.linear_e * sb * 2 * d.h / t.linear_input;
+}
+
 namespace {
 // The loss's share of the vocabulary: its TP shard under loss parallelism, else all of it.
 double vocab_split(const Plan& p) {

@@ -60,6 +60,13 @@ double offloaded_block_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape 
 // output) and back-propagates it as a unit, so it never holds less (PyTorch PR #78752).
 double recompute_working_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
 
+// What one multi-token-prediction module saves before its block (Megatron-Core
+// MultiTokenPredictionLayer: enorm of the shifted tokens' embedding, hnorm of the hidden state,
+// their concatenation as the input of the 2h -> h projection eh_proj): the two norms' inputs and
+// the projection's 2h-wide input, under the plan's TP/SP split. Its block saves what any block
+// does (saved_block_bytes), its head and loss what the model's own do (loss_saved_bytes).
+double mtp_input_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);
+
 // Saved tensors of the LM head and loss: the head input and the fp32 log-softmax that
 // cross-entropy keeps (vocab split over TP under loss-parallel).
 double loss_saved_bytes(const ModelSpec& m, const Plan& p, MicroBatchShape mb);

@@ -20,7 +20,7 @@ constexpr int kHpGradAccumulateKernelsPerBlock = 2;
 void Builder::gather_updated_params(StageState& st) {
   if (p_.sharding != Sharding::zero1 || s_.dp_all <= 1) return;
   for (int c = 0; c < s_.v; ++c)
-    for (int l = 0; l < chunk_layers(c * s_.pp + st.stage); ++l) {
+    for (int l = 0; l < chunk_blocks(c * s_.pp + st.stage); ++l) {
       const int layer = chunk_first(c * s_.pp + st.stage) + l;
       st.param_gather_of_layer[layer] =
           add(collective_op(st.stage, op_name("param_ag.L{}", layer), StreamKind::dp, OpCategory::param_all_gather,
@@ -57,7 +57,7 @@ void Builder::all_reduce_after_flush(const StageState& st) {
   for (std::size_t i = st.begin; i < prog_.ops.size(); ++i)
     if (prog_.ops[i].stage == st.stage && prog_.ops[i].stream == StreamKind::compute) flushed = static_cast<int>(i);
   for (int c = 0; c < s_.v; ++c)
-    for (int l = 0; l < chunk_layers(c * s_.pp + st.stage); ++l) {
+    for (int l = 0; l < chunk_blocks(c * s_.pp + st.stage); ++l) {
       const int layer = chunk_first(c * s_.pp + st.stage) + l;
       Op ar = collective_op(st.stage, op_name("dp_ar.L{}", layer), StreamKind::dp, OpCategory::dp_all_reduce,
                             CollectiveOp::all_reduce, GroupKind::dp, bytes_per_element(Dtype::fp32) * s_.unit);

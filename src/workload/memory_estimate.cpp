@@ -144,10 +144,18 @@ struct SavedActivations {
   double at_block = 0, at_loss = 0;
 };
 
-SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, StageMemory& sm) {
+SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, int n_mtp,
+                                   StageMemory& sm) {
   const Plan& p = x.p;
   double per_microbatch = 0, offloaded_per_microbatch = 0, largest_offload = 0;
-  for (int layer : layers) {
+  // The multi-token-prediction modules' blocks are blocks n_layers, n_layers + 1, ... (what the
+  // lowering numbers them), after the stage's decoder layers; each also keeps its inputs.
+  std::vector<int> blocks = layers;
+  for (int k = 0; k < n_mtp; ++k) {
+    blocks.push_back(x.m.n_layers + k);
+    per_microbatch += mtp_input_saved_bytes(x.m, p, x.mb);
+  }
+  for (int layer : blocks) {
     per_microbatch += saved_block_bytes(x.m, p, x.mb, layer);
     const double moved = offloaded_block_bytes(x.m, p, x.mb, layer);
     offloaded_per_microbatch += moved;
@@ -228,7 +236,12 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   sm.holds_loss = stage == x.pp - 1;
   int n_dense = 0;
   for (const LayerRange& r : chunks) n_dense += dense_layers_in(m, r.first_layer, r.n_layers);
-  const StageParams sp = stage_params(m, p, stage, sm.n_layers, n_dense);
+  // Multi-token prediction: the modules on the stage of their chunk, their heads and losses with
+  // the model's on the last stage (Megatron-Core GPTModel._postprocess).
+  const int mtp_chunk = mtp_chunk_of(p.pipeline_split, x.pp * x.v, m.n_mtp_layers);
+  const int n_mtp = mtp_chunk >= 0 && mtp_chunk % x.pp == stage ? m.n_mtp_layers : 0;
+  const StageParams sp = stage_params(m, p, stage, sm.n_layers, n_dense, n_mtp);
+  sm.mtp_layers = n_mtp;
   sm.params_per_rank = sp.total();
   const double P = sp.total();
   const MemoryBreakdown state = persistent_state(x, P, sm);
@@ -236,8 +249,9 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   if (!x.grads_during_forward) held.grads = 0;
   sm.persistent = held;
   const bool last = stage == x.pp - 1;
-  const ShardingBuffers sb = sharding_buffers(x, sp, sm.n_layers, last);
-  const SavedActivations saved = saved_activations(x, stage, layers, sm);
+  const double heads = last ? 1.0 + m.n_mtp_layers : 0.0;  // LM heads and losses on this stage
+  const ShardingBuffers sb = sharding_buffers(x, sp, sm.n_layers + n_mtp, last);
+  const SavedActivations saved = saved_activations(x, stage, layers, n_mtp, sm);
 
   // --- the first block's backward: every saved activation, the block's gradients, the recompute
   // working set, the gathered units and the current unit's reduction.
@@ -252,7 +266,7 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   MemoryBreakdown loss = held;
   loss.unsharded_params = sb.unsharded_at_loss;
   loss.reduce_buffers += sb.reduce_at_loss;
-  loss.activations = saved.at_loss + loss_saved_bytes(m, p, x.mb) + loss_backward_working_bytes(m, p, x.mb);
+  loss.activations = saved.at_loss + heads * loss_saved_bytes(m, p, x.mb) + loss_backward_working_bytes(m, p, x.mb);
   // Interleaved pipelines whose loss is a chunk of its own: the next chunk's first recompute (its
   // TP all-gather, on its own stream) may start while the loss's backward runs (an upper bound).
   if (p.mesh.vpp > 1 && p.pipeline_split.loss_as_layer) loss.recompute = recompute_working_bytes(m, p, x.mb);
@@ -285,10 +299,12 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   // started yet. The cached copies are counted with the unsharded params.
   MemoryBreakdown fwd_end = held;
   if (x.autocast_cache) {
-    fwd_end.unsharded_params = sb.unsharded_at_loss + bytes_per_element(p.compute_dtype) * (sp.blocks + sp.head_group);
+    fwd_end.unsharded_params =
+        sb.unsharded_at_loss + bytes_per_element(p.compute_dtype) * (sp.blocks + n_mtp * sp.per_block + sp.head_group);
     // On the last stage the peak of the forward is inside the loss: log_softmax reading the fp32
     // logits while writing the fp32 log-probs.
-    fwd_end.activations = saved.at_loss + (last ? loss_forward_peak_bytes(m, p, x.mb) : 0.0);
+    fwd_end.activations =
+        saved.at_loss + (last ? loss_forward_peak_bytes(m, p, x.mb) + (heads - 1) * loss_saved_bytes(m, p, x.mb) : 0.0);
   }
   // --- transient: optimizer step --------------------------------------------------------
   MemoryBreakdown opt = state;

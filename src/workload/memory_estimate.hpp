@@ -37,6 +37,7 @@ struct StageMemory {
   int stage = 0;
   int first_layer = 0;               // the lowest layer this rank holds
   int n_layers = 0;                  // decoder layers on this rank, all its chunks together
+  int mtp_layers = 0;                // multi-token-prediction modules on this rank
   std::vector<LayerRange> chunks;    // each virtual chunk's layers, in the rank's order
   bool holds_embedding = false, holds_loss = false;
   double params_per_rank = 0;        // parameters this rank owns before data-parallel sharding

@@ -45,7 +45,7 @@ Op Builder::host_copy(int stage, std::string name, bool to_device, double bytes)
 int Builder::amax_reduction(int stage, int vstage, std::int64_t mb, Pass pass, int last) {
   if (p_.fp8 != Fp8Recipe::te_delayed || !low_precision() || last < 0) return last;
   double gemms = 0;
-  for (int li = 0; li < chunk_layers(vstage); ++li) {
+  for (int li = 0; li < chunk_blocks(vstage); ++li) {
     const int layer = chunk_first(vstage) + li;
     const bool moe = m_.moe.is_moe_layer(layer);
     const double mlp = moe ? 2.0 * static_cast<double>(d_.local_experts) + (m_.moe.n_shared_experts > 0 ? 2.0 : 0.0) : 2.0;
@@ -121,31 +121,41 @@ bool Builder::gather_logits(int stage, std::int64_t mb, Op& head) {
   return true;
 }
 
+// The model's head and loss, then one per multi-token-prediction module: Megatron-Core's
+// GPTModel._postprocess runs the shared output layer over each module's hidden states and takes
+// its cross-entropy, each the same work as the model's own.
 int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& autocast_cached) {
-  Op head = compute_op(st.stage, op_name("fwd.head_loss.mb{}", mb), OpCategory::compute);
-  head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
-  head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
-                            (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossForwardBytesBeyondLogit);
-  head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
-  head.hardware_flops = gemm_flops(head.gemms);
-  head.model_flops = head.hardware_flops;
-  // A chunk that holds only the loss (Megatron's --account-for-loss-in-pipeline-split) starts here.
-  if (last >= 0) head.deps = {last};
-  else after_blocking_send(st, head.deps);
   std::vector<int> gathered;
-  fsdp_gather_group(st, s_.root.one_root ? kRoot : kHead, mb, false, gathered);
-  head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
-  gather_logits(st.stage, mb, head);
-  head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
-  // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
-  head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
-  head.at_end.push_back({MemoryTerm::activations, -s_.logits_upcast});
-  if (s_.autocast_cache_per_layer > 0) {
-    const double head_cast = d_.e * static_cast<double>(d_.vocab_local) * static_cast<double>(d_.h);
-    head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
-    autocast_cached += head_cast;
+  int id = last;
+  for (int depth = 0; depth <= s_.n_mtp; ++depth) {
+    Op head = compute_op(
+        st.stage, depth == 0 ? op_name("fwd.head_loss.mb{}", mb) : op_name("fwd.mtp{}.head_loss.mb{}", depth, mb),
+        OpCategory::compute);
+    head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
+    head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
+                              (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossForwardBytesBeyondLogit);
+    head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
+    head.hardware_flops = gemm_flops(head.gemms);
+    head.model_flops = head.hardware_flops;
+    // A chunk that holds only the loss (Megatron's --account-for-loss-in-pipeline-split) starts here.
+    if (id >= 0) head.deps = {id};
+    else after_blocking_send(st, head.deps);
+    if (depth == 0) {
+      fsdp_gather_group(st, s_.root.one_root ? kRoot : kHead, mb, false, gathered);
+      head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
+    }
+    gather_logits(st.stage, mb, head);
+    head.at_end.push_back({MemoryTerm::activations, loss_saved_bytes(m_, p_, s_.mbs)});
+    // log_softmax reads fp32 logits while it writes the log-probs (loss_forward_peak_bytes).
+    head.at_start.push_back({MemoryTerm::activations, s_.logits_upcast});
+    head.at_end.push_back({MemoryTerm::activations, -s_.logits_upcast});
+    if (s_.autocast_cache_per_layer > 0 && depth == 0) {
+      const double head_cast = d_.e * static_cast<double>(d_.vocab_local) * static_cast<double>(d_.h);
+      head.at_start.push_back({MemoryTerm::unsharded_params, head_cast});
+      autocast_cached += head_cast;
+    }
+    id = add(std::move(head));
   }
-  const int id = add(std::move(head));
   if (!s_.root.one_root && !s_.root.head_kept && s_.reshard) fsdp_release_group(st, kHead, id);
   return id;
 }
@@ -176,8 +186,8 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
   // All-gathers FSDP1's forward_prefetch issued ahead of their unit: the gather and what the
   // unit then waits for.
   std::map<int, std::pair<int, std::vector<int>>> prefetched;
-  for (int li = 0; li < chunk_layers(vstage); ++li) {
-    const int layer = l0 + li;
+  for (int li = 0; li < chunk_blocks(vstage); ++li) {
+    const int layer = l0 + li;  // from n_layers on, a multi-token-prediction module's block
     std::vector<int> deps = entry_deps;
     entry_deps.clear();
     if (last >= 0) deps.push_back(last);
@@ -196,7 +206,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
         ag = fsdp_gather_forward(st, layer, layer, mb, deps);
       }
       // The pre-forward hook issues the next units' gathers before this unit's kernels.
-      for (int k = 1; k <= s_.fwd_prefetch && li + k < chunk_layers(vstage); ++k) {
+      for (int k = 1; k <= s_.fwd_prefetch && li + k < chunk_blocks(vstage); ++k) {
         if (prefetched.count(layer + k) != 0) continue;
         std::vector<int> waits;
         const int id = fsdp_gather_forward(st, layer + k, layer, mb, waits);
@@ -205,6 +215,12 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     }
     if (auto it = st.param_gather_of_layer.find(layer); it != st.param_gather_of_layer.end() && mb == 0)
       deps.push_back(it->second);
+    if (layer >= m_.n_layers) {
+      // The module's input projection runs before its block.
+      const auto [pf, pe] = mtp_input_forward(stage, layer, mb, std::move(deps));
+      if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = pf;
+      deps = {pe};
+    }
     auto [f, e] = layer_forward(stage, layer, mb, false, deps);
     if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = f;
     if (s_.autocast_cache_per_layer > 0) {
@@ -234,7 +250,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       if (!s_.offload_stream) last = id;
     }
   }
-  if (chunk_layers(vstage) > 0) last = amax_reduction(stage, vstage, mb, Pass::forward, last);
+  if (chunk_blocks(vstage) > 0) last = amax_reduction(stage, vstage, mb, Pass::forward, last);
   // A chunk that holds only the embedding ends with it.
   if (last < 0 && !entry_deps.empty()) last = entry_deps.back();
   if (st.last && step.chunk == s_.v - 1) last = forward_head(st, mb, last, autocast_cached);
@@ -245,37 +261,50 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
   if (vstage < n_vstages_ - 1) {
     // The chunk's output is kept until its backward (0 under Megatron).
     op_at(last).at_end.push_back({MemoryTerm::activations, s_.stage_output});
-    links_.fwd_send[{vstage, mb}] = send(st, p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, mb), s_.act_p2p, last));
+    links_.fwd_send[{vstage, mb}] =
+        send(st, p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, mb), p2p_bytes(vstage, true), last));
   }
 }
 
+// The losses' backward in the forward's order: the model's head, then each multi-token-prediction
+// module's (forward_head); the block gathers of backward start once they are done.
 int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
-  Op head = compute_op(st.stage, op_name("bwd.head_loss.mb{}", mb), OpCategory::compute);
-  const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
-  head.gemms = {dgrad(g), wgrad(g)};
-  head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
-                            (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossBackwardBytesBeyondLogit);
-  head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossBackwardKernels;
-  head.hardware_flops = gemm_flops(head.gemms);
-  head.model_flops = head.hardware_flops;
-  head.deps = {links_.fwd_last.at({vstage, mb})};
-  after_blocking_send(st, head.deps);
   const int group = s_.root.one_root ? kRoot : kHead;
-  std::vector<int> gathered;
-  fsdp_gather_group(st, group, mb, true, gathered);
-  head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
+  const GemmShape g{d_.tokens, d_.vocab_local, d_.h, 1};
   // Cross-entropy backward materialises fp32 gradients over the vocab while it runs.
   const double working = loss_backward_working_bytes(m_, p_, s_.mbs);
-  head.at_start.push_back({MemoryTerm::activations, working});
-  head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, s_.mbs) - working});
-  const int id = add(std::move(head));
-  links_.bwd_first[{vstage, mb}] = id;
-  st.root_bwd_first = id;
+  int first = -1, id = -1;
+  for (int depth = 0; depth <= s_.n_mtp; ++depth) {
+    Op head = compute_op(
+        st.stage, depth == 0 ? op_name("bwd.head_loss.mb{}", mb) : op_name("bwd.mtp{}.head_loss.mb{}", depth, mb),
+        OpCategory::compute);
+    head.gemms = {dgrad(g), wgrad(g)};
+    head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
+                              (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossBackwardBytesBeyondLogit);
+    head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossBackwardKernels;
+    head.hardware_flops = gemm_flops(head.gemms);
+    head.model_flops = head.hardware_flops;
+    if (depth == 0) {
+      head.deps = {links_.fwd_last.at({vstage, mb})};
+      after_blocking_send(st, head.deps);
+      std::vector<int> gathered;
+      fsdp_gather_group(st, group, mb, true, gathered);
+      head.deps.insert(head.deps.end(), gathered.begin(), gathered.end());
+    } else {
+      head.deps = {id};
+    }
+    head.at_start.push_back({MemoryTerm::activations, working});
+    head.at_end.push_back({MemoryTerm::activations, -loss_saved_bytes(m_, p_, s_.mbs) - working});
+    id = add(std::move(head));
+    if (first < 0) first = id;
+  }
+  links_.bwd_first[{vstage, mb}] = first;
+  st.root_bwd_first = first;
   // The root unit's backward ends with the embedding's (on a stage that has it).
   const bool group_done = group == kHead || !st.first;
   if (group_done) {
     if (!defers_fsdp_sync() || fsdp_run_last(mb)) fsdp_release_group(st, group, id);
-    if (fsdp_syncs(mb)) fsdp_reduce_group(st, group, mb, id, id);
+    if (fsdp_syncs(mb)) fsdp_reduce_group(st, group, mb, first, id);
   }
   return id;
 }
@@ -367,6 +396,8 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   if (s_.fsdp && sync && s_.dp_all > 1) fsdp_reduce(st, layer, mb, bf, be);
   else add_grads(be, s_.unit);
   if (!s_.fsdp && last_mb && s_.dp_all > 1 && !traits_.fp32_grad_accumulation) dp_reduce(stage, layer, be);
+  // A multi-token-prediction module's input projection, after its block.
+  if (layer >= m_.n_layers) last = mtp_input_backward(st, layer, mb, last);
 }
 
 void Builder::backward_chunk(StageState& st, const Step& step) {
@@ -374,7 +405,7 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
   const int vstage = step.chunk * s_.pp + stage;
   const std::int64_t mb = step.mb;
   const int l0 = chunk_first(vstage);
-  const int n_chunk_layers = chunk_layers(vstage);
+  const int n_chunk_layers = chunk_blocks(vstage);
   int last = -1;
   st.root_bwd_first = -1;
   if (st.last && step.chunk == s_.v - 1) last = backward_head(st, vstage, mb);
@@ -403,7 +434,8 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
   release_pending_reduce(st);
   if (vstage < n_vstages_ - 1) op_at(last).at_end.push_back({MemoryTerm::activations, -s_.stage_output});
   if (vstage > 0)
-    links_.bwd_send[{vstage, mb}] = send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), s_.act_p2p, last));
+    links_.bwd_send[{vstage, mb}] =
+        send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), p2p_bytes(vstage, false), last));
 }
 
 }  // namespace meshplan::lowering

@@ -28,12 +28,19 @@ double dense_block_params_per_rank(const ModelSpec& m, const Plan& p) {
          static_cast<double>(c.dense_mlp_per_layer) / std::max(1, p.mesh.tp) + static_cast<double>(c.norm_per_layer);
 }
 
+double mtp_module_params_per_rank(const ModelSpec& m, const Plan& p) {
+  const double d = static_cast<double>(m.d_model);
+  const double column_split = p.tp_style == TpStyle::full ? static_cast<double>(std::max(1, p.mesh.tp)) : 1.0;
+  const double norms = static_cast<double>(param_counts(m).final_norm);  // one norm's weights (and bias)
+  return block_params_per_rank(m, p) + 2 * d * d / column_split + 3 * norms;
+}
+
 int dense_layers_in(const ModelSpec& m, int first_layer, int n_layers) {
   if (!m.moe.enabled() || m.moe.n_dense_layers <= 0 || n_layers <= 0) return 0;
   return std::clamp(m.moe.n_dense_layers - first_layer, 0, n_layers);
 }
 
-StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers, int n_dense) {
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_layers, int n_dense, int n_mtp) {
   const ParamCounts c = param_counts(m);
   // Loss-parallel TP splits the embedding and the head over the vocabulary.
   const double vocab_split = p.tp_style == TpStyle::full ? static_cast<double>(p.mesh.tp) : 1.0;
@@ -49,6 +56,10 @@ StageParams stage_params(const ModelSpec& m, const Plan& p, int stage, int n_lay
                                           : static_cast<double>(c.lm_head);
     s.head_group = head / vocab_split + static_cast<double>(c.final_norm);
     s.root += s.head_group;
+  }
+  if (n_mtp > 0) {
+    s.mtp = n_mtp * mtp_module_params_per_rank(m, p);
+    if (stage != 0) s.mtp += static_cast<double>(c.embedding) / vocab_split;
   }
   return s;
 }

@@ -49,12 +49,13 @@ int Builder::chain(Op&& op, int& prev, int& first, std::vector<int>& pending_dep
 }
 
 StageParams Builder::stage_params_of(int stage) const {
-  int layers = 0, dense = 0;
+  int layers = 0, dense = 0, mtp = 0;
   for (int c = 0; c < s_.v; ++c) {
     layers += chunk_layers(c * s_.pp + stage);
     dense += dense_layers_in(m_, chunk_first(c * s_.pp + stage), chunk_layers(c * s_.pp + stage));
+    if (c * s_.pp + stage == s_.mtp_chunk) mtp = s_.n_mtp;
   }
-  return stage_params(m_, p_, stage, layers, dense);
+  return stage_params(m_, p_, stage, layers, dense, mtp);
 }
 
 void Builder::set_up_step() {
@@ -71,6 +72,13 @@ void Builder::set_up_step() {
   s.chunk_first.assign(static_cast<std::size_t>(n_vstages_), 0);
   for (int c = 1; c < n_vstages_; ++c)
     s.chunk_first[static_cast<std::size_t>(c)] = s.chunk_first[static_cast<std::size_t>(c - 1)] + chunk_layers(c - 1);
+  s.mtp_chunk = mtp_chunk_of(p_.pipeline_split, n_vstages_, m_.n_mtp_layers);
+  s.n_mtp = s.mtp_chunk >= 0 ? m_.n_mtp_layers : 0;
+  // The modules read the last decoder layer's output: their chunk ends with it or comes after it.
+  if (s.mtp_chunk >= 0 && chunk_first(s.mtp_chunk) + chunk_layers(s.mtp_chunk) != m_.n_layers)
+    throw std::invalid_argument(fmt::format("the multi-token-prediction layers sit in pipeline chunk {}, before the "
+                                            "last decoder layer", s.mtp_chunk));
+  s.mtp_input_saved = s.n_mtp > 0 ? mtp_input_saved_bytes(m_, p_, MicroBatchShape{d_.s_local, d_.b}) : 0.0;
   s.microbatches = std::max<std::int64_t>(1, j_.grad_accum);
   s.per_run = j_.pp_microbatches > 0 && s.pp > 1 ? std::min(j_.pp_microbatches, s.microbatches) : s.microbatches;
   if (s.v > 1 && (s.per_run % s.pp != 0 || s.microbatches % s.per_run != 0))

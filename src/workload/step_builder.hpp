@@ -7,6 +7,7 @@
 //   grad_sync_lowering.cpp  DDP / ZeRO-1/2 buckets, Megatron's param gather, DeepSpeed's fp32 sync
 //   pipeline_wiring.cpp     p2p sends between stages and the dependencies they carry
 //   optimizer_lowering.cpp  the optimizer step
+//   mtp_lowering.cpp        a multi-token-prediction module's input projection (its block is a block)
 // and the pure pieces they read: layer_kernels.hpp (a block's kernel shapes and bytes),
 // stage_params.hpp (parameters per rank, shared with the memory model), pipeline_schedule.hpp
 // (a stage's order of forwards and backwards), spec/runtime_traits.hpp (what differs by runtime).
@@ -66,6 +67,12 @@ struct StepShape {
   // in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
   double autocast_cache_per_layer = 0;
   double act_p2p = 0;             // activation bytes a stage sends per micro-batch
+  // Multi-token prediction: the chunk holding the modules (-1: none) and their number. Module k
+  // (1-based) runs as block n_layers + k - 1 of that chunk, after its decoder layers, behind its
+  // input projection (mtp_lowering.cpp); its head and loss follow the model's on the loss chunk.
+  int mtp_chunk = -1;
+  int n_mtp = 0;
+  double mtp_input_saved = 0;     // what one module's input projection keeps (mtp_input_saved_bytes)
   // The memory model's terms (memory_estimate.hpp), attached to the ops that allocate and free them.
   StateBytesPerParam state;
   RootGathering root;
@@ -234,6 +241,18 @@ private:
   int hp_grad_accumulate(int stage, int vstage, std::int64_t mb, int n_chunk_layers, int last);
   void all_reduce_after_flush(const StageState& st);
 
+  // --- mtp_lowering.cpp: a multi-token-prediction module before and after its block ----------
+  // Forward: the shifted tokens' embedding, the two norms, their concatenation and the 2h -> h
+  // projection with its TP collectives; returns {first, last}. The block follows as `layer`.
+  std::pair<int, int> mtp_input_forward(int stage, int layer, std::int64_t mb, std::vector<int> deps);
+  // Backward, after the block's: returns the last op.
+  int mtp_input_backward(StageState& st, int layer, std::int64_t mb, int last);
+  // The 2h -> h projection (eh_proj), column-parallel over TP.
+  GemmShape mtp_projection_gemm() const;
+  // Activations (forward) or their gradients (backward) a chunk sends: from the chunk holding the
+  // multi-token-prediction modules on, the model's and each module's hidden states travel together.
+  double p2p_bytes(int vstage, bool forward) const;
+
   // --- pipeline_wiring.cpp -----------------------------------------------------------------
   // Activations (forward) or their gradients (backward) to the neighbouring pipeline stage.
   Op p2p_send(int stage, std::string name, double bytes, int after) const;
@@ -254,6 +273,8 @@ private:
   double stage_params_total(int stage) const { return stage_params_of(stage).total(); }
   int chunk_layers(int vstage) const { return s_.chunk_layers[static_cast<std::size_t>(vstage)]; }
   int chunk_first(int vstage) const { return s_.chunk_first[static_cast<std::size_t>(vstage)]; }
+  // The chunk's blocks: its decoder layers and, on the chunk holding them, the MTP modules' blocks.
+  int chunk_blocks(int vstage) const { return chunk_layers(vstage) + (vstage == s_.mtp_chunk ? s_.n_mtp : 0); }
   void set_up_step();
 
   const ModelSpec& m_;

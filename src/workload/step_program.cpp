@@ -56,8 +56,12 @@ double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len) {
   const double head = m.attention == AttentionKind::mla
                           ? static_cast<double>(m.head_dim + m.mla.rope_head_dim + m.mla.v_head_dim) / 2
                           : static_cast<double>(m.head_dim);
-  const double attention = 12.0 * m.n_layers * static_cast<double>(m.n_heads) * head * seq_len;
-  return 6.0 * non_embedding + attention;
+  // Multi-token prediction: N counts each module's block and projection (ParamCounts::mtp), the
+  // attention counts its block as a layer, and the shared head runs once more per module (6 d V).
+  const double layers = static_cast<double>(m.n_layers + m.n_mtp_layers);
+  const double attention = 12.0 * layers * static_cast<double>(m.n_heads) * head * seq_len;
+  const double mtp_logits = 6.0 * m.n_mtp_layers * static_cast<double>(m.d_model) * static_cast<double>(m.vocab);
+  return 6.0 * non_embedding + attention + mtp_logits;
 }
 
 StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options) {

@@ -470,6 +470,82 @@ TEST_CASE("simulate --json names the Megatron flags it accepts but does not mode
 
 namespace {
 
+// The lines of simulate --json's `assumptions` that start with `key`.
+std::vector<std::string> assumed(const nlohmann::json& j, const std::string& key) {
+  std::vector<std::string> out;
+  for (const auto& a : j.at("assumptions"))
+    if (a.get<std::string>().rfind(key, 0) == 0) out.push_back(a.get<std::string>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("simulate --json lists every setting it resolved from a default under `assumptions`") {
+  // Megatron arguments without a micro-batch size, a vocabulary divisor, a GPU count or a cluster:
+  // Megatron's divisor 128 pads 32001 to 32256 (128 x tp 2), the micro-batch is resolved as a tuned
+  // run picks it, one node of the default cluster is assumed. The unmodelled flags are named too.
+  const std::string args = write_temp("assumed.args",
+                                      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                                      "--vocab-size 32001 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 "
+                                      "--distribute-saved-activations --overlap-p2p-communication\n")
+                               .string();
+  const Run r = run("simulate --config " + args + " --json");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto vocab = assumed(j, "--make-vocab-size-divisible-by: not stated; 128: the vocabulary 32001 padded to 32256");
+  CHECK(vocab.size() == 1);
+  CHECK(assumed(j, "micro_batch not stated: ").size() == 1);
+  CHECK(assumed(j, "GPU count: not stated; 8").size() == 1);
+  CHECK(assumed(j, "cluster: not stated; h100-sxm-80gb").size() == 1);
+  CHECK(j.at("unmodelled_settings").get<std::vector<std::string>>() ==
+        std::vector<std::string>{"--distribute-saved-activations", "--overlap-p2p-communication"});
+  // Stated, nothing is assumed of them: the same file with the divisor, the micro-batch, --gpus, --cluster.
+  const std::string stated = write_temp("stated.args",
+                                        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                                        "--vocab-size 32001 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 "
+                                        "--micro-batch-size 2 --make-vocab-size-divisible-by 128\n")
+                                 .string();
+  const Run s = run("simulate --config " + stated + " --gpus 8 --cluster h100-sxm-80gb --json");
+  REQUIRE_MESSAGE(s.exit_code == 0, s.err);
+  CHECK(nlohmann::json::parse(s.out).at("assumptions").empty());
+
+  // torchtitan with pipeline stages and no micro-batch size: torchtitan's default 1 (from the
+  // framework-defaults table, with its source), and its uneven default split of 32 layers + the
+  // embedding and output over 4 stages (8, 9, 8, 7).
+  const std::string titan = write_temp("pp.toml",
+                                       "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 8\n"
+                                       "seq_len = 4096\n[parallelism]\npipeline_parallel_degree = 4\n"
+                                       "data_parallel_shard_degree = 2\npipeline_parallel_layers_per_stage = 9\n")
+                                .string();
+  const Run t = run("simulate --config " + titan + " --gpus 8 --cluster h100-sxm-80gb --json");
+  REQUIRE_MESSAGE(t.exit_code == 0, t.err);
+  const auto tj = nlohmann::json::parse(t.out);
+  const auto mb = assumed(tj, "parallelism.pipeline_parallel_microbatch_size: not stated; 1: 8 micro-batches");
+  REQUIRE(mb.size() == 1);
+  CHECK(mb[0].find("238fa9953e4a") != std::string::npos);
+  CHECK(assumed(tj, "parallelism.pipeline_parallel_first_stage_less_layers: not stated; 1, stages of 8, 9, 8, 7").size() == 1);
+
+  // A plan TOML for Megatron on pp 3 with 32 layers and no split: the layout Megatron needs,
+  // inferred (ceil(32 / 3) = 11: 11, 11, 10) and said.
+  const std::string plan = write_temp("pp3.toml",
+                                      "[model]\nname = \"llama3.1-8b\"\n[cluster]\ngpus = 24\nprofile = \"h100-sxm-80gb\"\n"
+                                      "[layout]\npp = 3\ndp_replicate = 8\n[sharding]\nstrategy = \"zero1\"\n"
+                                      "[batch]\nseq_len = 4096\nglobal_batch = 48\nmicro_batch = 1\n"
+                                      "[runtime]\nname = \"megatron\"\n")
+                               .string();
+  const Run p = run("simulate --config " + plan + " --json");
+  REQUIRE_MESSAGE(p.exit_code == 0, p.err);
+  const auto pj = nlohmann::json::parse(p.out);
+  const auto layout = assumed(pj, "layout.pipeline_layout: not stated; 32 layers on pp 3 x vpp 1");
+  REQUIRE(layout.size() == 1);
+  CHECK(layout[0].find("\"Et*11|t*11|t*10L\"") != std::string::npos);
+  std::vector<int> layers;
+  for (const auto& st : pj.at("stages")) layers.push_back(st.at("layers").get<int>());
+  CHECK(layers == std::vector<int>{11, 11, 10});
+}
+
+namespace {
+
 // The llm-foundry 70B example with its Hugging Face id replaced by one meshplan does not ship.
 std::string foundry_with_unshipped_id() {
   std::string t = read_file(data_root() / "plans" / "examples" / "llama3.1-70b-64xh100-foundry.yaml");

@@ -22,6 +22,7 @@
 #include "import/config_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -305,6 +306,66 @@ TEST_CASE("torchtitan round trip: pure DDP over dp_replicate, fp32 params, CPU o
   RunConfig off = rc;
   off.plan.param_offload = true;
   CHECK(refusal([&] { emit_torchtitan_toml(off, TorchtitanVersion::early_2026); }).find("param_offload") != std::string::npos);
+}
+
+TEST_CASE("torchtitan round trip: uneven stages written back in each layout's keys and read to the same layers") {
+  auto stages_of = [](const RunConfig& r) {
+    return r.plan.pipeline_split.chunk_layers.empty() ? *split_layers(r.model.n_layers, r.plan.mesh.pp * r.plan.mesh.vpp)
+                                                      : r.plan.pipeline_split.chunk_layers;
+  };
+  Mesh m;
+  m.pp = 4;
+  m.dp_shard = 2;
+  // DeepSeek-V3 on pp 4 under Megatron-Bridge's ceil(61 / 4) layout, 16, 16, 16, 13: not a split
+  // torchtitan's weighted rule gives, so each stage's modules are named (early-2026 only: the
+  // mid-2025 layout has no deepseek_v3).
+  const RunConfig ds = make({"deepseek-v3", Runtime::torchtitan_fsdp2, m, 8, 4096, 16, 1, 8}, [](Plan& p) {
+    p.ac = AcMode::full;
+    set_layout(p.pipeline_split, *ceil_split_layout(61, 4));
+  });
+  const std::string early = emit_torchtitan_toml(ds, TorchtitanVersion::early_2026);
+  keys_known(early, TorchtitanVersion::early_2026);
+  CHECK(early.find("pipeline_parallel_layers_per_stage") == std::string::npos);
+  CHECK(early.find("# stages of 16, 16, 16, 13 layers") != std::string::npos);
+  const toml::table t = toml::parse(early);
+  const toml::array& parts = *t["parallelism"]["module_fqns_per_model_part"].as_array();
+  REQUIRE(parts.size() == 4);
+  CHECK(parts[0].as_array()->front().value<std::string>() == "tok_embeddings");
+  CHECK(parts[0].as_array()->size() == 17);  // the embedding and layers 0-15
+  CHECK(parts[3].as_array()->front().value<std::string>() == "layers.48");
+  CHECK(parts[3].as_array()->back().value<std::string>() == "output");
+  const RunConfig ds_back = reimport(early, "dsv3.toml", 8);
+  same_plan(ds, ds_back);
+  CHECK(ds_back.plan.pipeline_split.chunk_layers == std::vector<int>{16, 16, 16, 13});
+
+  // Llama 3.1 8B on pp 4: torchtitan's default weights (1, 1) give 8, 9, 8, 7, written as its own
+  // keys (layers_per_stage 9 = ceil(34 / 4)) or as split points; the ceil layout 8, 8, 8, 8 is even.
+  // 405B's 126 layers on pp 16 under ceil(126 / 16): 8 x 15 and 6, by name or by split points.
+  struct Case {
+    const char* model;
+    int pp;
+    std::vector<int> layers;
+    const char* early_key;
+  };
+  for (const Case& k : {Case{"llama3.1-8b", 4, {8, 9, 8, 7}, "pipeline_parallel_layers_per_stage = 9"},
+                        Case{"llama3.1-405b", 16, {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 6},
+                             "module_fqns_per_model_part"}}) {
+    CAPTURE(k.model);
+    Mesh mk;
+    mk.pp = k.pp;
+    RunConfig rc = make({k.model, Runtime::torchtitan_fsdp2, mk, k.pp, 4096, 2 * k.pp, 1, 2 * k.pp});
+    rc.plan.pipeline_split.chunk_layers = k.layers;
+    for (TorchtitanVersion v : kTomlVersions) {
+      INFO("version " << to_string(v));
+      const std::string text = emit_torchtitan_toml(rc, v);
+      keys_known(text, v);
+      if (v == TorchtitanVersion::early_2026) CHECK(text.find(k.early_key) != std::string::npos);
+      else CHECK(text.find(fmt::format("\"layers.{}\"", k.layers[0])) != std::string::npos);
+      const RunConfig back = reimport(text, "rt.toml", k.pp);
+      same_plan(rc, back);
+      CHECK(stages_of(back) == k.layers);
+    }
+  }
 }
 
 TEST_CASE("torchtitan refuses plans it cannot run as simulated") {

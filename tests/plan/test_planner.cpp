@@ -156,6 +156,62 @@ TEST_CASE("plan --runtime megatron: uneven pipelines carry the split rule Megatr
   CHECK(uneven);
 }
 
+TEST_CASE("plan: where pp does not divide the layers, the ceil(L / stages) layout is simulated beside the runtime's "
+          "split and kept only where it is faster") {
+  // 13 layers and a 256k vocabulary on d 1024: the head and loss weigh about ten layers, so on pp 3
+  // the last stage is the slowest and Megatron-Bridge's layout 5, 5, 3 (the head with the fewest
+  // layers) should beat Megatron's own split with the embedding and the loss counted as layers,
+  // 4, 5, 4 ((13 + 2) / 3). Whichever simulates faster is the one ranked.
+  ModelSpec m;
+  m.name = "odd13";
+  m.n_layers = 13;
+  m.d_model = 1024;
+  m.n_heads = m.n_kv_heads = 16;
+  m.head_dim = 64;
+  m.mlp = MlpKind::swiglu;
+  m.ffn_hidden = 4096;
+  m.vocab = 256000;
+  m.pos_emb = PosEmb::rope;
+  m.norm = NormKind::rmsnorm;
+  m.max_seq_len = 4096;
+  PlanRequest rq;
+  rq.model = m;
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 3;
+  rq.seq_len = 4096;
+  rq.global_batch = 12;
+  rq.runtime = Runtime::megatron;
+  rq.top_k = 100;
+  rq.simulate_budget = 100;
+  const PlanSearch s = search_plans(rq);
+  CHECK(s.uneven_tried > 0);
+  int pp3 = 0, ceil_kept = 0;
+  for (const PlanCandidate& c : s.ranked) {
+    if (c.plan.mesh.pp != 3) continue;
+    ++pp3;
+    const bool ceil = c.plan.pipeline_split.chunk_layers == std::vector<int>{5, 5, 3};
+    if (ceil) ++ceil_kept;
+    else CHECK((c.plan.pipeline_split.embedding_as_layer && c.plan.pipeline_split.loss_as_layer));
+    // The other split of the same plan, simulated here: never faster than the one ranked.
+    Plan other = c.plan;
+    other.pipeline_split = {};
+    if (ceil) {
+      other.pipeline_split.embedding_as_layer = other.pipeline_split.loss_as_layer = true;
+    } else {
+      set_layout(other.pipeline_split, *ceil_split_layout(13, 3));
+    }
+    CHECK(c.result.tokens_per_s_per_gpu >=
+          simulate_steady_state(m, other, c.job, rq.cluster).tokens_per_s_per_gpu);
+  }
+  CHECK(pp3 > 0);
+  // The head-heavy last stage: 3 layers + head beat 4 + head, by 2.5-5 % at every micro-batch and
+  // recompute setting simulated.
+  CHECK(ceil_kept == pp3);
+  CHECK(s.uneven_kept == ceil_kept);
+  CHECK(std::any_of(s.notes.begin(), s.notes.end(),
+                    [](const std::string& n) { return n.rfind("uneven pipelines: ", 0) == 0; }));
+}
+
 TEST_CASE("MoE: expert-parallel layouts reach the simulated set, and the winner is at least FSDP 64 x EP 8") {
   // Issue 32: Qwen3-30B-A3B on 64 H100, 4Mi tokens of 4096: the search picked EP 1 at 8,246
   // tokens/s/GPU (8,572 with a budget of 200) while FSDP 64 x EP 8 (micro-batch 1) simulates

@@ -227,4 +227,30 @@ TEST_CASE("a torchtitan file's pipeline stages hold the layers torchtitan places
   // Two layers lighter first stage: 32 + 2 + 1 = 35 over 4, 8 each and 3 over: 9 - 2, 9, 9, 8 - 1.
   CHECK(stages_of("pipeline_parallel_degree = 4\npipeline_parallel_first_stage_less_layers = 2\n")
             .plan.pipeline_split.chunk_layers == std::vector<int>{7, 9, 9, 7});
+  // Named modules (module_fqns_per_model_part) override the weights: 10, 10, 12.
+  auto names = [](int from, int to) {
+    std::string out;
+    for (int l = from; l < to; ++l) out += fmt::format("{}\"layers.{}\"", l == from ? "" : ", ", l);
+    return out;
+  };
+  const std::string fqns = fmt::format("module_fqns_per_model_part = [[\"tok_embeddings\", {}], [{}], [{}, \"norm\", "
+                                       "\"output\"]]\n", names(0, 10), names(10, 20), names(20, 32));
+  const RunConfig named = stages_of("pipeline_parallel_degree = 3\npipeline_parallel_first_stage_less_layers = 2\n" + fqns);
+  CHECK(named.plan.pipeline_split.chunk_layers == std::vector<int>{10, 10, 12});
+  CHECK(named.unmodelled_settings.empty());
+  // A layer missing, or one out of order, is refused naming the key.
+  auto refused = [&](const std::string& parallelism) {
+    try {
+      (void)stages_of(parallelism);
+    } catch (const InputError& e) {
+      return std::string(e.key()) + ": " + e.reason();
+    }
+    return std::string("no error");
+  };
+  CHECK(refused("pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = [[\"tok_embeddings\", " + names(0, 16) +
+                "], [" + names(17, 32) + ", \"norm\", \"output\"]]\n") ==
+        "parallelism.module_fqns_per_model_part: stage 1: 'layers.17' out of order, layers.16 expected");
+  CHECK(refused("pipeline_parallel_degree = 2\nmodule_fqns_per_model_part = [[\"tok_embeddings\", " + names(0, 16) +
+                "], [" + names(16, 31) + ", \"norm\", \"output\"]]\n") ==
+        "parallelism.module_fqns_per_model_part: the stages hold 31 of the model's 32 layers");
 }
