@@ -222,7 +222,8 @@ void print_kernel_json(const KernelReport& k, const ClusterSpec& cluster) {
     j["curve_source"] = std::string(e.curve_source);
     j["curve_dtype"] = std::string(to_string(e.curve_dtype));
     const bool scheduled = e.equivalent_square_dim == 0;
-    j["schedule"] = scheduled ? (e.gemm_stream_k ? "stream-k" : "data-parallel") : "equivalent-square";
+    j["schedule"] =
+        scheduled ? (e.gemm_grouped ? "grouped" : e.gemm_stream_k ? "stream-k" : "data-parallel") : "equivalent-square";
     j["tiles"] = scheduled ? json(e.gemm_tiles) : json(nullptr);
     j["waves"] = scheduled ? json(e.gemm_waves) : json(nullptr);
     j["tile_efficiency"] = scheduled ? json(e.gemm_tile_efficiency) : json(nullptr);
@@ -252,7 +253,7 @@ void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
                                        cluster.gpu.gemm_tile_overhead_k)
                          : fmt::format("  schedule    {}: {:.0f} tiles, {:.2f} waves over {} SMs at {:.3f} per tile "
                                        "({} curve, source {}; each tile pays {:g} K beside its K loop)\n",
-                                       e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
+                                       e.gemm_grouped ? "grouped" : e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
                                        cluster.gpu.sm_count, e.gemm_tile_efficiency, to_string(e.curve_dtype),
                                        e.curve_source, cluster.gpu.gemm_tile_overhead_k));
   if (d.kind == "attention")
