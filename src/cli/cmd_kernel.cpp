@@ -56,6 +56,22 @@ GemmShape parse_gemm(const std::string& text) {
 }
 
 // "b=1,heads=32,seq=8192,head_dim=128,causal=1" plus optional kv_heads, seq_q, seq_kv.
+// --grouped-gemm ROWS,ROWS,...xNxK: one grouped GEMM (MoE experts), each group's own rows.
+struct GroupedGemm {
+  std::vector<std::int64_t> rows;
+  std::int64_t n = 0, k = 0;
+};
+GroupedGemm parse_grouped_gemm(const std::string& text) {
+  const auto dims = split(text, 'x');
+  if (dims.size() != 3)
+    throw InputError("", "--grouped-gemm", fmt::format("expected ROWS,ROWS,...xNxK, got '{}'", text));
+  GroupedGemm g;
+  for (const std::string_view r : split(dims[0], ',')) g.rows.push_back(parse_count(r, "--grouped-gemm", "group rows"));
+  g.n = parse_count(dims[1], "--grouped-gemm", "N");
+  g.k = parse_count(dims[2], "--grouped-gemm", "K");
+  return g;
+}
+
 AttentionShape parse_attention(const std::string& text) {
   AttentionShape a;
   a.seq_q = a.seq_kv = 0;
@@ -96,9 +112,13 @@ struct Described {
   int cudnn_version = 0;  // the release asked for (0: newest)
 };
 
-Described estimate(const ClusterSpec& c, const std::string& gemm, const std::string& attention,
+Described estimate(const ClusterSpec& c, const std::string& gemm, const std::string& grouped, const std::string& attention,
                    double memory_bytes, const std::string& pass, Dtype dtype, AttentionBackend backend,
                    AttentionKernel kernel, int cudnn_version) {
+  if (!grouped.empty()) {
+    const GroupedGemm g = parse_grouped_gemm(grouped);
+    return {grouped_gemm_time(c, g.rows, g.n, g.k, dtype), "gemm", fmt::format("{} groups of {}", g.rows.size(), grouped)};
+  }
   if (!gemm.empty()) {
     const GemmShape g = parse_gemm(gemm);
     return {gemm_time(c, g, dtype), "gemm",
@@ -150,7 +170,7 @@ std::string fallback_note(const Described& d, Dtype dtype) {
 
 struct KernelOptions {
   std::string cluster = kDefaultCluster;
-  std::string gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
+  std::string gemm, grouped_gemm, attention, dtype = "bf16", pass = "fwd", runtime = "generic", attention_kernel = "framework";
   std::string cudnn_version;
   double memory_bytes = 0;
   bool json = false, burst = false;
@@ -164,7 +184,10 @@ void add_kernel_options(CLI::App& app, KernelOptions& o) {
       "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
   auto* memory = app.add_option("--memory-bytes", o.memory_bytes, "bytes read + written by a memory-bound kernel")
                      ->check(in_range("kernel", "--memory-bytes"));
-  gemm->excludes(attention)->excludes(memory);
+  auto* grouped = app.add_option("--grouped-gemm", o.grouped_gemm,
+                                 "grouped GEMM (MoE experts in one launch): ROWS,ROWS,...xNxK, each group's rows");
+  gemm->excludes(attention)->excludes(memory)->excludes(grouped);
+  grouped->excludes(attention)->excludes(memory);
   attention->excludes(memory);
   app.add_option("--dtype", o.dtype, "compute dtype (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)")->capture_default_str();
   app.add_option("--pass", o.pass, "attention pass")->check(CLI::IsMember({"fwd", "bwd", "fwd+bwd"}))->capture_default_str();
@@ -222,7 +245,8 @@ void print_kernel_json(const KernelReport& k, const ClusterSpec& cluster) {
     j["curve_source"] = std::string(e.curve_source);
     j["curve_dtype"] = std::string(to_string(e.curve_dtype));
     const bool scheduled = e.equivalent_square_dim == 0;
-    j["schedule"] = scheduled ? (e.gemm_stream_k ? "stream-k" : "data-parallel") : "equivalent-square";
+    j["schedule"] =
+        scheduled ? (e.gemm_grouped ? "grouped" : e.gemm_stream_k ? "stream-k" : "data-parallel") : "equivalent-square";
     j["tiles"] = scheduled ? json(e.gemm_tiles) : json(nullptr);
     j["waves"] = scheduled ? json(e.gemm_waves) : json(nullptr);
     j["tile_efficiency"] = scheduled ? json(e.gemm_tile_efficiency) : json(nullptr);
@@ -252,7 +276,7 @@ void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
                                        cluster.gpu.gemm_tile_overhead_k)
                          : fmt::format("  schedule    {}: {:.0f} tiles, {:.2f} waves over {} SMs at {:.3f} per tile "
                                        "({} curve, source {}; each tile pays {:g} K beside its K loop)\n",
-                                       e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
+                                       e.gemm_grouped ? "grouped" : e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
                                        cluster.gpu.sm_count, e.gemm_tile_efficiency, to_string(e.curve_dtype),
                                        e.curve_source, cluster.gpu.gemm_tile_overhead_k));
   if (d.kind == "attention")
@@ -267,8 +291,8 @@ void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
 }
 
 int run_kernel(const KernelOptions& o) {
-  if (o.gemm.empty() && o.attention.empty() && o.memory_bytes == 0)
-    throw InputError("", "kernel", "give one of --gemm, --attention or --memory-bytes");
+  if (o.gemm.empty() && o.grouped_gemm.empty() && o.attention.empty() && o.memory_bytes == 0)
+    throw InputError("", "kernel", "give one of --gemm, --grouped-gemm, --attention or --memory-bytes");
   const std::optional<Dtype> dtype = parse_dtype(o.dtype);
   if (!dtype) throw InputError("", "--dtype", fmt::format("unknown dtype '{}' (fp32, tf32, bf16, fp16, fp8, fp8_block, mxfp8, fp4)", o.dtype));
   const std::optional<Runtime> runtime = parse_runtime(o.runtime);
@@ -284,7 +308,7 @@ int run_kernel(const KernelOptions& o) {
   }
   ClusterSpec cluster = load_cluster(o.cluster);
   if (o.burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
-  KernelReport k{estimate(cluster, o.gemm, o.attention, o.memory_bytes, o.pass, *dtype,
+  KernelReport k{estimate(cluster, o.gemm, o.grouped_gemm, o.attention, o.memory_bytes, o.pass, *dtype,
                           runtime_traits(*runtime, false).attention_backend,
                           *parse_attention_kernel(o.attention_kernel), cudnn_version),
                  *dtype, 0, 0, 0, "", ""};

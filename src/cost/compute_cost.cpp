@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,13 @@ constexpr std::int64_t kTileShortSide = 128;
 // Stream-K and split-K kernels cover the output in 128-wide steps: on H200 (M = K = 4096) N = 64
 // and 128 take the same time, as do N = 192 and 256 (tests/cost/measured_h200_shapes.csv).
 constexpr std::int64_t kStreamKStep = 128;
+// Grouped GEMMs (MoE experts in one launch: PyTorch's _grouped_mm, Megatron's grouped GEMM) run
+// CUTLASS's sm90 persistent ptr-array kernel: cooperative 128x256x64 CTA tiles (M x N) in 2x1x1
+// clusters, so each group's rows are covered in steps of two 128-row tiles; a CTA whose tile lies
+// wholly past its group's rows still runs (its loads are zero-filled). The tile scheduler hands
+// every group's tiles to the SMs in turn: no stream-K across groups (docs/compute.md, "Grouped
+// expert GEMMs").
+constexpr std::int64_t kGroupedClusterRows = 2 * kTileShortSide;
 // The per-tile rate is read from the profile's squares of at least this side: 4096^2 is 512
 // tiles, three waves or more on every shipped GPU, and a kernel of 100 us or more, where neither
 // the last wave nor a launch counted into a published sweep's time weighs much.
@@ -128,6 +136,7 @@ struct TileSchedule {
   double tiles = 0;         // output tiles of the kernel tile shape (stream-K: 128x256 equivalents)
   double waves = 0;         // tiles per SM: whole waves for data-parallel, a fraction for stream-K
   bool stream_k = false;
+  bool grouped = false;     // the persistent grouped kernel (grouped_waves)
   double unit_seconds = 0;  // tensor-core seconds at efficiency 1
 };
 
@@ -179,6 +188,53 @@ TileSchedule tile_schedule(const ClusterSpec& c, const GemmShape& g, double peak
   }
   const TileSchedule small = waves_of(g, sms, peak, kTileShortSide, kTileShortSide, 2.0 * overhead_k);
   return small.unit_seconds < best.unit_seconds ? small : best;
+}
+
+// Expected ceil(x / step) for a group size x ~ Normal(mean, sd), a group of no rows running no
+// tile: the sum over j >= 0 of P(x > j step). Steps wholly below mean - 8 sd count 1 each.
+double expected_steps(double mean, double sd, double step) {
+  if (!(sd > 0)) return std::ceil(std::max(0.0, mean) / step);
+  const double first = std::max(0.0, std::floor((mean - 8 * sd) / step));
+  double sum = first;
+  for (double j = first;; j += 1) {
+    const double z = (j * step - mean) / sd;
+    sum += 0.5 * std::erfc(z / std::sqrt(2.0));
+    if (z > 8) break;
+  }
+  return sum;
+}
+
+// The persistent grouped kernel: `row_steps` cluster steps of kGroupedClusterRows rows summed over
+// the groups, two 128x256 CTA tiles per step and 256-wide N tile, handed out in waves of one per
+// SM. Each tile runs its K loop plus twice the per-tile fixed cost: the ptr-array kernel rewrites
+// its TMA descriptors when an SM moves to another group's tile (nearly every tile: a group holds
+// fewer tiles than there are SMs, or a few times as many), so the next tile's pipeline is not
+// filled during the previous tile's epilogue as in the dense persistent kernel: the prologue is
+// paid again (docs/compute.md).
+TileSchedule grouped_waves(const ClusterSpec& c, double row_steps, std::int64_t n, double depth, double peak) {
+  const double sms = static_cast<double>(c.gpu.sm_count);
+  if (!(sms > 0)) throw InputError(c.source_file, "gpu.sm_count", "must be positive to schedule GEMM tiles");
+  TileSchedule s;
+  s.grouped = true;
+  s.tiles = row_steps * static_cast<double>(kGroupedClusterRows / kTileShortSide) * (padded(n, kTileLongSide) / kTileLongSide);
+  s.waves = std::ceil(s.tiles / sms);
+  s.unit_seconds = s.waves * tile_seconds(sms, peak, kTileShortSide, kTileLongSide,
+                                          depth + 2.0 * c.gpu.gemm_tile_overhead_k);
+  return s;
+}
+
+// A grouped GEMM described by its groups' mean and spread (GemmShape::group): the expected cluster
+// steps of the ragged rows, or for a ragged depth (weight gradient) the fixed tiles of every group
+// at the mean depth.
+TileSchedule grouped_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
+  const double groups = static_cast<double>(g.batch);
+  if (g.group == GemmGroup::rows) {
+    const double mean = static_cast<double>(g.m);
+    const double steps = expected_steps(mean, static_cast<double>(g.group_cv) * mean, kGroupedClusterRows);
+    return grouped_waves(c, groups * steps, g.n, static_cast<double>(g.k), peak);
+  }
+  const double steps = std::ceil(static_cast<double>(g.m) / kGroupedClusterRows);
+  return grouped_waves(c, groups * steps, g.n, static_cast<double>(g.k), peak);
 }
 
 // The per-tile tensor-core efficiency a curve point implies: the rate at which an SM runs a tile
@@ -285,7 +341,7 @@ GemmPricing price_gemm(const ClusterSpec& c, const GemmShape& g, Dtype dtype, co
     out.tensor_core_seconds = tensor_core_seconds(curve, peak, out.equivalent_square_dim);
     return out;
   }
-  out.schedule = tile_schedule(c, g, peak);
+  out.schedule = g.group == GemmGroup::none ? tile_schedule(c, g, peak) : grouped_schedule(c, g, peak);
   out.tile_efficiency = tile_efficiency(c, curve, peak);
   out.tensor_core_seconds = out.schedule.unit_seconds / out.tile_efficiency;
   return out;
@@ -550,26 +606,62 @@ double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim)
   return envelope_efficiency(*gemm_curve_for(c, dtype).curve, cube_dim);
 }
 
-KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
-  check_gemm(g);
-  if (empty(g)) return {};  // no kernel is launched
+namespace {
+// The estimate of a priced GEMM: its flops and bytes, the schedule it was priced with, the
+// sustained clock on the tensor-core part and the roofline.
+KernelEstimate gemm_estimate(const ClusterSpec& c, const CurveChoice& curve, double peak, const GemmPricing& p,
+                             double flops, double bytes) {
   KernelEstimate e;
-  e.peak_flops_per_s = dense_peak(c, dtype);
-  const CurveChoice curve = gemm_curve_for(c, dtype);
+  e.peak_flops_per_s = peak;
   e.curve_fallback = curve.fallback;
   e.curve_dtype = curve.curve->dtype;
   e.curve_source = curve.curve->source;
-  e.flops = g.flops();
-  e.bytes = gemm_bytes(g, dtype);
-  const GemmPricing p = price_gemm(c, g, dtype, *curve.curve, e.peak_flops_per_s);
+  e.flops = flops;
+  e.bytes = bytes;
   e.gemm_tiles = p.schedule.tiles;
   e.gemm_waves = p.schedule.waves;
   e.gemm_stream_k = p.schedule.stream_k;
+  e.gemm_grouped = p.schedule.grouped;
   e.gemm_tile_efficiency = p.tile_efficiency;
   e.equivalent_square_dim = p.equivalent_square_dim;
   e.compute_seconds = p.tensor_core_seconds / c.gpu.sustained_clock_fraction;
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
+}
+}  // namespace
+
+KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
+  check_gemm(g);
+  if (empty(g)) return {};  // no kernel is launched
+  const double peak = dense_peak(c, dtype);
+  const CurveChoice curve = gemm_curve_for(c, dtype);
+  return gemm_estimate(c, curve, peak, price_gemm(c, g, dtype, *curve.curve, peak), g.flops(), gemm_bytes(g, dtype));
+}
+
+KernelEstimate grouped_gemm_time(const ClusterSpec& c, std::span<const std::int64_t> rows, std::int64_t n,
+                                 std::int64_t k, Dtype dtype) {
+  double total_rows = 0, row_steps = 0;
+  for (const std::int64_t r : rows) {
+    if (r < 0) throw InputError("", "gemm", "negative group rows " + std::to_string(r));
+    total_rows += static_cast<double>(r);
+    row_steps += std::ceil(static_cast<double>(r) / kGroupedClusterRows);
+  }
+  const auto groups = static_cast<std::int64_t>(rows.size());
+  const auto mean_rows = groups > 0 ? static_cast<std::int64_t>(std::llround(total_rows / static_cast<double>(groups))) : 0;
+  const GemmShape mean{mean_rows, n, k, groups, GemmGroup::rows, 0};
+  check_gemm(mean);
+  if (total_rows == 0 || empty(mean)) return {};
+  const double peak = dense_peak(c, dtype);
+  const CurveChoice curve = gemm_curve_for(c, dtype);
+  GemmPricing p = price_gemm(c, mean, dtype, *curve.curve, peak);
+  if (p.equivalent_square_dim == 0) {  // scheduled: the groups' own cluster steps
+    p.schedule = grouped_waves(c, row_steps, n, static_cast<double>(k), peak);
+    p.tensor_core_seconds = p.schedule.unit_seconds / p.tile_efficiency;
+  }
+  const double e_in = bytes_per_element(dtype) + scale_bytes_per_element(dtype);
+  const double kd = static_cast<double>(k), nd = static_cast<double>(n);
+  const double bytes = e_in * (total_rows * kd + static_cast<double>(groups) * kd * nd) + stored_output_bytes(dtype) * total_rows * nd;
+  return gemm_estimate(c, curve, peak, p, 2.0 * total_rows * nd * kd, bytes);
 }
 
 double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype) {

@@ -2,6 +2,7 @@
 // Duration of one kernel on one GPU: the larger of FLOPs / (peak x efficiency) and
 // bytes / achieved HBM bandwidth, plus the launch overhead (roofline with measured efficiency).
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "spec/cluster_spec.hpp"
@@ -41,6 +42,7 @@ struct KernelEstimate {
   double gemm_tiles = 0;
   double gemm_waves = 0;
   bool gemm_stream_k = false;
+  bool gemm_grouped = false;  // the persistent grouped kernel of MoE experts (GemmShape::group)
   double gemm_tile_efficiency = 0;
   // Blackwell GEMMs instead: the side of the measured square with the same padded tile work, each
   // tile paying gpu.gemm_tile_overhead_k more K (docs/compute.md); 0 where tiles were scheduled.
@@ -56,6 +58,11 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
 // maximum of the measured points, power law between them, clamped at the ends.
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim);
 KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype);
+// A grouped GEMM with each group's own row count (the experts' tokens): C_g[rows_g, n] =
+// A_g[rows_g, k] B_g[k, n] in one launch, the groups' cluster steps counted exactly rather than
+// from a mean and spread (GemmShape::group). Zero rows in every group: no kernel.
+KernelEstimate grouped_gemm_time(const ClusterSpec& c, std::span<const std::int64_t> rows, std::int64_t n,
+                                 std::int64_t k, Dtype dtype);
 // Bytes a GEMM must move at least once: A and B in `dtype`, C in at least 16 bits (fp8/fp4 GEMMs
 // accumulate in fp32 and write bf16, as Transformer Engine and cuBLASLt default to).
 double gemm_bytes(const GemmShape& g, Dtype dtype);

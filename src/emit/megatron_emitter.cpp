@@ -178,6 +178,7 @@ void emit_mlp(const RunConfig& rc, ArgList& a) {
       a.arg("--moe-expert-capacity-factor", model.moe.capacity_factor);
       a.flag("--moe-pad-expert-input-to-capacity");
     }
+    if (model.moe.force_balance) a.flag("--moe-router-force-load-balancing");
     a.flag("--moe-grouped-gemm");  // grouped GEMMs for the experts, as the lowering prices them
   } else {
     a.arg("--ffn-hidden-size", model.ffn_hidden);

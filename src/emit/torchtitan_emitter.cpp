@@ -411,6 +411,10 @@ void write_parallelism(TomlDoc& d, const RunConfig& rc, const Settings& s, bool 
     d.key("expert_tensor_parallel_degree", std::to_string(m.expert_tp()));  // early-2026 only: MoE models are refused for mid-2025
     if (p.moe_dispatcher == MoeDispatcher::deepep) d.key("expert_parallel_comm_backend", quoted("deepep"));
   }
+  if (rc.model.moe.enabled() && rc.model.moe.force_balance) {  // benchmarking: tokens routed evenly
+    d.section("debug");
+    d.key("moe_force_load_balance", boolean(true));
+  }
 }
 
 // Checkpointing, activation checkpointing, compile and the float8 converter's section.

@@ -91,7 +91,8 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--add-qkv-bias",
           "--deepspeed", "--no-pipeline-parallel", "--cpu-offloading", "--distribute-saved-activations",
           "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep",
-          "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph", "--fp8-dot-product-attention"})
+          "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph", "--fp8-dot-product-attention",
+          "--moe-router-force-load-balancing"})
       m[f] = Arity::none;
     for (const char* f :
          {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
@@ -327,7 +328,8 @@ bool same_shape(const ModelSpec& a, const ModelSpec& b, bool compare_vocab) {
          a.norm == b.norm && a.linear_bias == b.linear_bias && a.norm_bias == b.norm_bias &&
          a.moe.n_experts == b.moe.n_experts && a.moe.top_k == b.moe.top_k && a.moe.expert_ffn == b.moe.expert_ffn &&
          a.moe.n_shared_experts == b.moe.n_shared_experts && a.moe.n_dense_layers == b.moe.n_dense_layers &&
-         a.moe.capacity_factor == b.moe.capacity_factor && a.attention == b.attention &&
+         a.moe.capacity_factor == b.moe.capacity_factor && a.moe.force_balance == b.moe.force_balance &&
+         a.attention == b.attention &&
          a.mla.q_lora_rank == b.mla.q_lora_rank && a.mla.kv_lora_rank == b.mla.kv_lora_rank &&
          a.mla.rope_head_dim == b.mla.rope_head_dim && a.mla.v_head_dim == b.mla.v_head_dim &&
          a.qk_norm == b.qk_norm && a.n_mtp_layers == b.n_mtp_layers;
@@ -448,6 +450,8 @@ ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::stri
     // The lowering runs a rank's experts as grouped GEMMs (layer_kernels.cpp), as --moe-grouped-gemm
     // does; without it Megatron loops over the local experts (SequentialMLP), which is not modelled.
     if (!a.has("--moe-grouped-gemm")) warnings.push_back(kSequentialExperts);
+    // Random router scores for benchmarking (router.py, apply_random_logits): balanced on average.
+    m.moe.force_balance = a.has("--moe-router-force-load-balancing");
     if (auto cf = a.number("--moe-expert-capacity-factor")) {
       if (*cf <= 0) a.fail("--moe-expert-capacity-factor", fmt::format("must be positive, got {}", *cf));
       m.moe.capacity_factor = *cf;
@@ -457,7 +461,7 @@ ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::stri
     }
   } else {
     for (const char* f : {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-                          "--moe-layer-freq", "--moe-expert-capacity-factor"})
+                          "--moe-layer-freq", "--moe-expert-capacity-factor", "--moe-router-force-load-balancing"})
       if (a.has(f)) warnings.push_back(fmt::format("{}: has no effect without --num-experts (a dense model)", f));
   }
 

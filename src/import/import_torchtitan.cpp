@@ -173,8 +173,7 @@ const std::vector<std::string>& no_effect_keys() {
       "experimental.custom_import", "experimental.custom_args_module",
       "validation.enable", "validation.dataset", "validation.dataset_path", "validation.local_batch_size",
       "validation.seq_len", "validation.freq", "validation.steps",
-      // moe_force_load_balance routes tokens evenly, which is what meshplan's MoE model assumes anyway.
-      "debug.seed", "debug.deterministic_warn_only", "debug.moe_force_load_balance",
+      "debug.seed", "debug.deterministic_warn_only",
   };
   return k;
 }
@@ -876,6 +875,10 @@ RunConfig import_torchtitan(const std::string& path, const toml::table& t, const
   read_recompute(early, ac, rc);
   read_fsdp(par, rc);
   read_optimizer(optim, rc);
+  // debug.moe_force_load_balance: tokens routed evenly over the experts for benchmarking, not by
+  // the trained router (its load imbalance is then not priced, docs/compute.md).
+  if (rc.model.moe.enabled())
+    rc.model.moe.force_balance = section("debug").get_bool("moe_force_load_balance").value_or(false);
   name_unmodelled_keys(t, rc);
   return rc;
 }

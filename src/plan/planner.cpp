@@ -648,7 +648,7 @@ TwinBucket twin_bucket(const PlanCandidate& c) {
 StepFingerprint simulation_fingerprint(const PlanRequest& rq, const PlanCandidate& c) {
   StepFingerprint f = memory_fingerprint(rq.model, c.plan, c.job, rq.cluster);
   for (const Job& j : steady_state_jobs(c.plan, c.job)) {
-    f = combine(f, program_fingerprint(rq.model, c.plan, j));
+    f = combine(f, program_fingerprint(rq.model, c.plan, j, rq.cluster));
     f = combine(f, memory_fingerprint(rq.model, c.plan, j, rq.cluster));
   }
   return f;

@@ -42,7 +42,7 @@ struct Hasher {
 };
 
 void add(Hasher& h, const GemmShape& g) {
-  h.num(g.m), h.num(g.n), h.num(g.k), h.num(g.batch);
+  h.num(g.m), h.num(g.n), h.num(g.k), h.num(g.batch), h.num(g.group), h.num(static_cast<double>(g.group_cv));
 }
 
 void add(Hasher& h, const AttentionShape& a) {
@@ -60,7 +60,7 @@ void add_changes(Hasher& h, const MemoryChanges& changes) {
 // changes, as a reminder.
 void add(Hasher& h, const Op& op) {
 #if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
-  static_assert(sizeof(Op) == 488, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
+  static_assert(sizeof(Op) == 512, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
 #endif
   h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind);
   h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
@@ -90,8 +90,9 @@ StepFingerprint combine(const StepFingerprint& a, const StepFingerprint& b) {
   return h.f;
 }
 
-StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j) {
-  const StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = false});
+StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  const StepProgram prog =
+      lower_step(m, p, j, LowerOptions{.op_names = false, .moe_router_load_cv = c.framework.moe_router_load_cv});
   Hasher h;
   const Mesh& mesh = p.mesh;
   h.num(mesh.pp), h.num(mesh.vpp), h.num(mesh.dp_replicate), h.num(mesh.dp_shard), h.num(mesh.cp), h.num(mesh.tp);

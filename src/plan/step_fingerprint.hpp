@@ -27,8 +27,8 @@ struct StepFingerprint {
 StepFingerprint combine(const StepFingerprint& a, const StepFingerprint& b);
 
 // Lowers the step (without op names) and digests every field of every op, the program's totals,
-// the mesh, compute dtype, FP8 recipe and the job.
-StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j);
+// the mesh, compute dtype, FP8 recipe and the job; lowered as simulate_step lowers it on `c`.
+StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
 
 // Digests the closed-form memory estimate: every stage's breakdown and peaks.
 StepFingerprint memory_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);

@@ -121,6 +121,8 @@ private:
       mix(static_cast<std::uint64_t>(g.n));
       mix(static_cast<std::uint64_t>(g.k));
       mix(static_cast<std::uint64_t>(g.batch));
+      mix(static_cast<std::uint64_t>(g.group));
+      mix(std::bit_cast<std::uint32_t>(g.group_cv));
     }
     for (const auto& a : op.attention) {
       mix(static_cast<std::uint64_t>(a.seq_q));
@@ -134,9 +136,7 @@ private:
     return h;
   }
   static bool same(const Entry& e, const Op& op) {
-    auto same_gemm = [](const GemmShape& a, const GemmShape& b) {
-      return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch;
-    };
+    auto same_gemm = [](const GemmShape& a, const GemmShape& b) { return a == b; };
     auto same_attention = [](const AttentionShape& a, const AttentionShape& b) {
       return a.batch == b.batch && a.heads == b.heads && a.kv_heads == b.kv_heads && a.seq_q == b.seq_q &&
              a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal &&
@@ -700,7 +700,8 @@ void track_memory(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
                             SimOptions options) {
   SimulatedStep out;
-  StepProgram prog = lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline});
+  StepProgram prog =
+      lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
   sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
   const int per_stage = options.full ? static_cast<int>(p.mesh.world() / std::max(1, p.mesh.pp)) : 1;
   const auto R = static_cast<std::size_t>(per_stage);

@@ -627,6 +627,7 @@ void read_framework(Context& ctx, const toml::table& t) {
                                              "nccl_buffer_bytes_per_group", Range::positive);
   f.allocator_reserve_fraction =
       r.number("allocator_reserve_fraction", "allocator_reserve_fraction", Range::fraction);
+  f.moe_router_load_cv = r.optional_number("moe_router_load_cv", "moe_router_load_cv", Range::non_negative, 0.0);
   r.finish();
 }
 

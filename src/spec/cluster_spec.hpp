@@ -127,6 +127,10 @@ struct FrameworkOverheads {
   double cuda_context_bytes = 0;           // CUDA context + cuBLAS/cuDNN workspaces
   double nccl_buffer_bytes_per_group = 0;  // NCCL channel buffers per communicator
   double allocator_reserve_fraction = 0;   // caching allocator: reserved / allocated slack
+  // Coefficient of variation of a trained MoE router's per-expert token load under dropless
+  // routing with an auxiliary balancing loss (docs/compute.md, "Router load imbalance"): a
+  // property of the training recipe, fitted on runs, one number for every profile. 0 = balanced.
+  double moe_router_load_cv = 0;
 };
 
 // What interrupts a long run and what a checkpoint and a restart cost (the optional

@@ -24,6 +24,10 @@ struct MoeSpec {
   // tokens, and its buffer is padded to that (GShard / Switch; Megatron
   // --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity). 0: dropless.
   double capacity_factor = 0;
+  // Dropless routing with the router's choices replaced by random ones for benchmarking (Megatron
+  // --moe-router-force-load-balancing, torchtitan debug.moe_force_load_balance): every expert
+  // gets the same share on average, with only the sampling noise of the draws left.
+  bool force_balance = false;
   bool enabled() const { return n_experts > 0; }
   bool is_moe_layer(int layer) const { return enabled() && layer >= n_dense_layers; }
 };

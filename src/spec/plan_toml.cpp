@@ -25,14 +25,14 @@ const std::vector<std::string> kModelKeys = {
     "name", "preset", "hf_config", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias",
     "max_seq_len", "moe_experts", "moe_top_k", "moe_expert_ffn", "moe_shared_experts",
-    "n_params_published", "n_params_source", "moe_dense_layers", "moe_capacity_factor", "qk_norm", "attention",
+    "n_params_published", "n_params_source", "moe_dense_layers", "moe_capacity_factor", "moe_force_balance", "qk_norm", "attention",
     "mla_q_lora_rank", "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
 const std::vector<std::string> kShapeKeys = {
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "mlp", "vocab",
     "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias", "max_seq_len", "moe_experts",
     "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source",
-    "moe_dense_layers", "moe_capacity_factor", "qk_norm", "attention", "mla_q_lora_rank", "mla_kv_lora_rank",
-    "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
+    "moe_dense_layers", "moe_capacity_factor", "moe_force_balance", "qk_norm", "attention", "mla_q_lora_rank",
+    "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
 const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
 const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp",
                                               "tp_style", "sequence_parallel", "async_tp", "loss_parallel", "schedule",
@@ -150,6 +150,7 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
     if (!(*v >= 0) || *v > 1e3) m.fail("moe_capacity_factor", fmt::format("must be 0 (dropless) or up to 1000, got {}", *v));
     spec.moe.capacity_factor = *v;
   }
+  flag("moe_force_balance", spec.moe.force_balance);
   flag("qk_norm", spec.qk_norm);
   spec.attention = get_enum(m, "attention", spec.attention, parse_attention_kind, "gqa, mla");
   i64("mla_q_lora_rank", spec.mla.q_lora_rank, limits::kMaxWidth, "the model width");
@@ -486,6 +487,7 @@ void write_model(TomlLines& t, const ModelSpec& m) {
   t.line(fmt::format("moe_shared_experts = {}", m.moe.n_shared_experts));
   if (m.moe.n_dense_layers > 0) t.line(fmt::format("moe_dense_layers = {}", m.moe.n_dense_layers));
   if (m.moe.capacity_factor > 0) t.line(fmt::format("moe_capacity_factor = {}", m.moe.capacity_factor));
+  if (m.moe.force_balance) t.line("moe_force_balance = true");
   if (m.qk_norm) t.line("qk_norm = true");
   if (m.attention == AttentionKind::mla) {
     t.line("attention = \"mla\"");

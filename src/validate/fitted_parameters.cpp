@@ -65,6 +65,11 @@ const std::vector<FittedParameter>& fitted_parameters() {
       direct("deepspeed_op_factor", "host.megatron_deepspeed_op_factor",
              "Megatron-DeepSpeed's host work per kernel as a multiple of the eager per-op cost",
              [](auto& c) -> auto& { return c.host.megatron_deepspeed_op_factor; }),
+      // A trained MoE router's load spread over its experts under dropless routing with an
+      // auxiliary loss: a property of the training recipe, so one number for every profile.
+      direct("moe_router_load_cv", "framework.moe_router_load_cv",
+             "coefficient of variation of a trained MoE router's per-expert load (dropless routing)",
+             [](auto& c) -> auto& { return c.framework.moe_router_load_cv; }),
   };
   return all;
 }

@@ -281,6 +281,11 @@ bool is_megatron_family(const std::string& fw) {
   return fw == "megatron" || fw == "nemo" || fw == "megatron-deepspeed";
 }
 
+// Megatron's flag for random (balanced) routing, as a row's notes quote the run's command line.
+constexpr std::string_view kForceBalanceFlag = "--moe-router-force-load-balancing";
+// How dev-moe's notes mark a row measured with the trained router's own routing.
+constexpr std::string_view kNaturalRouting = "natural routing";
+
 // The optional MoE / attention columns (README, section dev-moe.csv). Absent or empty: a dense
 // model with d_model / n_heads heads (map_model's default).
 void map_moe_columns(const Reader& r, ModelSpec& m, std::vector<std::string>& notes) {
@@ -319,8 +324,22 @@ void map_moe_columns(const Reader& r, ModelSpec& m, std::vector<std::string>& no
   };
   non_negative("moe_shared_experts", m.moe.n_shared_experts, limits::kMaxExperts);
   non_negative("moe_dense_layers", m.moe.n_dense_layers, m.n_layers);
-  // Dropless routing: the README's sources set no capacity factor.
-  notes.push_back("MoE routing dropless (no capacity factor), balanced over the experts");
+  // Dropless routing: the README's sources set no capacity factor. How the router routed: the
+  // optional column where the file has it; else the row's notes, which quote the run's command
+  // line (Megatron's flag for random, balanced routing) or say that the row is the natural
+  // (trained) router's; a row that states neither (dev-moe's five main H100 rows) is read as
+  // force-balanced, as every benchmark command of that source that is printed sets the flag
+  // (docs/validation.md, "Routing").
+  const std::string text = r.str("notes");
+  const auto forced = r.opt_flag("moe_force_balance");
+  const bool flag = text.find(kForceBalanceFlag) != std::string::npos;
+  const bool natural = text.find(kNaturalRouting) != std::string::npos;
+  m.moe.force_balance = forced ? *forced : flag || !natural;
+  std::string note = m.moe.force_balance ? "MoE routing dropless (no capacity factor), force-balanced (random router scores)"
+                                         : "MoE routing dropless (no capacity factor) by the trained router: its load "
+                                           "imbalance priced (framework.moe_router_load_cv)";
+  if (!forced && !flag && !natural) note += "; routing not stated: a benchmark's forced balance assumed";
+  notes.push_back(note);
 }
 
 ModelSpec map_model(const Reader& r, const std::string& framework, int tp, std::vector<std::string>& notes) {

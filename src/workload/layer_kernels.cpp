@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "workload/eager_ops.hpp"
+#include "workload/moe_routing.hpp"
 
 namespace meshplan {
 
@@ -57,6 +58,20 @@ void add_eager_composites(const ModelSpec& m, const LayerDims& d, LayerKernels& 
   }
 }
 
+// The MoE router beside its GEMM, as Megatron-Core runs it with its fused router kernels
+// (--moe-router-fusion; router.py TopKRouter.aux_loss_load_balancing): per token and expert, the
+// top-k softmax reads the logits and writes dense fp32 probabilities and a 1-byte routing map
+// (e + 5); the auxiliary loss's scores read them again and write fp32 scores and their map (e + 5);
+// the loss sums the map and the scores over the tokens (1 + 4). The rest (top-k indices, the
+// loss's arithmetic on E values) is per token or per expert, negligible beside it.
+constexpr double kRouterBytesPerScoreBeyond2e = 15;
+// The auxiliary loss's launches: its scores (one fused kernel) and the two sums over the tokens.
+constexpr int kAuxLossKernels = 3;
+
+double moe_router_bytes(const ModelSpec& m, const LayerDims& d) {
+  return static_cast<double>(d.moe_tokens) * m.moe.n_experts * (2 * d.e + kRouterBytesPerScoreBeyond2e);
+}
+
 // Unfused attention: the score matrix in HBM, QK^T and PV as batched GEMMs.
 void add_unfused_attention(const Plan& p, const LayerDims& d, LayerKernels& k) {
   const AttentionShape& a = k.attention;
@@ -75,8 +90,8 @@ void add_unfused_attention(const Plan& p, const LayerDims& d, LayerKernels& k) {
 
 // The MLP's GEMMs and element-wise bytes: dense, or MoE's router, routed and shared experts.
 // The routed experts of a rank run as grouped GEMMs (one launch over its local experts, as
-// Megatron's TEGroupedMLP / GroupedMLP and torchtitan's grouped_mm do): with balanced routing every
-// local expert gets the same rows, so the group is a batched GEMM of `local_experts` members.
+// Megatron's TEGroupedMLP / GroupedMLP and torchtitan's grouped_mm do): `local_experts` groups of
+// the simulated (most-loaded) rank's mean rows, spread over its experts with expert_rows_cv.
 void add_mlp(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_layer) {
   const double t = static_cast<double>(d.tokens);
   const int n_up = m.mlp == MlpKind::swiglu ? 2 : 1;
@@ -84,24 +99,30 @@ void add_mlp(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_l
   if (moe_layer && m.moe.enabled()) {
     const double mt = static_cast<double>(d.moe_tokens);
     const std::int64_t pe = d.per_expert_tokens;
+    const auto cv = static_cast<float>(d.expert_rows_cv);
     k.mlp.push_back({d.moe_tokens, m.moe.n_experts, d.h, 1});  // router
-    for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts});
-    k.mlp.push_back({pe, d.h, d.f_expert_local, d.local_experts});
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts, GemmGroup::rows, cv});
+    k.mlp.push_back({pe, d.h, d.f_expert_local, d.local_experts, GemmGroup::rows, cv});
+    // What the most-loaded rank's experts compute beyond the mean rank's: not model FLOPs.
+    k.mlp_excess_flops = 2.0 * (static_cast<double>(pe) * d.local_experts - d.routed_tokens) *
+                         static_cast<double>(d.h) * static_cast<double>(d.f_expert_local) * (n_up + 1);
     // Shared experts see every token of the block, split over TP like a dense MLP.
     for (int sh = 0; sh < m.moe.n_shared_experts; ++sh) {
       for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.tokens, d.f_local, d.h, 1});
       k.mlp.push_back({d.tokens, d.h, d.f_local, 1});
     }
-    // Activation over each received copy; permute + unpermute (read + write each copy, twice),
-    // the weighted combine (read top_k copies, write one) and the residual add.
+    // Activation over each received copy; permute + unpermute of the received copies (read +
+    // write each, twice), the weighted combine of the rank's own tokens (read top_k copies, write
+    // one) and the residual add; the router's scores (moe_router_bytes).
     const double received = static_cast<double>(pe) * d.local_experts;
     k.mlp_bytes = act_io * d.e * received * static_cast<double>(d.f_expert_local) +
                   act_io * d.e * t * m.moe.n_shared_experts * static_cast<double>(d.f_local) +
-                  4 * d.e * d.routed_tokens * static_cast<double>(d.h) +
-                  d.e * (d.routed_tokens + mt) * static_cast<double>(d.h) + 3 * d.e * mt * static_cast<double>(d.h);
+                  4 * d.e * received * static_cast<double>(d.h) +
+                  d.e * (d.routed_tokens + mt) * static_cast<double>(d.h) + 3 * d.e * mt * static_cast<double>(d.h) +
+                  moe_router_bytes(m, d);
     // router + softmax/top-k + permute + the grouped up, activation, grouped down + unpermute +
-    // combine + residual add; each shared expert as a dense MLP.
-    k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + m.moe.n_shared_experts * (n_up + 2);
+    // combine + residual add; each shared expert as a dense MLP; the auxiliary loss.
+    k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + m.moe.n_shared_experts * (n_up + 2) + kAuxLossKernels;
     return;
   }
   for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_dense_local, d.h, 1});
@@ -135,7 +156,7 @@ void add_mla_projections(const ModelSpec& m, const LayerDims& d, LayerKernels& k
 
 }  // namespace
 
-LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j) {
+LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j, double moe_router_load_cv) {
   LayerDims d;
   const int tp = p.mesh.tp;
   const bool full_tp = p.tp_style == TpStyle::full;
@@ -169,10 +190,17 @@ LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j) {
     d.routed_tokens = static_cast<double>(d.moe_tokens) * m.moe.top_k * capacity;
     const int ep = std::max(1, p.mesh.ep);
     d.local_experts = std::max(1, m.moe.n_experts / ep);
-    // The EP group's routed copies spread evenly over all experts (capacity-padded buffers are
-    // full by construction; dropless routing is balanced by the auxiliary loss on average).
+    // Capacity-padded buffers are full by construction. Dropless routing is balanced by the
+    // auxiliary loss on average only: the most-loaded rank receives more, and with forced balance
+    // (random routing) the sampling noise remains (moe_routing.hpp).
+    if (m.moe.capacity_factor <= 0) {
+      const RoutedLoad load = routed_load(m.moe.n_experts, m.moe.top_k, ep, static_cast<double>(d.moe_tokens),
+                                          m.moe.force_balance ? 0.0 : moe_router_load_cv);
+      d.moe_rank_load = load.rank_load_factor;
+      d.expert_rows_cv = load.expert_rows_cv;
+    }
     d.per_expert_tokens = std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(std::llround(d.routed_tokens * ep / std::max(1, m.moe.n_experts))));
+        1, static_cast<std::int64_t>(std::llround(d.received_tokens() * ep / std::max(1, m.moe.n_experts))));
     d.f_expert_local = std::max<std::int64_t>(1, m.moe.expert_ffn / etp);
   }
   return d;

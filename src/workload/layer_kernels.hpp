@@ -26,13 +26,21 @@ struct LayerDims {
   // the EP group borrows TP ranks (Megatron with --expert-tensor-parallel-size < tp).
   std::int64_t moe_tokens = 0;
   double routed_tokens = 0;       // token copies sent to experts: moe_tokens * top_k (* capacity)
-  std::int64_t per_expert_tokens = 0;  // rows of each local expert's GEMMs (balanced routing)
+  // Dropless routing (moe_routing.hpp): the most-loaded EP rank receives moe_rank_load x the mean
+  // copies, and every rank waits for it at the next all-to-all; the rank simulated is that one.
+  // Its experts' rows spread with expert_rows_cv. Capacity-padded routing: 1 and 0.
+  double moe_rank_load = 1;
+  double expert_rows_cv = 0;
+  std::int64_t per_expert_tokens = 0;  // mean rows of the simulated rank's local experts' GEMMs
   int local_experts = 1;          // n_experts / ep
   std::int64_t f_expert_local = 0; // expert_ffn / etp
   bool moe_skips_tp_gather = false;  // etp < tp: the MoE block runs on the SP shard, no TP gather
+  // Token copies the simulated rank's experts receive: the mean routed copies x its load.
+  double received_tokens() const { return routed_tokens * moe_rank_load; }
   // Bytes of one direction of the EP all-to-all (dispatch, or combine) per rank: every routed
-  // token copy crosses; the collective moves the (ep - 1) / ep that leave the rank.
-  double a2a_bytes() const { return e * routed_tokens * static_cast<double>(h); }
+  // token copy crosses; the collective moves the (ep - 1) / ep that leave the rank. The most-loaded
+  // rank receives (dispatch) and returns (combine) its received copies, which set the pace.
+  double a2a_bytes() const { return e * received_tokens() * static_cast<double>(h); }
   // Bytes of one activation tensor of the block's input shape (the TP collectives' payload).
   double activation_bytes() const { return e * static_cast<double>(tokens) * static_cast<double>(h); }
   // K and V of the whole CP group, as torchtitan's all-gather rotation collects them.
@@ -41,7 +49,10 @@ struct LayerDims {
   }
 };
 
-LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j);
+// `moe_router_load_cv`: the trained router's per-expert load coefficient of variation under
+// dropless routing (the profile's framework.moe_router_load_cv; unused with a capacity factor or
+// forced balance).
+LayerDims layer_dims(const ModelSpec& m, const Plan& p, const Job& j, double moe_router_load_cv = 0);
 
 // Kernels of one layer's forward, split where communication can interrupt them.
 struct LayerKernels {
@@ -55,6 +66,9 @@ struct LayerKernels {
   int score_kernels_fwd = 0, score_kernels_bwd = 0;
   Gemms post_attention;  // out projection
   Gemms mlp;             // up (+gate), down; MoE: router + experts
+  // MoE: forward GEMM FLOPs of the simulated (most-loaded) rank's experts beyond the mean rank's,
+  // which the mlp GEMMs include and model FLOPs do not (dropless routing's imbalance).
+  double mlp_excess_flops = 0;
   double pre_attention_bytes = 0, post_attention_bytes = 0, mlp_bytes = 0;
   int pre_kernels = 0, attn_kernels = 0, mlp_kernels = 0;
   // Backward of the same element-wise work (fused kernels: twice the forward's bytes).
@@ -66,8 +80,12 @@ struct LayerKernels {
 // MLP of ffn_hidden (dense models, and the leading dense layers of an MoE model).
 LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d, bool moe_layer = true);
 
-inline GemmShape dgrad(const GemmShape& g) { return {g.m, g.k, g.n, g.batch}; }
-inline GemmShape wgrad(const GemmShape& g) { return {g.k, g.n, g.m, g.batch}; }
+// A grouped GEMM's ragged rows stay the data gradient's rows and become the weight gradient's
+// reduction depth (dW_g = X_g^T dY_g over each group's own tokens).
+inline GemmShape dgrad(const GemmShape& g) { return {g.m, g.k, g.n, g.batch, g.group, g.group_cv}; }
+inline GemmShape wgrad(const GemmShape& g) {
+  return {g.k, g.n, g.m, g.batch, g.group == GemmGroup::rows ? GemmGroup::depth : g.group, g.group_cv};
+}
 // The backward GEMMs of forward linears: data and weight gradient of each.
 Gemms grads_of(const Gemms& forward);
 double gemm_flops(const Gemms& gs);

@@ -125,7 +125,9 @@ void Builder::chunk_for_overlap(Op& op) const {
       chunked.push_back(g);
       continue;
     }
-    for (int i = 0; i < tp; ++i) chunked.push_back({g.m / tp, g.n, g.k, g.batch});
+    GemmShape chunk = g;
+    chunk.m = g.m / tp;
+    for (int i = 0; i < tp; ++i) chunked.push_back(chunk);
   }
   op.kernels += static_cast<int>(chunked.size() - op.gemms.size());
   op.gemms = std::move(chunked);
@@ -280,8 +282,10 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     // llm-foundry ffn TP: the MLP input is gathered along the batch from every TP rank.
     comm(tp_collective(stage, sub_name(tag, ".tp_ag_batch"), CollectiveOp::all_gather, act * p_.mesh.tp));
   }
-  moe_mlp_forward(chain_of, stage, layer, tag, linears_op(".mlp", kernels_of(layer).mlp, kernels_of(layer).mlp_bytes,
-                                                          kernels_of(layer).mlp_kernels));
+  const LayerKernels& kl = kernels_of(layer);
+  Op mlp = linears_op(".mlp", kl.mlp, kl.mlp_bytes, kl.mlp_kernels);
+  mlp.model_flops -= flops_scale * kl.mlp_excess_flops;  // the most-loaded rank's extra rows
+  moe_mlp_forward(chain_of, stage, layer, tag, std::move(mlp));
   if (tp && !sp_shard_moe) {
     const bool rs = !full_tp || p_.sequence_parallel;
     comm(tp_collective(stage, sub_name(tag, ".tp_mlp_out"), rs ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
@@ -323,7 +327,9 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
   // The combine's backward sends each token's output gradient back to the experts that produced
   // it; the dispatch's backward returns the experts' input gradients: the forward's bytes again.
   if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_combine_bwd")));
-  comm(backward_op(".mlp", kl.mlp, kl.mlp_bytes_bwd, kl.mlp_kernels_bwd, false));
+  Op mlp = backward_op(".mlp", kl.mlp, kl.mlp_bytes_bwd, kl.mlp_kernels_bwd, false);
+  mlp.model_flops -= 2 * kl.mlp_excess_flops;  // data and weight gradients of the extra rows
+  comm(std::move(mlp));
   if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch_bwd")));
   if (sp && !sp_shard_moe) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
   else if (tp && !full_tp)

@@ -118,7 +118,7 @@ Op make_op(int stage, std::string name, StreamKind stream, OpCategory cat, OpKin
 class Builder {
 public:
   Builder(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options)
-      : m_(m), p_(p), j_(j), options_(options), traits_(runtime_traits(p)), d_(layer_dims(m, p, j)),
+      : m_(m), p_(p), j_(j), options_(options), traits_(runtime_traits(p)), d_(layer_dims(m, p, j, options.moe_router_load_cv)),
         k_(layer_kernels(m, p, d_)), k_dense_(layer_kernels(m, p, d_, false)) {}
 
   StepProgram build();

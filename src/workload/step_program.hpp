@@ -108,6 +108,9 @@ struct LowerOptions {
   // Op names are for traces and people. The simulator alone never reads them, and formatting
   // one per op was a large share of the lowering's cost.
   bool op_names = true;
+  // The trained router's per-expert load coefficient of variation under dropless routing
+  // (ClusterSpec::framework.moe_router_load_cv): sets the most-loaded EP rank's rows and bytes.
+  double moe_router_load_cv = 0;
 };
 
 // Lowers the step. mesh degrees must already be resolved (config_loader::resolve_layout).

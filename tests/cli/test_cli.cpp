@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "../test_paths.hpp"
+#include "spec/cluster_loader.hpp"
+#include "workload/moe_routing.hpp"
 
 namespace fs = std::filesystem;
 using meshplan::test::data_root;
@@ -418,9 +420,14 @@ TEST_CASE("MoE: the Mixtral example simulates with EP all-to-alls forward and ba
   const auto j = nlohmann::json::parse(r.out);
   // Per rank and step: 32 layers x 8 micro-batches x 4 all-to-alls (dispatch, combine, and their
   // backward). The experts are TP-split like the rest (etp = tp), so each rank routes all 4096
-  // tokens: x top-2 x d_model 4096 x 2 bytes = 67,108,864 bytes per all-to-all.
+  // tokens: x top-2 x d_model 4096 x 2 bytes = 67,108,864 bytes per all-to-all on the mean rank.
+  // Dropless routing by the trained router: the rank simulated is the most-loaded of the 8, one
+  // expert each, 1 + 1.4236 x sqrt(c^2 + 6 / (7 x 8192)) x the mean (docs/compute.md).
   REQUIRE(j.at("comm_bytes").contains("ep"));
-  CHECK(j.at("comm_bytes").at("ep").get<double>() == doctest::Approx(32.0 * 8 * 4 * 4096 * 2 * 4096 * 2));
+  const double c = meshplan::load_cluster("h100-sxm-80gb").framework.moe_router_load_cv;
+  const double hot = meshplan::routed_load(8, 2, 8, 4096, c).rank_load_factor;
+  CHECK(hot > 1.5);
+  CHECK(j.at("comm_bytes").at("ep").get<double>() == doctest::Approx(32.0 * 8 * 4 * 4096 * 2 * 4096 * 2 * hot));
   CHECK(j.at("exposed_comm_s").contains("ep"));
   // ep that does not divide the 8 experts: one line naming the key, exit 2 (bad input).
   std::ifstream in(example("plan-mixtral-8x7b-ep8-64gpu.toml"));
@@ -877,4 +884,18 @@ TEST_CASE("calibrate --runs on training logs, then simulate with the fitted prof
   REQUIRE(g.contains("diagnosis"));
   CHECK(g["diagnosis"]["observed_tokens_per_s_per_gpu"].get<double>() == doctest::Approx(8184.32).epsilon(0.0005));
   check_one_line_error(megatron + " --gpus 16", "line 1");
+}
+
+TEST_CASE("kernel --grouped-gemm: one grouped launch over the groups' own rows, schedule 'grouped'") {
+  // measure_shapes.py's skewed 2048 tokens over 8 gpt-oss experts, up projection: 11 cluster steps
+  // x 2 x 23 = 506 tiles, 4 waves on the H200's 132 SMs (tests/cost: by hand).
+  const Run r = run("kernel --cluster h200-141gb --grouped-gemm 464,336,272,240,208,192,176,160x5760x2880 --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["schedule"] == "grouped");
+  CHECK(j["tiles"] == 506);
+  CHECK(j["waves"] == 4);
+  CHECK(j["flops"].get<double>() == doctest::Approx(2.0 * 2048 * 5760 * 2880));
+  const Run bad = run("kernel --grouped-gemm 128,x5760x2880");
+  CHECK(bad.exit_code == 2);
 }

@@ -103,6 +103,7 @@ void same_model(const ModelSpec& a, const ModelSpec& b) {
   CHECK(a.norm_bias == b.norm_bias);
   CHECK(a.max_seq_len == b.max_seq_len);
   CHECK(a.moe.n_experts == b.moe.n_experts);
+  CHECK(a.moe.force_balance == b.moe.force_balance);
 }
 
 // Everything a plan fixes that the runtimes can carry.
@@ -414,6 +415,14 @@ TEST_CASE("torchtitan expert parallelism: expert_parallel_degree for deepseek_v3
   CHECK(back.plan.mesh.ep == 8);
   CHECK(back.plan.mesh.expert_tp() == 1);
   same_plan(rc, back);
+  CHECK_FALSE(t["debug"]["moe_force_load_balance"].value<bool>().has_value());
+  // A force-balanced run (benchmark routing) says so in [debug] and reads back so.
+  RunConfig forced = rc;
+  forced.model.moe.force_balance = true;
+  const std::string forced_toml = emit_torchtitan_toml(forced, TorchtitanVersion::early_2026);
+  keys_known(forced_toml, TorchtitanVersion::early_2026);
+  CHECK(toml::parse(forced_toml)["debug"]["moe_force_load_balance"].value<bool>() == true);
+  CHECK(reimport(forced_toml, "dsv3-forced.toml", 64).model.moe.force_balance);
   // The mid-2025 layout's and the registry era's deepseek_v3 presets are not pinned: refused.
   CHECK(refusal([&] { emit_torchtitan_toml(rc, TorchtitanVersion::mid_2025); }).find("early-2026") != std::string::npos);
   CHECK(refusal([&] { emit_torchtitan_registry_args(rc); }).find("not pinned") != std::string::npos);
@@ -767,6 +776,10 @@ TEST_CASE("megatron MoE: EP, expert TP, shared experts, dense layers, MLA, recom
   CHECK(after(a, "--moe-shared-expert-intermediate-size") == "2048");
   CHECK(after(a, "--moe-layer-freq") == "([0]*3+[1]*58)");
   CHECK(has_flag(a, "--moe-grouped-gemm"));
+  CHECK_FALSE(has_flag(a, "--moe-router-force-load-balancing"));
+  RunConfig forced = ds;
+  forced.model.moe.force_balance = true;
+  CHECK(has_flag(emit_megatron_args(forced), "--moe-router-force-load-balancing"));
   CHECK(has_flag(a, "--multi-latent-attention"));
   CHECK(after(a, "--q-lora-rank") == "1536");
   CHECK(after(a, "--kv-lora-rank") == "512");

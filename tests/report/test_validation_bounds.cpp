@@ -134,9 +134,18 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // dispatch's host wait for the token counts (DeepEP; HybridEP on the NVL72 rows does not wait):
 // MAPE 15.36 %, bias +5.7 %. Left beyond the columns: the dispatcher and the all-to-all overlap
 // (notes only), router imbalance (dropless vs forced-balance rows share every column).
+// Then (issue 31) grouped expert GEMMs priced as the persistent grouped kernel runs them (each
+// expert's 256-row cluster steps, twice the tile's fixed cost, no stream-K) and the trained
+// router's load imbalance on the dropless rows (the most-loaded EP rank's rows and all-to-all
+// bytes, framework.moe_router_load_cv fitted 0.561 on this file), the five main H100 rows, whose
+// routing is not stated, read as force-balanced like every printed benchmark command of the
+// source: from main's 15.3 % (801f942) the dropless rows +17 / +10 / +2 / -4 -> +5 / +1 / -5 / -8 %,
+// the TP 4 and pp 32 rows +80 / +38 -> +65 / +33 %, the forced-balance twins and the EP 32 / FSDP
+// rows 1-3 points slower (-6..-12 -> -9..-13 %; +1 / -10 / -6 -> -2 / -13 / -8 %): MAPE 14.2 %.
+// Tightened 15.5 -> 14.5.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 15.5;
+constexpr double kMoeMapeBoundPct = 14.5;
 
 // Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
 // declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
@@ -241,6 +250,16 @@ TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; s
     REQUIRE(f.identifiable);
     CHECK(std::fabs(f.value - f.prior) <= kShippedFitRelativeTolerance * f.prior);
   }
+  // The trained MoE router's load spread, refitted on dev-moe.csv alone (tests/regen_fits.sh).
+  MeasuredRuns moe_runs;
+  moe_runs.tables.push_back(read_csv_table((test::shared_root() / "validation" / "dev-moe.csv").string()));
+  FitOptions only_router;
+  only_router.parameters = {&fitted_parameter("moe_router_load_cv", "test")};
+  const RunsFit router = fit_runs(moe_runs, only_router);
+  REQUIRE(router.parameters.size() == 1);
+  REQUIRE(router.parameters[0].identifiable);
+  CHECK(std::fabs(router.parameters[0].value - router.parameters[0].prior) <=
+        kShippedFitRelativeTolerance * router.parameters[0].prior);
   // The 500 W H100 96GB's sustained clock, fitted on the only dev runs on that part (memory.csv).
   MeasuredRuns memory_runs;
   memory_runs.tables.push_back(read_csv_table((test::shared_root() / "validation" / "memory.csv").string()));

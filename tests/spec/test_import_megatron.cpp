@@ -270,6 +270,9 @@ TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with
   CHECK(moe.model.moe.n_shared_experts == 2);
   CHECK(moe.model.moe.n_dense_layers == 1);
   CHECK(moe.plan.mesh.ep == 4);
+  CHECK_FALSE(moe.model.moe.force_balance);  // the trained router, its imbalance priced
+  CHECK(import_text(kSmall + "--num-experts 8 --moe-router-topk 2 --moe-router-force-load-balancing")
+            .model.moe.force_balance);
   const RunConfig fsdp = import_text(kSmall + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params");
   CHECK(fsdp.plan.sharding == Sharding::zero3);
   CHECK(fsdp.plan.mesh.dp_shard == -1);

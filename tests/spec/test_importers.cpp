@@ -509,6 +509,7 @@ RunConfig megatron_mixtral(const char* cluster, int gpus) {
 TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   RunConfig rc = megatron_mixtral("a100-80gb", 32);
   rc.plan.mesh = Mesh{.pp = 2, .vpp = 2, .dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2, .ep = 4};
+  rc.model.moe.force_balance = true;
   rc.plan.sharding = Sharding::zero1;
   rc.plan.reshard_after_forward = false;
   rc.plan.backward_prefetch = BackwardPrefetch::none;
@@ -540,6 +541,7 @@ TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   CHECK(back.plan.mixed_precision_name == rc.plan.mixed_precision_name);
   CHECK(back.plan.mesh.ep == 4);
   CHECK(back.model.moe.n_experts == 8);
+  CHECK(back.model.moe.force_balance);
   resolve_layout(back, std::nullopt);
   CHECK(back.job.grad_accum == 16);
 }

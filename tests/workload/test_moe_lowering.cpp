@@ -4,6 +4,7 @@
 // parallelism, and multi-head latent attention's projections and attention FLOPs.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "spec/plan.hpp"
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
+#include "workload/moe_routing.hpp"
 #include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
 
@@ -86,6 +88,11 @@ A2a all_to_alls(const StepProgram& prog) {
   return a;
 }
 
+// The most-loaded of the 4 EP ranks under dropless routing with no router preference (the
+// lowering's default): 1024 tokens x top-2 over 8 experts draw 2048 copies per rank with relative
+// variance (8 - 2) / (7 x 2048), and E[max of 4 normals] = 1.0294: 1 + 1.0294 x 0.02046 = 1.02106.
+double hot_rank_load() { return routed_load(8, 2, 4, 1024, 0.0).rank_load_factor; }
+
 const Op* find_op(const StepProgram& prog, const std::string& name) {
   for (const Op& op : prog.ops)
     if (op.name == name) return &op;
@@ -100,8 +107,10 @@ TEST_CASE("two-layer MoE, EP 4: all-to-all bytes per direction, forward and back
   const Job j = job(3);
   const StepProgram prog = lower_step(m, p, j);
   // One direction = every routed copy of the rank's tokens: 1024 tokens x top-2 x 256 x 2 bytes
-  // = 1,048,576 bytes (the collective moves the 3/4 that leave the rank).
-  const double per_direction = 1024.0 * 2 * 256 * 2;
+  // = 1,048,576 bytes (the collective moves the 3/4 that leave the rank), on the most-loaded rank
+  // the copies it receives (hot_rank_load).
+  CHECK(hot_rank_load() == doctest::Approx(1.02106).epsilon(1e-4));
+  const double per_direction = 1024.0 * 2 * 256 * 2 * hot_rank_load();
   const Op* dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
   const Op* combine = find_op(prog, "fwd.L1.mb2.ep_combine");
   const Op* combine_bwd = find_op(prog, "bwd.L1.mb0.ep_combine_bwd");
@@ -132,7 +141,7 @@ TEST_CASE("two-layer MoE, EP 4: all-to-all bytes per direction, forward and back
 
 TEST_CASE("full recompute repeats the dispatch and combine; --recompute-modules moe repeats them too") {
   const ModelSpec m = two_layer_moe();
-  const double per_direction = 1024.0 * 2 * 256 * 2;
+  const double per_direction = 1024.0 * 2 * 256 * 2 * hot_rank_load();
   Plan full = ep_plan(4);
   full.ac = AcMode::full;
   const A2a f = all_to_alls(lower_step(m, full, job(2)));
@@ -159,9 +168,10 @@ TEST_CASE("full recompute repeats the dispatch and combine; --recompute-modules 
   const Op* mods = find_op(ps, "recompute.L1.mb0.modules");
   REQUIRE(mods != nullptr);
   CHECK(mods->gemms.empty());
-  // Two RMSNorms (read + write 1024 x 256 bf16 each) and SwiGLU over 2 x 1024 routed copies x 512
-  // (read 2, write 1): 2 x 2 x 2 x 262,144 + 3 x 2 x 2048 x 512.
-  CHECK(mods->memory_bound_bytes == doctest::Approx(8.0 * 262144 + 6.0 * 2048 * 512));
+  // Two RMSNorms (read + write 1024 x 256 bf16 each) and SwiGLU over the 2 x 1046 copies the
+  // most-loaded rank's experts received x 512 (read 2, write 1): 2 x 2 x 2 x 262,144 + 3 x 2 x
+  // 2092 x 512.
+  CHECK(mods->memory_bound_bytes == doctest::Approx(8.0 * 262144 + 6.0 * 2092 * 512));
 }
 
 TEST_CASE("expert GEMMs are grouped GEMMs over the local experts; shared experts see every token") {
@@ -170,8 +180,11 @@ TEST_CASE("expert GEMMs are grouped GEMMs over the local experts; shared experts
   const Plan p = ep_plan(4);
   const LayerDims d = layer_dims(m, p, job(1));
   CHECK(d.local_experts == 2);
-  // 1024 tokens x 2 copies x 4 EP ranks over 8 experts: 1024 rows per expert.
-  CHECK(d.per_expert_tokens == 1024);
+  // 1024 tokens x 2 copies x 4 EP ranks over 8 experts: 1024 rows per expert on average, 1046 on
+  // the most-loaded rank, spread over its experts by the draws' sampling noise: relative variance
+  // (1 - 2/8) / 1024, a coefficient of variation of 0.027.
+  CHECK(d.per_expert_tokens == 1046);
+  CHECK(d.expert_rows_cv == doctest::Approx(std::sqrt(0.75 / 1024)));
   const LayerKernels k = layer_kernels(m, p, d);
   // router, gate, up, down (grouped over 2 local experts), then the shared expert's 3 GEMMs.
   REQUIRE(k.mlp.size() == 7);
@@ -179,18 +192,25 @@ TEST_CASE("expert GEMMs are grouped GEMMs over the local experts; shared experts
   CHECK(k.mlp[0].n == 8);
   for (int i = 1; i <= 3; ++i) {
     CHECK(k.mlp[i].batch == 2);
-    CHECK(k.mlp[i].m == 1024);
+    CHECK(k.mlp[i].m == 1046);
+    CHECK(k.mlp[i].group == GemmGroup::rows);
+    CHECK(k.mlp[i].group_cv == doctest::Approx(d.expert_rows_cv));
   }
   for (int i = 4; i <= 6; ++i) {
     CHECK(k.mlp[i].batch == 1);
     CHECK(k.mlp[i].m == 1024);
   }
   // FLOPs: router 2 x 1024 x 8 x 256; routed 2 experts x 3 x 2 x 1024 x 512 x 256; shared the same
-  // as one expert over all 1024 tokens.
+  // as one expert over all 1024 tokens. The most-loaded rank computes 2 x 22 more rows per GEMM,
+  // which are not model FLOPs (mlp_excess_flops).
   const double expected = 2.0 * 1024 * 8 * 256 + 2 * 3 * 2.0 * 1024 * 512 * 256 + 3 * 2.0 * 1024 * 512 * 256;
-  CHECK(gemm_flops(k.mlp) == doctest::Approx(expected));
-  // Routed FLOPs per rank equal top_k x tokens x the expert's FLOPs per token, whatever the ep.
+  const double excess = 2 * 3 * 2.0 * 22 * 512 * 256;
+  CHECK(k.mlp_excess_flops == doctest::Approx(excess));
+  CHECK(gemm_flops(k.mlp) == doctest::Approx(expected + excess));
+  // Model FLOPs per rank equal top_k x tokens x the expert's FLOPs per token, whatever the ep; with
+  // every expert on one rank there is no most-loaded rank.
   const LayerKernels k1 = layer_kernels(m, ep_plan(1), layer_dims(m, ep_plan(1), job(1)));
+  CHECK(k1.mlp_excess_flops == 0);
   CHECK(gemm_flops(k1.mlp) == doctest::Approx(expected));
 }
 
@@ -232,8 +252,9 @@ TEST_CASE("expert tensor parallel 1 under TP 2 + SP: experts on the sequence sha
   CHECK(d.moe_skips_tp_gather);
   CHECK(d.moe_tokens == 512);
   CHECK(d.f_expert_local == 512);
-  // Half the tokens per rank: half the all-to-all bytes of the TP 1 plan.
-  CHECK(d.a2a_bytes() == doctest::Approx(512.0 * 2 * 256 * 2));
+  // Half the tokens per rank: half the all-to-all bytes of the TP 1 plan (on the most-loaded rank,
+  // whose relative excess grows as 1 / sqrt(tokens)).
+  CHECK(d.a2a_bytes() == doctest::Approx(512.0 * 2 * 256 * 2 * routed_load(8, 2, 4, 512, 0.0).rank_load_factor));
   const StepProgram prog = lower_step(m, p, job(1));
   CHECK(find_op(prog, "fwd.L0.mb0.tp_ag_mlp") == nullptr);
   CHECK(find_op(prog, "fwd.L0.mb0.tp_attn_out") != nullptr);
@@ -357,4 +378,57 @@ TEST_CASE("Transformer Engine FP8 linears keep their inputs quantized for the we
   // torchao's float8 linears save the high-precision input: nothing changes.
   p.fp8 = Fp8Recipe::torchao_tensorwise;
   CHECK(saved_block_bytes(m, p, mb, 0) == doctest::Approx(bf16));
+}
+
+TEST_CASE("router load imbalance: the expected maximum of normals and the most-loaded rank, by hand") {
+  // E[max of n standard normals]: 1/sqrt(pi) for 2, 3/(2 sqrt(pi)) for 3; tabulated 1.4236 (8),
+  // 1.7660 (16), 2.0697 (32) (e.g. Harter 1961).
+  CHECK(expected_max_standard_normal(1) == 0);
+  CHECK(expected_max_standard_normal(2) == doctest::Approx(1 / std::sqrt(3.14159265358979)).epsilon(1e-9));
+  CHECK(expected_max_standard_normal(3) == doctest::Approx(1.5 / std::sqrt(3.14159265358979)).epsilon(1e-9));
+  CHECK(expected_max_standard_normal(8) == doctest::Approx(1.42360).epsilon(1e-5));
+  CHECK(expected_max_standard_normal(16) == doctest::Approx(1.76599).epsilon(1e-5));
+  CHECK(expected_max_standard_normal(32) == doctest::Approx(2.06967).epsilon(1e-5));
+  // Qwen3-235B (128 experts, top-8), EP 8: 16 experts per rank, 4096 tokens per rank (16k tokens
+  // over TP 4 with expert TP 1). With c = 0.592 the rank's relative spread is sqrt(0.592^2 / 16 +
+  // 120 / (127 x 32768)) = 0.1481, and the most-loaded of 8 ranks receives 1 + 1.4236 x 0.1481 =
+  // 1.2108 x the mean; its experts' rows spread with sqrt(0.592^2 + (1 - 8/128) / 2048) = 0.5924.
+  const RoutedLoad ep8 = routed_load(128, 8, 8, 4096, 0.592);
+  CHECK(ep8.rank_load_factor == doctest::Approx(1.21083).epsilon(1e-5));
+  CHECK(ep8.expert_rows_cv == doctest::Approx(0.59239).epsilon(1e-4));
+  // EP 32 (4 experts per rank, 2048 tokens each): 1 + 2.0697 x sqrt(0.592^2 / 4 + 120 / (127 x
+  // 16384)) = 1.6128: fewer experts per rank average less of the router's preference away.
+  CHECK(routed_load(128, 8, 32, 2048, 0.592).rank_load_factor == doctest::Approx(1.61282).epsilon(1e-5));
+  // Forced balance leaves the draws' noise only: 1 + 1.4236 x sqrt(120 / (127 x 32768)) = 1.0076.
+  CHECK(routed_load(128, 8, 8, 4096, 0.0).rank_load_factor == doctest::Approx(1.00764).epsilon(1e-4));
+  // One rank holds every expert: nothing to wait for.
+  CHECK(routed_load(128, 8, 1, 4096, 0.592).rank_load_factor == 1);
+}
+
+TEST_CASE("dropless routing: the trained router's imbalance slows the most-loaded rank; forced balance and capacity do not") {
+  ModelSpec m = two_layer_moe();
+  const Plan p = ep_plan(4);
+  const LayerDims trained = layer_dims(m, p, job(1), 0.5);
+  CHECK(trained.moe_rank_load == doctest::Approx(routed_load(8, 2, 4, 1024, 0.5).rank_load_factor));
+  CHECK(trained.moe_rank_load > 1.3);
+  CHECK(trained.a2a_bytes() == doctest::Approx(1024.0 * 2 * 256 * 2 * trained.moe_rank_load));
+  m.moe.force_balance = true;
+  const LayerDims forced = layer_dims(m, p, job(1), 0.5);
+  CHECK(forced.moe_rank_load == doctest::Approx(hot_rank_load()));
+  m.moe.force_balance = false;
+  m.moe.capacity_factor = 1.0;
+  const LayerDims padded = layer_dims(m, p, job(1), 0.5);
+  CHECK(padded.moe_rank_load == 1);
+  CHECK(padded.per_expert_tokens == 1024);
+  // Through the lowering: the profile's router spread reaches the all-to-alls.
+  m.moe.capacity_factor = 0;
+  const StepProgram prog = lower_step(m, p, job(1), LowerOptions{.op_names = true, .moe_router_load_cv = 0.5});
+  const Op* dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
+  REQUIRE(dispatch != nullptr);
+  CHECK(dispatch->bytes == doctest::Approx(trained.a2a_bytes()));
+  // Model FLOPs stay the mean rank's.
+  const Op* mlp = find_op(prog, "fwd.L0.mb0.mlp");
+  REQUIRE(mlp != nullptr);
+  const LayerKernels k = layer_kernels(m, p, trained);
+  CHECK(mlp->model_flops == doctest::Approx(mlp->hardware_flops - k.mlp_excess_flops));
 }
