@@ -100,15 +100,15 @@ TEST_CASE("fitted parameters: the shipped profiles declare them, with the bounds
   elementwise().write(c, 0.5);
   CHECK(c.gpu.elementwise_efficiency == doctest::Approx(0.5 * a100.gpu.hbm_efficiency));
   const auto [lo, hi] = sustained().bounds(h100);
-  CHECK(lo == doctest::Approx(0.75));
+  CHECK(lo == doctest::Approx(0.6));
   CHECK(hi == doctest::Approx(1.0));
   CHECK_THROWS_AS(fitted_parameter("no_such", "--params"), InputError);
 }
 
 TEST_CASE("calibrate --runs: runs generated from perturbed parameters are fitted back within 1 %") {
-  // Element-wise fraction +20 % (0.60 -> 0.72); the sustained clock fraction cannot move 20 % down
-  // inside its declared bounds [0.75, 1], so -13 % (0.90 -> 0.78).
-  const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.78}};
+  // Element-wise fraction +20 % (0.60 -> 0.72); the 500 W H100's sustained clock fraction +20 %
+  // (0.746 -> 0.895, inside its declared bounds [0.6, 1]).
+  const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.895}};
   const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-96gb"}, truth);
   const RunsFit fit = fit_runs(runs, {});
   const ParameterFit& e = fit_of(fit, elementwise());
@@ -116,9 +116,9 @@ TEST_CASE("calibrate --runs: runs generated from perturbed parameters are fitted
   CHECK(e.identifiable);
   CHECK(s.identifiable);
   CHECK(e.prior == doctest::Approx(0.60).epsilon(0.01));
-  CHECK(s.prior == doctest::Approx(0.90));
+  CHECK(s.prior == doctest::Approx(0.746));
   CHECK(e.value == doctest::Approx(0.72).epsilon(0.01));
-  CHECK(s.value == doctest::Approx(0.78).epsilon(0.01));
+  CHECK(s.value == doctest::Approx(0.895).epsilon(0.01));
   CHECK(s.runs == 4);  // the H100 runs only
   CHECK(e.runs == 8);
   CHECK(rms_log_pct(fit.residuals) < 0.5);
@@ -156,7 +156,7 @@ TEST_CASE("calibrate --runs --out: the runs' profile with the fitted value and a
 }
 
 TEST_CASE("validate --cross-validate gpu: a group whose parameter the others cannot identify keeps the prior") {
-  const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.78}};
+  const ParameterValues truth = {{&elementwise(), 0.72}, {&sustained(), 0.895}};
   const MeasuredRuns runs = generated_runs({"a100-80gb", "h100-sxm-96gb"}, truth);
   const CrossValidation cv = cross_validate(runs, GroupBy::gpu, {});
   REQUIRE(cv.folds.size() == 2);
@@ -165,7 +165,7 @@ TEST_CASE("validate --cross-validate gpu: a group whose parameter the others can
   const CrossValidationFold& h = cv.folds[1];
   CHECK(h.group == "h100-sxm-96gb");
   CHECK_FALSE(h.identified[1]);
-  CHECK(h.values[1] == doctest::Approx(0.9));
+  CHECK(h.values[1] == doctest::Approx(0.746));
   CHECK(h.identified[0]);
   CHECK(h.values[0] == doctest::Approx(0.72).epsilon(0.02));
   // In sample, generated runs are reproduced; held out, the H100 runs pay for the prior clock.
