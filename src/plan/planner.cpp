@@ -911,6 +911,8 @@ std::string ep_choice_note(const PlanRequest& rq, const std::vector<PlanCandidat
 
 }  // namespace
 
+// Long because it is the search's one pipeline, each step a few lines: enumerate, prune by the
+// closed form, simulate the survivors in parallel, retry uneven splits, rank, explain.
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
