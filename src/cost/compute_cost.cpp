@@ -140,6 +140,13 @@ struct TileSchedule {
   double unit_seconds = 0;  // tensor-core seconds at efficiency 1
 };
 
+// The SMs a GEMM's tiles are scheduled over.
+double scheduled_sms(const ClusterSpec& c) {
+  const double sms = static_cast<double>(c.gpu.sm_count);
+  if (!(sms > 0)) throw InputError(c.source_file, "gpu.sm_count", "must be positive to schedule GEMM tiles");
+  return sms;
+}
+
 // Seconds one SM spends on a tile_m x tile_n output tile over `depth` K at its share of the peak.
 double tile_seconds(double sms, double peak_flops_per_s, double tile_m, double tile_n, double depth) {
   return 2.0 * tile_m * tile_n * depth * sms / peak_flops_per_s;
@@ -169,8 +176,7 @@ TileSchedule waves_of(const GemmShape& g, double sms, double peak, std::int64_t 
 //   latency per tile (the pipeline fill and the epilogue's store do not shrink with the tile's
 //   width): 2 k0 in its own K.
 TileSchedule tile_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
-  const double sms = static_cast<double>(c.gpu.sm_count);
-  if (!(sms > 0)) throw InputError(c.source_file, "gpu.sm_count", "must be positive to schedule GEMM tiles");
+  const double sms = scheduled_sms(c);
   const double overhead_k = c.gpu.gemm_tile_overhead_k;
   TileSchedule best = waves_of(g, sms, peak, kTileShortSide, kTileLongSide, overhead_k);
   const TileSchedule other = waves_of(g, sms, peak, kTileLongSide, kTileShortSide, overhead_k);
@@ -212,8 +218,7 @@ double expected_steps(double mean, double sd, double step) {
 // filled during the previous tile's epilogue as in the dense persistent kernel: the prologue is
 // paid again (docs/compute.md).
 TileSchedule grouped_waves(const ClusterSpec& c, double row_steps, std::int64_t n, double depth, double peak) {
-  const double sms = static_cast<double>(c.gpu.sm_count);
-  if (!(sms > 0)) throw InputError(c.source_file, "gpu.sm_count", "must be positive to schedule GEMM tiles");
+  const double sms = scheduled_sms(c);
   TileSchedule s;
   s.grouped = true;
   s.tiles = row_steps * static_cast<double>(kGroupedClusterRows / kTileShortSide) * (padded(n, kTileLongSide) / kTileLongSide);
@@ -227,14 +232,11 @@ TileSchedule grouped_waves(const ClusterSpec& c, double row_steps, std::int64_t 
 // steps of the ragged rows, or for a ragged depth (weight gradient) the fixed tiles of every group
 // at the mean depth.
 TileSchedule grouped_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
-  const double groups = static_cast<double>(g.batch);
-  if (g.group == GemmGroup::rows) {
-    const double mean = static_cast<double>(g.m);
-    const double steps = expected_steps(mean, static_cast<double>(g.group_cv) * mean, kGroupedClusterRows);
-    return grouped_waves(c, groups * steps, g.n, static_cast<double>(g.k), peak);
-  }
-  const double steps = std::ceil(static_cast<double>(g.m) / kGroupedClusterRows);
-  return grouped_waves(c, groups * steps, g.n, static_cast<double>(g.k), peak);
+  const double mean = static_cast<double>(g.m);
+  const double steps = g.group == GemmGroup::rows
+                           ? expected_steps(mean, static_cast<double>(g.group_cv) * mean, kGroupedClusterRows)
+                           : std::ceil(mean / kGroupedClusterRows);
+  return grouped_waves(c, static_cast<double>(g.batch) * steps, g.n, static_cast<double>(g.k), peak);
 }
 
 // The per-tile tensor-core efficiency a curve point implies: the rate at which an SM runs a tile

@@ -35,8 +35,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-REPS_IN_GRAPH = 20
-REPLAYS = 5
+from cuda_graph_time import graph_time
+
 dev = torch.device("cuda")
 out = open(sys.argv[1], "w", buffering=1)
 out.write("series,op,dtype,rows,width,elements,bytes,flops,seconds\n")
@@ -46,33 +46,6 @@ E = 2  # bf16 bytes
 
 def note(msg):
     print(f"[{time.time() - t_start:6.1f} s] {msg}", flush=True)
-
-
-def graph_time(fn, reps=REPS_IN_GRAPH):
-    """Seconds per call of fn, from a CUDA graph of `reps` calls (median of REPLAYS replays)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3 / reps)
-    del g
-    return sorted(times)[len(times) // 2]
 
 
 def row(series, op, rows, width, elements, nbytes, flops, seconds):

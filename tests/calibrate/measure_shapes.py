@@ -30,8 +30,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-REPS_IN_GRAPH = 20
-REPLAYS = 5
+from cuda_graph_time import REPLAYS, graph_time
+
 dev = torch.device("cuda")
 out = open(sys.argv[1], "w", buffering=1)
 out.write("series,label,dtype,m,n,k,groups,flops,seconds\n")
@@ -44,33 +44,6 @@ def note(msg):
 
 def row(series, label, dtype, m, n, k, groups, flops, seconds):
     out.write(f"{series},{label},{dtype},{m},{n},{k},{groups},{flops:.6g},{seconds:.6e}\n")
-
-
-def graph_time(fn, reps=REPS_IN_GRAPH):
-    """Seconds per call of fn, from a CUDA graph of `reps` calls (median of REPLAYS replays)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3 / reps)
-    del g
-    return sorted(times)[len(times) // 2]
 
 
 def eager_time(fn, reps=10):
