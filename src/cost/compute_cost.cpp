@@ -763,4 +763,40 @@ KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes) {
   return streaming_time(c, bytes, achieved_elementwise_bytes_per_s(c), "memory_bytes");
 }
 
+namespace {
+// PyTorch's layer_norm (aten/src/ATen/native/cuda/layer_norm_kernel.cu) on the lent H200, rows of
+// 32,768 tokens (past the L2, where HBM sets the rate), bf16, CUDA-graph GPU time: fraction of the
+// HBM peak by row width (tests/cost/measured_h200_elementwise.csv, measure_elementwise.py). The
+// forward is one row per block with a two-level reduction; the backward adds a pass over the rows
+// for the weight and bias gradients, whose partial sums grow with the rows and not the width, so
+// narrow rows run slowest (0.19 of peak at 1,024 against 0.88 for a copy).
+struct NormRatePoint {
+  std::int64_t width;
+  double forward, backward;  // fraction of HBM peak
+};
+constexpr std::array<NormRatePoint, 4> kH200LayerNormRates{
+    {{1024, 0.360, 0.195}, {2048, 0.477, 0.312}, {4096, 0.564, 0.375}, {8192, 0.505, 0.338}}};
+// The H200's STREAM copy fraction (its profile's hbm_efficiency, Azure's BabelStream): the rates
+// above transfer to other GPUs as fractions of their own copy rate.
+constexpr double kH200StreamFraction = 0.835;
+}  // namespace
+
+// Linear in log2(width) between the measured widths, the end points' rates outside them.
+double layernorm_stream_fraction(std::int64_t width, Pass pass) {
+  auto rate = [pass](const NormRatePoint& p) { return pass == Pass::forward ? p.forward : p.backward; };
+  const auto& pts = kH200LayerNormRates;
+  if (width <= pts.front().width) return rate(pts.front()) / kH200StreamFraction;
+  if (width >= pts.back().width) return rate(pts.back()) / kH200StreamFraction;
+  std::size_t i = 1;
+  while (pts[i].width < width) ++i;
+  const double x = (std::log2(static_cast<double>(width)) - std::log2(static_cast<double>(pts[i - 1].width))) /
+                   (std::log2(static_cast<double>(pts[i].width)) - std::log2(static_cast<double>(pts[i - 1].width)));
+  return (rate(pts[i - 1]) + x * (rate(pts[i]) - rate(pts[i - 1]))) / kH200StreamFraction;
+}
+
+KernelEstimate layernorm_time(const ClusterSpec& c, const NormWork& n) {
+  return streaming_time(c, n.bytes, achieved_hbm_bytes_per_s(c) * layernorm_stream_fraction(n.width, n.pass),
+                        "layernorm_bytes");
+}
+
 }  // namespace meshplan

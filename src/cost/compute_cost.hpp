@@ -85,5 +85,9 @@ KernelEstimate memory_bound_time(const ClusterSpec& c, double bytes);
 // Low-precision quantize (cast, cast-transpose) kernels: purpose-built streaming kernels, at the
 // profile's copy bandwidth (hbm_efficiency) rather than eager element-wise code's.
 KernelEstimate cast_time(const ClusterSpec& c, double bytes);
+// PyTorch's layer_norm kernels over rows of `n.width` elements: the fraction of the STREAM copy
+// rate they reach by width and pass, measured on the H200 (docs/compute.md "LayerNorm kernels").
+KernelEstimate layernorm_time(const ClusterSpec& c, const NormWork& n);
+double layernorm_stream_fraction(std::int64_t width, Pass pass);
 
 }  // namespace meshplan

@@ -60,12 +60,13 @@ void add_changes(Hasher& h, const MemoryChanges& changes) {
 // changes, as a reminder.
 void add(Hasher& h, const Op& op) {
 #if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
-  static_assert(sizeof(Op) == 512, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
+  static_assert(sizeof(Op) == 536, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
 #endif
   h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind);
   h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
   h.list(op.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
   h.num(op.attention_pass), h.num(op.memory_bound_bytes), h.num(op.cast_bytes), h.num(op.kernels),
+      h.num(op.layernorm.bytes), h.num(op.layernorm.width), h.num(op.layernorm.pass),
       h.num(op.low_precision_gemms), h.num(op.low_precision_attention), h.num(op.host_sync);
   h.num(op.model_flops), h.num(op.hardware_flops);
   h.num(op.collective), h.num(op.group), h.num(op.bytes), h.num(op.host_to_device);

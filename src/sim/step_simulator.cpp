@@ -71,8 +71,14 @@ double compute_seconds(const Op& op, const ClusterSpec& c, const OpDtypes& t) {
     const KernelEstimate k = attention_time(c, a, op.attention_pass, op.low_precision_attention ? t.attention : t.compute);
     gpu_seconds += k.seconds;
   }
-  if (op.memory_bound_bytes > 0) {
-    const KernelEstimate k = memory_bound_time(c, op.memory_bound_bytes);
+  // LayerNorm kernels priced by width (layernorm_time) are part of the element-wise bytes.
+  const double generic_bytes = op.memory_bound_bytes - op.layernorm.bytes;
+  if (generic_bytes > 0) {
+    const KernelEstimate k = memory_bound_time(c, generic_bytes);
+    gpu_seconds += k.seconds - k.launch_seconds;
+  }
+  if (op.layernorm.bytes > 0) {
+    const KernelEstimate k = layernorm_time(c, op.layernorm);
     gpu_seconds += k.seconds - k.launch_seconds;
   }
   if (op.cast_bytes > 0) {
@@ -94,7 +100,7 @@ public:
     std::vector<Entry>& bucket = by_hash_[hash(op)];
     for (const Entry& e : bucket)
       if (same(e, op)) return e.seconds;
-    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.cast_bytes, op.kernels,
+    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.layernorm, op.cast_bytes, op.kernels,
                       op.low_precision_gemms, op.low_precision_attention, compute_seconds(op, c_, dtypes_)});
     return bucket.back().seconds;
   }
@@ -105,6 +111,7 @@ private:
     decltype(Op::attention) attention;
     Pass attention_pass;
     double memory_bound_bytes;
+    NormWork layernorm;
     double cast_bytes;
     int kernels;
     bool low_precision_gemms;
@@ -129,6 +136,7 @@ private:
       mix(static_cast<std::uint64_t>(a.heads));
     }
     mix(bits(op.memory_bound_bytes));
+    mix(bits(op.layernorm.bytes));
     mix(bits(op.cast_bytes));
     mix(static_cast<std::uint64_t>(op.kernels));
     mix(op.low_precision_gemms ? 1 : 0);
@@ -143,6 +151,7 @@ private:
              a.flash_version == b.flash_version && a.backend == b.backend && a.kernel == b.kernel;
     };
     return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
+           e.layernorm == op.layernorm &&
            bits(e.cast_bytes) == bits(op.cast_bytes) &&
            e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&
            e.low_precision_attention == op.low_precision_attention &&

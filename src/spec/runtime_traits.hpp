@@ -13,6 +13,9 @@ struct RuntimeTraits {
   // Norms, RoPE and the SwiGLU gate run as fused kernels (Transformer Engine / apex in Megatron)
   // rather than op by op in eager PyTorch (workload/eager_ops.hpp).
   bool fused_elementwise_kernels = false;
+  // The unfused loss is Megatron's vocab-parallel cross-entropy (tensor_parallel/cross_entropy.py),
+  // op by op over an fp32 copy of the logits, rather than torch's log_softmax + nll_loss.
+  bool vocab_parallel_cross_entropy = false;
   // The attention API the runtime calls; the kernel it dispatches to depends on the GPU
   // (cost/compute_cost.hpp attention_kernel_for): Transformer Engine's DotProductAttention
   // (Megatron, NeMo), torch SDPA (torchtitan), the flash-attn package (llm-foundry).

@@ -91,6 +91,7 @@ constexpr RuntimeTraits megatron_traits() {
   t.fsdp_version = 0;
   t.attention_backend = AttentionBackend::transformer_engine;
   t.fused_elementwise_kernels = true;
+  t.vocab_parallel_cross_entropy = true;
   t.contiguous_grad_buffer = true;
   t.optimizer_copies_params_back = true;
   t.sp_saves_sharded_linear_input = true;

@@ -44,6 +44,17 @@ struct AttentionShape {
 
 enum class Pass { forward, backward };
 
+// LayerNorm run as PyTorch's own layer_norm kernels (eager runtimes: aten's row kernel, and in
+// backward a second pass for the weight and bias gradients), whose rate depends on the row width
+// and the pass (cost/compute_cost.hpp layernorm_time). `bytes` are part of the op's element-wise
+// bytes; 0: the op runs no such kernel.
+struct NormWork {
+  double bytes = 0;
+  std::int64_t width = 0;  // elements per normalized row (the model width)
+  Pass pass = Pass::forward;
+  friend bool operator==(const NormWork&, const NormWork&) = default;
+};
+
 // FlashAttention-2 backward does 5 matmuls (S and P recomputed, dV, dP, dQ, dK -> 2.5x the 2 of
 // the forward); its benchmark counts FLOPs the same way (benchmarks/benchmark_flash_attention.py).
 constexpr double kAttentionBackwardOverForward = 2.5;

@@ -245,7 +245,13 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
   k.pre_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.pre_kernels;
   k.attn_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.attn_kernels;
   k.mlp_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.mlp_kernels;
-  if (eager_composites(p)) add_eager_composites(m, d, k, moe_layer);
+  if (eager_composites(p)) {
+    add_eager_composites(m, d, k, moe_layer);
+    if (m.norm == NormKind::layernorm) {
+      k.layernorm_bytes_fwd = 2 * d.e * t * static_cast<double>(d.h) / d.sp_split;
+      k.layernorm_bytes_bwd = kBackwardOverForward * k.layernorm_bytes_fwd;
+    }
+  }
   return k;
 }
 

@@ -74,6 +74,10 @@ struct LayerKernels {
   // Backward of the same element-wise work (fused kernels: twice the forward's bytes).
   double pre_attention_bytes_bwd = 0, post_attention_bytes_bwd = 0, mlp_bytes_bwd = 0;
   int pre_kernels_bwd = 0, attn_kernels_bwd = 0, mlp_kernels_bwd = 0;
+  // One of the block's two norms (before attention, before the MLP) where it runs as PyTorch's
+  // layer_norm kernels (eager runtimes, LayerNorm models): its share of the bytes above, priced at
+  // the kernel's own rate for the model width. 0 elsewhere.
+  double layernorm_bytes_fwd = 0, layernorm_bytes_bwd = 0;
 };
 
 // `moe_layer`: an MoE block's MLP (router, grouped expert GEMMs, shared experts); false: a dense

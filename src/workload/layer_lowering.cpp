@@ -112,6 +112,16 @@ void Builder::quantize_backward(Op& op, const Gemms& linears) const {
   op.kernels += quantize_backward_kernels(linears, q, weights);
 }
 
+// `norms` of the block's LayerNorms in `pass`, where they run as PyTorch's layer_norm kernels
+// (layer_kernels.hpp): their bytes are already in the op's element-wise bytes.
+void Builder::add_layernorm(Op& op, Pass pass, int norms) const {
+  const double bytes = norms * (pass == Pass::forward ? k_.layernorm_bytes_fwd : k_.layernorm_bytes_bwd);
+  if (bytes <= 0) return;
+  op.layernorm.bytes += bytes;
+  op.layernorm.width = d_.h;
+  op.layernorm.pass = pass;
+}
+
 bool Builder::fp8_weights_gathered() const { return p_.fp8_all_gather && p_.mesh.dp_shard > 1; }
 
 // Overlapped TP runs each GEMM beside a collective as tp chunks of m / tp rows, one per ring
@@ -147,6 +157,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
     Op op = compute_op(stage, sub_name(tag, suffix), cat);
     op.gemms = k_.post_attention;
     op.memory_bound_bytes = k_.post_attention_bytes;
+    add_layernorm(op, Pass::forward, 1);
     op.kernels = k_.attn_kernels;
     quantize_forward(op, k_.post_attention, mb);
     const double flops = gemm_flops(op.gemms);
@@ -173,6 +184,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
   } else {
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
+    add_layernorm(pre, Pass::forward, 1);
     pre.kernels += k_.attn_kernels;
     quantize_forward(pre, k_.post_attention, mb);
     const double flops = gemm_flops(pre.gemms);
@@ -221,6 +233,7 @@ std::pair<int, int> Builder::recompute_modules(int stage, int layer, std::int64_
   const double t = static_cast<double>(d_.tokens);
   if (r.norms) {
     small.memory_bound_bytes += 2 * 2 * d_.e * t * static_cast<double>(d_.h) / d_.sp_split;  // two norms, read + write
+    add_layernorm(small, Pass::forward, 2);
     small.kernels += 2;
   }
   if (r.moe_act && !r.moe && moe_layer) {
@@ -271,6 +284,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
     return op;
   };
   Op pre = linears_op(".qkv", k_.pre_attention, k_.pre_attention_bytes, k_.pre_kernels);
+  add_layernorm(pre, Pass::forward, 1);
   forward_attention(chain_of, std::move(pre), stage, tag, cat, mb, overlap, flops_scale);
   const bool sp_shard_moe = moe_on_sp_shard(layer);
   if (tp && full_tp) {
@@ -309,6 +323,8 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
     Op op = compute_op(stage, sub_name(tag, suffix), OpCategory::compute);
     op.gemms = grads_of(linears);
     op.memory_bound_bytes = bytes;
+    // The attention and QKV ops each hold one norm's backward (the MLP's input norm, the block's).
+    if (suffix != std::string_view(".mlp")) add_layernorm(op, Pass::backward, 1);
     op.kernels = kernels;
     const double flops = gemm_flops(op.gemms);
     op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward) : 0.0);

@@ -21,6 +21,14 @@ constexpr double kTorchLossBackwardBytesBeyondLogit = 12.0;
 // cross-entropy kernel and the mean (forward), their two backwards.
 constexpr int kTorchLossForwardKernels = 4, kTorchLossBackwardKernels = 5;
 constexpr int kFusedLossKernels = 2;
+// Megatron's vocab-parallel cross-entropy forward, op by op over the fp32 logits: the cast
+// (e + 4), the max (4), the subtraction of it (4 + 4), exp in place (4 + 4), the sum (4) and the
+// division that leaves the softmax for backward (4 + 4): e + 36 bytes per logit, in six launches
+// (the max and the sum all-reduce a value per token over TP: negligible bytes). Its backward
+// scales the saved softmax by the output gradient (4 + 4) and casts back (4 + e): e + 12 bytes,
+// torch's figure.
+constexpr double kVocabParallelLossForwardBytesBeyondLogit = 36.0;
+constexpr int kVocabParallelLossForwardKernels = 6;
 // Embedding: the row gather forward; backward the zero-fill of the table's gradient and the
 // scatter-add of the rows.
 constexpr int kEmbeddingForwardKernels = 1, kEmbeddingBackwardKernels = 2;
@@ -132,9 +140,14 @@ int Builder::forward_head(StageState& st, std::int64_t mb, int last, double& aut
         st.stage, depth == 0 ? op_name("fwd.head_loss.mb{}", mb) : op_name("fwd.mtp{}.head_loss.mb{}", depth, mb),
         OpCategory::compute);
     head.gemms = {{d_.tokens, d_.vocab_local, d_.h, 1}};
-    head.memory_bound_bytes = static_cast<double>(d_.tokens) * loss_vocab() *
-                              (p_.fused_cross_entropy ? 2 * d_.e : d_.e + kTorchLossForwardBytesBeyondLogit);
-    head.kernels = p_.fused_cross_entropy ? kFusedLossKernels : kTorchLossForwardKernels;
+    const bool vocab_parallel = runtime_traits(p_).vocab_parallel_cross_entropy;
+    head.memory_bound_bytes =
+        static_cast<double>(d_.tokens) * loss_vocab() *
+        (p_.fused_cross_entropy ? 2 * d_.e
+                                : d_.e + (vocab_parallel ? kVocabParallelLossForwardBytesBeyondLogit
+                                                         : kTorchLossForwardBytesBeyondLogit));
+    head.kernels = p_.fused_cross_entropy ? kFusedLossKernels
+                                          : (vocab_parallel ? kVocabParallelLossForwardKernels : kTorchLossForwardKernels);
     head.hardware_flops = gemm_flops(head.gemms);
     head.model_flops = head.hardware_flops;
     // A chunk that holds only the loss (Megatron's --account-for-loss-in-pipeline-split) starts here.
@@ -318,6 +331,7 @@ int Builder::selective_recompute(int stage, int layer, std::int64_t mb, const st
     all.insert(all.end(), k_.mlp.begin(), k_.mlp.end());
     for (std::size_t i = 1; i < all.size(); i += 2) rc.gemms.push_back(all[i]);
     rc.memory_bound_bytes = k_.pre_attention_bytes + k_.post_attention_bytes + k_.mlp_bytes;
+    add_layernorm(rc, Pass::forward, 2);
     rc.kernels = k_.pre_kernels + k_.mlp_kernels;
     rc.hardware_flops = gemm_flops(rc.gemms);
     quantize_forward(rc, rc.gemms, mb);

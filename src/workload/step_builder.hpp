@@ -170,6 +170,7 @@ private:
   double add_core_attention(Op& op, Pass pass) const;
   // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
   // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
+  void add_layernorm(Op& op, Pass pass, int norms) const;
   bool low_precision() const { return p_.fp8 != Fp8Recipe::none && k_.fused_attention; }
   void quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) const;
   void quantize_backward(Op& op, const Gemms& linears) const;

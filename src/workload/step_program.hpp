@@ -69,6 +69,7 @@ struct Op {
   SmallVector<AttentionShape, 1> attention;
   Pass attention_pass = Pass::forward;
   double memory_bound_bytes = 0;     // element-wise kernels' bytes read + written
+  NormWork layernorm;                // the LayerNorm kernels among them, where priced by width
   double cast_bytes = 0;             // low-precision quantize (cast) kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe

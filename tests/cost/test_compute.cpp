@@ -1256,3 +1256,36 @@ TEST_CASE("H200 element-wise kernels by class: the one fitted rate against the m
   CHECK(score_gemm_errors.size() >= 40);
   CHECK(mape < 10.0);
 }
+
+// PyTorch's layer_norm by width and pass: the rates layernorm_time prices with are the measured
+// ones at 32,768 rows, as fractions of the H200's STREAM copy rate; between the measured widths
+// they follow log2(width), and an A100 takes the same fraction of its own copy rate.
+TEST_CASE("LayerNorm kernels: the measured H200 rate by width and pass, and what a norm costs") {
+  const test::CsvTable t = test::read_csv(test::data_root() / "tests" / "cost" / "measured_h200_elementwise.csv");
+  const ClusterSpec h200 = profile("h200-141gb");
+  int checked = 0;
+  for (const auto& r : t.rows) {
+    const std::string op = t.at(r, "op");
+    if ((op != "layernorm" && op != "layernorm_bwd") || t.at(r, "rows") != "32768") continue;
+    const std::int64_t width = as_int(t.at(r, "width"));
+    const double bytes = std::stod(t.at(r, "bytes")), seconds = std::stod(t.at(r, "seconds"));
+    const NormWork n{bytes, width, op == "layernorm" ? Pass::forward : Pass::backward};
+    CAPTURE(op);
+    CAPTURE(width);
+    CHECK(layernorm_time(h200, n).memory_seconds == doctest::Approx(seconds).epsilon(0.01));
+    ++checked;
+  }
+  CHECK(checked == 8);
+  // Halfway in log2 between 1024 and 2048: the mean of their rates.
+  CHECK(layernorm_stream_fraction(1448, Pass::backward) ==
+        doctest::Approx((0.195 + 0.312) / 2 / 0.835).epsilon(0.002));
+  CHECK(layernorm_stream_fraction(512, Pass::forward) == doctest::Approx(0.360 / 0.835));
+  CHECK(layernorm_stream_fraction(16384, Pass::backward) == doctest::Approx(0.338 / 0.835));
+  // An A100 backward norm over rows of 2048 bf16 values, 8192 tokens: read x and dy, write dx
+  // (3 x 2 bytes) plus the weight-gradient pass, counted as 4 x 2 bytes per element, at 0.312 /
+  // 0.835 of 2.039 TB/s x 0.79.
+  const ClusterSpec a100 = profile("a100-80gb");
+  const double bytes = 8.0 * 8192 * 2048;
+  CHECK(layernorm_time(a100, {bytes, 2048, Pass::backward}).memory_seconds ==
+        doctest::Approx(bytes / (2.039e12 * 0.79 * 0.312 / 0.835)).epsilon(1e-3));
+}

@@ -240,11 +240,11 @@ TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; s
   MESSAGE(cross_validation_text(cv));
   CHECK(cv.n >= kCrossValidatedRowsCompared);
   CHECK(cv.mape_pct <= kCrossValidatedMapeBoundPct);
-  // The refit tests/regen_fits.sh ships (the Megatron-DeepSpeed factor alone; docs/validation.md
-  // says why the element-wise fraction is not refitted): its value is the shipped one.
-  FitOptions only_deepspeed;
-  only_deepspeed.parameters = {&fitted_parameter("deepspeed_op_factor", "test")};
-  const RunsFit shipped = fit_runs(runs, only_deepspeed);
+  // The joint refit tests/regen_fits.sh ships (the element-wise fraction and the Megatron-DeepSpeed
+  // factor): each value is the shipped one.
+  FitOptions joint;
+  joint.parameters = {&fitted_parameter("elementwise_fraction", "test"), &fitted_parameter("deepspeed_op_factor", "test")};
+  const RunsFit shipped = fit_runs(runs, joint);
   for (const ParameterFit& f : shipped.parameters) {
     CAPTURE(f.parameter->name);
     REQUIRE(f.identifiable);

@@ -223,18 +223,56 @@ TEST_CASE("FSDP2 copies each all-gathered unit out of its flat buffer on the com
   for (const Op& o : lower_step(m, fsdp1, kJob).ops) CHECK(o.name.find("copy_out") == std::string::npos);
 }
 
-TEST_CASE("fused cross-entropy: one pass over the bf16 logits forward, read and write backward") {
+TEST_CASE("the loss: Megatron's vocab-parallel cross-entropy, torch's log_softmax, or one fused pass") {
   const ModelSpec m = gpt(PosEmb::learned);
-  Plan torch_ce = single_gpu();
-  Plan fused = torch_ce;
+  Plan megatron = single_gpu();
+  Plan torch_ce = megatron;
+  torch_ce.runtime = Runtime::generic;
+  Plan fused = megatron;
   fused.fused_cross_entropy = true;
   const double logits = kSeq * kBatch * 50304;
-  // torch: cast to fp32 and log_softmax (e + 8 bytes per logit), backward (e + 12); fused: 2e, 2e
-  // (two passes over each row forward, one read and one write backward).
+  // Megatron: cast to fp32 (e + 4), max (4), subtract (8), exp (8), sum (4), divide (8) = e + 36
+  // bytes per logit forward; torch: the cast and log_softmax, e + 8; backward both e + 12; fused:
+  // 2e, 2e (two passes over each row forward, one read and one write backward).
+  CHECK(find(lower_step(m, megatron, kJob), "fwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(38 * logits));
+  CHECK(find(lower_step(m, megatron, kJob), "fwd.head_loss.mb0").kernels == 6);
   CHECK(find(lower_step(m, torch_ce, kJob), "fwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(10 * logits));
   CHECK(find(lower_step(m, fused, kJob), "fwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(4 * logits));
+  CHECK(find(lower_step(m, megatron, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(14 * logits));
   CHECK(find(lower_step(m, torch_ce, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(14 * logits));
   CHECK(find(lower_step(m, fused, kJob), "bwd.head_loss.mb0").memory_bound_bytes == doctest::Approx(4 * logits));
+}
+
+TEST_CASE("LayerNorm as PyTorch's kernels: eager runtimes mark each norm's bytes with the width; fused ones do not") {
+  const ModelSpec m = gpt(PosEmb::learned);
+  Plan eager = single_gpu();
+  eager.runtime = Runtime::generic;
+  const double norm_fwd = 2 * 2.0 * kSeq * kBatch * 1024;  // read + write one bf16 activation
+  const StepProgram prog = lower_step(m, eager, kJob);
+  // Forward: the block's first norm with the QKV GEMM, the second with the output projection (one
+  // op here: no TP or CP between them); backward twice the bytes of each, in the ops that hold
+  // their forward's backward.
+  const Op& qkv = find(prog, "fwd.L0.mb0.qkv");
+  CHECK(qkv.layernorm.bytes == doctest::Approx(2 * norm_fwd));
+  CHECK(qkv.layernorm.width == 1024);
+  CHECK(qkv.layernorm.pass == Pass::forward);
+  CHECK(qkv.layernorm.bytes < qkv.memory_bound_bytes);
+  double fwd = 0, bwd = 0;
+  for (const Op& o : prog.ops) {
+    if (o.name.rfind("fwd.L0.", 0) == 0) fwd += o.layernorm.bytes;
+    if (o.name.rfind("bwd.L0.", 0) == 0) {
+      bwd += o.layernorm.bytes;
+      if (o.layernorm.bytes > 0) CHECK(o.layernorm.pass == Pass::backward);
+    }
+  }
+  CHECK(fwd == doctest::Approx(2 * norm_fwd));
+  CHECK(bwd == doctest::Approx(4 * norm_fwd));
+  // Megatron's fused norms (apex, Transformer Engine) and torch.compile's generated kernels are
+  // priced with the other element-wise bytes.
+  Plan compiled = eager;
+  compiled.compile = true;
+  for (const Plan& p : {single_gpu(), compiled})
+    for (const Op& o : lower_step(m, p, kJob).ops) CHECK(o.layernorm.bytes == 0);
 }
 
 namespace {
