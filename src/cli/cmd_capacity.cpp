@@ -64,6 +64,7 @@ struct Options {
   std::string model, tokens, deadline, cluster = kDefaultCluster, batch_tokens = "4Mi";
   std::string runtime{runtime_info(kDefaultSearchedRuntime).planner_name};
   std::string checkpoint = "sync", interval;
+  std::string nccl_version;  // --nccl-version; empty: the profile's
   bool no_failures = false;
   std::int64_t gpus = 0, seq = 8192;
   double price = -1;
@@ -78,6 +79,7 @@ void add_capacity_options(CLI::App& app, Options& o) {
   auto* g = app.add_option("--gpus", o.gpus, "GPU count to evaluate")->check(in_range("capacity", "--gpus"));
   d->excludes(g);
   app.add_option("--cluster", o.cluster, "hardware profile(s), comma-separated")->capture_default_str();
+  add_nccl_version_option(app, o.nccl_version);
   app.add_option("--price-per-gpu-hour", o.price, "price of one GPU-hour (for the cost column)")->check(in_range("capacity", "--price-per-gpu-hour"));
   app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(in_range("capacity", "--seq"));
   app.add_option("--global-batch-tokens", o.batch_tokens, "tokens per optimizer step (SI: 4M = 4e6; 4Mi = 4 x 2^20)")->capture_default_str();
@@ -101,7 +103,11 @@ CapacityRequest capacity_request(const Options& o) {
     throw InputError("", "--deadline", "give --deadline DAYS (find the GPU count) or --gpus N (find the days)");
   CapacityRequest rq;
   rq.model = load_model(o.model);
-  for (const auto& name : split_commas(o.cluster)) rq.clusters.push_back(load_cluster(name));
+  check_nccl_version(o.nccl_version);
+  for (const auto& name : split_commas(o.cluster)) {
+    rq.clusters.push_back(load_cluster(name));
+    override_nccl_version(rq.clusters.back(), o.nccl_version);
+  }
   if (rq.clusters.empty()) throw InputError("", "--cluster", "no cluster given");
   rq.tokens = parse_token_count(o.tokens, "--tokens", limits::kMaxTrainingTokens);
   if (!o.deadline.empty()) rq.deadline_days = parse_deadline_days(o.deadline, "--deadline");

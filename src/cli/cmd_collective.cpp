@@ -38,7 +38,8 @@ struct CollectiveCliOptions {
   std::vector<std::string> algos;
   std::vector<std::string> protos;
   bool collnet = false;
-  std::string nccl = std::string(kDefaultNcclVersion);
+  bool explain = false;
+  std::string nccl;  // --nccl-version (alias --nccl); empty: the profile's nccl_version
   bool json = false;
 };
 
@@ -55,8 +56,11 @@ void add_collective_options(CLI::App& app, CollectiveCliOptions& o) {
                                     "collnet_direct, collnet_chain)")->delimiter(',');
   app.add_option("--proto", o.protos, "restrict protocols, like NCCL_PROTO (LL, LL128, Simple)")->delimiter(',');
   app.add_flag("--collnet", o.collnet, "the fabric has IB SHARP / CollNet (enables the CollNet algorithms)");
-  app.add_option("--nccl", o.nccl, "NCCL constants version or TOML path (hardware_profiles/nccl/)")
-      ->capture_default_str();
+  add_nccl_version_option(app, o.nccl, "--nccl-version,--nccl");
+  app.add_flag("--explain", o.explain,
+               "after each size, the tuner's choice as NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints it (algorithm, "
+               "protocol, predicted time) and the terms of the time: latency, transfer, channels before and after "
+               "small-message shrinking, pipeline ramp, host floor");
   app.add_flag("--json", o.json, "machine-readable output: {\"rows\": [...]} (docs/collectives.md)");
 }
 
@@ -87,6 +91,65 @@ CollectiveOptions restrictions(const CollectiveCliOptions& o) {
   return opts;
 }
 
+// NCCL's own name of the collective, as its INFO lines print it (ncclFuncToString, enqueue.cc).
+std::string_view nccl_func_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "AllReduce";
+    case CollectiveOp::all_gather: return "AllGather";
+    case CollectiveOp::reduce_scatter: return "ReduceScatter";
+    case CollectiveOp::broadcast: return "Broadcast";
+    case CollectiveOp::reduce: return "Reduce";
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::send_recv: return "SendRecv";
+  }
+  return "?";
+}
+
+// --explain: the terms of one estimate. NCCL's tuner line (enqueue.cc topoGetAlgoInfo,
+// "%s: %ld Bytes -> Algo %d proto %d time %f", algorithm and protocol as their enum indices)
+// gives what NCCL predicts and selects on; the lines below it say how the reported time is built
+// from it (docs/collectives.md): the same latency, the transfer on the channels the kernel really
+// runs after shrinking, the pipeline ramp, and the host floor of a single-process launch.
+nlohmann::json explain_terms(CollectiveOp op, double bytes, const CollectiveEstimate& e, std::string& text) {
+  NcclAlgo algo{};
+  NcclProto proto{};
+  const bool tuned = parse_nccl_algo(e.algorithm, algo) && parse_nccl_proto(e.protocol, proto);
+  const double latency_us = e.latency_seconds * 1e6;
+  const double nccl_transfer_us = (e.nccl_seconds - e.latency_seconds) * 1e6;
+  // bus_bandwidth_bytes_per_s is bus_bytes over the GPU transfer time (ramp included), host floor or not.
+  const double transfer_us =
+      e.bus_bandwidth_bytes_per_s > 0 ? e.bus_bytes / e.bus_bandwidth_bytes_per_s * 1e6 : 0.0;
+  if (e.algorithm == "none") {
+    text += "#   no algorithm: nothing to move, or every (algorithm, protocol) pair disabled\n";
+    return nlohmann::json::object();
+  }
+  if (tuned)
+    text += fmt::format("#   NCCL INFO {}: {:.0f} Bytes -> Algo {} proto {} time {:.6f}\n", nccl_func_name(op), bytes,
+                        static_cast<int>(algo), static_cast<int>(proto), e.nccl_seconds * 1e6);
+  else
+    text += fmt::format("#   {}: {:.0f} Bytes -> {} (grouped point-to-point, not a tuner algorithm) time {:.6f}\n",
+                        nccl_func_name(op), bytes, e.algorithm, e.nccl_seconds * 1e6);
+  text += fmt::format("#     NCCL: {}/{} on {} channels = latency {:.2f} us + {:.0f} bus bytes in {:.2f} us\n",
+                      e.algorithm, e.protocol, e.nccl_channels, latency_us, e.bus_bytes, nccl_transfer_us);
+  text += fmt::format("#     run:  {} channels after shrinking; transfer {:.2f} us, of which pipeline ramp {:.2f} us; "
+                      "GPU time {:.2f} us",
+                      e.channels, transfer_us, e.ramp_seconds * 1e6, latency_us + transfer_us);
+  text += e.host_floor_seconds > 0 ? fmt::format("; host floor {:.2f} us{}\n", e.host_floor_seconds * 1e6,
+                                                 e.host_bound ? " (binds)" : "")
+                                   : std::string("\n");
+  return {{"nccl_algo", tuned ? static_cast<int>(algo) : -1},
+          {"nccl_proto", tuned ? static_cast<int>(proto) : -1},
+          {"nccl_time_us", e.nccl_seconds * 1e6},
+          {"nccl_channels", e.nccl_channels},
+          {"channels", e.channels},
+          {"latency_us", latency_us},
+          {"nccl_transfer_us", nccl_transfer_us},
+          {"transfer_us", transfer_us},
+          {"ramp_us", e.ramp_seconds * 1e6},
+          {"host_floor_us", e.host_floor_seconds * 1e6},
+          {"host_bound", e.host_bound}};
+}
+
 // The group: --gpus ranks in whole nodes of --gpus-per-node.
 GroupPlacement placement(const CollectiveCliOptions& o, CollectiveOp op, const ClusterSpec& cluster) {
   const int node_gpus = cluster.node.gpus_per_node;
@@ -112,9 +175,10 @@ int run_collective(const CollectiveCliOptions& o) {
     throw InputError("", "--op", "unknown collective '" + o.op + "' (known: " + std::string(kOps) + ")");
   CollectiveOptions opts = restrictions(o);
   const std::vector<double> sizes = parse_size_range(o.sizes, "--sizes");
-  const ClusterSpec cluster = load_cluster(o.cluster);
-  const NcclTable table = load_nccl_table(o.nccl);
-  opts.nccl = &table;
+  check_nccl_version(o.nccl);
+  ClusterSpec cluster = load_cluster(o.cluster);
+  override_nccl_version(cluster, o.nccl);
+  const NcclTable& table = cluster.nccl != nullptr ? *cluster.nccl : default_nccl_table();
   const GroupPlacement g = placement(o, op, cluster);
 
   nlohmann::json rows = nlohmann::json::array();
@@ -139,6 +203,7 @@ int run_collective(const CollectiveCliOptions& o) {
                     {"protocol", e.protocol}});
     text += fmt::format(" {:>14} {:>13} {:>7} {:>11.2f} {:>8.2f} {:>8.2f}  {:<14} {}\n", size_label(bytes),
                         size_label(bytes / 4), "float", time_us, algbw, busbw, e.algorithm, e.protocol);
+    if (o.explain) rows.back()["explain"] = explain_terms(op, bytes, e, text);
   }
   if (o.json) fmt::print("{}\n", nlohmann::json{{"rows", rows}}.dump(2));
   else fmt::print("{}", text);

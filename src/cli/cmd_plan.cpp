@@ -47,6 +47,7 @@ nlohmann::json settings_json(const std::vector<Plan>& plans) {
 
 struct Options {
   std::string model, cluster = kDefaultCluster, tokens, out;
+  std::string nccl_version;  // --nccl-version; empty: the profile's
   std::string runtime{runtime_info(kDefaultSearchedRuntime).planner_name};
   std::string torchtitan_version = "238fa9953e4a";
   std::int64_t gpus = 0, global_batch = 0, seq = 8192;
@@ -216,6 +217,7 @@ void print_table(const Options& o, const PlanRequest& rq, const PlanSearch& s) {
 void add_plan_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "model name (meshplan model --list) or HF config.json")->required();
   app.add_option("--cluster", o.cluster, "hardware profile")->capture_default_str();
+  add_nccl_version_option(app, o.nccl_version);
   app.add_option("--gpus", o.gpus, "total GPUs")->required()->check(in_range("plan", "--gpus"));
   auto* tok = app.add_option("--global-batch-tokens", o.tokens, "tokens per optimizer step, e.g. 4M (SI: 4e6; 4Mi = 4 x 2^20); rounded to the nearest whole number of sequences a layout admits, said in a note");
   auto* gb = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step")->check(in_range("plan", "--global-batch"));
@@ -249,7 +251,9 @@ PlanRequest plan_request(const Options& o) {
     throw InputError("", "--global-batch-tokens", "give the batch as --global-batch-tokens T or --global-batch B");
   PlanRequest rq;
   rq.model = load_model(o.model);
+  check_nccl_version(o.nccl_version);
   rq.cluster = load_cluster(o.cluster);
+  override_nccl_version(rq.cluster, o.nccl_version);
   rq.n_gpus = o.gpus;
   rq.seq_len = o.seq;
   rq.global_batch = o.global_batch;

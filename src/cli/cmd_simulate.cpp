@@ -51,6 +51,7 @@ struct SimulateOptions {
 
 void add_simulate_options(CLI::App& app, SimulateOptions& o) {
   add_run_input_options(app, o.in);
+  add_nccl_version_option(app, o.in.nccl_version);
   app.add_flag("--json", o.json, "machine-readable output");
   app.add_option("--trace", o.trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
   app.add_flag("--full", o.full,

@@ -12,12 +12,14 @@
 
 #include "cli/command.hpp"
 #include "cli/output_path.hpp"
+#include "cli/run_inputs.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
 #include "validate/cross_validation.hpp"
 #include "validate/validation.hpp"
 #include "sim/step_simulator.hpp"
 #include "validate/cluster_search.hpp"
+#include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "spec/plan_toml.hpp"
 #include "validate/validation_row.hpp"
@@ -38,6 +40,7 @@ struct ValidateOptions {
   std::vector<std::string> rows;
   std::string trace;
   std::string export_plan;
+  std::string nccl_version;
   bool json = false;
 };
 
@@ -54,6 +57,7 @@ void add_validate_options(CLI::App& app, ValidateOptions& o) {
   app.add_option("--collectives", o.collectives,
                  "nccl-tests-style CSV (op, gpus, gpus_per_node, size_bytes, time_us or busbw_gbps); needs --cluster");
   app.add_option("--cluster", o.cluster, "hardware profile for --collectives (name or TOML path)");
+  add_nccl_version_option(app, o.nccl_version);
   app.add_option("--by", o.by, "group the summary by source, framework or gpu")
       ->check(CLI::IsMember({"source", "framework", "gpu"}))
       ->capture_default_str();
@@ -73,7 +77,8 @@ int validate_collectives(const ValidateOptions& o) {
     throw InputError("", "file", "give either a validation CSV or --collectives FILE, not both");
   if (o.cluster.empty()) throw InputError("", "--cluster", "required with --collectives");
   std::vector<std::filesystem::path> dirs(o.cluster_dirs.begin(), o.cluster_dirs.end());
-  const ClusterSpec cluster = load_cluster_search(o.cluster, dirs);
+  ClusterSpec cluster = load_cluster_search(o.cluster, dirs);
+  override_nccl_version(cluster, o.nccl_version);
   const CollectiveValidation v = run_collective_validation(read_csv_table(o.collectives), cluster);
   if (o.json)
     fmt::print("{}\n", collective_validation_json(v).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -124,6 +129,7 @@ int run_cross_validation(const ValidateOptions& o, const ValidationOptions& opts
 }
 
 int run_validate(const ValidateOptions& o) {
+  check_nccl_version(o.nccl_version);
   if (!o.collectives.empty()) return validate_collectives(o);
   if (o.file.empty()) throw InputError("", "file", "required: a validation CSV (or --collectives FILE --cluster NAME)");
   if (!o.cluster.empty())
@@ -134,7 +140,13 @@ int run_validate(const ValidateOptions& o) {
     if (!std::filesystem::is_directory(d)) throw InputError(d, "--cluster-dir", "not a directory");
     opts.cluster_dirs.emplace_back(d);
   }
-  if (!o.cross_validate.empty()) return run_cross_validation(o, opts);
+  if (!o.cross_validate.empty()) {
+    // The refits load their profiles themselves (fit_runs.cpp), with each profile's own table.
+    if (!o.nccl_version.empty())
+      throw InputError("", "--nccl-version", "applies to validate FILE and --collectives, not to --cross-validate");
+    return run_cross_validation(o, opts);
+  }
+  opts.nccl_version = o.nccl_version;
   if (!o.more_files.empty())
     throw InputError(o.more_files.front(), "file", "one validation CSV at a time (several only with --cross-validate)");
   if (!o.params.empty()) throw InputError("", "--params", "applies only to --cross-validate");

@@ -33,12 +33,14 @@ Command add_whatif_command(CLI::App& root) {
       "and fit, bytes communicated per step, and what each difference comes from. A value the config cannot take "
       "(an unknown name, a layout that does not divide) is shown as an error column, named on stderr, and exits 2.");
   add_run_input_options(*c.app, o->in);
+  add_nccl_version_option(*c.app, o->in.nccl_version);
   c.app->add_option("--vary", o->vary, "KEY=V1,V2[,...]; repeat for a cross product")->required();
   auto* j = c.app->add_flag("--json", o->json, "machine-readable output");
   auto* m = c.app->add_flag("--md", o->md, "Markdown table and explanations");
   j->excludes(m);
   c.app->add_option("--html", o->html, "also write a self-contained HTML report with charts to this file");
   c.run = [o] {
+    check_nccl_version(o->in.nccl_version);
     const RunSource src = run_source(o->in);
     check_output_path(o->html, "--html");
     std::vector<Variation> vary;

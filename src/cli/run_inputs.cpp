@@ -11,6 +11,7 @@
 #include "spec/import_common.hpp"
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/nccl_table.hpp"
 #include "spec/plan.hpp"
 #include "spec/runtimes.hpp"
 #include "workload/runtime_choices.hpp"
@@ -61,7 +62,21 @@ void add_run_input_options(CLI::App& app, RunInputOptions& o) {
       ->check(in_range("", "--gpus"));
 }
 
+CLI::Option* add_nccl_version_option(CLI::App& app, std::string& value, const std::string& flags) {
+  std::string avail;
+  for (const std::string& v : available_nccl_versions()) avail += (avail.empty() ? "" : ", ") + v;
+  return app.add_option(flags, value,
+                        fmt::format("NCCL tuning constants: a version in hardware_profiles/nccl/ ({}) or a TOML path; "
+                                    "overrides the profile's nccl_version (default {})",
+                                    avail, kDefaultNcclVersion));
+}
+
+void check_nccl_version(const std::string& value) {
+  if (!value.empty()) (void)shared_nccl_table(value, "", "--nccl-version");
+}
+
 RunInputs load_run_inputs(const RunInputOptions& o) {
+  check_nccl_version(o.nccl_version);
   RunInputs in;
   // The override goes to the importer, not over its result: a config naming a model meshplan
   // does not ship (an llm-foundry HF id, a torchtitan flavor) imports only with it.
@@ -84,6 +99,7 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
       throw InputError(o.config, "cluster.profile", fmt::format("'{}': {}", in.run.cluster, e.reason()));
     throw;
   }
+  override_nccl_version(in.cluster, o.nccl_version);
   std::optional<std::int64_t> gpus;
   if (o.gpus > 0) {
     gpus = o.gpus;

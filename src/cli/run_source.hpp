@@ -12,6 +12,7 @@ inline RunSource run_source(const RunInputOptions& o) {
   s.cluster = o.cluster;
   s.default_cluster = kDefaultCluster;
   s.gpus = o.gpus;
+  s.nccl_version = o.nccl_version;
   return s;
 }
 

@@ -87,6 +87,7 @@ struct Candidate {
   NcclAlgo algo = NcclAlgo::ring;
   NcclProto proto = NcclProto::simple;
   int channels = 0;
+  int channels_unshrunk = 0;  // NCCL's channel count before enqueue.cc's small-message shrinking
   bool direct = false;  // point-to-point (all-to-all, send/recv): not one of NCCL's algorithms
 };
 
@@ -97,6 +98,7 @@ struct Candidate {
 struct Shrink {
   int channels = 1;
   double rate_factor = 1.0;
+  int channels_unshrunk = 1;  // nc0
 };
 
 class Model {
@@ -165,7 +167,7 @@ public:
     if (bytes_ < static_cast<double>(nc) * nt * thr)
       nc = std::max(1, static_cast<int>(std::floor(bytes_ / (static_cast<double>(nt) * thr))));
     while (nc == 1 && bytes_ < static_cast<double>(nt) * thr && nt % 128 == 0) nt /= 2;
-    return Shrink{nc, (static_cast<double>(nc) / nc0) * (static_cast<double>(nt) / nt0)};
+    return Shrink{nc, (static_cast<double>(nc) / nc0) * (static_cast<double>(nt) / nt0), nc0};
   }
 
   int nvls_channels() const {
@@ -258,7 +260,7 @@ public:
     const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
     const double t = std::max(per_rank_bytes / rate, reduces ? nvls_reduction_seconds(bytes_, n) : 0.0);
     consider(best, NcclAlgo::nvls, NcclProto::simple, intra_lat(NcclAlgo::nvls, NcclProto::simple), t,
-             Shrink{nvls_channels(), 1.0}, t);
+             Shrink{nvls_channels(), 1.0, nvls_channels()}, t);
   }
 
   // NVLS inside each node, a tree of nodes over the NICs: each node moves its reduced buffer
@@ -277,7 +279,7 @@ public:
     if (cap > 0) algbw = std::min(algbw, nvls_channels() * cap * n / (2.0 * (n - 1)));
     const double lat = base(NcclAlgo::nvlstree, NcclProto::simple) + intra_lat(NcclAlgo::nvlstree, NcclProto::simple) +
                        2.0 * log2i(geo_.islands) * inter_lat(NcclAlgo::nvlstree, NcclProto::simple);
-    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw, Shrink{nvls_channels(), 1.0},
+    consider(best, NcclAlgo::nvlstree, NcclProto::simple, lat, bytes_ / algbw, Shrink{nvls_channels(), 1.0, nvls_channels()},
              bytes_ / algbw);
   }
 
@@ -354,7 +356,7 @@ public:
       const double lat = base(NcclAlgo::ring, p) + hw(link, NcclAlgo::ring, p) +
                          (link == NcclLink::net ? geo_.extra_inter_seconds : 0.0);
       const double ramp = t_link * ramp_;
-      Candidate cand{lat + t_bw, lat, t_bw + ramp, ramp, NcclAlgo::ring, p, 0, true};
+      Candidate cand{lat + t_bw, lat, t_bw + ramp, ramp, NcclAlgo::ring, p, 0, 0, true};
       if (cand.seconds < best.seconds) best = cand;
     }
   }
@@ -378,7 +380,7 @@ private:
     const double s = lat + t_bw;
     if (s < best.seconds) {
       const double ramp = t_link * pipeline_ramp(t_, bytes_, loop_scale(a));
-      best = Candidate{s, lat, t_bw / sh.rate_factor + ramp, ramp, a, p, sh.channels, false};
+      best = Candidate{s, lat, t_bw / sh.rate_factor + ramp, ramp, a, p, sh.channels, sh.channels_unshrunk, false};
     }
   }
 
@@ -476,7 +478,10 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
 
 CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, double bytes, GroupPlacement g,
                                        const CollectiveOptions& options) {
-  const NcclTable& table = options.nccl != nullptr ? *options.nccl : default_nccl_table();
+  // An explicit table (collective --nccl, tests) wins over the cluster's nccl_version.
+  const NcclTable& table = options.nccl != nullptr ? *options.nccl
+                           : c.nccl != nullptr    ? *c.nccl
+                                                  : default_nccl_table();
   const Geometry geo = geometry(c, g);
   CollectiveEstimate e;
   e.crosses_nodes = geo.nodes > 1;
@@ -529,6 +534,8 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
   e.latency_seconds = best.latency_seconds;
   e.ramp_seconds = best.ramp_seconds;
   e.channels = best.channels;
+  e.nccl_seconds = best.seconds;
+  e.nccl_channels = best.channels_unshrunk;
   if (options.launch_mode == LaunchMode::single_process_multi_gpu) {
     // One host thread enqueues and launches the kernels of its node's GPUs one after the other;
     // back-to-back iterations pipeline host and GPUs, so the period is max(GPU time, host time).

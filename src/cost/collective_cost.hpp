@@ -27,6 +27,11 @@ struct CollectiveEstimate {
   bool uses_network = false;
   int ranks_per_domain = 1;         // members in one NVLink domain (with uses_network)
   int channels = 0;                 // channels NCCL runs the chosen pair on, after small-message shrinking
+  // What NCCL's tuner itself predicts for the chosen pair, the figure it selects on (tuning.cc
+  // ncclTopoGetAlgoTime: latency + bytes / bandwidth at the full channel count, no ramp), and
+  // that channel count before enqueue.cc shrinks it (collective --explain prints both).
+  double nccl_seconds = 0;
+  int nccl_channels = 0;
   double host_floor_seconds = 0;    // single-process launch floor (0 in one-process-per-GPU mode)
   bool host_bound = false;          // `seconds` is the host floor, not the GPU time
 };
@@ -39,7 +44,7 @@ enum class LaunchMode { one_process_per_gpu, single_process_multi_gpu };
 // What NCCL is allowed to pick from (NCCL_ALGO / NCCL_PROTO / CollNet availability) and which
 // constants it uses. The defaults are NCCL's defaults: every algorithm but CollNet, every protocol.
 struct CollectiveOptions {
-  const NcclTable* nccl = nullptr;  // nullptr: default_nccl_table() (the shipped NCCL version)
+  const NcclTable* nccl = nullptr;  // nullptr: the cluster's table (ClusterSpec::nccl), else the shipped default
   unsigned algorithm_mask = ~0u;    // bit (1u << int(NcclAlgo)) set = allowed
   unsigned protocol_mask = ~0u;     // bit (1u << int(NcclProto)) set = allowed
   bool collnet = false;             // IB SHARP / CollNet plugin present: enables CollNet algorithms

@@ -204,7 +204,8 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
       v.run.n_gpus_assumed = true;
     }
     resolve_layout(v.run, gpus);
-    const ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
+    ClusterSpec c = load_cluster(cluster_name_for(src, v.run));
+    override_nccl_version(c, src.nccl_version);
     // Knobs the config leaves to the runtime ('auto' micro-batch): settled as simulate does.
     const RuntimeChoices choices = resolve_runtime_choices(v.run, c);
     for (const auto& a : choices.assumptions) v.run.warnings.push_back(a);

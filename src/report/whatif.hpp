@@ -23,6 +23,7 @@ struct RunSource {
   std::string cluster;          // hardware profile override; empty: the file's, else default_cluster
   std::string default_cluster = "h100-sxm-80gb";
   std::int64_t gpus = 0;        // 0: the file's, else the product of explicit degrees, else one node
+  std::string nccl_version;     // --nccl-version; empty: the profile's
 };
 
 // One --vary KEY=V1,V2,...

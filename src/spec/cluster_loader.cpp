@@ -27,6 +27,7 @@
 #include "spec/error.hpp"
 #include "spec/import_common.hpp"
 #include "spec/input_file.hpp"
+#include "spec/nccl_table.hpp"
 
 namespace meshplan {
 namespace {
@@ -690,6 +691,29 @@ toml::table parse_toml(const std::string& file) {
   }
 }
 
+// The optional top-level `nccl_version`: a version with a table in hardware_profiles/nccl/, or a
+// .toml path (relative to the profile's folder). A software choice, not a measured fact, so it
+// needs no source tag. Absent: the shipped default table.
+void read_nccl_version(ClusterSpec& spec, TableReader& r, const std::string& file) {
+  spec.nccl_version = std::string(kDefaultNcclVersion);
+  if (r.find("nccl_version") == nullptr) return;
+  spec.nccl_version = r.text("nccl_version", "");
+  std::string table = spec.nccl_version;
+  if (table.ends_with(".toml") && fs::path(table).is_relative())
+    table = (fs::path(file).parent_path() / table).string();
+  spec.nccl = shared_nccl_table(table, file, "nccl_version");
+}
+
+}  // namespace
+
+void override_nccl_version(ClusterSpec& c, const std::string& version_or_path) {
+  if (version_or_path.empty()) return;
+  c.nccl = shared_nccl_table(version_or_path, "", "--nccl-version");
+  c.nccl_version = version_or_path;
+}
+
+namespace {
+
 ClusterSpec read_profile(const std::string& file, const std::string& expected_name) {
   const toml::table root = parse_toml(file);
 
@@ -707,6 +731,7 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
     ctx.fail("name", "is \"" + spec.name + "\" but the file is " + expected_name + ".toml",
              root.get("name"));
   spec.description = r.text("description", "");
+  read_nccl_version(spec, r, file);
   r.find("sources");  // read above, before anything can reference a tag
   read_gpu(ctx, require_table(ctx, r, "gpu"));
   read_node(ctx, require_table(ctx, r, "node"));

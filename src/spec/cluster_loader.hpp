@@ -11,6 +11,11 @@ namespace meshplan {
 // Throws InputError naming the file, the key and the reason.
 ClusterSpec load_cluster(const std::string& name_or_path);
 
+// --nccl-version VERSION|PATH of the commands that price collectives: replaces the profile's
+// `nccl_version` (no-op when empty). An unknown version is InputError("", "--nccl-version", ...)
+// listing the versions available.
+void override_nccl_version(ClusterSpec& c, const std::string& version_or_path);
+
 // Names of the shipped profiles, sorted.
 std::vector<std::string> list_clusters();
 

@@ -3,6 +3,7 @@
 // hardware_profiles/*.toml. Every number carries a source tag in `sources` (dotted key -> tag).
 // SI units throughout: bytes, seconds, FLOP/s, bytes/s per direction.
 #include <map>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -152,9 +153,17 @@ struct ReliabilitySpec {
   double warmup_seconds = 0;                  // compile and the first slow steps after a restart
 };
 
+struct NcclTable;
+
 struct ClusterSpec {
   std::string name;                        // profile name, e.g. "h100-sxm-80gb"
   std::string description;
+  // The NCCL release whose tuning constants price this cluster's collectives (the profile's
+  // optional `nccl_version`, a version in hardware_profiles/nccl/ or a .toml path; a CLI
+  // --nccl-version replaces it). `nccl` is that table; nullptr = the shipped default, the same
+  // table default_nccl_table() returns (docs/collectives.md "Inputs").
+  std::string nccl_version;
+  std::shared_ptr<const NcclTable> nccl;
   GpuSpec gpu;
   NodeSpec node;
   FabricSpec fabric;

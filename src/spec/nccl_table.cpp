@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <span>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -471,11 +474,45 @@ const NcclArchTable& NcclTable::arch_table(int sm) const {
   return *best;
 }
 
-NcclTable load_nccl_table(const std::string& version_or_path) {
+NcclTable load_nccl_table(const std::string& version_or_path, const std::string& origin_file,
+                          const std::string& origin_key) {
   if (version_or_path.ends_with(".toml")) return read_table(fs::path(version_or_path));
+  const auto unknown = [&](const std::string& what) {
+    std::string avail;
+    for (const std::string& v : available_nccl_versions()) avail += (avail.empty() ? "" : ", ") + v;
+    return InputError(origin_file, origin_key,
+                      what + " (available: " + (avail.empty() ? "none" : avail) + ", or a .toml path)");
+  };
   if (version_or_path.empty() || version_or_path.find('/') != std::string::npos)
-    throw InputError("", "nccl_version", "'" + version_or_path + "' is neither an NCCL version nor a .toml path");
-  return read_table(data_root() / "hardware_profiles" / "nccl" / ("nccl-" + version_or_path + ".toml"));
+    throw unknown("'" + version_or_path + "' is neither an NCCL version nor a .toml path");
+  const fs::path file = data_root() / "hardware_profiles" / "nccl" / ("nccl-" + version_or_path + ".toml");
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw unknown("unknown NCCL version '" + version_or_path + "'");
+  return read_table(file);
+}
+
+std::vector<std::string> available_nccl_versions() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(data_root() / "hardware_profiles" / "nccl", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("nccl-") && name.ends_with(".toml") && name.size() > 10)
+      out.push_back(name.substr(5, name.size() - 10));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::shared_ptr<const NcclTable> shared_nccl_table(const std::string& version_or_path,
+                                                   const std::string& origin_file,
+                                                   const std::string& origin_key) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const NcclTable>> tables;
+  const std::lock_guard lock(mutex);
+  auto it = tables.find(version_or_path);
+  if (it != tables.end()) return it->second;
+  auto table = std::make_shared<const NcclTable>(load_nccl_table(version_or_path, origin_file, origin_key));
+  return tables.emplace(version_or_path, std::move(table)).first->second;
 }
 
 const NcclTable& default_nccl_table() {

@@ -6,6 +6,7 @@
 // All values in SI units: seconds, bytes, bytes/s.
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,8 +122,20 @@ inline constexpr std::string_view kDefaultNcclVersion = "2.30.7";
 
 // "2.30.7" reads hardware_profiles/nccl/nccl-2.30.7.toml under the data root; a value ending in
 // .toml is a path. Strict: unknown or missing keys, wrong types, out-of-range values and values
-// without a declared source throw InputError(file, key, reason).
-NcclTable load_nccl_table(const std::string& version_or_path = std::string(kDefaultNcclVersion));
+// without a declared source throw InputError(file, key, reason). A version with no table is
+// InputError(origin_file, origin_key, "unknown NCCL version 'X' (available: ...)"): the origin is
+// where the value was written (a profile and its `nccl_version` key, or "" and a CLI flag).
+NcclTable load_nccl_table(const std::string& version_or_path = std::string(kDefaultNcclVersion),
+                          const std::string& origin_file = "", const std::string& origin_key = "nccl_version");
+
+// The versions that have a table in hardware_profiles/nccl/ (nccl-VERSION.toml), sorted.
+std::vector<std::string> available_nccl_versions();
+
+// load_nccl_table, read once per version or path and shared for the process lifetime
+// (thread-safe): profiles and CLI overrides name a handful of tables and many estimates use them.
+std::shared_ptr<const NcclTable> shared_nccl_table(const std::string& version_or_path,
+                                                   const std::string& origin_file = "",
+                                                   const std::string& origin_key = "nccl_version");
 
 // The shipped default version, loaded once (thread-safe) and kept for the process lifetime.
 const NcclTable& default_nccl_table();

@@ -19,6 +19,7 @@
 #include "cost/collective_cost.hpp"
 #include "sim/step_simulator.hpp"
 #include "validate/cluster_search.hpp"
+#include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/runtime_choices.hpp"
@@ -157,14 +158,15 @@ std::vector<std::size_t> selected_rows(const CsvTable& table, const std::vector<
 // Loads each (profile, node size) once: profiles are TOML files and rows share a handful.
 class ClusterCache {
 public:
-  ClusterCache(std::vector<std::filesystem::path> dirs, ParameterValues parameters)
-      : dirs_(std::move(dirs)), parameters_(std::move(parameters)) {}
+  ClusterCache(std::vector<std::filesystem::path> dirs, ParameterValues parameters, std::string nccl_version)
+      : dirs_(std::move(dirs)), parameters_(std::move(parameters)), nccl_version_(std::move(nccl_version)) {}
   const ClusterSpec& get(const std::string& name, std::optional<int> gpus_per_node) {
     const std::string key = name + "#" + std::to_string(gpus_per_node.value_or(0));
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     ClusterSpec c = load_cluster_search(name, dirs_);
     apply_parameters(c, parameters_);
+    override_nccl_version(c, nccl_version_);
     if (gpus_per_node && *gpus_per_node != c.node.gpus_per_node) {
       // A node of another size: the NVLink domain is the node unless the profile spans nodes (NVL72).
       if (c.node.nvlink_domain_gpus == c.node.gpus_per_node) c.node.nvlink_domain_gpus = *gpus_per_node;
@@ -176,6 +178,7 @@ public:
 private:
   std::vector<std::filesystem::path> dirs_;
   ParameterValues parameters_;
+  std::string nccl_version_;
   std::map<std::string, ClusterSpec> cache_;
 };
 
@@ -520,7 +523,7 @@ ValidationReport run_validation_cases(std::vector<ValidationCase> cases, const s
   // Profile loading is serial (cheap, and the cache is not shared-safe); simulation is per-row
   // pure work, spread over the cores because the largest pipelines (thousands of micro-batch x
   // stage tasks) take seconds each.
-  ClusterCache clusters(options.cluster_dirs, options.parameters);
+  ClusterCache clusters(options.cluster_dirs, options.parameters, options.nccl_version);
   std::vector<const ClusterSpec*> specs;
   std::vector<std::string> cluster_errors;
   for (const ValidationCase& vc : cases) {
@@ -562,7 +565,7 @@ ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id
   const std::size_t i = selected_rows(table, {id}).front();
   ValidationRowRun out{map_validation_row(table, i, profile_names_in(options.cluster_dirs)), {}};
   if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
-  ClusterCache clusters(options.cluster_dirs, options.parameters);
+  ClusterCache clusters(options.cluster_dirs, options.parameters, options.nccl_version);
   out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);
   const RuntimeChoices choices = resolve_runtime_choices(out.vc.run, out.cluster);
   if (!choices.no_fit.empty()) throw InputError(table.file, "row " + id, "skipped: " + choices.no_fit);

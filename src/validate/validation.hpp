@@ -90,6 +90,7 @@ struct ValidationOptions {
   // Fitted parameters set to these values on every profile they apply to (calibrate --runs,
   // validate --cross-validate); empty: the profiles' own values.
   ParameterValues parameters;
+  std::string nccl_version;  // --nccl-version: replaces every profile's nccl_version; empty: theirs
 };
 
 // One row as the simulator sees it, to look inside (`validate --row ID --trace/--export-plan`):

@@ -227,6 +227,55 @@ TEST_CASE("simulate --json follows the contract; breakdown adds up to the step t
     CHECK(j.contains(k));
 }
 
+TEST_CASE("--nccl-version: the default named explicitly changes nothing; an unknown one is one line, exit 2") {
+  const std::string sim = "simulate --config " + example("llama3.1-8b-fsdp-h100.toml") + " --json";
+  const Run plain = run(sim);
+  REQUIRE(plain.exit_code == 0);
+  const Run named = run(sim + " --nccl-version 2.30.7");
+  CHECK(named.exit_code == 0);
+  CHECK(named.out == plain.out);  // byte-identical
+  const std::string coll = "collective --cluster a100-80gb --gpus 16 --sizes 1K:1G";
+  const Run coll_plain = run(coll);
+  REQUIRE(coll_plain.exit_code == 0);
+  CHECK(run(coll + " --nccl-version 2.30.7").out == coll_plain.out);
+  CHECK(run(coll + " --nccl 2.30.7").out == coll_plain.out);  // the older spelling
+  for (const std::string& cmd : {sim, coll, std::string("whatif --config ") + example("llama3.1-8b-fsdp-h100.toml") +
+                                                " --vary training.seq_len=4096,8192",
+                                 std::string("plan --model llama3.1-8b --gpus 8 --global-batch-tokens 1M"),
+                                 std::string("capacity --model llama3.1-8b --tokens 1T --gpus 64")}) {
+    const Run bad = run(cmd + " --nccl-version 9.9.9");
+    CHECK_MESSAGE(bad.exit_code == 2, cmd);
+    CHECK_MESSAGE(bad.err.find("--nccl-version: unknown NCCL version '9.9.9' (available: 2.30.7") != std::string::npos,
+                  bad.err);
+    CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("collective --explain: NCCL's tuner line, then the terms that add up to the reported time") {
+  const std::string args = "collective --cluster a100-80gb --gpus 8 --sizes 1M:64M";
+  const Run plain = run(args + " --json");
+  const Run r = run(args + " --explain --json");
+  REQUIRE(r.exit_code == 0);
+  const auto rows = nlohmann::json::parse(r.out).at("rows");
+  const auto plain_rows = nlohmann::json::parse(plain.out).at("rows");
+  REQUIRE(rows.size() == 7);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& x = rows[i].at("explain");
+    CHECK(plain_rows[i].count("explain") == 0);  // without --explain the rows are unchanged
+    CHECK(rows[i].at("time_us") == plain_rows[i].at("time_us"));
+    CHECK(x.at("latency_us").get<double>() + x.at("transfer_us").get<double>() ==
+          doctest::Approx(rows[i].at("time_us").get<double>()));
+    CHECK(x.at("latency_us").get<double>() + x.at("nccl_transfer_us").get<double>() ==
+          doctest::Approx(x.at("nccl_time_us").get<double>()));
+    CHECK(x.at("nccl_algo") == 1);  // Ring on A100 (no NVLS)
+    CHECK(x.at("channels").get<int>() <= x.at("nccl_channels").get<int>());
+    CHECK(x.at("ramp_us").get<double>() < x.at("transfer_us").get<double>());
+  }
+  const Run text = run(args + " --explain");
+  CHECK(text.out.find("#   NCCL INFO AllReduce: 1048576 Bytes -> Algo 1 proto 0 time ") != std::string::npos);
+  CHECK(text.out.find("#     NCCL: ring/LL on 12 channels = latency 15.00 us") != std::string::npos);
+}
+
 TEST_CASE("demo runs on built-in defaults") {
   const Run r = run("demo");
   CHECK(r.exit_code == 0);

@@ -818,6 +818,142 @@ TEST_CASE("measured collectives: Blackwell nccl-tests busbw from 1 MiB up") {
   MESSAGE(checked, " Blackwell points checked within 10 %, ", excluded, " excluded with a reason");
 }
 
+namespace {
+
+// One checked nccl-tests point from 1 MiB up: its rank count and the model's signed busbw error.
+struct RankError {
+  int ranks = 0;
+  double error = 0;  // (predicted - measured) / measured
+};
+
+// Every point the two accuracy tests above check from 1 MiB up (excluded ones left out: their
+// reasons are stated there), from both tables.
+std::vector<RankError> checked_errors_from_1mib() {
+  std::vector<RankError> out;
+  for (const Measured& m : measured_points()) {
+    if (m.excluded != nullptr || m.bytes < kMiB) continue;
+    CollectiveOptions o;
+    o.algorithm_mask = m.algorithm_mask;
+    o.launch_mode = m.launch;
+    o.amd_host = m.amd_host;
+    const auto e = estimate_collective(*m.cluster, m.op, m.bytes, place(m.nodes, m.per_node), o);
+    out.push_back({m.nodes * m.per_node, (busbw(e) / kGB - m.busbw_gbps) / m.busbw_gbps});
+  }
+  const test::CsvTable t = test::read_csv(test::data_root() / "tests" / "cost" / "measured_collectives.csv");
+  std::map<std::string, ClusterSpec> clusters;
+  for (const auto& r : t.rows) {
+    if (t.at(r, "role") != "check") continue;
+    const std::string name = t.at(r, "cluster");
+    if (clusters.count(name) == 0)
+      clusters.emplace(name, load_cluster((test::data_root() / "hardware_profiles" / (name + ".toml")).string()));
+    const int nodes = std::stoi(t.at(r, "nodes"));
+    const int per_node = std::stoi(t.at(r, "gpus_per_node"));
+    CollectiveOptions o;
+    if (t.at(r, "algo") == "ring") o.algorithm_mask = algorithm_bit(NcclAlgo::ring);
+    if (t.at(r, "launch") == "g") o.launch_mode = LaunchMode::single_process_multi_gpu;
+    const auto e = estimate_collective(clusters.at(name), CollectiveOp::all_reduce, std::stod(t.at(r, "bytes")),
+                                       place(nodes, per_node), o);
+    const double measured = std::stod(t.at(r, "busbw_gbps"));
+    out.push_back({nodes * per_node, (busbw(e) / kGB - measured) / measured});
+  }
+  return out;
+}
+
+}  // namespace
+
+// Issue 35: a model right on average can still be biased by rank count (a ramp fitted on 8-rank
+// rings and scaled to other counts by a rule). Grouped by ranks, the mean signed error of every
+// checked point from 1 MiB must stay within 5 %: a group too fast or too slow as a whole fails
+// even when each point is within its 10 %. A mean is a bias only over several points: a group of
+// one or two is those points' own error, which the per-point 10 % checks above already bound, so
+// it is printed and warned about, not failed (today: 16 ranks, one point; 144 ranks, two points at
+// +6.3 %, the 2-rack NVL72 NVLSTree whose cross-rack NIC use is open, docs/collectives.md).
+TEST_CASE("accuracy by rank count: no group of checked points from 1 MiB biased by more than 5 %") {
+  constexpr std::size_t kMinPointsForBias = 3;
+  std::map<int, std::vector<double>> by_ranks;
+  for (const RankError& r : checked_errors_from_1mib()) by_ranks[r.ranks].push_back(r.error);
+  REQUIRE(by_ranks.size() >= 5);  // 4, 5, 6, 7, 8 ranks at least, and multi-node groups
+  int bias_checked_groups = 0;
+  std::string table = "\n  ranks  points  mean error  MAPE\n";
+  for (const auto& [ranks, errors] : by_ranks) {
+    double sum = 0, abs_sum = 0;
+    for (double e : errors) {
+      sum += e;
+      abs_sum += std::abs(e);
+    }
+    const double mean = sum / static_cast<double>(errors.size());
+    char line[128];
+    std::snprintf(line, sizeof line, "  %5d  %6zu  %+9.1f%%  %4.1f%%\n", ranks, errors.size(), 100 * mean,
+                  100 * abs_sum / static_cast<double>(errors.size()));
+    table += line;
+    CAPTURE(ranks);
+    bias_checked_groups += errors.size() >= kMinPointsForBias ? 1 : 0;
+    if (errors.size() >= kMinPointsForBias)
+      CHECK_MESSAGE(std::abs(mean) <= 0.05, "mean signed error ", 100 * mean, " % over ", errors.size(), " points");
+    else
+      WARN_MESSAGE(std::abs(mean) <= 0.05, "mean signed error ", 100 * mean, " % over only ", errors.size(),
+                   " point(s): no bias check, the per-point 10 % check applies");
+  }
+  MESSAGE(table);
+  CHECK(bias_checked_groups >= 6);  // 4, 5, 6, 7, 8, 32 ranks, 72 ...: the check is not vacuous
+}
+
+// Issue 35: 2, 4 and 8 ranks on one NVSwitch, A100 and H100, worked out by hand from NCCL 2.30.7's
+// tuning formulas (tuning.cc; constants in hardware_profiles/nccl/nccl-2.30.7.toml) on the profiles'
+// link rates: what NCCL's tuner predicts and selects (CollectiveEstimate::nccl_seconds: latency +
+// bytes / bandwidth at the full channel count, before the pipeline ramp) and the channels it runs.
+//   A100: B_link = 300 x 0.775 = 232.5 GB/s; channels 2 x ceil(232.5 / 40) = 12 (sm80 ladder top).
+//   H100: B_link = 450 x 0.822 = 369.9 GB/s; channels 2 x ceil(369.9 / 60) = 14; NVLS 16 channels,
+//         rate 369.9 x 0.85 = 314.415 GB/s, latency 25 us, (n + 1)/n x S per rank.
+//   Ring latency base + 2(n - 1) x hw: LL 6.6 + 0.6/step, LL128 14 + 1.9, Simple 8.4 + 3.4.
+//   Ring rates: LL min(0.5 B_link, llMaxBw: A100 87.7, H100 141), LL128 min(0.92 B_link, nCh x cap),
+//   Simple B_link; bus bytes 2(n - 1)/n x S.
+// Rank count changes the pick for NCCL's reasons: at 2 ranks the ring's bus bytes are S while NVLS
+// still moves 1.5 S per GPU, so H100 2x64 MiB stays on Ring/Simple (196.6 us vs NVLS 345.2) where 4
+// and 8 ranks go NVLS; A100 2x1 MiB goes Ring/Simple by 0.05 us over Ring/LL (2 steps of 3.4 us cost
+// less than LL's half rate), 4 and 8 ranks Ring/LL.
+TEST_CASE("hand-derived: 2/4/8-rank all-reduce on A100 and H100 NVSwitch, NCCL's pick, channels and time") {
+  struct Row {
+    const ClusterSpec* c;
+    int n;
+    double bytes;
+    const char* algo;
+    const char* proto;
+    int nccl_channels;  // before enqueue.cc's shrinking
+    int channels;       // after (the thresholds of the 'small messages' case keep them all from 1 MiB)
+    double nccl_us;
+    const char* derivation;
+  };
+  const Row rows[] = {
+      {&a100(), 2, kMiB, "ring", "Simple", 12, 12, 19.710004, "8.4 + 2x3.4 + 1 MiB / 232.5 GB/s (LL: 7.8 + 1 MiB / 87.7 = 19.756)"},
+      {&a100(), 2, 64 * kMiB, "ring", "Simple", 12, 12, 303.840275, "15.2 + 64 MiB / 232.5 GB/s"},
+      {&a100(), 4, kMiB, "ring", "LL", 12, 12, 28.134595, "6.6 + 6x0.6 + 1.5 MiB / 87.7 GB/s"},
+      {&a100(), 4, 64 * kMiB, "ring", "Simple", 12, 12, 461.760413, "8.4 + 6x3.4 + 96 MiB / 232.5 GB/s"},
+      {&a100(), 8, kMiB, "ring", "LL", 12, 12, 35.923694, "6.6 + 14x0.6 + 1.75 MiB / 87.7 GB/s"},
+      {&a100(), 8, 64 * kMiB, "ring", "Simple", 12, 12, 561.120482, "8.4 + 14x3.4 + 112 MiB / 232.5 GB/s"},
+      {&h100(), 2, kMiB, "ring", "LL", 14, 14, 15.236709, "6.6 + 2x0.6 + 1 MiB / 141 GB/s"},
+      {&h100(), 2, 64 * kMiB, "ring", "Simple", 14, 14, 196.624342, "15.2 + 64 MiB / 369.9 GB/s (NVLS 25 + 96 MiB / 314.415 = 345.2)"},
+      {&h100(), 4, kMiB, "ring", "LL", 14, 14, 21.355064, "6.6 + 6x0.6 + 1.5 MiB / 141 GB/s"},
+      {&h100(), 4, 64 * kMiB, "nvls", "Simple", 16, 16, 291.800503, "25 + 80 MiB / 314.415 GB/s (ring Simple 300.9)"},
+      {&h100(), 8, kMiB, "ring", "LL", 14, 14, 28.014241, "6.6 + 14x0.6 + 1.75 MiB / 141 GB/s (NVLS 28.75)"},
+      {&h100(), 8, 64 * kMiB, "nvls", "Simple", 16, 16, 265.120452, "25 + 72 MiB / 314.415 GB/s"},
+  };
+  for (const Row& r : rows) {
+    const auto e = estimate_collective(*r.c, CollectiveOp::all_reduce, r.bytes, place(1, r.n));
+    CAPTURE(r.c->name);
+    CAPTURE(r.n);
+    CAPTURE(r.bytes);
+    CAPTURE(r.derivation);
+    CHECK(e.algorithm == r.algo);
+    CHECK(e.protocol == r.proto);
+    CHECK(e.nccl_channels == r.nccl_channels);
+    CHECK(e.channels == r.channels);
+    CHECK(e.nccl_seconds / kUs == doctest::Approx(r.nccl_us).epsilon(1e-7));
+    // The reported time is NCCL's plus the pipeline ramp (fitted, docs/collectives.md), never less.
+    CHECK(e.seconds == doctest::Approx(e.nccl_seconds + e.ramp_seconds).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("deduplicated MoE dispatch (DeepEP): a token's copies cross to each remote domain once") {
   // Qwen3-235B routing: top-8 of 128 experts, EP 32 over 4 H100 nodes (32 experts per node).
   // P(a node gets none of the 8) = prod_{i<8} (96 - i) / (128 - i) = 0.0927473.

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "cost/collective_cost.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/error.hpp"
+#include "spec/nccl_table.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -564,4 +566,59 @@ TEST_CASE("[collectives] is reserved: accepted with a warning, never silently us
   CHECK(c.warnings[0].find("[collectives]") != std::string::npos);
   // A root key must come before the first table header.
   expect_error(s, "collectives = 3\n" + good, "collectives", "must be a table");
+}
+
+TEST_CASE("nccl_version: a profile names the NCCL table its collectives are priced with") {
+  const std::string good = slurp(profile_path("a100-80gb"));
+  const auto with_version = [&](const std::string& v) {
+    return edited(good, "\n[sources]\n", "\nnccl_version = \"" + v + "\"\n\n[sources]\n");
+  };
+  Scratch s;
+  const GroupPlacement node{8, 8};
+  const ClusterSpec plain = load_cluster(profile_path("a100-80gb").string());
+  CHECK(plain.nccl_version == kDefaultNcclVersion);
+  CHECK(plain.nccl == nullptr);
+  const double t_default = estimate_collective(plain, CollectiveOp::all_reduce, 1 << 20, node).seconds;
+
+  SUBCASE("the shipped version named explicitly prices exactly as the default") {
+    const ClusterSpec c = load_cluster(s.write(with_version(std::string(kDefaultNcclVersion))).string());
+    REQUIRE(c.nccl != nullptr);
+    CHECK(c.nccl->version == kDefaultNcclVersion);
+    CHECK(estimate_collective(c, CollectiveOp::all_reduce, 1 << 20, node).seconds == t_default);
+  }
+  SUBCASE("a table of its own (a path beside the profile) is the one used") {
+    // A table whose Ring and Tree base latencies are 100 us (instead of 6.6-14): the only
+    // candidates of a 1 MiB all-reduce on 8 A100s (no NVLS), so its time must grow by > 50 us
+    // whichever pair wins, and match the same table passed explicitly.
+    const std::string shipped = slurp(test::data_root() / "hardware_profiles" / "nccl" /
+                                      ("nccl-" + std::string(kDefaultNcclVersion) + ".toml"));
+    const std::string table_text = edited(edited(shipped, "ring = [6.6, 14.0, 8.4]", "ring = [100.0, 100.0, 100.0]"),
+                                          "tree = [6.8, 14.0, 8.4]", "tree = [100.0, 100.0, 100.0]");
+    const fs::path table_file = s.write(table_text);
+    const ClusterSpec c = load_cluster(s.write(with_version(table_file.filename().string())).string());
+    REQUIRE(c.nccl != nullptr);
+    CHECK(c.nccl->base_latency_seconds[static_cast<int>(NcclAlgo::ring)][2] == doctest::Approx(100e-6));
+    const NcclTable own = load_nccl_table(table_file.string());
+    CollectiveOptions explicit_table;
+    explicit_table.nccl = &own;
+    const double t_profile = estimate_collective(c, CollectiveOp::all_reduce, 1 << 20, node).seconds;
+    CHECK(t_profile == estimate_collective(plain, CollectiveOp::all_reduce, 1 << 20, node, explicit_table).seconds);
+    CHECK(t_profile > t_default + 50e-6);
+  }
+  SUBCASE("--nccl-version replaces the profile's table; an unknown one names the flag and the versions") {
+    ClusterSpec c = plain;
+    override_nccl_version(c, std::string(kDefaultNcclVersion));
+    REQUIRE(c.nccl != nullptr);
+    CHECK(estimate_collective(c, CollectiveOp::all_reduce, 1 << 20, node).seconds == t_default);
+    try {
+      override_nccl_version(c, "9.9.9");
+      FAIL("no error for --nccl-version 9.9.9");
+    } catch (const InputError& e) {
+      CHECK(e.key() == "--nccl-version");
+      CHECK(std::string(e.what()).find("unknown NCCL version '9.9.9' (available: " +
+                                       std::string(kDefaultNcclVersion)) != std::string::npos);
+    }
+  }
+  expect_error(s, with_version("9.9.9"), "nccl_version", "unknown NCCL version '9.9.9' (available: 2.30.7");
+  expect_error(s, with_version("../x"), "nccl_version", "neither an NCCL version nor a .toml path");
 }
