@@ -117,6 +117,30 @@ std::vector<ParameterFit> declare(Problem& pb, const FitOptions& options, const 
   return ps;
 }
 
+// The compared rows whose profile changes when the values `theta` are written into it. A profile
+// stores a key rounded (the element-wise rate to three decimals per GPU), so one prior written into
+// every profile may differ from what some of them hold: those rows are simulated again at the prior
+// before the first Jacobian, or every parameter's finite difference would carry the change.
+std::vector<RunKey> rows_moved_by_writing(const Problem& pb, const std::vector<ParameterFit>& ps,
+                                          const std::vector<double>& theta, const RunsEvaluation& prior) {
+  Applicability app(*pb.runs);
+  std::vector<RunKey> moved;
+  for (std::size_t i = 0; i < prior.rows.size(); ++i) {
+    if (pb.row_index.count(prior.keys[i]) == 0) continue;
+    const ClusterSpec* c = app.profile(prior.rows[i].cluster);
+    if (c == nullptr) continue;
+    ClusterSpec written = *c;
+    for (std::size_t j : pb.free)
+      if (applies_to(*ps[j].parameter, written)) ps[j].parameter->write(written, theta[j]);
+    for (std::size_t j : pb.free)
+      if (ps[j].parameter->key_value(written) != ps[j].parameter->key_value(*c)) {
+        moved.push_back(prior.keys[i]);
+        break;
+      }
+  }
+  return moved;
+}
+
 // Shares of the pull on each parameter at the prior: |J_ij r_i| / sum_i |J_ij r_i|, the largest three.
 void record_pulls(std::vector<ParameterFit>& ps, const Problem& pb, const Eigen::MatrixXd& J, const Eigen::VectorXd& r) {
   for (std::size_t c = 0; c < pb.free.size(); ++c) {
@@ -301,6 +325,7 @@ RunsFit fit_runs(const MeasuredRuns& runs, const FitOptions& options) {
   std::vector<double> theta;
   for (const ParameterFit& f : ps) theta.push_back(f.prior);
   theta = clamp_to_bounds(theta, ps);
+  r = residuals_at(pb, ps, theta, rows_moved_by_writing(pb, ps, theta, fit.prior), r);
   Eigen::MatrixXd J = identify(pb, ps, theta, r, options.relative_step);
   record_pulls(ps, pb, J, r);
   fit.iterations = levenberg_marquardt(pb, ps, theta, r, J, options);

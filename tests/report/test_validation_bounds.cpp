@@ -153,7 +153,12 @@ constexpr double kMoeMapeBoundPct = 14.5;
 // measured, not fitted): held out 9.5 % over 921 runs (in sample 8.9 %, shipped 9.1 %); per source
 // held out: bloom-176b 42.6, korthikanti2022 5.3, llm-foundry 4.7, megatron-lm-h100 9.3,
 // megatron-moe-modelzoo 15.5, megatron-sc21 5.0, nemo-24.07 8.3, vtrain 10.3. Tightened to 9.9.
-constexpr double kCrossValidatedMapeBoundPct = 9.9;
+// 2026-12-06: a fold keeps a parameter's prior unless its training rows pin it to +-25 % of the
+// value it would use within its bounds (not of the unconstrained step: BLOOM's three rows asked the
+// dev-vtrain fold for a DeepSpeed factor of 1657 +- 394 and got the bound 20, 29.9 % held out).
+// Held out 8.9 % (in sample 8.6, shipped 8.6); vtrain 9.5, megatron-moe-modelzoo 13.5,
+// llm-foundry 4.8. Tightened to 9.8.
+constexpr double kCrossValidatedMapeBoundPct = 9.8;
 constexpr int kCrossValidatedRowsCompared = 921;
 // The shipped value of every parameter tests/regen_fits.sh refits equals what the fit gives.
 constexpr double kShippedFitRelativeTolerance = 0.005;
