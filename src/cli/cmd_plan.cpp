@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/command.hpp"
+#include "cli/terminal_progress.hpp"
 #include "cli/flag_ranges.hpp"
 #include "cli/layout_json.hpp"
 #include "cli/quantity.hpp"
@@ -274,22 +275,9 @@ PlanRequest plan_request(const Options& o) {
 
 int run_plan(const Options& o) {
   const PlanRequest rq = plan_request(o);
-  const auto t0 = std::chrono::steady_clock::now();
-  bool drew = false;
-  const bool progress_on_terminal = ::isatty(STDERR_FILENO) != 0;
-  const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) {
-    // A progress bar only when the search is slow enough to wonder about, and only on a terminal:
-    // \r frames in a log file or a pipe are noise.
-    if (!progress_on_terminal) return;
-    if (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) return;
-    const int width = 30;
-    const int filled = total ? static_cast<int>(width * done / total) : width;
-    fmt::print(stderr, "\rsimulating plans [{:<{}}] {}/{}", std::string(static_cast<std::size_t>(filled), '#'), width,
-               done, total);
-    std::fflush(stderr);
-    drew = true;
-  });
-  if (drew) fmt::print(stderr, "\n");
+  TerminalProgress progress("simulating plans");
+  const PlanSearch s = search_plans(rq, [&](std::size_t done, std::size_t total) { progress.update(done, total); });
+  progress.finish();
   if (!o.out.empty() && !s.ranked.empty()) write_winner_bundle(o, rq, s);
   if (o.json) {
     print_json(o, rq, s, o.top);

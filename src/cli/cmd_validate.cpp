@@ -3,7 +3,13 @@
 // published measurements. Method and current results: docs/validation.md.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -13,6 +19,7 @@
 #include "cli/command.hpp"
 #include "cli/output_path.hpp"
 #include "cli/run_inputs.hpp"
+#include "cli/terminal_progress.hpp"
 #include "spec/atomic_file.hpp"
 #include "report/chrome_trace.hpp"
 #include "validate/cross_validation.hpp"
@@ -86,8 +93,19 @@ int validate_collectives(const ValidateOptions& o) {
   return 0;
 }
 
+// The row with this id alone, read from the file row by row (a one-row table).
+CsvTable csv_row_with_id(const std::string& path, const std::string& id) {
+  CsvRowStream in(path);
+  const auto& h = in.header();
+  const auto col = static_cast<std::size_t>(std::find(h.begin(), h.end(), "id") - h.begin());
+  while (in.next())
+    if (col < h.size() && in.current().rows.front()[col] == id) return in.current();
+  throw InputError(path, "--row " + id, "no row with this id");
+}
+
 // With one --row: that row's plan TOML and/or its simulated step as a trace.
-void write_row_files(const ValidateOptions& o, const CsvTable& table, const ValidationOptions& opts) {
+void write_row_files(const ValidateOptions& o, const ValidationOptions& opts) {
+  const CsvTable table = csv_row_with_id(o.file, o.rows.front());
   const ValidationRowRun row = validation_row_run(table, o.rows.front(), opts);
   if (!o.export_plan.empty()) write_file_atomic(o.export_plan, to_plan_toml(row.vc.run), "--export-plan");
   if (!o.trace.empty()) {
@@ -128,6 +146,24 @@ int run_cross_validation(const ValidateOptions& o, const ValidationOptions& opts
   return 0;
 }
 
+// One row's JSON object as it appears inside the report's "rows" array (nlohmann's dump(2) of the
+// whole document puts it four spaces in; strings hold no raw newline, so every line moves alike).
+std::string row_json_text(const ValidationRowResult& r) {
+  const std::string one = validation_row_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(one.size() + one.size() / 8);
+  for (const char c : one) {
+    out += c;
+    if (c == '\n') out += "    ";
+  }
+  return out;
+}
+
+void copy_to_stdout(std::FILE* f) {
+  std::array<char, 64 * 1024> buf{};
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) std::fwrite(buf.data(), 1, n, stdout);
+}
+
 int run_validate(const ValidateOptions& o) {
   check_nccl_version(o.nccl_version);
   if (!o.collectives.empty()) return validate_collectives(o);
@@ -156,12 +192,49 @@ int run_validate(const ValidateOptions& o) {
     throw InputError("", o.trace.empty() ? "--export-plan" : "--trace", "needs exactly one --row ID");
   check_output_path(o.trace, "--trace");
   check_output_path(o.export_plan, "--export-plan");
-  const CsvTable table = read_csv_table(o.file);
-  const ValidationReport rep = run_validation(table, opts);
-  if (inspect) write_row_files(o, table, opts);
-  // replace: a byte of the CSV that is not UTF-8 and escaped cleaning is printed as U+FFFD, not thrown.
-  if (o.json) fmt::print("{}\n", validation_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
-  else fmt::print("{}", validation_text(rep));
+  // Rows are read, simulated and formatted as they come; what precedes them in the output (the
+  // row count and time in the text, the groups and definitions that sort before "rows" in the
+  // JSON) is known only at the end, so the formatted rows wait in an unnamed temporary file, not
+  // in memory, and the report is written in one piece when the last row is done.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> spill(std::tmpfile(), &std::fclose);
+  if (!spill) throw InputError("", "validate", fmt::format("cannot create a temporary file: {}", std::strerror(errno)));
+  std::size_t n_rows = 0;
+  auto emit = [&](const std::string& piece) {
+    if (std::fwrite(piece.data(), 1, piece.size(), spill.get()) != piece.size())
+      throw InputError("", "validate", fmt::format("cannot write the temporary file: {}", std::strerror(errno)));
+  };
+  TerminalProgress progress("validate: simulating rows");
+  const ValidationReport rep = run_validation_stream(
+      o.file, opts,
+      [&](const ValidationRowResult& r) {
+        if (!o.json) return emit(validation_row_text(r));
+        // Each row as the whole document's dump(2) prints it: at depth 2, four spaces in.
+        std::string js = (n_rows ? ",\n    " : "    ") + row_json_text(r);
+        ++n_rows;
+        emit(js);
+      },
+      [&](std::size_t done, std::size_t total) { progress.update(done, total); });
+  progress.finish();
+  if (inspect) write_row_files(o, opts);
+  std::fflush(spill.get());
+  std::rewind(spill.get());
+  if (o.json) {
+    // replace: a byte of the CSV that is not UTF-8 and escaped cleaning is printed as U+FFFD, not thrown.
+    const std::string doc = validation_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string empty_rows = "\n  \"rows\": []";
+    const std::size_t at = doc.find(empty_rows);
+    if (at == std::string::npos) throw std::logic_error("validate: no rows field in the JSON report");
+    std::fwrite(doc.data(), 1, at + empty_rows.size() - 1, stdout);
+    if (n_rows > 0) std::fputs("\n", stdout);
+    copy_to_stdout(spill.get());
+    if (n_rows > 0) std::fputs("\n  ", stdout);
+    const std::string rest = doc.substr(at + empty_rows.size() - 1) + "\n";
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  } else {
+    fmt::print("{}", validation_text_head(rep));
+    copy_to_stdout(spill.get());
+    fmt::print("{}", validation_text_tail(rep));
+  }
   return 0;
 }
 

@@ -20,12 +20,14 @@ constexpr std::uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
 // A config or a profile is kilobytes (the largest shipped profile is 21 KB, a Hugging Face
 // config a few KB): the limits leave two orders of magnitude and refuse the 50 MB config of the
 // audit at once. Measurements, speed files and validation CSVs grow with what they describe:
-// a speed file holds one line per GPU (2^20 GPUs at up to 64 bytes a line). A validation CSV is
-// read whole and its rows mapped at once (about 9 KB of memory per row): 128 MiB is some 220,000
-// rows of dev.csv's ~600 bytes, under 2 GB, until rows are streamed (issue 36 finding 8).
+// a speed file holds one line per GPU (2^20 GPUs at up to 64 bytes a line). `validate` streams
+// its CSV (memory is the rows in flight and a few numbers per row), so its limit only says where
+// a file stops being a table of runs: 16 GiB is some 28 million rows of dev.csv's ~600 bytes,
+// days of simulation. Cross-validation, --collectives and calibrate --runs hold every row (about
+// 9 KB of memory per mapped row): 128 MiB, some 220,000 rows, keeps them under 2 GB.
 // A training log is read line by line and keeps one record per logged step: 1 GiB is months of
 // per-step lines; a listing of runs is a few lines per run.
-constexpr std::array<InputKindInfo, 10> kKinds = {{
+constexpr std::array<InputKindInfo, 11> kKinds = {{
     {InputKind::model_toml, "a model TOML", 1 * kMiB},
     {InputKind::hf_config, "a Hugging Face config.json", 4 * kMiB},
     {InputKind::run_config, "a training config", 4 * kMiB},
@@ -33,7 +35,8 @@ constexpr std::array<InputKindInfo, 10> kKinds = {{
     {InputKind::nccl_table, "an NCCL constants table", 1 * kMiB},
     {InputKind::measurements, "a calibration measurements file", 64 * kMiB},
     {InputKind::gpu_speeds, "a GPU speed file", 64 * kMiB},
-    {InputKind::validation_csv, "a validation CSV", 128 * kMiB},
+    {InputKind::validation_csv, "a validation CSV (`validate`, streamed)", 16 * kGiB},
+    {InputKind::validation_csv_whole, "a validation CSV read whole (`--cross-validate`, `--collectives`, `calibrate --runs`)", 128 * kMiB},
     {InputKind::training_log, "a training log", 1024 * kMiB},
     {InputKind::runs_listing, "a listing of measured runs", 1 * kMiB},
 }};

@@ -19,7 +19,8 @@ enum class InputKind {
   nccl_table,        // hardware_profiles/nccl/*.toml
   measurements,      // calibrate --fit JSON
   gpu_speeds,        // simulate --full --gpu-speeds
-  validation_csv,    // validate FILE.csv
+  validation_csv,    // validate FILE.csv: streamed row by row
+  validation_csv_whole,  // a validation CSV read whole: --cross-validate, --collectives, calibrate --runs
   training_log,      // calibrate --runs: a run's own log (streamed line by line)
   runs_listing,      // calibrate --runs runs.toml: logs, configs and clusters
 };

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -447,43 +449,75 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
 }
 
-ValidationSummary summarize(const std::vector<const ValidationRowResult*>& rows, const std::string& group) {
+void ValidationTotals::Group::add(const ValidationRowResult& r) {
+  ++rows;
+  if (!r.skipped.empty()) ++skipped;
+  if (!r.throughput_skipped.empty() && r.skipped.empty()) ++throughput_skipped;
+  if (r.error_pct) errors.push_back(*r.error_pct);
+  if (r.skipped.empty() && r.predicted_device_fraction && *r.predicted_device_fraction > 1.0) ++predicted_out_of_memory;
+  if (r.memory_error_pct) {
+    const double ape = std::fabs(*r.memory_error_pct);
+    auto& run = run_apes[r.run];
+    run.first += ape;
+    ++run.second;
+    memory_ape_sum += ape;
+    memory_ape_max = std::max(memory_ape_max, ape);
+    ++memory_rows;
+    memory_min_error_pct = std::min(memory_min_error_pct.value_or(*r.memory_error_pct), *r.memory_error_pct);
+  }
+}
+
+ValidationSummary ValidationTotals::Group::summary(const std::string& group) const {
   ValidationSummary s;
   s.group = group;
-  s.rows = static_cast<int>(rows.size());
-  std::vector<double> errors;
-  std::map<std::string, std::vector<double>> run_apes;  // run -> row APEs
-  std::vector<double> mem_apes;
-  for (const auto* r : rows) {
-    if (!r->skipped.empty()) ++s.skipped;
-    if (!r->throughput_skipped.empty() && r->skipped.empty()) ++s.throughput_skipped;
-    if (r->error_pct) errors.push_back(*r->error_pct);
-    if (r->skipped.empty() && r->predicted_device_fraction && *r->predicted_device_fraction > 1.0) ++s.predicted_out_of_memory;
-    if (r->memory_error_pct) {
-      run_apes[r->run].push_back(std::fabs(*r->memory_error_pct));
-      mem_apes.push_back(std::fabs(*r->memory_error_pct));
-      s.memory_min_error_pct = std::min(s.memory_min_error_pct.value_or(*r->memory_error_pct), *r->memory_error_pct);
-    }
-  }
+  s.rows = rows;
+  s.skipped = skipped;
+  s.throughput_skipped = throughput_skipped;
+  s.predicted_out_of_memory = predicted_out_of_memory;
   fill_ape_stats(errors, s);
-  s.memory_rows = static_cast<int>(mem_apes.size());
+  s.memory_rows = memory_rows;
   s.memory_runs = static_cast<int>(run_apes.size());
+  s.memory_min_error_pct = memory_min_error_pct;
   if (!run_apes.empty()) {
     // One weight per run: a run published as peak allocated and peak reserved is one measurement
     // of the model, so its two rows share one vote (their mean APE).
     double sum = 0;
-    for (const auto& [run, apes] : run_apes) {
-      double a = 0;
-      for (double x : apes) a += x;
-      sum += a / static_cast<double>(apes.size());
-    }
+    for (const auto& [run, apes] : run_apes) sum += apes.first / static_cast<double>(apes.second);
     s.memory_mape_pct = sum / static_cast<double>(run_apes.size());
-    double rs = 0;
-    for (double x : mem_apes) rs += x;
-    s.memory_row_mape_pct = rs / static_cast<double>(mem_apes.size());
-    s.memory_max_ape_pct = *std::max_element(mem_apes.begin(), mem_apes.end());
+    s.memory_row_mape_pct = memory_ape_sum / static_cast<double>(memory_rows);
+    s.memory_max_ape_pct = memory_ape_max;
   }
   return s;
+}
+
+void ValidationTotals::add(const ValidationRowResult& r) {
+  ++rows_;
+  all_.add(r);
+  groups_[group_key(r, by_)].add(r);
+  if (!r.metric_definition.empty()) definitions_[r.source] = r.metric_definition;
+  // The three slowest rows, so a regression in simulation time points at its cause.
+  const auto slower = [](const auto& a, const auto& b) { return a.second > b.second; };
+  if (slowest_.size() < 3 || r.sim_ms > slowest_.back().second) {
+    slowest_.insert(std::upper_bound(slowest_.begin(), slowest_.end(), std::pair{r.id, r.sim_ms}, slower),
+                    std::pair{r.id, r.sim_ms});
+    if (slowest_.size() > 3) slowest_.pop_back();
+  }
+}
+
+void ValidationTotals::finish(ValidationReport& rep) const {
+  rep.by = by_;
+  rep.row_count = rows_;
+  rep.summary = all_.summary("");
+  rep.groups.clear();
+  for (const auto& [g, sums] : groups_) rep.groups.push_back(sums.summary(g));
+  rep.definitions = definitions_;
+  rep.slowest = slowest_;
+}
+
+ValidationSummary summarize(const std::vector<const ValidationRowResult*>& rows, const std::string& group) {
+  ValidationTotals::Group g;
+  for (const auto* r : rows) g.add(*r);
+  return g.summary(group);
 }
 
 namespace {
@@ -504,10 +538,139 @@ std::vector<std::string> profile_names_in(const std::vector<std::filesystem::pat
 
 }  // namespace
 
-ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options) {
+namespace {
+
+void check_required_columns(const std::vector<std::string>& header, const std::string& file) {
   for (const auto& col : kRequiredColumns)
-    if (std::find(table.header.begin(), table.header.end(), col) == table.header.end())
-      throw InputError(table.file, col, "required column missing from the header (README 'Columns')");
+    if (std::find(header.begin(), header.end(), col) == header.end())
+      throw InputError(file, col, "required column missing from the header (README 'Columns')");
+}
+
+unsigned worker_threads(const ValidationOptions& options) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  return options.threads > 0 ? static_cast<unsigned>(options.threads) : hw;
+}
+
+// A digest of a row's cells other than its id (128 bits: two independent 64-bit FNV-1a hashes of
+// every cell with its length), as the planner digests plans (plan/step_fingerprint): equal digests
+// mean equal cells, so the row maps and simulates to the same result.
+using RowKey = std::array<std::uint64_t, 2>;
+
+RowKey row_key(const std::vector<std::string>& fields, std::size_t id_column) {
+  RowKey h{0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+  const std::uint64_t primes[2] = {0x100000001b3ULL, 0x1000000000000233ULL};
+  auto byte = [&](unsigned char c) {
+    for (int k = 0; k < 2; ++k) h[k] = (h[k] ^ c) * primes[k];
+  };
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i == id_column) continue;
+    const std::uint64_t n = fields[i].size();
+    for (int k = 0; k < 8; ++k) byte(static_cast<unsigned char>(n >> (8 * k)));
+    for (const char c : fields[i]) byte(static_cast<unsigned char>(c));
+  }
+  return h;
+}
+
+// Results of rows already simulated, by row key: files that repeat a configuration under new ids
+// (sweeps, the same run listed twice) simulate it once. Bounded: the oldest entry goes first.
+class RowCache {
+public:
+  const ValidationRowResult* find(const RowKey& k) const {
+    const auto it = results_.find(k);
+    return it == results_.end() ? nullptr : &it->second;
+  }
+  void insert(const RowKey& k, const ValidationRowResult& r) {
+    if (!results_.emplace(k, r).second) return;
+    order_.push_back(k);
+    if (order_.size() > kMaxEntries) {
+      results_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+private:
+  static constexpr std::size_t kMaxEntries = 4096;
+  std::map<RowKey, ValidationRowResult> results_;
+  std::deque<RowKey> order_;
+};
+
+// A row that may reuse an equal row's result: its key, and its own id. Only rows with an id and a
+// model label qualify (an empty model label names the model after the id).
+struct ReuseKey {
+  RowKey key;
+  std::string id;
+};
+
+// Simulates `cases` over `n_threads` (results in the order of `cases`). Profile loading is serial
+// (cheap, and the cache is not shared-safe); simulation is per-row pure work, spread over the
+// cores because the largest pipelines (thousands of micro-batch x stage tasks) take seconds each.
+// With `reuse`, a row whose key is cached or equals an earlier row's in `cases` copies that
+// result (with its own id and a sim_ms of 0: it was not simulated), and the rows simulated
+// without being skipped are cached.
+std::vector<ValidationRowResult> run_cases(const std::vector<ValidationCase>& cases, ClusterCache& clusters,
+                                           unsigned n_threads, const std::vector<std::optional<ReuseKey>>* reuse = nullptr,
+                                           RowCache* cache = nullptr) {
+  std::vector<const ClusterSpec*> specs(cases.size(), nullptr);
+  std::vector<std::string> cluster_errors(cases.size());
+  // same[i]: the earlier row of this batch whose result row i copies; i itself when simulated.
+  std::vector<std::size_t> same(cases.size());
+  std::map<RowKey, std::size_t> first_with_key;
+  std::vector<ValidationRowResult> out(cases.size());
+  std::vector<bool> from_cache(cases.size(), false);
+  std::vector<std::size_t> to_run;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    same[i] = i;
+    if (reuse != nullptr && (*reuse)[i]) {
+      const RowKey& k = (*reuse)[i]->key;
+      if (const ValidationRowResult* hit = cache->find(k)) {
+        out[i] = *hit;
+        from_cache[i] = true;
+        continue;
+      }
+      const auto [it, fresh] = first_with_key.emplace(k, i);
+      if (!fresh) {
+        same[i] = it->second;
+        continue;
+      }
+    }
+    to_run.push_back(i);
+    if (!cases[i].skipped.empty()) continue;
+    try {
+      specs[i] = &clusters.get(cases[i].cluster, cases[i].gpus_per_node);
+    } catch (const InputError& e) {
+      cluster_errors[i] = e.what();
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t k = next++; k < to_run.size(); k = next++) {
+      const std::size_t i = to_run[k];
+      out[i] = run_row(cases[i], specs[i], cluster_errors[i]);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<std::size_t>(n_threads, to_run.size()); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (reuse == nullptr) return out;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (!(*reuse)[i]) continue;
+    if (same[i] != i) out[i] = out[same[i]];
+    if (same[i] != i || from_cache[i]) {
+      out[i].id = printable((*reuse)[i]->id);
+      out[i].run = printable(run_key((*reuse)[i]->id));
+      out[i].sim_ms = 0;
+    } else if (out[i].skipped.empty()) {
+      cache->insert((*reuse)[i]->key, out[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options) {
+  check_required_columns(table.header, table.file);
   const std::vector<std::string> user_gpus = profile_names_in(options.cluster_dirs);
   std::vector<ValidationCase> cases;
   for (std::size_t i : selected_rows(table, options.only_ids)) cases.push_back(map_validation_row(table, i, user_gpus));
@@ -519,44 +682,90 @@ ValidationReport run_validation_cases(std::vector<ValidationCase> cases, const s
   const auto t0 = std::chrono::steady_clock::now();
   ValidationReport rep;
   rep.file = file;
-  rep.by = options.by;
-  // Profile loading is serial (cheap, and the cache is not shared-safe); simulation is per-row
-  // pure work, spread over the cores because the largest pipelines (thousands of micro-batch x
-  // stage tasks) take seconds each.
   ClusterCache clusters(options.cluster_dirs, options.parameters, options.nccl_version);
-  std::vector<const ClusterSpec*> specs;
-  std::vector<std::string> cluster_errors;
-  for (const ValidationCase& vc : cases) {
-    specs.push_back(nullptr);
-    cluster_errors.emplace_back();
-    if (!vc.skipped.empty()) continue;
-    try {
-      specs.back() = &clusters.get(vc.cluster, vc.gpus_per_node);
-    } catch (const InputError& e) {
-      cluster_errors.back() = e.what();
+  rep.rows = run_cases(cases, clusters, worker_threads(options));
+  ValidationTotals totals(options.by);
+  for (const auto& r : rep.rows) totals.add(r);
+  totals.finish(rep);
+  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+namespace {
+
+// The first pass of a streamed run: the file's shape (header, row widths, required columns) and
+// the --row ids, checked before anything is simulated, as run_validation checks them. Returns
+// the number of rows that will run.
+std::size_t check_stream(const std::string& path, const std::vector<std::string>& only_ids) {
+  CsvRowStream in(path);
+  const auto& h = in.header();
+  const auto id_it = std::find(h.begin(), h.end(), "id");
+  const std::size_t id_col = static_cast<std::size_t>(id_it - h.begin());
+  std::size_t selected = 0;
+  std::set<std::string> found;
+  while (in.next()) {
+    if (only_ids.empty()) {
+      ++selected;
+      continue;
+    }
+    const std::string& id = id_col < h.size() ? in.current().rows.front()[id_col] : std::string();
+    if (std::find(only_ids.begin(), only_ids.end(), id) != only_ids.end()) {
+      ++selected;
+      found.insert(id);
     }
   }
-  rep.rows.resize(cases.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next++; i < cases.size(); i = next++) rep.rows[i] = run_row(cases[i], specs[i], cluster_errors[i]);
+  check_required_columns(h, path);
+  for (const std::string& id : only_ids)
+    if (found.count(id) == 0) throw InputError(path, "--row " + id, "no row with this id");
+  return selected;
+}
+
+}  // namespace
+
+ValidationReport run_validation_stream(const std::string& path, const ValidationOptions& options,
+                                       const std::function<void(const ValidationRowResult&)>& on_row,
+                                       const std::function<void(std::size_t, std::size_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t total = check_stream(path, options.only_ids);
+  CsvRowStream in(path);
+  const auto& h = in.header();
+  const auto column = [&](const char* name) { return static_cast<std::size_t>(std::find(h.begin(), h.end(), name) - h.begin()); };
+  const std::size_t id_col = column("id"), model_col = column("model");
+  const std::vector<std::string> user_gpus = profile_names_in(options.cluster_dirs);
+  ClusterCache clusters(options.cluster_dirs, options.parameters, options.nccl_version);
+  RowCache cache;
+  ValidationTotals totals(options.by);
+  const unsigned n_threads = worker_threads(options);
+  // Enough rows per batch to keep every thread busy past one slow row, few enough that the batch
+  // (about 9 KB per mapped row) stays small.
+  const std::size_t batch_rows = 32 * static_cast<std::size_t>(n_threads);
+  std::vector<ValidationCase> cases;
+  std::vector<std::optional<ReuseKey>> reuse;
+  std::size_t done = 0;
+  auto flush = [&] {
+    for (const ValidationRowResult& r : run_cases(cases, clusters, n_threads, &reuse, &cache)) {
+      totals.add(r);
+      on_row(r);
+    }
+    done += cases.size();
+    cases.clear();
+    reuse.clear();
+    if (progress) progress(done, total);
   };
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned n_threads = options.threads > 0 ? static_cast<unsigned>(options.threads) : hw;
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::min<std::size_t>(n_threads, cases.size()); ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  for (const auto& r : rep.rows)
-    if (!r.metric_definition.empty()) rep.definitions[r.source] = r.metric_definition;
-  std::vector<const ValidationRowResult*> all;
-  std::map<std::string, std::vector<const ValidationRowResult*>> by_group;
-  for (const auto& r : rep.rows) {
-    all.push_back(&r);
-    by_group[group_key(r, options.by)].push_back(&r);
+  while (in.next()) {
+    const std::vector<std::string>& fields = in.current().rows.front();
+    const std::string& id = fields[id_col];
+    if (!options.only_ids.empty() && std::find(options.only_ids.begin(), options.only_ids.end(), id) == options.only_ids.end())
+      continue;
+    cases.push_back(map_validation_row(in.current(), 0, user_gpus));
+    reuse.emplace_back();
+    if (!id.empty() && !fields[model_col].empty() && cases.back().skipped.empty()) reuse.back() = ReuseKey{row_key(fields, id_col), id};
+    if (cases.size() == batch_rows) flush();
   }
-  rep.summary = summarize(all, "");
-  for (const auto& [g, rows] : by_group) rep.groups.push_back(summarize(rows, g));
+  if (!cases.empty()) flush();
+  ValidationReport rep;
+  rep.file = path;
+  totals.finish(rep);
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }
@@ -603,40 +812,42 @@ nlohmann::json summary_json(const ValidationSummary& s) {
 
 }  // namespace
 
+nlohmann::json validation_row_json(const ValidationRowResult& x) {
+  nlohmann::json j;
+  j["id"] = x.id;
+  j["source"] = x.source;
+  j["framework"] = x.framework;
+  j["gpu"] = x.gpu;
+  j["cluster"] = x.cluster;
+  j["run"] = x.run;
+  j["predicted_tokens_per_s_per_gpu"] = opt_json(x.predicted_tokens_per_s_per_gpu);
+  j["measured_tokens_per_s_per_gpu"] = opt_json(x.measured_tokens_per_s_per_gpu);
+  j["metric"] = str_or_null(x.metric);
+  j["metric_definition"] = str_or_null(x.metric_definition);
+  j["predicted_metric"] = opt_json(x.predicted_metric);
+  j["measured_metric"] = opt_json(x.measured_metric);
+  j["error_pct"] = opt_json(x.error_pct);
+  j["step_time_s"] = opt_json(x.step_time_s);
+  j["dominant_term"] = str_or_null(x.dominant_term);
+  j["dominant_share"] = x.dominant_term.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dominant_share);
+  j["predicted_peak_gib"] = opt_json(x.predicted_peak_gib);
+  j["measured_peak_gib"] = opt_json(x.measured_peak_gib);
+  j["memory_error_pct"] = opt_json(x.memory_error_pct);
+  j["memory_metric"] = str_or_null(x.memory_metric);
+  j["memory_stage"] = str_or_null(x.memory_stage);
+  j["dominant_memory_term"] = str_or_null(x.dominant_memory_term);
+  j["timeline_peak_gib"] = opt_json(x.timeline_peak_gib);
+  j["predicted_device_fraction"] = opt_json(x.predicted_device_fraction);
+  j["skipped"] = str_or_null(x.skipped);
+  j["throughput_skipped"] = str_or_null(x.throughput_skipped);
+  j["assumptions"] = x.assumptions;
+  j["sim_ms"] = x.sim_ms;
+  return j;
+}
+
 nlohmann::json validation_json(const ValidationReport& r) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& x : r.rows) {
-    nlohmann::json j;
-    j["id"] = x.id;
-    j["source"] = x.source;
-    j["framework"] = x.framework;
-    j["gpu"] = x.gpu;
-    j["cluster"] = x.cluster;
-    j["run"] = x.run;
-    j["predicted_tokens_per_s_per_gpu"] = opt_json(x.predicted_tokens_per_s_per_gpu);
-    j["measured_tokens_per_s_per_gpu"] = opt_json(x.measured_tokens_per_s_per_gpu);
-    j["metric"] = str_or_null(x.metric);
-    j["metric_definition"] = str_or_null(x.metric_definition);
-    j["predicted_metric"] = opt_json(x.predicted_metric);
-    j["measured_metric"] = opt_json(x.measured_metric);
-    j["error_pct"] = opt_json(x.error_pct);
-    j["step_time_s"] = opt_json(x.step_time_s);
-    j["dominant_term"] = str_or_null(x.dominant_term);
-    j["dominant_share"] = x.dominant_term.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dominant_share);
-    j["predicted_peak_gib"] = opt_json(x.predicted_peak_gib);
-    j["measured_peak_gib"] = opt_json(x.measured_peak_gib);
-    j["memory_error_pct"] = opt_json(x.memory_error_pct);
-    j["memory_metric"] = str_or_null(x.memory_metric);
-    j["memory_stage"] = str_or_null(x.memory_stage);
-    j["dominant_memory_term"] = str_or_null(x.dominant_memory_term);
-    j["timeline_peak_gib"] = opt_json(x.timeline_peak_gib);
-    j["predicted_device_fraction"] = opt_json(x.predicted_device_fraction);
-    j["skipped"] = str_or_null(x.skipped);
-    j["throughput_skipped"] = str_or_null(x.throughput_skipped);
-    j["assumptions"] = x.assumptions;
-    j["sim_ms"] = x.sim_ms;
-    rows.push_back(std::move(j));
-  }
+  for (const auto& x : r.rows) rows.push_back(validation_row_json(x));
   nlohmann::json out;
   out["file"] = r.file;
   out["rows"] = std::move(rows);
@@ -668,29 +879,35 @@ std::string validation_group_table(const ValidationReport& r) {
   return o;
 }
 
-std::string validation_text(const ValidationReport& r) {
-  std::string o = fmt::format("meshplan validate: {} ({} rows, {:.2f} s)\n\n", r.file, r.rows.size(), r.wall_s);
+std::string validation_text_head(const ValidationReport& r) {
+  std::string o = fmt::format("meshplan validate: {} ({} rows, {:.2f} s)\n\n", r.file, r.row_count, r.wall_s);
   o += fmt::format("{:<44} {:<10} {:>10} {:>10} {:>7}  {:>7} {:>7} {:>7}  {:<18} {}\n", "id", "metric", "predicted",
                    "measured", "err%", "memP", "memM", "mem%", "dominant", "note");
-  for (const auto& x : r.rows) {
-    std::string metric = x.metric == "tokens_per_s_per_gpu" ? "tok/s/gpu"
-                         : x.metric == "tflops_per_gpu"     ? "TFLOP/s"
-                         : x.metric == "mfu_pct"            ? "MFU%"
-                                                            : "-";
-    std::string note = !x.skipped.empty() ? "SKIPPED: " + x.skipped
-                       : !x.throughput_skipped.empty() ? "throughput not compared: " + x.throughput_skipped
-                                                       : "";
-    if (x.skipped.empty() && x.predicted_device_fraction && *x.predicted_device_fraction > 1.0)
-      note += fmt::format("{}predicted not to fit: {:.0f}% of the device", note.empty() ? "" : "; ",
-                          *x.predicted_device_fraction * 100);
-    std::string dom = x.dominant_term.empty() ? "-" : fmt::format("{} {:.0f}%", x.dominant_term, x.dominant_share * 100);
-    o += fmt::format("{:<44} {:<10} {:>10} {:>10} {:>7}  {:>7} {:>7} {:>7}  {:<18} {}\n", x.id, metric,
+  return o;
+}
+
+std::string validation_row_text(const ValidationRowResult& x) {
+  std::string metric = x.metric == "tokens_per_s_per_gpu" ? "tok/s/gpu"
+                       : x.metric == "tflops_per_gpu"     ? "TFLOP/s"
+                       : x.metric == "mfu_pct"            ? "MFU%"
+                                                          : "-";
+  std::string note = !x.skipped.empty() ? "SKIPPED: " + x.skipped
+                     : !x.throughput_skipped.empty() ? "throughput not compared: " + x.throughput_skipped
+                                                     : "";
+  if (x.skipped.empty() && x.predicted_device_fraction && *x.predicted_device_fraction > 1.0)
+    note += fmt::format("{}predicted not to fit: {:.0f}% of the device", note.empty() ? "" : "; ",
+                        *x.predicted_device_fraction * 100);
+  std::string dom = x.dominant_term.empty() ? "-" : fmt::format("{} {:.0f}%", x.dominant_term, x.dominant_share * 100);
+  return fmt::format("{:<44} {:<10} {:>10} {:>10} {:>7}  {:>7} {:>7} {:>7}  {:<18} {}\n", x.id, metric,
                      fmt_opt(x.predicted_metric, "{:.4g}"), fmt_opt(x.measured_metric, "{:.4g}"),
                      fmt_opt(x.error_pct, "{:+.1f}"), fmt_opt(x.predicted_peak_gib, "{:.2f}"),
                      fmt_opt(x.measured_peak_gib, "{:.2f}"), fmt_opt(x.memory_error_pct, "{:+.1f}"), dom, note);
-  }
-  o += "\nsummary (MAPE etc. over rows compared on throughput; skip = skipped rows + throughput figures not "
-       "compared;\nmemMAPE weights runs: the -alloc/-resv rows of one run count once; worst- = most negative memory error)\n";
+}
+
+std::string validation_text_tail(const ValidationReport& r) {
+  std::string o = "\nsummary (MAPE etc. over rows compared on throughput; skip = skipped rows + throughput figures not "
+                  "compared;\nmemMAPE weights runs: the -alloc/-resv rows of one run count once; worst- = most negative "
+                  "memory error)\n";
   o += validation_group_table(r);
   if (!r.definitions.empty()) {
     o += "\nthroughput compared on the source's own definition where no tokens/s is published:\n";
@@ -702,14 +919,16 @@ std::string validation_text(const ValidationReport& r) {
        "max_memory_reserved;\nunknown = the point of [allocated, reserved] nearest the measurement; "
        "nvidia-smi = device peak incl. CUDA context and NCCL buffers.\n";
   // The slowest rows, so a regression in simulation time points at its cause.
-  std::vector<const ValidationRowResult*> slow;
-  for (const auto& x : r.rows) slow.push_back(&x);
-  std::sort(slow.begin(), slow.end(), [](const auto* a, const auto* b) { return a->sim_ms > b->sim_ms; });
   o += "\nslowest rows:";
-  for (std::size_t i = 0; i < std::min<std::size_t>(3, slow.size()); ++i)
-    o += fmt::format(" {} {:.0f} ms;", slow[i]->id, slow[i]->sim_ms);
+  for (const auto& [id, ms] : r.slowest) o += fmt::format(" {} {:.0f} ms;", id, ms);
   o += "\n";
   return o;
+}
+
+std::string validation_text(const ValidationReport& r) {
+  std::string o = validation_text_head(r);
+  for (const auto& x : r.rows) o += validation_row_text(x);
+  return o + validation_text_tail(r);
 }
 
 // ---- collectives -----------------------------------------------------------------------------

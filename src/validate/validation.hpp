@@ -4,6 +4,8 @@
 // for throughput and estimated for peak memory, and compared with what the source measured, on
 // the source's own definition. Summaries: MAPE, median / p90 / max absolute error, per group.
 #include <filesystem>
+#include <functional>
+#include <utility>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -105,12 +107,54 @@ ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id
 struct ValidationReport {
   std::string file;
   GroupBy by = GroupBy::source;
-  std::vector<ValidationRowResult> rows;
+  std::vector<ValidationRowResult> rows;          // empty when streamed (run_validation_stream)
+  std::size_t row_count = 0;                      // rows compared (rows.size() unless streamed)
   ValidationSummary summary;
   std::vector<ValidationSummary> groups;          // sorted by group name
   std::map<std::string, std::string> definitions; // source -> FLOP convention used for it
+  std::vector<std::pair<std::string, double>> slowest;  // the three slowest rows: id, sim_ms
   double wall_s = 0;
 };
+
+// What the summaries need of each row, and nothing else: a streamed run keeps these few numbers
+// per row (the errors, for the percentiles), never the rows themselves.
+class ValidationTotals {
+public:
+  explicit ValidationTotals(GroupBy by) : by_(by) {}
+  void add(const ValidationRowResult& r);
+  // Summary, per-group summaries, definitions, row count and slowest rows into `rep`.
+  void finish(ValidationReport& rep) const;
+
+  // One group's running sums; summary() gives what summarize() gives for the same rows.
+  struct Group {
+    int rows = 0, skipped = 0, throughput_skipped = 0, predicted_out_of_memory = 0;
+    std::vector<double> errors;                            // signed throughput errors, row order
+    std::map<std::string, std::pair<double, int>> run_apes;  // run -> (sum of row APEs, rows)
+    double memory_ape_sum = 0, memory_ape_max = 0;
+    int memory_rows = 0;
+    std::optional<double> memory_min_error_pct;
+    void add(const ValidationRowResult& r);
+    ValidationSummary summary(const std::string& group) const;
+  };
+
+private:
+  GroupBy by_;
+  Group all_;
+  std::map<std::string, Group> groups_;
+  std::map<std::string, std::string> definitions_;
+  std::vector<std::pair<std::string, double>> slowest_;
+  std::size_t rows_ = 0;
+};
+
+// Reads `path` a row at a time, maps and simulates rows in batches over `options.threads`, and
+// hands each finished row to `on_row` in the file's order (the same for any thread count). Memory
+// is the batch in flight plus ValidationTotals' numbers per row. `progress(done, total)` is called
+// after each batch. Rows whose cells other than the id equal an earlier row's reuse its result
+// (a bounded cache; see docs/validation.md). Errors as run_validation's, before any row is handed
+// out (a first pass over the file checks the header, the row widths and the --row ids).
+ValidationReport run_validation_stream(const std::string& path, const ValidationOptions& options,
+                                       const std::function<void(const ValidationRowResult&)>& on_row,
+                                       const std::function<void(std::size_t done, std::size_t total)>& progress = {});
 
 // Throws InputError when a required column is missing; never for a bad row.
 ValidationReport run_validation(const CsvTable& table, const ValidationOptions& options);
@@ -127,6 +171,12 @@ double percentile(std::vector<double> values, double q);
 
 nlohmann::json validation_json(const ValidationReport& r);
 std::string validation_text(const ValidationReport& r);
+// The pieces validation_json and validation_text are made of, for a streamed report: one row's
+// object and line, and the text before and after the rows.
+nlohmann::json validation_row_json(const ValidationRowResult& x);
+std::string validation_row_text(const ValidationRowResult& x);
+std::string validation_text_head(const ValidationReport& r);
+std::string validation_text_tail(const ValidationReport& r);
 // The per-group table alone (docs, tests).
 std::string validation_group_table(const ValidationReport& r);
 

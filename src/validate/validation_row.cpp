@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -35,81 +37,164 @@ struct CsvRecord {
   int line = 1;
 };
 
-std::vector<CsvRecord> parse_records(std::string_view text, const std::string& file) {
-  std::vector<CsvRecord> out;
-  CsvRecord rec;
-  std::string field;
-  bool in_quotes = false;
-  bool field_was_quoted = false;
-  bool record_has_content = false;  // distinguishes "" (one empty field) from no record at all
-  int line = 1;
-  int quote_line = 1;
-  rec.line = 1;
-  auto end_field = [&] {
-    rec.fields.push_back(std::move(field));
-    field.clear();
-    field_was_quoted = false;
-  };
-  auto end_record = [&] {
-    end_field();
-    out.push_back(std::move(rec));
-    rec = CsvRecord{};
-    record_has_content = false;
-  };
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_quotes) {
-      if (c == '"') {
-        if (i + 1 < text.size() && text[i + 1] == '"') {
-          field.push_back('"');
-          ++i;
-        } else {
-          in_quotes = false;
-        }
-      } else {
-        if (c == '\n') ++line;
-        field.push_back(c);
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        if (!field.empty() || field_was_quoted)
-          throw InputError(file, fmt::format("line {}", line),
-                           "a double quote inside an unquoted field (RFC 4180: quote the whole field "
-                           "and double the quote)");
-        in_quotes = true;
-        field_was_quoted = true;
-        record_has_content = true;
-        quote_line = line;
-        break;
-      case ',':
-        end_field();
-        record_has_content = true;
-        break;
-      case '\r':
-        // CRLF ends a record like LF; a lone CR is kept as data.
-        if (i + 1 < text.size() && text[i + 1] == '\n') break;
-        field.push_back(c);
-        record_has_content = true;
-        break;
-      case '\n':
-        if (record_has_content || !rec.fields.empty()) end_record();
-        ++line;
-        rec.line = line;
-        break;
-      default:
-        if (field_was_quoted)
-          throw InputError(file, fmt::format("line {}", line),
-                           fmt::format("character '{}' after the closing quote of a field", c));
-        field.push_back(c);
-        record_has_content = true;
-    }
+// One character source for the parser: a string already in memory, or a file read in chunks, so
+// that parse_csv_table and CsvRowStream share one parser and hold the same rules.
+class CharSource {
+public:
+  explicit CharSource(std::string_view text) : view_(text) {}
+  explicit CharSource(InputFile& file) : file_(&file) { refill(); }
+  // Skips a UTF-8 byte-order mark at the start, which would otherwise become part of the first
+  // column name.
+  void skip_byte_order_mark() {
+    if (pos_ == 0 && view_.starts_with("\xEF\xBB\xBF")) pos_ = 3;
   }
-  if (in_quotes)
-    throw InputError(file, fmt::format("line {}", quote_line), "unterminated quoted field");
-  if (record_has_content || !rec.fields.empty()) end_record();
+  // The next character, or -1 at the end.
+  int get() {
+    if (pos_ == view_.size() && !refill()) return -1;
+    return static_cast<unsigned char>(view_[pos_++]);
+  }
+  // The character get() would return next, without taking it.
+  int peek() {
+    if (pos_ == view_.size() && !refill()) return -1;
+    return static_cast<unsigned char>(view_[pos_]);
+  }
+
+private:
+  bool refill() {
+    if (file_ == nullptr) return false;
+    chunk_.resize(64 * 1024);
+    const std::size_t n = file_->read(chunk_.data(), chunk_.size());
+    chunk_.resize(n);
+    view_ = chunk_;
+    pos_ = 0;
+    return n > 0;
+  }
+  InputFile* file_ = nullptr;
+  std::string chunk_;
+  std::string_view view_;
+  std::size_t pos_ = 0;
+};
+
+// A streamed file holds one record at a time; a record past this size is not a row of any
+// validation CSV (dev.csv's longest is under 2 KB) but a file that is not one, which would
+// otherwise be held whole (docs/limits.md).
+constexpr std::size_t kMaxRecordBytes = 1024 * 1024;
+
+// RFC 4180, one record per call: fields may be quoted ("a,b", "say ""hi""", "line\nbreak"); CRLF
+// and LF both end a record; a trailing newline does not make an empty record.
+class CsvParser {
+public:
+  CsvParser(CharSource& src, std::string file, std::size_t max_record_bytes)
+      : src_(src), file_(std::move(file)), max_record_bytes_(max_record_bytes) {}
+
+  // The next record into `rec`; false at the end of the input.
+  bool next(CsvRecord& rec) {
+    rec.fields.clear();
+    std::string field;
+    bool in_quotes = false, field_was_quoted = false;
+    bool record_has_content = false;  // distinguishes "" (one empty field) from no record at all
+    int quote_line = line_;
+    std::size_t bytes = 0;
+    rec.line = line_;
+    auto end_field = [&] {
+      rec.fields.push_back(std::move(field));
+      field.clear();
+      field_was_quoted = false;
+    };
+    for (int ci = src_.get(); ci >= 0; ci = src_.get()) {
+      const char c = static_cast<char>(ci);
+      if (++bytes > max_record_bytes_)
+        throw InputError(file_, fmt::format("line {}", rec.line),
+                         fmt::format("a record longer than {} bytes: not a validation CSV row (docs/limits.md)",
+                                     max_record_bytes_));
+      if (in_quotes) {
+        if (c == '"') {
+          if (src_.peek() == '"') {
+            field.push_back('"');
+            src_.get();
+          } else {
+            in_quotes = false;
+          }
+        } else {
+          if (c == '\n') ++line_;
+          field.push_back(c);
+        }
+        continue;
+      }
+      switch (c) {
+        case '"':
+          if (!field.empty() || field_was_quoted)
+            throw InputError(file_, fmt::format("line {}", line_),
+                             "a double quote inside an unquoted field (RFC 4180: quote the whole field "
+                             "and double the quote)");
+          in_quotes = true;
+          field_was_quoted = true;
+          record_has_content = true;
+          quote_line = line_;
+          break;
+        case ',':
+          end_field();
+          record_has_content = true;
+          break;
+        case '\r':
+          // CRLF ends a record like LF; a lone CR is kept as data.
+          if (src_.peek() == '\n') break;
+          field.push_back(c);
+          record_has_content = true;
+          break;
+        case '\n':
+          ++line_;
+          if (record_has_content || !rec.fields.empty()) {
+            end_field();
+            return true;
+          }
+          rec.line = line_;
+          bytes = 0;
+          break;
+        default:
+          if (field_was_quoted)
+            throw InputError(file_, fmt::format("line {}", line_),
+                             fmt::format("character '{}' after the closing quote of a field", c));
+          field.push_back(c);
+          record_has_content = true;
+      }
+    }
+    if (in_quotes) throw InputError(file_, fmt::format("line {}", quote_line), "unterminated quoted field");
+    if (record_has_content || !rec.fields.empty()) {
+      end_field();
+      return true;
+    }
+    return false;
+  }
+
+private:
+  CharSource& src_;
+  std::string file_;
+  std::size_t max_record_bytes_;
+  int line_ = 1;
+};
+
+std::vector<CsvRecord> parse_records(std::string_view text, const std::string& file) {
+  CharSource src(text);
+  CsvParser parser(src, file, std::numeric_limits<std::size_t>::max());
+  std::vector<CsvRecord> out;
+  for (CsvRecord rec; parser.next(rec);) out.push_back(std::move(rec));
   return out;
+}
+
+// The header's rules: no empty and no repeated column name.
+void check_header(const std::vector<std::string>& header, const std::string& file) {
+  std::set<std::string> seen;
+  for (const auto& h : header) {
+    if (h.empty()) throw InputError(file, "line 1", "empty column name in the header");
+    if (!seen.insert(h).second) throw InputError(file, "line 1", fmt::format("column '{}' appears twice", h));
+  }
+}
+
+void check_width(const CsvRecord& rec, std::size_t columns, const std::string& file) {
+  if (rec.fields.size() != columns)
+    throw InputError(file, fmt::format("line {}", rec.line),
+                     fmt::format("{} fields, but the header has {} columns", rec.fields.size(), columns));
 }
 
 }  // namespace
@@ -128,16 +213,9 @@ CsvTable parse_csv_table(std::string_view text, const std::string& file) {
   CsvTable t;
   t.file = file;
   t.header = std::move(recs.front().fields);
-  std::set<std::string> seen;
-  for (const auto& h : t.header) {
-    if (h.empty()) throw InputError(file, "line 1", "empty column name in the header");
-    if (!seen.insert(h).second) throw InputError(file, "line 1", fmt::format("column '{}' appears twice", h));
-  }
+  check_header(t.header, file);
   for (std::size_t i = 1; i < recs.size(); ++i) {
-    if (recs[i].fields.size() != t.header.size())
-      throw InputError(file, fmt::format("line {}", recs[i].line),
-                       fmt::format("{} fields, but the header has {} columns", recs[i].fields.size(),
-                                   t.header.size()));
+    check_width(recs[i], t.header.size(), file);
     t.rows.push_back(std::move(recs[i].fields));
     t.row_lines.push_back(recs[i].line);
   }
@@ -145,8 +223,44 @@ CsvTable parse_csv_table(std::string_view text, const std::string& file) {
 }
 
 CsvTable read_csv_table(const std::string& path) {
-  return parse_csv_table(read_input_file(path, InputKind::validation_csv), path);
+  return parse_csv_table(read_input_file(path, InputKind::validation_csv_whole), path);
 }
+
+struct CsvRowStream::Impl {
+  InputFile file;
+  CharSource src;
+  CsvParser parser;
+  CsvRecord rec;
+  Impl(const std::string& path)
+      : file(path, InputKind::validation_csv), src(file), parser(src, path, kMaxRecordBytes) {}
+};
+
+CsvRowStream::CsvRowStream(const std::string& path) : impl_(std::make_unique<Impl>(path)) {
+  Impl& x = *impl_;
+  table_.file = path;
+  x.src.skip_byte_order_mark();
+  if (!x.parser.next(x.rec)) throw InputError(path, "line 1", "empty file: expected a header row");
+  table_.header = std::move(x.rec.fields);
+  check_header(table_.header, path);
+  table_.rows.resize(1);
+  table_.row_lines.resize(1);
+}
+
+CsvRowStream::~CsvRowStream() = default;
+
+bool CsvRowStream::next() {
+  Impl& x = *impl_;
+  if (!x.parser.next(x.rec)) return false;
+  check_width(x.rec, table_.header.size(), table_.file);
+  table_.rows.front() = std::move(x.rec.fields);
+  x.rec.fields = {};
+  table_.row_lines.front() = x.rec.line;
+  ++rows_read_;
+  return true;
+}
+
+std::uint64_t CsvRowStream::bytes_read() const { return impl_->file.consumed(); }
+std::uint64_t CsvRowStream::file_bytes() const { return impl_->file.size(); }
 
 CsvRow::CsvRow(const CsvTable& t, std::size_t index) : table_(&t), index_(index) {
   for (std::size_t i = 0; i < t.header.size(); ++i) columns_.emplace(t.header[i], i);

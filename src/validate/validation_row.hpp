@@ -8,6 +8,7 @@
 // ValidationCase::assumptions, or, when no default exists, gives the row a skip reason.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,9 +34,35 @@ struct CsvTable {
 };
 
 // Throws InputError when the file cannot be read, a header name repeats, or a row has a
-// different number of fields than the header.
+// different number of fields than the header. Reads the whole file (validation_csv_whole's limit:
+// cross-validation, --collectives and calibrate --runs hold every row).
 CsvTable read_csv_table(const std::string& path);
 CsvTable parse_csv_table(std::string_view text, const std::string& file = "");
+
+// A CSV file with a header row read one record at a time: memory holds the current row, not the
+// file (`validate`, docs/limits.md). The same parser and errors as read_csv_table; a record over
+// 1 MiB is refused. current() is a one-row table whose row is the record read last.
+class CsvRowStream {
+public:
+  explicit CsvRowStream(const std::string& path);
+  ~CsvRowStream();
+  CsvRowStream(const CsvRowStream&) = delete;
+  CsvRowStream& operator=(const CsvRowStream&) = delete;
+
+  // Reads the next row into current(); false at the end of the file.
+  bool next();
+  const CsvTable& current() const { return table_; }
+  const std::vector<std::string>& header() const { return table_.header; }
+  std::size_t rows_read() const { return rows_read_; }
+  std::uint64_t bytes_read() const;
+  std::uint64_t file_bytes() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  CsvTable table_;
+  std::size_t rows_read_ = 0;
+};
 
 // One row addressed by column name; a column the file does not have reads as empty.
 class CsvRow {

@@ -9,6 +9,7 @@
 #include "spec/pipeline_split.hpp"
 #include "spec/runtime_traits.hpp"
 #include "workload/activation_memory.hpp"
+#include "workload/pipeline_schedule.hpp"
 #include "workload/stage_params.hpp"
 
 namespace meshplan {
@@ -137,58 +138,79 @@ ShardingBuffers sharding_buffers(const MemoryContext& x, const StageParams& sp, 
   return b;
 }
 
-// Activations kept for backward, for every micro-batch in flight on this stage, and the stage
-// outputs a pipeline keeps, at the first block's backward (`at_block`) and at the loss's backward
-// (`at_loss`). Sets the stage's micro-batches in flight and its offloaded bytes.
+// Activations kept for backward by the forwards a stage holds (pipeline_schedule's held_forwards,
+// the order the lowering runs), and the stage outputs a pipeline keeps until their backward, at
+// a block's backward (`at_block`) and at the loss's backward (`at_loss`); `*_sync` at the backward
+// of a run's last micro-batch, the only one that reduces gradients when the pipelining stage
+// defers gradient sync (torchtitan), else the same. Each chunk counts its own layers: Megatron's
+// uneven splits give chunks of one layer beside a chunk that holds only the loss. Sets the stage's
+// micro-batches in flight (held forwards per micro-batch of the whole stage) and its offloaded bytes.
 struct SavedActivations {
-  double at_block = 0, at_loss = 0;
+  double at_block = 0, at_loss = 0, at_block_sync = 0, at_loss_sync = 0;
 };
 
-SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<int>& layers, int n_mtp,
-                                   StageMemory& sm) {
+SavedActivations saved_activations(const MemoryContext& x, int stage, const std::vector<LayerRange>& chunks,
+                                   int mtp_local_chunk, int n_mtp, StageMemory& sm) {
   const Plan& p = x.p;
-  double per_microbatch = 0, offloaded_per_microbatch = 0, largest_offload = 0;
-  // The multi-token-prediction modules' blocks are blocks n_layers, n_layers + 1, ... (what the
-  // lowering numbers them), after the stage's decoder layers; each also keeps its inputs.
-  std::vector<int> blocks = layers;
-  for (int k = 0; k < n_mtp; ++k) {
-    blocks.push_back(x.m.n_layers + k);
-    per_microbatch += mtp_input_saved_bytes(x.m, p, x.mb);
-  }
-  for (int layer : blocks) {
-    per_microbatch += saved_block_bytes(x.m, p, x.mb, layer);
+  const std::size_t v = static_cast<std::size_t>(x.v);
+  // Per chunk and micro-batch: saved bytes, of them offloaded, and the stage output it sends.
+  std::vector<double> saved(v, 0.0), offloaded(v, 0.0), boundary(v, 0.0), weight(v, 0.0);
+  double largest_offload = 0;
+  auto add_block = [&](std::size_t c, int layer) {
+    saved[c] += saved_block_bytes(x.m, p, x.mb, layer);
     const double moved = offloaded_block_bytes(x.m, p, x.mb, layer);
-    offloaded_per_microbatch += moved;
+    offloaded[c] += moved;
     largest_offload = std::max(largest_offload, moved);
+  };
+  for (std::size_t c = 0; c < v && c < chunks.size(); ++c)
+    for (int l = 0; l < chunks[c].n_layers; ++l) add_block(c, chunks[c].first_layer + l);
+  // The multi-token-prediction modules' blocks are blocks n_layers, n_layers + 1, ... (what the
+  // lowering numbers them), in their chunk after its decoder layers; each also keeps its inputs.
+  for (int k = 0; k < n_mtp; ++k) {
+    const auto c = static_cast<std::size_t>(std::clamp(mtp_local_chunk, 0, x.v - 1));
+    add_block(c, x.m.n_layers + k);
+    saved[c] += mtp_input_saved_bytes(x.m, p, x.mb);
   }
-  sm.microbatches_in_flight = microbatches_in_flight(p, stage, x.j.grad_accum);
-  const double saved = per_microbatch * sm.microbatches_in_flight;
-  SavedActivations out{saved, saved};
-  if (p.act_offload) {
-    // Every saved tensor of the blocks goes to pinned host memory as it is saved and comes back
-    // before its backward (the lowering's offload copies). On its own stream with one layer of
-    // look-ahead (torchtune, torchtitan, Megatron) two layers are on the device during a block's
-    // backward (the one in use and the one coming back) and at most one at the loss (the last
-    // layer's copy-out may still run; the copies back start once the loss's backward is done).
-    // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
-    // during a block's backward.
-    // Under fine-grained offload the rest of each block's saved tensors stays on the device.
-    const bool stream = runtime_traits(p).offload_on_copy_stream;
-    const double offloaded = offloaded_per_microbatch * sm.microbatches_in_flight;
-    const double kept = saved - offloaded;
-    sm.host_bytes += offloaded;
-    out.at_block = kept + std::min(offloaded, (stream ? 2 : 1) * largest_offload);
-    out.at_loss = kept + std::min(offloaded, (stream ? 1 : 0) * largest_offload);
-  }
-  // A pipeline chunk that sends to a next one keeps the output of each micro-batch in flight
-  // (not Megatron). microbatches_in_flight counts in whole-stage units (chunk-micro-batches / v):
-  // all v chunks of a stage send, except the model's last chunk on the last stage.
+  // A pipeline chunk that sends to a next one keeps the output of each micro-batch it holds: all
+  // chunks of a stage send, except the model's last chunk on the last stage.
   if (x.pp > 1) {
-    const double sending = stage == x.pp - 1 ? (x.v - 1.0) / x.v : 1.0;
-    const double boundary = pipeline_boundary_bytes(x.m, p, x.mb, sm.microbatches_in_flight * x.v * sending);
-    out.at_block += boundary;
-    out.at_loss += boundary;
+    const double out_bytes = pipeline_boundary_bytes(x.m, p, x.mb, 1.0);
+    for (std::size_t c = 0; c < v; ++c) boundary[c] = stage == x.pp - 1 && c == v - 1 ? 0.0 : out_bytes;
   }
+  for (std::size_t c = 0; c < v; ++c) weight[c] = saved[c] + boundary[c];
+  const std::int64_t per_run = microbatches_per_run(std::max<std::int64_t>(1, x.j.grad_accum), x.j.pp_microbatches, x.pp);
+  const HeldForwards held = held_forwards(p, stage, per_run, weight);
+  auto sum = [&](const std::vector<std::int64_t>& n, const std::vector<double>& bytes) {
+    double total = 0;
+    for (std::size_t c = 0; c < v && c < n.size(); ++c) total += static_cast<double>(n[c]) * bytes[c];
+    return total;
+  };
+  const bool stream = runtime_traits(p).offload_on_copy_stream;
+  // Every saved tensor of the blocks goes to pinned host memory as it is saved and comes back
+  // before its backward (the lowering's offload copies). On its own stream with one layer of
+  // look-ahead (torchtune, torchtitan, Megatron) two layers are on the device during a block's
+  // backward (the one in use and the one coming back) and at most one at the loss (the last
+  // layer's copy-out may still run; the copies back start once the loss's backward is done).
+  // torch's save_on_cpu (Composer) copies synchronously: none at the loss, the one in use
+  // during a block's backward. Under fine-grained offload the rest of each block's saved tensors
+  // stays on the device.
+  auto on_device = [&](const std::vector<std::int64_t>& n, bool at_loss) {
+    const double kept = sum(n, saved), moved = p.act_offload ? sum(n, offloaded) : 0.0;
+    const double back = at_loss ? (stream ? 1 : 0) * largest_offload : (stream ? 2 : 1) * largest_offload;
+    return kept - moved + std::min(moved, back) + sum(n, boundary);
+  };
+  if (p.act_offload) sm.host_bytes += sum(held.any, offloaded);
+  double per_microbatch = 0;
+  for (double b : saved) per_microbatch += b;
+  double held_chunks = 0;
+  for (auto n : held.any) held_chunks += static_cast<double>(n);
+  sm.microbatches_in_flight = per_microbatch > 0 ? sum(held.any, saved) / per_microbatch : held_chunks / x.v;
+  const bool defers = x.fsdp && x.traits.pipelining_defers_fsdp_sync && x.pp > 1 && !p.reshard_after_forward;
+  SavedActivations out;
+  out.at_block = on_device(held.any, false);
+  out.at_loss = on_device(held.last_chunk, true);
+  out.at_block_sync = defers ? on_device(held.run_last, false) : out.at_block;
+  out.at_loss_sync = defers ? on_device(held.run_last_last_chunk, true) : out.at_loss;
   return out;
 }
 
@@ -221,6 +243,38 @@ void settle_peak(const MemoryContext& x, MemoryBreakdown fb, MemoryBreakdown fwd
                                     std::min(sm.allocated_peak_bytes * (1 + c.framework.allocator_reserve_fraction), device_room));
 }
 
+// With gradient sync deferred to a run's last micro-batch: that micro-batch's block and loss
+// backwards (`block_sync`, `loss_sync`, copies of the block and loss moments on entry), which
+// reduce each unit's gradients with the forwards held then (estimate_stage).
+void deferred_sync_moments(const MemoryContext& x, int stage, const std::vector<int>& layers, const StageParams& sp,
+                           const ShardingBuffers& sb, const SavedActivations& saved, const MemoryBreakdown& held,
+                           MemoryBreakdown& block_sync, MemoryBreakdown& loss_sync) {
+  const ModelSpec& m = x.m;
+  const Plan& p = x.p;
+  const bool last = stage == x.pp - 1;
+  const double heads = last ? 1.0 + m.n_mtp_layers : 0.0;
+  const RootGathering rg = root_gathering(p);
+  const double head_released = last && (!rg.one_root || stage != 0) ? x.gather_b * (rg.one_root ? sp.root : sp.head_group) : 0.0;
+  block_sync.unsharded_params = std::max(0.0, sb.unsharded_at_block - head_released);
+  block_sync.reduce_buffers = held.reduce_buffers + sb.reduce_at_block;
+  block_sync.activations = saved.at_block_sync + block_backward_working_bytes(m, p, x.mb);
+  // FSDP2 keeps the previous group's reduce-scatter input until this group's post-backward: at
+  // the second block of the backward two units' buffers are live, the first block's unit is
+  // resharded and its saved activations are freed (the one freed counted as the smallest).
+  if (x.traits.fsdp_one_reduce_scatter_in_flight && layers.size() > 1) {
+    double smallest_block = saved_block_bytes(m, p, x.mb, layers.front());
+    for (int l : layers) smallest_block = std::min(smallest_block, saved_block_bytes(m, p, x.mb, l));
+    MemoryBreakdown second = block_sync;
+    second.unsharded_params = std::max(0.0, block_sync.unsharded_params - fsdp_unit_gathered_bytes(m, p));
+    second.reduce_buffers = held.reduce_buffers + 2.0 * fsdp_reduce_buffer_bytes(p, sp.per_block);
+    second.activations = std::max(0.0, saved.at_block_sync - smallest_block) + block_backward_working_bytes(m, p, x.mb);
+    if (second.total() > block_sync.total()) block_sync = second;
+  }
+  loss_sync.reduce_buffers = held.reduce_buffers + sb.reduce_at_loss;
+  loss_sync.activations =
+      saved.at_loss_sync + heads * loss_saved_bytes(m, p, x.mb) + loss_backward_working_bytes(m, p, x.mb);
+}
+
 // The memory terms of one stage in the order docs/memory.md gives them: each term is one call,
 // the length is their number.
 StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<int>& layers,
@@ -251,13 +305,16 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   const bool last = stage == x.pp - 1;
   const double heads = last ? 1.0 + m.n_mtp_layers : 0.0;  // LM heads and losses on this stage
   const ShardingBuffers sb = sharding_buffers(x, sp, sm.n_layers + n_mtp, last);
-  const SavedActivations saved = saved_activations(x, stage, layers, n_mtp, sm);
+  const SavedActivations saved = saved_activations(x, stage, chunks, mtp_chunk / x.pp, n_mtp, sm);
+  // With gradient sync deferred to a run's last micro-batch (torchtitan under PP), reductions run
+  // only in that micro-batch's backward, which holds fewer forwards: its own moments below.
+  const bool defers = x.fsdp && x.traits.pipelining_defers_fsdp_sync && x.pp > 1 && !p.reshard_after_forward;
 
   // --- the first block's backward: every saved activation, the block's gradients, the recompute
   // working set, the gathered units and the current unit's reduction.
   MemoryBreakdown block = held;
   block.unsharded_params = sb.unsharded_at_block;
-  block.reduce_buffers += sb.reduce_at_block;
+  block.reduce_buffers += defers ? 0.0 : sb.reduce_at_block;
   block.activations = saved.at_block + block_backward_working_bytes(m, p, x.mb);
   block.recompute = recompute_working_bytes(m, p, x.mb);
   // Megatron --recompute-modules: one block's dropped tensors exist again during its backward.
@@ -265,11 +322,16 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   // --- the loss's backward (last stage): the vocab-wide fp32 tensors beside all saved activations.
   MemoryBreakdown loss = held;
   loss.unsharded_params = sb.unsharded_at_loss;
-  loss.reduce_buffers += sb.reduce_at_loss;
+  loss.reduce_buffers += defers ? 0.0 : sb.reduce_at_loss;
   loss.activations = saved.at_loss + heads * loss_saved_bytes(m, p, x.mb) + loss_backward_working_bytes(m, p, x.mb);
   // Interleaved pipelines whose loss is a chunk of its own: the next chunk's first recompute (its
   // TP all-gather, on its own stream) may start while the loss's backward runs (an upper bound).
   if (p.mesh.vpp > 1 && p.pipeline_split.loss_as_layer) loss.recompute = recompute_working_bytes(m, p, x.mb);
+  // --- deferred sync: the run's last micro-batch, whose backward reduces each unit's gradients
+  // and releases the head's group once the loss's backward is done (stage_lowering.cpp) while the
+  // embedding's stays gathered until the embedding's backward.
+  MemoryBreakdown block_sync = block, loss_sync = loss;
+  if (defers) deferred_sync_moments(x, stage, layers, sp, sb, saved, held, block_sync, loss_sync);
   // --- the last block's backward, when the gradients do not live through forward: those of every
   // other block and of the head exist; one block's activations are left.
   MemoryBreakdown tail = held;
@@ -289,8 +351,9 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
       tail.reduce_buffers += in_flight * fsdp_reduce_buffer_bytes(p, sp.per_block) +
                              (rg.one_root && last ? fsdp_reduce_buffer_bytes(p, sp.root) : 0.0);
   }
-  const MemoryBreakdown* fb_ptr = last && loss.total() > block.total() ? &loss : &block;
-  if (tail.total() > fb_ptr->total()) fb_ptr = &tail;
+  const MemoryBreakdown* fb_ptr = &block;
+  for (const MemoryBreakdown* b : {&block_sync, last ? &loss : nullptr, last ? &loss_sync : nullptr, &tail})
+    if (b != nullptr && b->total() > fb_ptr->total()) fb_ptr = b;
   const MemoryBreakdown& fb = *fb_ptr;
 
   // --- transient: end of forward, under autocast with fp32 weights ----------------------
@@ -314,7 +377,11 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   settle_peak(x, fb, fwd_end, opt, sm);
   sm.peak_moment = sm.peak_phase;
   if (sm.peak_phase == "forward->backward") {
-    sm.peak_moment = &fb == &loss ? "loss backward" : &fb == &tail ? "last block backward" : "first block backward";
+    sm.peak_moment = &fb == &loss        ? "loss backward"
+                     : &fb == &loss_sync ? "loss backward of a run's last micro-batch"
+                     : &fb == &block_sync ? "block backward of a run's last micro-batch"
+                     : &fb == &tail       ? "last block backward"
+                                          : "first block backward";
     if (&fb == &tail) sm.peak_phase = "end of backward";
   }
   return sm;
@@ -416,21 +483,13 @@ double fsdp_reduce_buffer_bytes(const Plan& p, double params) {
 }
 
 double microbatches_in_flight(const Plan& p, int stage, std::int64_t n_microbatches) {
-  const double m = static_cast<double>(std::max<std::int64_t>(1, n_microbatches));
-  const int pp = p.mesh.pp;
-  if (pp <= 1) return 1;
-  switch (p.schedule) {
-    case PipelineSchedule::gpipe: return m;
-    case PipelineSchedule::one_f_one_b: return std::min(m, static_cast<double>(pp - stage));
-    case PipelineSchedule::interleaved_1f1b: {
-      // Megatron's warm-up: 2*(pp-i-1) + (v-1)*pp chunk-micro-batches, plus the one in flight;
-      // each chunk holds 1/v of the stage's layers (Korthikanti §4.2.3: pp*(1+(pp-1)/(pp*v)) at i=0).
-      const double v = std::max(1, p.mesh.vpp);
-      const double chunks = 2.0 * (pp - stage - 1) + (v - 1) * pp + 1;
-      return std::min(m, chunks / v);
-    }
-  }
-  return 1;
+  // Held chunk-micro-batches of equal chunks, in whole-stage units.
+  const int v = chunks_per_stage(p);
+  const HeldForwards held =
+      held_forwards(p, stage, std::max<std::int64_t>(1, n_microbatches), std::vector<double>(static_cast<std::size_t>(v), 1.0));
+  double n = 0;
+  for (auto k : held.any) n += static_cast<double>(k);
+  return n / v;
 }
 
 MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {

@@ -58,4 +58,41 @@ std::vector<Step> stage_steps(const Plan& p, int stage, std::int64_t m, std::int
   return order;
 }
 
+std::int64_t microbatches_per_run(std::int64_t microbatches, std::int64_t pp_microbatches, int pp) {
+  return pp_microbatches > 0 && pp > 1 ? std::min(pp_microbatches, microbatches) : microbatches;
+}
+
+HeldForwards held_forwards(const Plan& p, int stage, std::int64_t per_run, const std::vector<double>& weight_per_chunk) {
+  const int v = chunks_per_stage(p);
+  const int pp = std::max(1, p.mesh.pp);
+  const bool gpipe = pp > 1 && p.schedule == PipelineSchedule::gpipe;
+  const std::int64_t run = std::max<std::int64_t>(1, gpipe ? per_run : std::min<std::int64_t>(per_run, 4LL * pp));
+  std::vector<std::int64_t> held(static_cast<std::size_t>(v), 0);
+  auto weight = [&] {
+    double w = 0;
+    for (int c = 0; c < v; ++c)
+      w += static_cast<double>(held[static_cast<std::size_t>(c)]) * weight_per_chunk[static_cast<std::size_t>(c)];
+    return w;
+  };
+  HeldForwards out;
+  double best[4] = {-1, -1, -1, -1};
+  std::vector<std::int64_t>* slots[4] = {&out.any, &out.last_chunk, &out.run_last, &out.run_last_last_chunk};
+  for (const Step& st : stage_order(p, stage, run)) {
+    auto& n = held[static_cast<std::size_t>(st.chunk)];
+    if (st.forward) {
+      ++n;
+      continue;
+    }
+    const double w = weight();
+    const bool moment[4] = {true, st.chunk == v - 1, st.mb == run - 1, st.chunk == v - 1 && st.mb == run - 1};
+    for (int k = 0; k < 4; ++k)
+      if (moment[k] && w > best[k]) {
+        best[k] = w;
+        *slots[k] = held;
+      }
+    --n;
+  }
+  return out;
+}
+
 }  // namespace meshplan

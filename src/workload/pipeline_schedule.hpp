@@ -25,4 +25,22 @@ std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m);
 // schedule per local batch, paying the bubble every time; Megatron runs all in one schedule).
 std::vector<Step> stage_steps(const Plan& p, int stage, std::int64_t m, std::int64_t per_run);
 
+// Micro-batches per schedule run: torchtitan runs one schedule per local batch of `pp_microbatches`
+// (when set and pp > 1), Megatron all `microbatches` of the step in one.
+std::int64_t microbatches_per_run(std::int64_t microbatches, std::int64_t pp_microbatches, int pp);
+
+// The forward passes a stage holds (run, their backward not yet), per chunk, at the backward steps
+// of its schedule (stage_order over one run) where sum over chunks of held x weight[chunk] is
+// largest: what a pipeline stage keeps for backward, from the same order the lowering runs. A
+// backward holds its own forward. Runs are alike and do not overlap, so one run is walked; a run
+// of more than 4 pp micro-batches holds what one of 4 pp holds (its steady state repeats every pp
+// micro-batches per chunk), so at most 4 pp are walked.
+struct HeldForwards {
+  std::vector<std::int64_t> any;        // over every backward
+  std::vector<std::int64_t> last_chunk; // over the backwards of the stage's last chunk (the loss's, on the last stage)
+  std::vector<std::int64_t> run_last;   // over the backwards of the run's last micro-batch
+  std::vector<std::int64_t> run_last_last_chunk;  // both
+};
+HeldForwards held_forwards(const Plan& p, int stage, std::int64_t per_run, const std::vector<double>& weight_per_chunk);
+
 }  // namespace meshplan

@@ -80,7 +80,7 @@ void Builder::set_up_step() {
                                             "last decoder layer", s.mtp_chunk));
   s.mtp_input_saved = s.n_mtp > 0 ? mtp_input_saved_bytes(m_, p_, MicroBatchShape{d_.s_local, d_.b}) : 0.0;
   s.microbatches = std::max<std::int64_t>(1, j_.grad_accum);
-  s.per_run = j_.pp_microbatches > 0 && s.pp > 1 ? std::min(j_.pp_microbatches, s.microbatches) : s.microbatches;
+  s.per_run = microbatches_per_run(s.microbatches, j_.pp_microbatches, s.pp);
   if (s.v > 1 && (s.per_run % s.pp != 0 || s.microbatches % s.per_run != 0))
     throw std::invalid_argument(fmt::format(
         "the interleaved schedule needs micro-batches per schedule ({}) divisible by pp ({})", s.per_run, s.pp));

@@ -4,13 +4,16 @@
 // maximum (docs/limits.md) are refused at once; written files are all-or-nothing.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -367,7 +370,9 @@ TEST_CASE("inputs that are not regular files, or are too large, are refused at o
       {"memory --config " + sparse("big.yaml", 5 * 1024 * 1024), {"big.yaml", "maximum of 4 MiB", "training config"}},
       {"memory --config " + plan + " --cluster " + sparse("bigprof.toml", 5 * 1024 * 1024),
        {"bigprof.toml", "maximum of 4 MiB", "hardware profile"}},
-      {"validate " + sparse("big.csv", 128 * 1024 * 1024 + 1), {"big.csv", "maximum of 128 MiB", "validation CSV"}},
+      {"validate " + sparse("big.csv", 16ULL * 1024 * 1024 * 1024 + 1), {"big.csv", "maximum of 16 GiB", "validation CSV"}},
+      {"validate --cross-validate source " + sparse("big-cv.csv", 128 * 1024 * 1024 + 1),
+       {"big-cv.csv", "maximum of 128 MiB", "validation CSV read whole"}},
       {"simulate --config " + plan + " --full --gpu-speeds " + sparse("speeds-big.txt", 65 * 1024 * 1024),
        {"speeds-big.txt", "maximum of 64 MiB"}},
   };
@@ -644,6 +649,66 @@ TEST_CASE("plan --out swaps a whole bundle in or leaves the old one whole (issue
     fs::remove_all(dir / "other");
   }
   fs::remove_all(dir);
+}
+
+// Peak resident memory of one run of the binary, in bytes (getrusage of the waited-for child).
+std::uint64_t peak_rss_bytes(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    const std::string bin = meshplan_bin().string();
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (std::freopen("/dev/null", "w", stdout) == nullptr) ::_exit(126);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  REQUIRE(::wait4(pid, &status, 0, &ru) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux: kilobytes
+}
+
+TEST_CASE("validate streams its CSV: a file past the old 128 MiB limit runs in bounded memory (issue 36 finding 8)") {
+  // One row of dev.csv and 1,400 rows of 100 KB each (an empty id: skipped at once, so the test
+  // costs a read of the file, not a simulation): 140 MB, which the whole-file reader refused and
+  // held twice over (text and table). Streamed, memory is the row in flight.
+  const std::string dev = read(corpus("validation_csv", "dev-5-rows.csv"));
+  const std::size_t header_end = dev.find('\n') + 1;
+  const std::string header = dev.substr(0, header_end);
+  const std::string first_row = dev.substr(header_end, dev.find('\n', header_end) + 1 - header_end);
+  const std::size_t n_columns = static_cast<std::size_t>(std::count(header.begin(), header.end(), ',')) + 1;
+  const fs::path big = scratch() / "streamed-140mb.csv";
+  {
+    std::ofstream f(big, std::ios::binary);
+    f << header << first_row;
+    const std::string filler_row = std::string(n_columns - 1, ',') + std::string(100'000, 'n') + "\n";
+    for (int i = 0; i < 1400; ++i) f << filler_row;
+  }
+  REQUIRE(fs::file_size(big) > 128ULL * 1024 * 1024);
+  const Run r = run("validate " + big.string());
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("(1401 rows,") != std::string::npos);
+  CHECK(r.out.find("SKIPPED: id is empty") != std::string::npos);
+  // Holding the file would take 140 MB at least; the streamed run is the binary, its profiles and
+  // one row.
+  const std::uint64_t rss = peak_rss_bytes({"validate", big.string()});
+  CAPTURE(rss);
+  CHECK(rss < 100ULL * 1000 * 1000);
+  fs::remove(big);
+
+  // A record that never ends is not a row: refused at 1 MiB instead of being held whole.
+  const fs::path endless = scratch() / "one-long-record.csv";
+  std::ofstream(endless, std::ios::binary) << header << std::string(2 * 1024 * 1024, 'x');
+  const Run e = run("validate " + endless.string());
+  CHECK(e.exit_code == 2);
+  CHECK(e.err.find("one-long-record.csv") != std::string::npos);
+  CHECK(e.err.find("a record longer than 1048576 bytes") != std::string::npos);
 }
 
 TEST_CASE("validate echoes a row's bytes cleaned, never raw (issue 36 finding 6)") {
