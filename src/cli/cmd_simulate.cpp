@@ -42,6 +42,7 @@ struct SimulateOptions {
   RunInputOptions in;
   bool json = false;
   bool full = false;
+  bool exact = false;
   std::string trace;
   double observed_tokens_per_s = 0;  // per GPU; > 0: explain the gap (report/diagnose.hpp)
   std::string log;                   // the run's training log: its steady throughput is the observation
@@ -58,6 +59,10 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
                fmt::format("simulate every rank with its own links and streams (up to {} GPUs) instead of one "
                            "representative rank per pipeline stage",
                            limits::kMaxFullSimGpus));
+  app.add_flag("--exact", o.exact,
+               "simulate every micro-batch; by default a long step is simulated at three shorter lengths a "
+               "pipeline period apart and, where every figure moves alike each period, extrapolated "
+               "(docs/design-notes.md, \"Periodic steady state\"; --trace always simulates every event)");
   app.add_option("--observed-tokens-per-s", o.observed_tokens_per_s,
                  "tokens/s per GPU the real run achieved: rank causes of the gap, simulate fixes")
       ->check(in_range("simulate", "--observed-tokens-per-s"));
@@ -90,6 +95,7 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
   SimOptions so;
   so.keep_timeline = !o.trace.empty();
   so.full = o.full;
+  so.exact = o.exact;
   if (o.full && in.run.n_gpus > limits::kMaxFullSimGpus)
     throw InputError("", "--full",
                      fmt::format("instantiates every rank and is limited to {} GPUs (docs/limits.md); this run has {}",

@@ -153,6 +153,10 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   // Every setting resolved from a default rather than stated by the input (RunConfig::assumptions).
   j["assumptions"] = rc.assumptions;
   j["n_tasks"] = r.n_tasks;
+  // The periodic steady-state fold (sim/periodic_fold.hpp): null when every micro-batch was simulated.
+  j["folded"] = r.folded_periods > 0 ? nlohmann::json{{"period_microbatches", r.folded_period_microbatches},
+                                                      {"periods_extrapolated", r.folded_periods}}
+                                     : nlohmann::json();
   return j;
 }
 

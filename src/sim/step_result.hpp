@@ -49,6 +49,11 @@ struct StepResult {
   int critical_stage = 0;
   std::int64_t n_tasks = 0;
   std::int64_t n_events = 0;
+  // A step folded at its periodic steady state (sim/periodic_fold.hpp): the period in micro-batches
+  // and how many periods were extrapolated rather than simulated; 0 when simulated whole. n_tasks
+  // and n_events are then the whole step's, extrapolated alike.
+  std::int64_t folded_period_microbatches = 0;
+  std::int64_t folded_periods = 0;
 };
 
 }  // namespace meshplan

@@ -15,6 +15,7 @@
 #include "cost/collective_cost.hpp"
 #include "cost/compute_cost.hpp"
 #include "cost/host_cost.hpp"
+#include "sim/periodic_fold.hpp"
 #include "spec/placement.hpp"
 
 namespace meshplan {
@@ -704,10 +705,9 @@ void track_memory(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j
   }
 }
 
-}  // namespace
 
-SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
-                            SimOptions options) {
+SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
+                             const SimOptions& options) {
   SimulatedStep out;
   StepProgram prog =
       lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
@@ -734,6 +734,24 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
     out.host_timings = std::move(rank0.host_timings);
   }
   return out;
+}
+
+}  // namespace
+
+SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
+                            SimOptions options) {
+  if (!options.exact && !options.keep_timeline)
+    if (const std::optional<FoldPlan> f = fold_plan(p, j)) {
+      const StepResult a = simulate_whole(m, p, f->at(0), c, options).result;
+      const StepResult b = simulate_whole(m, p, f->at(1), c, options).result;
+      const StepResult d = simulate_whole(m, p, f->at(2), c, options).result;
+      if (std::optional<StepResult> folded = fold_steps(*f, a, b, d)) {
+        SimulatedStep out;
+        out.result = std::move(*folded);
+        return out;
+      }
+    }
+  return simulate_whole(m, p, j, c, options);
 }
 
 }  // namespace meshplan

@@ -20,6 +20,9 @@ struct SimOptions {
   // With `full`: a speed factor per global rank that divides its compute time (gpu_speeds.hpp);
   // empty = every rank at 1.
   std::vector<double> rank_speed{};
+  // Every micro-batch simulated, never folded at the periodic steady state (sim/periodic_fold.hpp);
+  // keep_timeline implies it, since a trace holds every event.
+  bool exact = false;
 };
 
 struct SimulatedStep {

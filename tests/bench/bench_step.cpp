@@ -9,12 +9,12 @@ using namespace meshplan;
 
 namespace {
 
-void run(benchmark::State& state, const char* model, Plan p, Job j) {
+void run(benchmark::State& state, const char* model, Plan p, Job j, SimOptions options = {}) {
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
   const ModelSpec m = load_model(model);
   std::int64_t tasks = 0, events = 0;
   for (auto _ : state) {
-    const SimulatedStep s = simulate_step(m, p, j, c);
+    const SimulatedStep s = simulate_step(m, p, j, c, options);
     tasks = s.result.n_tasks;
     events = s.result.n_events;
     benchmark::DoNotOptimize(s.result.step_time_s);
@@ -57,3 +57,30 @@ static void BM_Step_Llama405B_16384xH100(benchmark::State& state) {
   run(state, "llama3.1-405b", p, Job{8192, 2048, 1, 16});
 }
 BENCHMARK(BM_Step_Llama405B_16384xH100)->Unit(benchmark::kMillisecond);
+
+// A long pipelined step (pp 8, 256 micro-batches of one 1F1B run): folded at its periodic steady
+// state (three steps of 24, 32 and 40 micro-batches, 27 periods extrapolated) and simulated whole.
+Plan pipelined_70b() {
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.mesh.tp = 8;
+  p.mesh.pp = 8;
+  p.mesh.dp_shard = 4;
+  p.schedule = PipelineSchedule::one_f_one_b;
+  p.sequence_parallel = true;
+  p.reshard_after_forward = false;
+  p.ac = AcMode::full;
+  return p;
+}
+
+static void BM_Step_Llama70B_256xH100_PP8_256mb_Folded(benchmark::State& state) {
+  run(state, "llama3.1-70b", pipelined_70b(), Job{8192, 1024, 1, 256});
+}
+BENCHMARK(BM_Step_Llama70B_256xH100_PP8_256mb_Folded)->Unit(benchmark::kMillisecond);
+
+static void BM_Step_Llama70B_256xH100_PP8_256mb_Exact(benchmark::State& state) {
+  SimOptions exact;
+  exact.exact = true;
+  run(state, "llama3.1-70b", pipelined_70b(), Job{8192, 1024, 1, 256}, exact);
+}
+BENCHMARK(BM_Step_Llama70B_256xH100_PP8_256mb_Exact)->Unit(benchmark::kMillisecond);

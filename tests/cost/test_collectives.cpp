@@ -875,7 +875,11 @@ TEST_CASE("accuracy by rank count: no group of checked points from 1 MiB biased 
   REQUIRE(by_ranks.size() >= 5);  // 4, 5, 6, 7, 8 ranks at least, and multi-node groups
   int bias_checked_groups = 0;
   std::string table = "\n  ranks  points  mean error  MAPE\n";
-  for (const auto& [ranks, errors] : by_ranks) {
+  for (const auto& group : by_ranks) {
+    // Named copies: doctest's CAPTURE and messages are lambdas, which cannot capture a structured
+    // binding under clang 14.
+    const int ranks = group.first;
+    const std::vector<double>& errors = group.second;
     double sum = 0, abs_sum = 0;
     for (double e : errors) {
       sum += e;

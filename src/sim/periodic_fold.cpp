@@ -1,0 +1,137 @@
+#include "sim/periodic_fold.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "workload/pipeline_schedule.hpp"
+
+namespace meshplan {
+namespace {
+
+// Extrapolating over k more periods: a figure may drift from the straight line by at most this
+// share of itself (and 1 ns or 1 byte absolutely, for figures that are zero or all but zero).
+constexpr double kFoldRelativeDrift = 1e-4;
+constexpr double kFoldAbsoluteDrift = 1e-9;
+
+// x at k periods beyond x3, when x1, x2, x3 are a period apart and move alike each period.
+class Line {
+public:
+  explicit Line(std::int64_t k) : k_(static_cast<double>(k)) {}
+  double operator()(double x1, double x2, double x3) {
+    const double d1 = x2 - x1, d2 = x3 - x2;
+    const double out = x3 + k_ * d2;
+    if (!(k_ * std::fabs(d2 - d1) <= kFoldRelativeDrift * std::max(std::fabs(out), std::fabs(x3)) + kFoldAbsoluteDrift))
+      ok_ = false;
+    return out;
+  }
+  // Maps keyed alike in all three (a key in one only breaks the fold).
+  std::map<std::string, double> operator()(const std::map<std::string, double>& a, const std::map<std::string, double>& b,
+                                           const std::map<std::string, double>& c) {
+    std::map<std::string, double> out;
+    if (a.size() != c.size() || b.size() != c.size()) ok_ = false;
+    for (const auto& [key, x3] : c) {
+      const auto ia = a.find(key), ib = b.find(key);
+      if (ia == a.end() || ib == b.end()) {
+        ok_ = false;
+        continue;
+      }
+      out[key] = (*this)(ia->second, ib->second, x3);
+    }
+    return out;
+  }
+  MemoryBreakdown operator()(const MemoryBreakdown& a, const MemoryBreakdown& b, const MemoryBreakdown& c) {
+    MemoryBreakdown o;
+    o.params = (*this)(a.params, b.params, c.params);
+    o.grads = (*this)(a.grads, b.grads, c.grads);
+    o.optimizer = (*this)(a.optimizer, b.optimizer, c.optimizer);
+    o.unsharded_params = (*this)(a.unsharded_params, b.unsharded_params, c.unsharded_params);
+    o.reduce_buffers = (*this)(a.reduce_buffers, b.reduce_buffers, c.reduce_buffers);
+    o.activations = (*this)(a.activations, b.activations, c.activations);
+    o.recompute = (*this)(a.recompute, b.recompute, c.recompute);
+    o.comm_buffers = (*this)(a.comm_buffers, b.comm_buffers, c.comm_buffers);
+    o.framework = (*this)(a.framework, b.framework, c.framework);
+    return o;
+  }
+  bool ok() const { return ok_; }
+
+private:
+  double k_;
+  bool ok_ = true;
+};
+
+}  // namespace
+
+Job FoldPlan::at(int k) const {
+  Job j = full;
+  const std::int64_t m = first_microbatches + k * period_microbatches;
+  j.global_batch = full.global_batch / full.grad_accum * m;
+  // One schedule run of the whole step stays one run of the shorter step.
+  if (full.pp_microbatches >= full.grad_accum) j.pp_microbatches = m;
+  j.grad_accum = m;
+  return j;
+}
+
+std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j) {
+  const std::int64_t m = j.grad_accum;
+  if (m <= 0 || j.global_batch % m != 0) return std::nullopt;
+  const int pp = std::max(1, p.mesh.pp);
+  const std::int64_t per_run = microbatches_per_run(m, j.pp_microbatches, pp);
+  FoldPlan f;
+  f.full = j;
+  if (per_run < m) {
+    // Several schedule runs, each with its own fill and drain: a period is a run.
+    if (per_run <= 0 || m % per_run != 0) return std::nullopt;
+    f.period_microbatches = per_run;
+    f.first_microbatches = per_run;
+  } else {
+    f.period_microbatches = pp;
+    f.first_microbatches = 3 * pp + m % pp;
+  }
+  const std::int64_t simulated = 3 * f.first_microbatches + 3 * f.period_microbatches;
+  if (m < 2 * simulated) return std::nullopt;
+  f.periods_beyond = (m - f.first_microbatches) / f.period_microbatches - 2;
+  return f;
+}
+
+std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c) {
+  Line line(f.periods_beyond);
+  StepResult r = c;
+  if (a.critical_stage != c.critical_stage || b.critical_stage != c.critical_stage || a.stages.size() != c.stages.size() ||
+      b.stages.size() != c.stages.size())
+    return std::nullopt;
+  r.step_time_s = line(a.step_time_s, b.step_time_s, c.step_time_s);
+  r.host_busy_s = line(a.host_busy_s, b.host_busy_s, c.host_busy_s);
+  r.breakdown_s = line(a.breakdown_s, b.breakdown_s, c.breakdown_s);
+  r.exposed_comm_s = line(a.exposed_comm_s, b.exposed_comm_s, c.exposed_comm_s);
+  r.comm_bytes = line(a.comm_bytes, b.comm_bytes, c.comm_bytes);
+  r.n_tasks = std::llround(line(static_cast<double>(a.n_tasks), static_cast<double>(b.n_tasks), static_cast<double>(c.n_tasks)));
+  r.n_events =
+      std::llround(line(static_cast<double>(a.n_events), static_cast<double>(b.n_events), static_cast<double>(c.n_events)));
+  for (std::size_t s = 0; s < c.stages.size(); ++s) {
+    const StageTimeline &x = a.stages[s], &y = b.stages[s], &z = c.stages[s];
+    StageTimeline& o = r.stages[s];
+    o.peak_bytes = line(x.peak_bytes, y.peak_bytes, z.peak_bytes);
+    o.host_bytes = line(x.host_bytes, y.host_bytes, z.host_bytes);
+    o.allocated_peak_bytes = line(x.allocated_peak_bytes, y.allocated_peak_bytes, z.allocated_peak_bytes);
+    o.peak_time_seconds = line(x.peak_time_seconds, y.peak_time_seconds, z.peak_time_seconds);
+    o.breakdown = line(x.breakdown, y.breakdown, z.breakdown);
+    o.term_peaks = line(x.term_peaks, y.term_peaks, z.term_peaks);
+    o.compute_busy_seconds = line(x.compute_busy_seconds, y.compute_busy_seconds, z.compute_busy_seconds);
+  }
+  if (!line.ok() || !(r.step_time_s > 0) || !(c.step_time_s > 0)) return std::nullopt;
+  // Throughput: the full step's tokens over its time; FLOP utilisation moves with it.
+  const double tokens_ratio = static_cast<double>(f.full.global_batch) / static_cast<double>(f.at(2).global_batch);
+  const double speed = tokens_ratio * c.step_time_s / r.step_time_s;
+  r.tokens_per_s = c.tokens_per_s * speed;
+  r.tokens_per_s_per_gpu = c.tokens_per_s_per_gpu * speed;
+  r.mfu = c.mfu * speed;
+  r.hfu = c.hfu * speed;
+  r.host_bound = r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
+  r.folded_period_microbatches = f.period_microbatches;
+  r.folded_periods = f.periods_beyond;
+  return r;
+}
+
+}  // namespace meshplan

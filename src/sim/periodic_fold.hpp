@@ -1,0 +1,38 @@
+#pragma once
+// A step of many micro-batches is a fill, a steady state that repeats every period, and a drain
+// (docs/design-notes.md, "Periodic steady state"). Simulating the same step with three micro-batch
+// counts a period apart shows whether the period repeats: every reported figure then moves by
+// the same amount from the first to the second as from the second to the third, and the whole
+// step is the third plus that move once per remaining period. The move is checked, figure by
+// figure, never assumed; where it does not hold, the step is simulated whole.
+#include <cstdint>
+#include <optional>
+
+#include "sim/step_result.hpp"
+#include "spec/plan.hpp"
+
+namespace meshplan {
+
+// The three shorter steps to simulate: micro-batch counts first, first + period, first + 2 period,
+// and how many periods the full step has beyond the third.
+struct FoldPlan {
+  std::int64_t period_microbatches = 0;
+  std::int64_t first_microbatches = 0;
+  std::int64_t periods_beyond = 0;
+  Job at(int k) const;  // the step with first + k periods (k = 0, 1, 2)
+  Job full;
+};
+
+// Whether `j` is long enough for folding to save work: at least twice the micro-batches of the
+// three shorter steps together. The period is one pipeline schedule run where the step runs
+// several (torchtitan: each local batch its own run), else pp micro-batches (1 without a pipeline);
+// the first count holds three periods, so that the fill is over and the steady state has begun.
+std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j);
+
+// The full step from the three shorter ones, or nullopt where some figure does not move by the
+// same amount each period (to within what extrapolating over the remaining periods keeps below
+// 1e-4 of the figure). Throughput and FLOP utilisation follow from the full step's tokens and its
+// extrapolated time.
+std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c);
+
+}  // namespace meshplan
