@@ -132,11 +132,13 @@ TEST_CASE("folded steps of shipped plans equal the whole simulation: 1F1B, inter
     CHECK(folded.tokens_per_s_per_gpu == doctest::Approx(whole.tokens_per_s_per_gpu).epsilon(1e-9));
     CHECK(folded.mfu == doctest::Approx(whole.mfu).epsilon(1e-9));
     CHECK(folded.n_tasks == whole.n_tasks);
-    for (const auto& [key, seconds] : whole.breakdown_s) {
+    for (const auto& term : whole.breakdown_s) {
+      const std::string key = term.first;  // a named copy: CAPTURE is a lambda (clang 14)
       CAPTURE(key);
-      CHECK(folded.breakdown_s.at(key) == doctest::Approx(seconds).epsilon(1e-9).scale(whole.step_time_s));
+      CHECK(folded.breakdown_s.at(key) == doctest::Approx(term.second).epsilon(1e-9).scale(whole.step_time_s));
     }
-    for (const auto& [key, bytes] : whole.comm_bytes) CHECK(folded.comm_bytes.at(key) == doctest::Approx(bytes).epsilon(1e-9));
+    for (const auto& kind : whole.comm_bytes)
+      CHECK(folded.comm_bytes.at(kind.first) == doctest::Approx(kind.second).epsilon(1e-9));
     REQUIRE(folded.stages.size() == whole.stages.size());
     for (std::size_t s = 0; s < whole.stages.size(); ++s) {
       CAPTURE(s);
