@@ -23,10 +23,23 @@ double training_days(double tokens, double tokens_per_s_per_gpu, std::int64_t gp
 }
 
 double checkpoint_state_bytes_per_rank(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  // A checkpoint writes each distinct byte of the training state once: Megatron's distributed
+  // format (torch_dist, its default) with its fully parallel save, and torch DCP (torchtitan,
+  // Composer's sharded checkpoints) drop the copies data-parallel ranks hold and spread the writes
+  // over them. The state of a model-parallel shard is its parameters as the model stores them plus
+  // the optimizer's (fp32 master where kept, moments), unsharded; every data-parallel and context-
+  // parallel rank of the shard writes an equal part. Where the params are offloaded they are the
+  // same bytes, held on the host.
+  Plan resident = p;
+  resident.param_offload = false;
+  const MemoryBreakdown per = state_bytes_per_param(resident, j).device;
+  const double n_state = state_shard_group(p);
+  const bool replicated_params = p.sharding == Sharding::none || p.sharding == Sharding::zero1;
+  const double unique_per_param = per.params * (replicated_params ? 1.0 : n_state) + per.optimizer * n_state;
+  const double writers = static_cast<double>(std::max(1, p.mesh.dp())) * std::max(1, p.mesh.cp);
   const MemoryEstimate est = estimate_memory(m, p, j, c);
   double most = 0;
-  for (const StageMemory& s : est.stages)
-    most = std::max(most, p.param_offload ? s.host_bytes : s.breakdown.params + s.breakdown.optimizer);
+  for (const StageMemory& s : est.stages) most = std::max(most, s.params_per_rank * unique_per_param / writers);
   return most;
 }
 

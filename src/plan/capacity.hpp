@@ -72,8 +72,9 @@ struct CapacityReport {
 // days = tokens / (tokens/s/GPU x GPUs) / 86400.
 double training_days(double tokens, double tokens_per_s_per_gpu, std::int64_t gpus);
 
-// What one rank writes to a checkpoint: the memory model's params + optimizer state (the
-// host copy when they are offloaded), on the stage that holds the most.
+// What one rank writes to a checkpoint, on the stage that writes the most: its model-parallel
+// shard's unique state (params as stored + the optimizer's master and moments) over the data- and
+// context-parallel ranks that hold a copy (torch_dist's fully parallel save, DCP's deduplication).
 double checkpoint_state_bytes_per_rank(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
 
 // Failures, checkpoint and restart of one plan on `gpus` GPUs; priced = false (and nothing else

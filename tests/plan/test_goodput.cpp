@@ -141,3 +141,39 @@ TEST_CASE("the shipped bundles' checkpoint interval is Young/Daly in whole steps
         std::llround(std::sqrt(2 * 2.5 * j.mtbi_seconds) / 14.0));
   CHECK(young_daly_interval_steps(j, k, CheckpointMode::sync, 14.0) == 17);
 }
+
+// Issue 32 item 5: a checkpoint writes each distinct byte once (Megatron's torch_dist with its
+// fully parallel save, torch DCP), spread over the data-parallel and context-parallel ranks that
+// hold a copy, not every rank's resident state.
+TEST_CASE("checkpoint bytes per rank: the unique state of a model-parallel shard over its copies") {
+  const ModelSpec m = load_model("llama3.1-8b");
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const Job j{8192, 64, 1, 8};
+  const double n = static_cast<double>(n_params(m));
+  // Megatron, tp 2 x dp 8 (DDP, everything replicated): bf16 params (2 B) + fp32 master (4 B) +
+  // AdamW moments (8 B) = 14 B per parameter, half the model per TP rank, over 8 data-parallel
+  // writers: 14 N / 2 / 8. Before, each rank counted its whole resident 2 + 12 B copy: 8 x more.
+  Plan meg;
+  meg.runtime = Runtime::megatron;
+  meg.mesh.tp = 2;
+  meg.mesh.dp_replicate = 8;
+  meg.sharding = Sharding::none;
+  meg.param_dtype = Dtype::bf16;
+  meg.state_dtype = Dtype::fp32;
+  const double ddp = checkpoint_state_bytes_per_rank(m, meg, j, c);
+  CHECK(ddp == doctest::Approx(14.0 * n / 2 / 8).epsilon(0.02));
+  // The distributed optimizer shards the master and moments: the same bytes written, the same share.
+  meg.sharding = Sharding::zero1;
+  CHECK(checkpoint_state_bytes_per_rank(m, meg, j, c) == doctest::Approx(ddp).epsilon(1e-9));
+  // FSDP2 over 16 ranks with fp32 params: 4 + 8 = 12 B per parameter over 16 writers.
+  Plan fsdp;
+  fsdp.runtime = Runtime::torchtitan_fsdp2;
+  fsdp.mesh.dp_shard = 16;
+  fsdp.sharding = Sharding::zero3;
+  fsdp.state_dtype = Dtype::fp32;
+  CHECK(checkpoint_state_bytes_per_rank(m, fsdp, j, c) == doctest::Approx(12.0 * n / 16).epsilon(0.02));
+  // HSDP 2 x 8: replicated over two groups; DCP writes each shard once, split over both.
+  fsdp.mesh.dp_shard = 8;
+  fsdp.mesh.dp_replicate = 2;
+  CHECK(checkpoint_state_bytes_per_rank(m, fsdp, j, c) == doctest::Approx(12.0 * n / 16).epsilon(0.02));
+}
