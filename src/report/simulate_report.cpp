@@ -63,6 +63,13 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
                        per_rank.size() - 1);
   out += fmt::format("  batch       {} sequences x {} tokens per step, micro-batch {}, {} micro-batches\n",
                      rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);
+  if (r.folded_periods > 0) {
+    const std::int64_t third = rc.job.grad_accum - r.folded_periods * r.folded_period_microbatches;
+    out += fmt::format("  folded      at the periodic steady state: {}, {} and {} micro-batches simulated, {} periods of {} "
+                       "extrapolated (--exact simulates every one)\n",
+                       third - 2 * r.folded_period_microbatches, third - r.folded_period_microbatches, third,
+                       r.folded_periods, r.folded_period_microbatches);
+  }
   out += fmt::format("\nstep time     {:.4f} s\n", r.step_time_s);
   out += fmt::format("tokens/s      {:.0f} total, {:.1f} per GPU\n", r.tokens_per_s, r.tokens_per_s_per_gpu);
   out += fmt::format("MFU           {:.1f}%   HFU {:.1f}%   ({} FLOP/token: {})\n", 100 * r.mfu, 100 * r.hfu,
