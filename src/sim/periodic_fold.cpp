@@ -87,7 +87,7 @@ std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j) {
     f.first_microbatches = per_run;
   } else {
     f.period_microbatches = pp;
-    f.first_microbatches = 3 * pp + m % pp;
+    f.first_microbatches = 2 * pp + m % pp;
   }
   const std::int64_t simulated = 3 * f.first_microbatches + 3 * f.period_microbatches;
   if (m < 2 * simulated) return std::nullopt;

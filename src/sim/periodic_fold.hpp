@@ -26,7 +26,9 @@ struct FoldPlan {
 // Whether `j` is long enough for folding to save work: at least twice the micro-batches of the
 // three shorter steps together. The period is one pipeline schedule run where the step runs
 // several (torchtitan: each local batch its own run), else pp micro-batches (1 without a pipeline);
-// the first count holds three periods, so that the fill is over and the steady state has begun.
+// the first count holds two periods, so that the fill is over and the steady state has begun (with
+// one, interleaved schedules' peaks and pp = 1's first micro-batch are not yet periodic: the check
+// refuses them; with two, every dev-set row that folds passes it).
 std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j);
 
 // The full step from the three shorter ones, or nullopt where some figure does not move by the

@@ -59,7 +59,7 @@ static void BM_Step_Llama405B_16384xH100(benchmark::State& state) {
 BENCHMARK(BM_Step_Llama405B_16384xH100)->Unit(benchmark::kMillisecond);
 
 // A long pipelined step (pp 8, 256 micro-batches of one 1F1B run): folded at its periodic steady
-// state (three steps of 24, 32 and 40 micro-batches, 27 periods extrapolated) and simulated whole.
+// state (three steps of 16, 24 and 32 micro-batches, 28 periods extrapolated) and simulated whole.
 Plan pipelined_70b() {
   Plan p;
   p.runtime = Runtime::torchtitan_fsdp2;

@@ -35,22 +35,22 @@ Job job(std::int64_t grad_accum, std::int64_t pp_microbatches = 0) {
 
 TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrapolated") {
   // One schedule run of 1,024 micro-batches on pp 16 (the shipped 405B bundle): a period is pp
-  // micro-batches; the first shorter step holds 3 periods (48), then 64 and 80; the full step is
-  // 80 + 59 x 16 = 1,024.
+  // micro-batches; the first shorter step holds 2 periods (32), then 48 and 64; the full step is
+  // 64 + 60 x 16 = 1,024.
   const auto f = fold_plan(pipeline(16), job(1024, 1024));
   REQUIRE(f);
   CHECK(f->period_microbatches == 16);
-  CHECK(f->first_microbatches == 48);
-  CHECK(f->periods_beyond == 59);
-  CHECK(f->at(0).grad_accum == 48);
-  CHECK(f->at(2).grad_accum == 80);
-  CHECK(f->at(2).global_batch == 160);     // 2 replicas x 80
-  CHECK(f->at(2).pp_microbatches == 80);   // still one run
-  // 1,000 micro-batches: the remainder 1000 mod 16 = 8 goes into the first step (56, 72, 88).
+  CHECK(f->first_microbatches == 32);
+  CHECK(f->periods_beyond == 60);
+  CHECK(f->at(0).grad_accum == 32);
+  CHECK(f->at(2).grad_accum == 64);
+  CHECK(f->at(2).global_batch == 128);     // 2 replicas x 64
+  CHECK(f->at(2).pp_microbatches == 64);   // still one run
+  // 1,000 micro-batches: the remainder 1000 mod 16 = 8 goes into the first step (40, 56, 72).
   const auto g = fold_plan(pipeline(16), job(1000));
   REQUIRE(g);
-  CHECK(g->first_microbatches == 56);
-  CHECK(g->periods_beyond == (1000 - 56) / 16 - 2);
+  CHECK(g->first_microbatches == 40);
+  CHECK(g->periods_beyond == 58);
   CHECK(g->at(2).grad_accum + g->periods_beyond * 16 == 1000);
   // Runs of 8 micro-batches (torchtitan, one schedule per local batch): a period is a run.
   const auto r = fold_plan(pipeline(4), job(128, 8));
@@ -59,14 +59,15 @@ TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrap
   CHECK(r->first_microbatches == 8);
   CHECK(r->at(1).pp_microbatches == 8);
   CHECK(r->periods_beyond == 128 / 8 - 3);
-  // Too short to save work: the three steps would simulate 12 pp + ... of 16 pp micro-batches.
+  // Too short to save work: the three steps would simulate 9 pp of 16 pp micro-batches (the fold
+  // asks for at least twice what it simulates).
   CHECK_FALSE(fold_plan(pipeline(16), job(256)));
   CHECK_FALSE(fold_plan(pipeline(4), job(88, 8)));  // 11 runs < 12
-  // Without a pipeline, gradient accumulation repeats every micro-batch: 3, 4, 5 then 19 more.
+  // Without a pipeline, gradient accumulation repeats every micro-batch: 2, 3, 4 then 20 more.
   const auto d = fold_plan(pipeline(1), job(24));
   REQUIRE(d);
   CHECK(d->period_microbatches == 1);
-  CHECK(d->periods_beyond == 19);
+  CHECK(d->periods_beyond == 20);
 }
 
 TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not refuses the fold") {
@@ -74,8 +75,8 @@ TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not re
   REQUIRE(f);
   StepResult a, b, c;
   a.step_time_s = 1.0, b.step_time_s = 1.5, c.step_time_s = 2.0;  // 0.5 s per micro-batch
-  // 3, 4 and 5 micro-batches of two replicas' sequences.
-  a.tokens_per_s = 6 * 4096 / 1.0, b.tokens_per_s = 8 * 4096 / 1.5, c.tokens_per_s = 10 * 4096 / 2.0;
+  // 2, 3 and 4 micro-batches of two replicas' sequences.
+  a.tokens_per_s = 4 * 4096 / 1.0, b.tokens_per_s = 6 * 4096 / 1.5, c.tokens_per_s = 8 * 4096 / 2.0;
   c.tokens_per_s_per_gpu = c.tokens_per_s / 2;
   a.breakdown_s = {{"compute", 0.9}, {"other", 0.1}};
   b.breakdown_s = {{"compute", 1.4}, {"other", 0.1}};
@@ -84,14 +85,14 @@ TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not re
   a.stages[0].peak_bytes = b.stages[0].peak_bytes = c.stages[0].peak_bytes = 5e10;
   const auto r = fold_steps(*f, a, b, c);
   REQUIRE(r);
-  // 24 micro-batches: 2.0 + 19 x 0.5 = 11.5 s; 48 sequences of 4,096 tokens over it.
-  CHECK(r->step_time_s == doctest::Approx(11.5));
-  CHECK(r->breakdown_s.at("compute") == doctest::Approx(11.4));
+  // 24 micro-batches: 2.0 + 20 x 0.5 = 12 s; 48 sequences of 4,096 tokens over it.
+  CHECK(r->step_time_s == doctest::Approx(12.0));
+  CHECK(r->breakdown_s.at("compute") == doctest::Approx(11.9));
   CHECK(r->breakdown_s.at("other") == doctest::Approx(0.1));
-  CHECK(r->tokens_per_s == doctest::Approx(48.0 * 4096 / 11.5));
-  CHECK(r->tokens_per_s_per_gpu == doctest::Approx(48.0 * 4096 / 11.5 / 2));
+  CHECK(r->tokens_per_s == doctest::Approx(48.0 * 4096 / 12.0));
+  CHECK(r->tokens_per_s_per_gpu == doctest::Approx(48.0 * 4096 / 12.0 / 2));
   CHECK(r->stages[0].peak_bytes == 5e10);
-  CHECK(r->folded_periods == 19);
+  CHECK(r->folded_periods == 20);
   // A peak that grows faster each period (not a steady state) refuses the fold.
   StepResult c2 = c;
   c2.stages[0].peak_bytes = 5.1e10;
