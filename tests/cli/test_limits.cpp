@@ -697,9 +697,24 @@ TEST_CASE("validate streams its CSV: a file past the old 128 MiB limit runs in b
   CHECK(r.out.find("SKIPPED: id is empty") != std::string::npos);
   // Holding the file would take 140 MB at least; the streamed run is the binary, its profiles and
   // one row.
-  const std::uint64_t rss = peak_rss_bytes({"validate", big.string()});
-  CAPTURE(rss);
-  CHECK(rss < 100ULL * 1000 * 1000);
+  // Under AddressSanitizer the binary's own shadow memory and quarantine hold hundreds of MB
+  // whatever it reads (653 MB measured), so the bound says nothing there and is not checked.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  constexpr bool kAddressSanitizer = true;
+#else
+  constexpr bool kAddressSanitizer = false;
+#endif
+#else
+  constexpr bool kAddressSanitizer = false;
+#endif
+  if (!kAddressSanitizer) {
+    const std::uint64_t rss = peak_rss_bytes({"validate", big.string()});
+    CAPTURE(rss);
+    CHECK(rss < 100ULL * 1000 * 1000);
+  }
   fs::remove(big);
 
   // A record that never ends is not a row: refused at 1 MiB instead of being held whole.
