@@ -88,11 +88,10 @@ std::vector<double> clamp_to_bounds(std::vector<double> theta, const std::vector
 }
 
 // The parameters, their priors, bounds and the rows they apply to.
-std::vector<ParameterFit> declare(Problem& pb, const FitOptions& options, const RunsEvaluation& prior) {
+std::vector<ParameterFit> declare(Problem& pb, Applicability& app, const FitOptions& options, const RunsEvaluation& prior) {
   std::vector<const FittedParameter*> wanted = options.parameters;
   if (wanted.empty())
     for (const FittedParameter& p : fitted_parameters()) wanted.push_back(&p);
-  Applicability app(*pb.runs);
   std::vector<ParameterFit> ps;
   pb.rows_of.assign(wanted.size(), {});
   for (std::size_t j = 0; j < wanted.size(); ++j) {
@@ -121,9 +120,8 @@ std::vector<ParameterFit> declare(Problem& pb, const FitOptions& options, const 
 // stores a key rounded (the element-wise rate to three decimals per GPU), so one prior written into
 // every profile may differ from what some of them hold: those rows are simulated again at the prior
 // before the first Jacobian, or every parameter's finite difference would carry the change.
-std::vector<RunKey> rows_moved_by_writing(const Problem& pb, const std::vector<ParameterFit>& ps,
+std::vector<RunKey> rows_moved_by_writing(const Problem& pb, Applicability& app, const std::vector<ParameterFit>& ps,
                                           const std::vector<double>& theta, const RunsEvaluation& prior) {
-  Applicability app(*pb.runs);
   std::vector<RunKey> moved;
   for (std::size_t i = 0; i < prior.rows.size(); ++i) {
     if (pb.row_index.count(prior.keys[i]) == 0) continue;
@@ -319,13 +317,14 @@ RunsFit fit_runs(const MeasuredRuns& runs, const FitOptions& options) {
   for (std::size_t i = 0, k = 0; i < fit.prior.rows.size(); ++i)
     if (auto lr = log_ratio(fit.prior.rows[i]); lr) r[static_cast<Index>(k++)] = *lr;
   fit.prior_residuals = r;
-  std::vector<ParameterFit> ps = declare(pb, options, fit.prior);
+  Applicability profiles(runs);  // each row's profile, loaded once for declare and the prior's rows
+  std::vector<ParameterFit> ps = declare(pb, profiles, options, fit.prior);
   for (std::size_t j = 0; j < ps.size(); ++j)
     if (ps[j].runs > 0) pb.free.push_back(j);
   std::vector<double> theta;
   for (const ParameterFit& f : ps) theta.push_back(f.prior);
   theta = clamp_to_bounds(theta, ps);
-  r = residuals_at(pb, ps, theta, rows_moved_by_writing(pb, ps, theta, fit.prior), r);
+  r = residuals_at(pb, ps, theta, rows_moved_by_writing(pb, profiles, ps, theta, fit.prior), r);
   Eigen::MatrixXd J = identify(pb, ps, theta, r, options.relative_step);
   record_pulls(ps, pb, J, r);
   fit.iterations = levenberg_marquardt(pb, ps, theta, r, J, options);
