@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <functional>
 #include <optional>
@@ -601,11 +602,27 @@ namespace {
 // Simulates every candidate on `threads` threads (the calling one included, which reports
 // progress between plans). A plan the simulator rejects is marked unsimulated with the reason in
 // errors[i], never fatal (and never escapes a thread).
+// Ops a candidate's simulation lowers, up to a constant: the micro-batches its steady-state jobs
+// run times the layers on a stage. Only the order plans are handed to threads depends on it.
+double simulation_work(const ModelSpec& m, const PlanCandidate& c) {
+  double microbatches = 0;
+  for (const Job& j : steady_state_jobs(c.plan, c.job)) microbatches += static_cast<double>(std::max<std::int64_t>(1, j.grad_accum));
+  return microbatches * static_cast<double>(m.n_layers) / std::max(1, c.plan.mesh.pp);
+}
+
 void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims, std::vector<std::string>& errors,
                   const std::function<void(std::size_t, std::size_t)>& progress) {
   std::atomic<std::size_t> next{0}, done{0};
   errors.assign(sims.size(), "");
-  auto simulate_one = [&](std::size_t i) {
+  // Longest first, so that no thread is left alone with a long plan at the end; every result is
+  // stored at its candidate's index, so the answer does not depend on the order.
+  std::vector<std::size_t> order(sims.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::vector<double> work(sims.size());
+  for (std::size_t i = 0; i < sims.size(); ++i) work[i] = simulation_work(rq.model, sims[i]);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+  auto simulate_one = [&](std::size_t k) {
+    const std::size_t i = order[k];
     try {
       sims[i].result = simulate_steady_state(rq.model, sims[i].plan, sims[i].job, rq.cluster);
       sims[i].simulated = true;
@@ -778,15 +795,18 @@ std::optional<Plan> ceil_layout_twin(const ModelSpec& m, const Plan& p) {
   return q;
 }
 
-// Uneven pipelines: every simulated plan with a ceil-layout twin that fits (with headroom) has it
-// simulated too, and the twin takes the plan's place only where it is faster: the layout is
-// considered beside the runtime's own split, never preferred for itself. Returns {tried, kept}.
-std::pair<std::int64_t, std::int64_t> try_ceil_layouts(const PlanRequest& rq, std::vector<PlanCandidate>& sims) {
-  const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
+// Uneven pipelines: every plan to simulate with a ceil-layout twin that fits (with headroom) has it
+// simulated too, in the same batch (keep_faster_twins then compares them).
+struct CeilTwins {
   std::vector<PlanCandidate> twins;
-  std::vector<std::size_t> of;
+  std::vector<std::size_t> of;  // the plan each twin is the twin of
+};
+
+CeilTwins ceil_layout_twins(const PlanRequest& rq, const std::vector<PlanCandidate>& sims) {
+  const double budget = rq.cluster.gpu.device_memory_bytes() * (1 - rq.headroom_fraction);
+  CeilTwins out;
+  auto& [twins, of] = out;
   for (std::size_t i = 0; i < sims.size(); ++i) {
-    if (!sims[i].simulated) continue;
     const std::optional<Plan> q = ceil_layout_twin(rq.model, sims[i].plan);
     if (!q) continue;
     const MemoryEstimate mem = estimate_memory(rq.model, *q, sims[i].job, rq.cluster);
@@ -801,15 +821,24 @@ std::pair<std::int64_t, std::int64_t> try_ceil_layouts(const PlanRequest& rq, st
     twins.push_back(std::move(twin));
     of.push_back(i);
   }
-  std::vector<std::string> errors;
-  simulate_all(rq, twins, errors, {});
-  std::int64_t kept = 0;
-  for (std::size_t k = 0; k < twins.size(); ++k)
-    if (twins[k].simulated && twins[k].result.tokens_per_s_per_gpu > sims[of[k]].result.tokens_per_s_per_gpu) {
-      sims[of[k]] = std::move(twins[k]);
+  return out;
+}
+
+// A simulated twin takes its plan's place only where it is faster: the layout is considered beside
+// the runtime's own split, never preferred for itself. Twins of plans the simulator rejected are
+// not counted. Returns {tried, kept}.
+std::pair<std::int64_t, std::int64_t> keep_faster_twins(CeilTwins& t, std::vector<PlanCandidate>& sims) {
+  std::int64_t tried = 0, kept = 0;
+  for (std::size_t k = 0; k < t.twins.size(); ++k) {
+    PlanCandidate& plan = sims[t.of[k]];
+    if (!plan.simulated) continue;
+    ++tried;
+    if (t.twins[k].simulated && t.twins[k].result.tokens_per_s_per_gpu > plan.result.tokens_per_s_per_gpu) {
+      plan = std::move(t.twins[k]);
       ++kept;
     }
-  return {static_cast<std::int64_t>(twins.size()), kept};
+  }
+  return {tried, kept};
 }
 
 // Ties within the model's own resolution go to the numerically safer plan. Two plans that differ
@@ -959,9 +988,16 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
   std::vector<PlanCandidate> sims = std::move(sel.distinct);
   out.merged = sel.merged;
   out.dropped = std::move(sel.dropped);
+  // The plans and their ceil-layout twins in one batch: one pool, no idle thread between the two.
+  CeilTwins twins = ceil_layout_twins(rq, sims);
+  const std::size_t n_plans = sims.size();
+  sims.insert(sims.end(), twins.twins.begin(), twins.twins.end());
   std::vector<std::string> errors;
   simulate_all(rq, sims, errors, progress);
-  std::tie(out.uneven_tried, out.uneven_kept) = try_ceil_layouts(rq, sims);
+  std::move(sims.begin() + static_cast<std::ptrdiff_t>(n_plans), sims.end(), twins.twins.begin());
+  sims.resize(n_plans);
+  errors.resize(n_plans);
+  std::tie(out.uneven_tried, out.uneven_kept) = keep_faster_twins(twins, sims);
   const std::size_t n_simulated = sims.size();
   const std::size_t looked_at = n_simulated + static_cast<std::size_t>(out.merged) + out.dropped.size();
   for (std::size_t i = 0; i < sims.size(); ++i)

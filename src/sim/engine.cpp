@@ -168,7 +168,8 @@ private:
     dependents_.resize(e_.dep_pool_.size());
     std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
     for (std::size_t i = 0; i < n_; ++i)
-      for (TaskId d : e_.deps_of(e_.tasks_[i])) dependents_[fill[static_cast<std::size_t>(d)]++] = static_cast<TaskId>(i);
+      for (TaskId d : e_.deps_of(e_.tasks_[i]))
+        dependents_[fill[static_cast<std::size_t>(d)]++] = Dependent{static_cast<TaskId>(i), e_.tasks_[i].stream};
     const auto owners = static_cast<std::size_t>(max_owner + 1);
     owner_flows_.assign(owners, 0);
     owner_work_.resize(owners);
@@ -280,11 +281,11 @@ private:
     }
     const auto task_index = static_cast<std::size_t>(id);
     for (std::uint32_t k = dependents_begin_[task_index]; k < dependents_begin_[task_index + 1]; ++k) {
-      const TaskId d = dependents_[k];
+      const auto [d, stream] = dependents_[k];
       const auto du = static_cast<std::size_t>(d);
       --unfinished_deps_[du];
-      if (e_.tasks_[du].stream != kNoStream) {
-        candidates_.push_back(e_.tasks_[du].stream);
+      if (stream != kNoStream) {
+        candidates_.push_back(stream);
       } else if (unfinished_deps_[du] == 0) {
         start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
       }
@@ -364,7 +365,13 @@ private:
   std::vector<Running> st_;
   std::vector<int> unfinished_deps_;
   std::vector<std::uint32_t> dependents_begin_;
-  std::vector<TaskId> dependents_;
+  // A dependent with its stream beside it: finishing a task touches only this array, not the
+  // dependents' task records (a cache miss each on a step of 10^5 tasks).
+  struct Dependent {
+    TaskId task;
+    StreamId stream;
+  };
+  std::vector<Dependent> dependents_;
   std::vector<std::size_t> stream_head_;
   std::vector<std::vector<TaskId>> flows_on_link_;  // flows moving bytes
   std::vector<int> owner_flows_;                    // flows (any phase) per owner
