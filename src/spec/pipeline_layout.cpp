@@ -157,10 +157,21 @@ std::optional<PipelineLayout> ceil_split_layout(int n_layers, int stages, int mt
   if (n_layers <= 0 || stages <= 0) return std::nullopt;
   const int per = (n_layers + stages - 1) / stages;
   const int last = n_layers - per * (stages - 1);
-  if (last <= 0) return std::nullopt;
   PipelineLayout l;
   l.chunk_layers.assign(static_cast<std::size_t>(stages), per);
   l.chunk_layers.back() = last;
+  if (last <= 0) {
+    // The stages cannot all hold a decoder layer at ceil(L / s) each: the last stage holds only
+    // the loss (and the MTP layers), the middle ones ceil(L / (s - 1)), the first the rest beside
+    // the embedding (Megatron-Bridge's H100 config for 61 layers on 32 stages, "Et|(tt|)*30mL").
+    if (stages < 2) return std::nullopt;
+    const int middle = (n_layers + stages - 2) / (stages - 1);
+    const int first = n_layers - middle * (stages - 2);
+    if (first <= 0) return std::nullopt;
+    l.chunk_layers.assign(static_cast<std::size_t>(stages), middle);
+    l.chunk_layers.front() = first;
+    l.chunk_layers.back() = 0;
+  }
   if (mtp_layers > 0) {
     l.mtp_chunk = stages - 1;
     l.mtp_layers = mtp_layers;

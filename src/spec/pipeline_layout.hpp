@@ -29,8 +29,10 @@ std::string format_pipeline_layout(const PipelineLayout& l);
 // Megatron-Bridge's DeepSeek-V3 / Kimi-K2 rule for `n_layers` over `stages` virtual stages:
 // ceil(n_layers / stages) decoder layers in each stage and the remainder in the last, with the
 // embedding in the first and the MTP layers and the loss in the last (recipes/deepseek/
-// deepseek_v3.py: 61 layers over 16 stages as 4 x 15 + 1; over 8 as 8 x 7 + 5). nullopt when the
-// remainder leaves the last stage no decoder layer.
+// deepseek_v3.py: 61 layers over 16 stages as 4 x 15 + 1; over 8 as 8 x 7 + 5). Where that leaves
+// the last stage no decoder layer, its H100 config's shape: the last stage the loss (and MTP)
+// alone, ceil(L / (stages - 1)) in each middle stage and the rest in the first (61 over 32 as
+// 1 + 2 x 30 + 0). nullopt when even the first would be empty.
 std::optional<PipelineLayout> ceil_split_layout(int n_layers, int stages, int mtp_layers = 0);
 
 }  // namespace meshplan

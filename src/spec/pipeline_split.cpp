@@ -198,8 +198,10 @@ std::optional<PipelineSplit> megatron_split_for(int n_layers, int pp, int vpp, i
   set_layout(s, *l);
   if (!split_pipeline(n_layers, pp, vpp, s)) return std::nullopt;
   if (how != nullptr)
-    *how = fmt::format("Megatron-Bridge's layout rule, ceil(L / stages) layers per stage and the remainder last: "
-                       "--pipeline-model-parallel-layout \"{}\"", format_pipeline_layout(*l));
+    *how = fmt::format("Megatron-Bridge's layout rule, ceil(L / stages) layers per stage and the remainder last{}: "
+                       "--pipeline-model-parallel-layout \"{}\"",
+                       l->chunk_layers.back() == 0 ? " (here the loss alone last and the remainder first)" : "",
+                       format_pipeline_layout(*l));
   return s;
 }
 

@@ -716,7 +716,7 @@ void map_model_layout(const Reader& r, const std::string& fw, RunConfig& rc, std
     const auto split = megatron_split_for(rc.model.n_layers, mesh.pp, mesh.vpp, rc.model.n_mtp_layers, &how);
     if (!split)
       throw Skip{fmt::format("{} layers on pp {} x vpp {}: no even split, none with the embedding and loss counted, "
-                             "and ceil(L / stages) leaves the last stage empty",
+                             "and Megatron-Bridge's ceil(L / stages) layouts leave a stage empty",
                              rc.model.n_layers, mesh.pp, mesh.vpp)};
     p.pipeline_split = *split;
     notes.push_back(fmt::format("{} layers on pp {} x vpp {}: {}", rc.model.n_layers, mesh.pp, mesh.vpp, how));

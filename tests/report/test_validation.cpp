@@ -496,7 +496,9 @@ TEST_CASE("torchtitan pipeline micro-batches: the framework's default by release
 
 TEST_CASE("a Megatron row whose layers no split rule divides takes Megatron-Bridge's ceil(L / stages) layout") {
   // DeepSeek-V3's 61 layers on pp 16: neither 61 nor 63 divides by 16; the recipe's layout is
-  // E+4t, 14 x 4t, 1t+L. On pp 32 ceil gives 2 x 31 = 62 > 61: a skip with the reason.
+  // E+4t, 14 x 4t, 1t+L. On pp 32 ceil gives 2 x 31 = 62 > 61: the recipe's H100 shape then, 1
+  // layer with the embedding, 2 in each of 30 stages and the loss alone (E t | (tt|)*30 L); 3
+  // layers on pp 6 leave even the first stage empty (1 per middle stage): a skip with the reason.
   std::string f = kLlamaFields;
   f.replace(f.find(",4,1024,"), 8, ",61,1024,");
   const std::string layout = ",8,,1,8,1,1,1,1,1,0,zero3,2,16,1,";
@@ -512,6 +514,18 @@ TEST_CASE("a Megatron row whose layers no split rule divides takes Megatron-Brid
   }));
   std::string g = f;
   g.replace(g.find(",16,,1,1,1,16,"), 14, ",32,,1,1,1,32,");
-  CHECK(map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("w", g)), 0).skipped.find(
-            "leaves the last stage empty") != std::string::npos);
+  const ValidationCase w = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("w", g)), 0);
+  REQUIRE_MESSAGE(w.skipped.empty(), w.skipped);
+  std::vector<int> h100(30, 2);
+  h100.insert(h100.begin(), 1);
+  h100.push_back(0);
+  CHECK(w.run.plan.pipeline_split.chunk_layers == h100);
+  CHECK(std::any_of(w.assumptions.begin(), w.assumptions.end(), [](const std::string& a) {
+    return a.find("the loss alone last") != std::string::npos && a.find("\"Et|(t*2|)*30L\"") != std::string::npos;
+  }));
+  std::string x = g;
+  x.replace(x.find(",61,1024,"), 9, ",3,1024,");
+  x.replace(x.find(",32,,1,1,1,32,"), 14, ",6,,1,1,1,6,");
+  const std::string why = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("x", x)), 0).skipped;
+  CHECK_MESSAGE(why.find("leave a stage empty") != std::string::npos, why);
 }

@@ -100,7 +100,20 @@ TEST_CASE("ceil(L / stages) per stage, the remainder last: Megatron-Bridge's map
   CHECK(ceil_split_layout(61, 8)->chunk_layers == cat(repeat(7, 8), {5}));
   CHECK(ceil_split_layout(61, 16)->chunk_layers == cat(repeat(15, 4), {1}));
   CHECK(format_pipeline_layout(*ceil_split_layout(61, 16, 1)) == "Et*4|(t*4|)*14tmL");
-  CHECK_FALSE(ceil_split_layout(61, 32));  // 2 x 31 = 62: the last stage would have none
+  // 32 stages: 2 x 31 = 62 would leave the last stage no layer. Megatron-Bridge's H100 config
+  // ("Et|(tt|)*30mL") puts the loss and the MTP layer alone last, ceil(61 / 31) = 2 in each of
+  // the 30 middle stages and the remaining 61 - 60 = 1 with the embedding.
+  const auto h100 = ceil_split_layout(61, 32, 1);
+  REQUIRE(h100);
+  CHECK(h100->chunk_layers == cat(cat({1}, repeat(30, 2)), {0}));
+  CHECK(h100->mtp_chunk == 31);
+  CHECK(format_pipeline_layout(*h100) == "Et|(t*2|)*30mL");
+  // 64 stages of 126 layers (Llama-3.1-405B): 2 in each of 62 middle stages, 2 first, none last.
+  CHECK(ceil_split_layout(126, 64)->chunk_layers == cat(repeat(63, 2), {0}));
+  // Only where even the first stage would be left empty is there no layout: 3 layers on 5 stages
+  // (1 per middle stage leaves the first none).
+  CHECK_FALSE(ceil_split_layout(3, 5));
+  CHECK(ceil_split_layout(3, 4)->chunk_layers == std::vector<int>{1, 1, 1, 0});
 }
 
 TEST_CASE("a 61-layer model on (pp 16, vpp 1), (pp 4, vpp 4) and (pp 4, vpp 2): stages and their parameters") {
