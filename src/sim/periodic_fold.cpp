@@ -95,6 +95,28 @@ std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j) {
   return f;
 }
 
+std::optional<FoldPlan> fine_fold_plan(const Plan& p, const Job& j) {
+  const std::int64_t m = j.grad_accum;
+  const int pp = std::max(1, p.mesh.pp);
+  if (pp <= 1 || p.mesh.vpp > 1 || m <= 0 || j.global_batch % m != 0) return std::nullopt;
+  if (microbatches_per_run(m, j.pp_microbatches, pp) < m) return std::nullopt;
+  FoldPlan f;
+  f.full = j;
+  f.period_microbatches = 1;
+  f.first_microbatches = pp + 2;
+  const std::int64_t simulated = 3 * f.first_microbatches + 3;
+  if (m < 2 * simulated) return std::nullopt;
+  f.periods_beyond = m - f.first_microbatches - 2;
+  return f;
+}
+
+std::vector<FoldPlan> fold_plans(const Plan& p, const Job& j) {
+  std::vector<FoldPlan> out;
+  if (auto f = fine_fold_plan(p, j)) out.push_back(*f);
+  if (auto f = fold_plan(p, j)) out.push_back(*f);
+  return out;
+}
+
 std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c) {
   Line line(f.periods_beyond);
   StepResult r = c;

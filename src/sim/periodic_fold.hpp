@@ -7,6 +7,7 @@
 // figure, never assumed; where it does not hold, the step is simulated whole.
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "sim/step_result.hpp"
 #include "spec/plan.hpp"
@@ -30,6 +31,16 @@ struct FoldPlan {
 // one, interleaved schedules' peaks and pp = 1's first micro-batch are not yet periodic: the check
 // refuses them; with two, every dev-set row that folds passes it).
 std::optional<FoldPlan> fold_plan(const Plan& p, const Job& j);
+
+// A non-interleaved pipeline of one schedule run (1F1B, GPipe) repeats every micro-batch once every
+// stage holds its warm-up forwards: the first step holds pp + 2 micro-batches, the period is one.
+// Three steps of pp + 2, pp + 3 and pp + 4 micro-batches then stand for any longer step (GPT-3
+// 175B on pp 8 x 128 micro-batches: 10, 11, 12). nullopt for other schedules and short steps.
+std::optional<FoldPlan> fine_fold_plan(const Plan& p, const Job& j);
+
+// The folds to try, cheapest first: the fine one, then the one of whole pipeline periods (the
+// check of the first may refuse what the second accepts; the step is simulated whole after both).
+std::vector<FoldPlan> fold_plans(const Plan& p, const Job& j);
 
 // The full step from the three shorter ones, or nullopt where some figure does not move by the
 // same amount each period (to within what extrapolating over the remaining periods keeps below

@@ -741,11 +741,11 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
                             SimOptions options) {
   if (!options.exact && !options.keep_timeline)
-    if (const std::optional<FoldPlan> f = fold_plan(p, j)) {
-      const StepResult a = simulate_whole(m, p, f->at(0), c, options).result;
-      const StepResult b = simulate_whole(m, p, f->at(1), c, options).result;
-      const StepResult d = simulate_whole(m, p, f->at(2), c, options).result;
-      if (std::optional<StepResult> folded = fold_steps(*f, a, b, d)) {
+    for (const FoldPlan& f : fold_plans(p, j)) {
+      const StepResult a = simulate_whole(m, p, f.at(0), c, options).result;
+      const StepResult b = simulate_whole(m, p, f.at(1), c, options).result;
+      const StepResult d = simulate_whole(m, p, f.at(2), c, options).result;
+      if (std::optional<StepResult> folded = fold_steps(f, a, b, d)) {
         SimulatedStep out;
         out.result = std::move(*folded);
         return out;

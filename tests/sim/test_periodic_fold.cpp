@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "import/config_loader.hpp"
+#include "import/import_megatron.hpp"
 #include "sim/periodic_fold.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
@@ -68,6 +70,67 @@ TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrap
   REQUIRE(d);
   CHECK(d->period_microbatches == 1);
   CHECK(d->periods_beyond == 20);
+}
+
+TEST_CASE("fine_fold_plan: a non-interleaved pipeline of one run repeats every micro-batch") {
+  // GPT-3 175B's shape on pp 8 x 128 micro-batches: pp + 2 = 10, then 11 and 12, and the full step
+  // 12 + 116 x 1 = 128 (the whole-pipeline fold would simulate 16, 24 and 32).
+  const auto f = fine_fold_plan(pipeline(8), job(128));
+  REQUIRE(f);
+  CHECK(f->period_microbatches == 1);
+  CHECK(f->first_microbatches == 10);
+  CHECK(f->at(2).grad_accum == 12);
+  CHECK(f->at(2).global_batch == 24);
+  CHECK(f->periods_beyond == 116);
+  // It must save work: 3 x 10 + 3 = 33 micro-batches simulated against at least twice that.
+  CHECK_FALSE(fine_fold_plan(pipeline(8), job(65)));
+  CHECK(fine_fold_plan(pipeline(8), job(66)));
+  // Interleaved schedules repeat only every pp micro-batches; runs of a few micro-batches each
+  // (torchtitan's local batches) every run; without a pipeline the whole-period fold is already
+  // per micro-batch.
+  Plan interleaved = pipeline(8);
+  interleaved.mesh.vpp = 2;
+  CHECK_FALSE(fine_fold_plan(interleaved, job(128)));
+  CHECK_FALSE(fine_fold_plan(pipeline(4), job(128, 8)));
+  CHECK_FALSE(fine_fold_plan(pipeline(1), job(128)));
+  // Tried first, the whole-pipeline fold after it (256 micro-batches: that one simulates 16, 24
+  // and 32, which 128 would be too short for).
+  CHECK(fold_plans(pipeline(8), job(128)).size() == 1);
+  const std::vector<FoldPlan> both = fold_plans(pipeline(8), job(256));
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].period_microbatches == 1);
+  CHECK(both[1].period_microbatches == 8);
+  CHECK(fold_plans(interleaved, job(256)).size() == 1);
+}
+
+TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds every micro-batch, equal to the whole") {
+  RunConfig rc = import_megatron_args(
+      "gpt3.args",
+      "--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 "
+      "--vocab-size 50257 --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 8 --bf16 --use-flash-attn --sequence-parallel --use-distributed-optimizer");
+  resolve_layout(rc, 128);
+  REQUIRE(rc.job.grad_accum == 128);
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions exact;
+  exact.exact = true;
+  const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
+  const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
+  CHECK(folded.folded_period_microbatches == 1);
+  CHECK(folded.folded_periods == 116);
+  CHECK(folded.step_time_s == doctest::Approx(whole.step_time_s).epsilon(1e-9));
+  CHECK(folded.tokens_per_s_per_gpu == doctest::Approx(whole.tokens_per_s_per_gpu).epsilon(1e-9));
+  CHECK(folded.n_tasks == whole.n_tasks);
+  for (const auto& term : whole.breakdown_s) {
+    const std::string key = term.first;  // a named copy: CAPTURE is a lambda (clang 14)
+    CAPTURE(key);
+    CHECK(folded.breakdown_s.at(key) == doctest::Approx(term.second).epsilon(1e-9).scale(whole.step_time_s));
+  }
+  REQUIRE(folded.stages.size() == whole.stages.size());
+  for (std::size_t s = 0; s < whole.stages.size(); ++s) {
+    CAPTURE(s);
+    CHECK(folded.stages[s].peak_bytes == doctest::Approx(whole.stages[s].peak_bytes).epsilon(1e-9));
+  }
 }
 
 TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not refuses the fold") {
