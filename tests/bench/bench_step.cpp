@@ -59,7 +59,8 @@ static void BM_Step_Llama405B_16384xH100(benchmark::State& state) {
 BENCHMARK(BM_Step_Llama405B_16384xH100)->Unit(benchmark::kMillisecond);
 
 // A long pipelined step (pp 8, 256 micro-batches of one 1F1B run): folded at its periodic steady
-// state (three steps of 16, 24 and 32 micro-batches, 28 periods extrapolated) and simulated whole.
+// state (every micro-batch: three steps of 10, 11 and 12 micro-batches, 244 periods extrapolated)
+// and simulated whole.
 Plan pipelined_70b() {
   Plan p;
   p.runtime = Runtime::torchtitan_fsdp2;
@@ -84,3 +85,28 @@ static void BM_Step_Llama70B_256xH100_PP8_256mb_Exact(benchmark::State& state) {
   run(state, "llama3.1-70b", pipelined_70b(), Job{8192, 1024, 1, 256}, exact);
 }
 BENCHMARK(BM_Step_Llama70B_256xH100_PP8_256mb_Exact)->Unit(benchmark::kMillisecond);
+
+// Issue 33's first row: GPT-3 175B on 128 H100 under Megatron (tp 8, pp 8, dp 2, 1F1B over 128
+// micro-batches), folded every micro-batch (10, 11 and 12 simulated) and simulated whole.
+Plan gpt3_175b_128() {
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.mesh.tp = 8;
+  p.mesh.pp = 8;
+  p.mesh.dp_replicate = 2;
+  p.sequence_parallel = true;
+  p.schedule = PipelineSchedule::one_f_one_b;
+  return p;
+}
+
+static void BM_Step_GPT3_175B_128xH100_Folded(benchmark::State& state) {
+  run(state, "gpt3-175b", gpt3_175b_128(), Job{2048, 256, 1, 128});
+}
+BENCHMARK(BM_Step_GPT3_175B_128xH100_Folded)->Unit(benchmark::kMillisecond);
+
+static void BM_Step_GPT3_175B_128xH100_Exact(benchmark::State& state) {
+  SimOptions exact;
+  exact.exact = true;
+  run(state, "gpt3-175b", gpt3_175b_128(), Job{2048, 256, 1, 128}, exact);
+}
+BENCHMARK(BM_Step_GPT3_175B_128xH100_Exact)->Unit(benchmark::kMillisecond);
