@@ -33,6 +33,30 @@ Job job(std::int64_t grad_accum, std::int64_t pp_microbatches = 0) {
   return j;
 }
 
+// The folded step against the whole one: every figure within 1e-9 (periodic schedules give far
+// less than the 0.5 % issue 33 asks).
+void check_folded_equals_whole(const StepResult& folded, const StepResult& whole) {
+  CHECK(folded.folded_periods > 0);
+  CHECK(whole.folded_periods == 0);
+  CHECK(folded.step_time_s == doctest::Approx(whole.step_time_s).epsilon(1e-9));
+  CHECK(folded.tokens_per_s_per_gpu == doctest::Approx(whole.tokens_per_s_per_gpu).epsilon(1e-9));
+  CHECK(folded.mfu == doctest::Approx(whole.mfu).epsilon(1e-9));
+  CHECK(folded.n_tasks == whole.n_tasks);
+  for (const auto& term : whole.breakdown_s) {
+    const std::string key = term.first;  // a named copy: CAPTURE is a lambda (clang 14)
+    CAPTURE(key);
+    CHECK(folded.breakdown_s.at(key) == doctest::Approx(term.second).epsilon(1e-9).scale(whole.step_time_s));
+  }
+  for (const auto& kind : whole.comm_bytes)
+    CHECK(folded.comm_bytes.at(kind.first) == doctest::Approx(kind.second).epsilon(1e-9));
+  REQUIRE(folded.stages.size() == whole.stages.size());
+  for (std::size_t s = 0; s < whole.stages.size(); ++s) {
+    CAPTURE(s);
+    CHECK(folded.stages[s].peak_bytes == doctest::Approx(whole.stages[s].peak_bytes).epsilon(1e-9));
+    CHECK(folded.stages[s].breakdown.activations == doctest::Approx(whole.stages[s].breakdown.activations).epsilon(1e-9));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrapolated") {
@@ -118,19 +142,7 @@ TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds
   const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_periods == 116);
-  CHECK(folded.step_time_s == doctest::Approx(whole.step_time_s).epsilon(1e-9));
-  CHECK(folded.tokens_per_s_per_gpu == doctest::Approx(whole.tokens_per_s_per_gpu).epsilon(1e-9));
-  CHECK(folded.n_tasks == whole.n_tasks);
-  for (const auto& term : whole.breakdown_s) {
-    const std::string key = term.first;  // a named copy: CAPTURE is a lambda (clang 14)
-    CAPTURE(key);
-    CHECK(folded.breakdown_s.at(key) == doctest::Approx(term.second).epsilon(1e-9).scale(whole.step_time_s));
-  }
-  REQUIRE(folded.stages.size() == whole.stages.size());
-  for (std::size_t s = 0; s < whole.stages.size(); ++s) {
-    CAPTURE(s);
-    CHECK(folded.stages[s].peak_bytes == doctest::Approx(whole.stages[s].peak_bytes).epsilon(1e-9));
-  }
+  check_folded_equals_whole(folded, whole);
 }
 
 TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not refuses the fold") {
@@ -190,25 +202,6 @@ TEST_CASE("folded steps of shipped plans equal the whole simulation: 1F1B, inter
     exact.exact = true;
     const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
     const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
-    CHECK(folded.folded_periods > 0);
-    CHECK(whole.folded_periods == 0);
-    CHECK(folded.step_time_s == doctest::Approx(whole.step_time_s).epsilon(1e-9));
-    CHECK(folded.tokens_per_s_per_gpu == doctest::Approx(whole.tokens_per_s_per_gpu).epsilon(1e-9));
-    CHECK(folded.mfu == doctest::Approx(whole.mfu).epsilon(1e-9));
-    CHECK(folded.n_tasks == whole.n_tasks);
-    for (const auto& term : whole.breakdown_s) {
-      const std::string key = term.first;  // a named copy: CAPTURE is a lambda (clang 14)
-      CAPTURE(key);
-      CHECK(folded.breakdown_s.at(key) == doctest::Approx(term.second).epsilon(1e-9).scale(whole.step_time_s));
-    }
-    for (const auto& kind : whole.comm_bytes)
-      CHECK(folded.comm_bytes.at(kind.first) == doctest::Approx(kind.second).epsilon(1e-9));
-    REQUIRE(folded.stages.size() == whole.stages.size());
-    for (std::size_t s = 0; s < whole.stages.size(); ++s) {
-      CAPTURE(s);
-      CHECK(folded.stages[s].peak_bytes == doctest::Approx(whole.stages[s].peak_bytes).epsilon(1e-9));
-      CHECK(folded.stages[s].breakdown.activations ==
-            doctest::Approx(whole.stages[s].breakdown.activations).epsilon(1e-9));
-    }
+    check_folded_equals_whole(folded, whole);
   }
 }
