@@ -324,6 +324,14 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     const SimulatedStep step = simulate_step(rc.model, rc.plan, rc.job, cluster);
     const StepResult& sr = step.result;
     compare_throughput(vc, sr, has_throughput, out);
+    out.runtime = std::string(to_string(rc.plan.runtime));
+    out.gpu_arch = cluster.gpu.arch;
+    out.fp8 = std::string(to_string(rc.plan.fp8));
+    out.predicted_mfu = sr.mfu;
+    // The row's own metric (tokens/s, or TFLOP/s or MFU in the source's FLOP convention) moves with
+    // throughput, so measured over predicted carries the step's MFU to the run's.
+    if (out.predicted_metric && out.measured_metric && *out.predicted_metric > 0)
+      out.measured_mfu = sr.mfu * *out.measured_metric / *out.predicted_metric;
 
     // The run happened: what the model says it needed of the device. The allocator's cache is
     // left out: it is released and retried before an allocation fails.
@@ -822,6 +830,11 @@ nlohmann::json validation_row_json(const ValidationRowResult& x) {
   j["run"] = x.run;
   j["predicted_tokens_per_s_per_gpu"] = opt_json(x.predicted_tokens_per_s_per_gpu);
   j["measured_tokens_per_s_per_gpu"] = opt_json(x.measured_tokens_per_s_per_gpu);
+  j["predicted_mfu"] = opt_json(x.predicted_mfu);
+  j["measured_mfu"] = opt_json(x.measured_mfu);
+  j["runtime"] = str_or_null(x.runtime);
+  j["gpu_arch"] = str_or_null(x.gpu_arch);
+  j["fp8"] = str_or_null(x.fp8);
   j["metric"] = str_or_null(x.metric);
   j["metric_definition"] = str_or_null(x.metric_definition);
   j["predicted_metric"] = opt_json(x.predicted_metric);

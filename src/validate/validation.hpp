@@ -44,6 +44,13 @@ struct ValidationRowResult {
   // Throughput.
   std::optional<double> predicted_tokens_per_s_per_gpu;
   std::optional<double> measured_tokens_per_s_per_gpu;
+  // Model FLOP utilisation in meshplan's own convention (PaLM/torchtitan FLOPs per token over the
+  // profile's dense peak): the simulated step's, and the run's at its measured throughput. What the
+  // validated envelope (tests/regen_envelope.sh) is made of.
+  std::optional<double> predicted_mfu, measured_mfu;
+  std::string runtime;   // the runtime the row was simulated as (spec/runtimes.cpp names)
+  std::string gpu_arch;  // its cluster's GPU architecture ("sm90")
+  std::string fp8;       // the low-precision recipe its GEMMs ran ("none": the compute dtype)
   std::string metric;             // "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", or "" (none compared)
   std::string metric_definition;  // for tflops/mfu: the source's formula
   std::optional<double> predicted_metric, measured_metric;

@@ -161,6 +161,19 @@ TEST_CASE("synthetic rows: defaults, vocabulary values and skips") {
   const auto& ua = ur.rows[0].assumptions;
   CHECK(std::any_of(ua.begin(), ua.end(),
                     [](const std::string& a) { return a.find("activation recompute not stated") != std::string::npos; }));
+  // The row's MFU in meshplan's convention, simulated and at the measured throughput: the two
+  // differ by the row's own error, and the JSON names what it was simulated as.
+  const ValidationRowResult& row = ur.rows[0];
+  REQUIRE(row.predicted_mfu);
+  REQUIRE(row.measured_mfu);
+  REQUIRE(row.error_pct);
+  CHECK(*row.predicted_mfu > 0);
+  CHECK(*row.predicted_mfu / *row.measured_mfu == doctest::Approx(1 + *row.error_pct / 100).epsilon(1e-12));
+  const nlohmann::json j = validation_row_json(row);
+  CHECK(j["runtime"] == "torchtitan-fsdp2");
+  CHECK(j["gpu_arch"] == "sm90");
+  CHECK(j["fp8"] == "none");
+  CHECK(j["measured_mfu"].get<double>() == *row.measured_mfu);
 }
 
 TEST_CASE("default vocab: Megatron pads the GPT-2 BPE to 128 x tp; no default for unknown families") {
