@@ -614,17 +614,18 @@ StepResult simulate_steady_state(const ModelSpec& m, const Plan& p, const Job& j
 
 namespace {
 
-// Simulates every candidate on `threads` threads (the calling one included, which reports
-// progress between plans). A plan the simulator rejects is marked unsimulated with the reason in
-// errors[i], never fatal (and never escapes a thread).
 // Ops a candidate's simulation lowers, up to a constant: the micro-batches its steady-state jobs
 // run times the layers on a stage. Only the order plans are handed to threads depends on it.
 double simulation_work(const ModelSpec& m, const PlanCandidate& c) {
   double microbatches = 0;
-  for (const Job& j : steady_state_jobs(c.plan, c.job)) microbatches += static_cast<double>(std::max<std::int64_t>(1, j.grad_accum));
+  for (const Job& j : steady_state_jobs(c.plan, c.job))
+    microbatches += static_cast<double>(std::max<std::int64_t>(1, j.grad_accum));
   return microbatches * static_cast<double>(m.n_layers) / std::max(1, c.plan.mesh.pp);
 }
 
+// Simulates every candidate on `threads` threads (the calling one included, which reports
+// progress between plans). A plan the simulator rejects is marked unsimulated with the reason in
+// errors[i], never fatal (and never escapes a thread).
 void simulate_all(const PlanRequest& rq, std::vector<PlanCandidate>& sims, std::vector<std::string>& errors,
                   const std::function<void(std::size_t, std::size_t)>& progress) {
   std::atomic<std::size_t> next{0}, done{0};

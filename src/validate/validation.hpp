@@ -45,8 +45,8 @@ struct ValidationRowResult {
   std::optional<double> predicted_tokens_per_s_per_gpu;
   std::optional<double> measured_tokens_per_s_per_gpu;
   // Model FLOP utilisation in meshplan's own convention (PaLM/torchtitan FLOPs per token over the
-  // profile's dense peak): the simulated step's, and the run's at its measured throughput. What the
-  // validated envelope (tests/regen_envelope.sh) is made of.
+  // profile's dense peak): the simulated step's, and the run's at its measured throughput, so that
+  // runs published in tokens/s, TFLOP/s or their own MFU compare on one scale.
   std::optional<double> predicted_mfu, measured_mfu;
   std::string runtime;   // the runtime the row was simulated as (spec/runtimes.cpp names)
   std::string gpu_arch;  // its cluster's GPU architecture ("sm90")
