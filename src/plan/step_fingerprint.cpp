@@ -3,22 +3,16 @@
 #include <bit>
 #include <string_view>
 
+#include "spec/digest128.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
 
 namespace meshplan {
 namespace {
 
-// FNV-1a over 64-bit words beside a splitmix64 chain: two unrelated mixes of one stream.
-struct Hasher {
-  StepFingerprint f{{1469598103934665603ull, 0x9e3779b97f4a7c15ull}};
-  void word(std::uint64_t v) {
-    f.h[0] = (f.h[0] ^ v) * 1099511628211ull;
-    std::uint64_t z = f.h[1] + v + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    f.h[1] = z ^ (z >> 31);
-  }
+// The digest (spec/digest128.hpp) with the field types a step holds.
+struct Hasher : Digest128 {
+  StepFingerprint fingerprint() const { return StepFingerprint{h}; }
   void num(std::int64_t v) { word(static_cast<std::uint64_t>(v)); }
   // Doubles by bit pattern: equal bits are the same input, whatever they mean.
   void num(double v) { word(std::bit_cast<std::uint64_t>(v)); }
@@ -29,10 +23,6 @@ struct Hasher {
   }
   void num(bool b) { word(b ? 1 : 0); }
   void num(int v) { word(static_cast<std::uint64_t>(static_cast<std::int64_t>(v))); }
-  void text(std::string_view s) {
-    num(static_cast<std::int64_t>(s.size()));
-    for (char ch : s) word(static_cast<unsigned char>(ch));
-  }
   // Lists carry their length, so [a][b, c] and [a, b][c] differ.
   template <typename List, typename Each>
   void list(const List& l, Each&& each) {
@@ -85,10 +75,10 @@ void add(Hasher& h, const MemoryBreakdown& b) {
 
 StepFingerprint combine(const StepFingerprint& a, const StepFingerprint& b) {
   Hasher h;
-  h.f = a;
+  h.h = a.h;
   h.word(b.h[0]);
   h.word(b.h[1]);
-  return h.f;
+  return h.fingerprint();
 }
 
 StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
@@ -105,7 +95,7 @@ StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job
   h.num(j.seq_len), h.num(j.global_batch), h.num(j.micro_batch), h.num(j.grad_accum), h.num(j.pp_microbatches);
   h.num(prog.n_stages), h.num(prog.n_microbatches), h.num(prog.model_flops_per_step), h.num(prog.tokens_per_step);
   h.list(prog.ops, [](Hasher& x, const Op& op) { add(x, op); });
-  return h.f;
+  return h.fingerprint();
 }
 
 StepFingerprint memory_fingerprint(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
@@ -118,7 +108,7 @@ StepFingerprint memory_fingerprint(const ModelSpec& m, const Plan& p, const Job&
     add(x, s.breakdown);
     x.num(s.peak_bytes), x.num(s.allocated_peak_bytes), x.num(s.reserved_peak_bytes), x.num(s.host_bytes);
   });
-  return h.f;
+  return h.fingerprint();
 }
 
 }  // namespace meshplan

@@ -25,6 +25,7 @@
 #include "spec/error.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/runtime_choices.hpp"
+#include "spec/digest128.hpp"
 #include "spec/units.hpp"
 
 namespace meshplan {
@@ -559,24 +560,15 @@ unsigned worker_threads(const ValidationOptions& options) {
   return options.threads > 0 ? static_cast<unsigned>(options.threads) : hw;
 }
 
-// A digest of a row's cells other than its id (128 bits: two independent 64-bit FNV-1a hashes of
-// every cell with its length), as the planner digests plans (plan/step_fingerprint): equal digests
-// mean equal cells, so the row maps and simulates to the same result.
+// A digest of a row's cells other than its id (spec/digest128.hpp, every cell with its length):
+// equal digests mean equal cells, so the row maps and simulates to the same result.
 using RowKey = std::array<std::uint64_t, 2>;
 
 RowKey row_key(const std::vector<std::string>& fields, std::size_t id_column) {
-  RowKey h{0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
-  const std::uint64_t primes[2] = {0x100000001b3ULL, 0x1000000000000233ULL};
-  auto byte = [&](unsigned char c) {
-    for (int k = 0; k < 2; ++k) h[k] = (h[k] ^ c) * primes[k];
-  };
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    if (i == id_column) continue;
-    const std::uint64_t n = fields[i].size();
-    for (int k = 0; k < 8; ++k) byte(static_cast<unsigned char>(n >> (8 * k)));
-    for (const char c : fields[i]) byte(static_cast<unsigned char>(c));
-  }
-  return h;
+  Digest128 d;
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    if (i != id_column) d.text(fields[i]);
+  return d.h;
 }
 
 // Results of rows already simulated, by row key: files that repeat a configuration under new ids
