@@ -51,6 +51,9 @@ struct MemoryContext {
   bool fsdp = false;
   bool grads_during_forward = false;
   bool autocast_cache = false;
+  // Gradient sync deferred to a schedule run's last micro-batch: FSDP units kept gathered under a
+  // pipeline whose runtime defers it (torchtitan; the lowering's Builder::defers_fsdp_sync).
+  bool defers_sync = false;
   int pp = 1, v = 1;
 };
 
@@ -64,6 +67,7 @@ MemoryContext memory_context(const ModelSpec& m, const Plan& p, const Job& j, co
   x.grads_during_forward = state_bytes_per_param(p, j).grads_through_forward;
   x.autocast_cache = autocast_fp32_weights(p);
   x.v = p.schedule == PipelineSchedule::interleaved_1f1b ? std::max(1, p.mesh.vpp) : 1;
+  x.defers_sync = x.fsdp && x.traits.pipelining_defers_fsdp_sync && x.pp > 1 && !p.reshard_after_forward;
   return x;
 }
 
@@ -205,7 +209,7 @@ SavedActivations saved_activations(const MemoryContext& x, int stage, const std:
   double held_chunks = 0;
   for (auto n : held.any) held_chunks += static_cast<double>(n);
   sm.microbatches_in_flight = per_microbatch > 0 ? sum(held.any, saved) / per_microbatch : held_chunks / x.v;
-  const bool defers = x.fsdp && x.traits.pipelining_defers_fsdp_sync && x.pp > 1 && !p.reshard_after_forward;
+  const bool defers = x.defers_sync;
   SavedActivations out;
   out.at_block = on_device(held.any, false);
   out.at_loss = on_device(held.last_chunk, true);
@@ -308,7 +312,7 @@ StageMemory estimate_stage(const MemoryContext& x, int stage, const std::vector<
   const SavedActivations saved = saved_activations(x, stage, chunks, mtp_chunk / x.pp, n_mtp, sm);
   // With gradient sync deferred to a run's last micro-batch (torchtitan under PP), reductions run
   // only in that micro-batch's backward, which holds fewer forwards: its own moments below.
-  const bool defers = x.fsdp && x.traits.pipelining_defers_fsdp_sync && x.pp > 1 && !p.reshard_after_forward;
+  const bool defers = x.defers_sync;
 
   // --- the first block's backward: every saved activation, the block's gradients, the recompute
   // working set, the gathered units and the current unit's reduction.
