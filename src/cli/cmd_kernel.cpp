@@ -307,7 +307,9 @@ int run_kernel(const KernelOptions& o) {
     cudnn_version = *v;
   }
   ClusterSpec cluster = load_cluster(o.cluster);
-  if (o.burst) cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction = 1;
+  if (o.burst)
+    cluster.gpu.sustained_clock_fraction = cluster.gpu.attention_sustained_clock_fraction =
+        cluster.gpu.low_precision_sustained_clock_fraction = 1;
   KernelReport k{estimate(cluster, o.gemm, o.grouped_gemm, o.attention, o.memory_bytes, o.pass, *dtype,
                           runtime_traits(*runtime, false).attention_backend,
                           *parse_attention_kernel(o.attention_kernel), cudnn_version),
@@ -317,7 +319,8 @@ int run_kernel(const KernelOptions& o) {
   k.achieved_bw = e.seconds > 0 ? e.bytes / e.seconds : 0.0;
   k.bound = e.memory_bound ? "memory" : "compute";
   k.note = fallback_note(k.d, *dtype);
-  k.sustained = k.d.kind == "attention" ? cluster.gpu.attention_sustained_fraction() : cluster.gpu.sustained_clock_fraction;
+  k.sustained = k.d.kind == "attention" ? cluster.gpu.attention_sustained_fraction()
+                                        : cluster.gpu.gemm_sustained_fraction(*dtype);
   if (o.json) print_kernel_json(k, cluster);
   else print_kernel_text(k, cluster);
   return 0;

@@ -601,7 +601,7 @@ double gemm_efficiency(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   if (empty(g)) return 0.0;
   const double peak = dense_peak(c, dtype);
   const GemmPricing p = price_gemm(c, g, dtype, *gemm_curve_for(c, dtype).curve, peak);
-  return g.flops() * c.gpu.sustained_clock_fraction / (peak * p.tensor_core_seconds);
+  return g.flops() * c.gpu.gemm_sustained_fraction(dtype) / (peak * p.tensor_core_seconds);
 }
 
 double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim) {
@@ -611,8 +611,8 @@ double gemm_curve_efficiency(const ClusterSpec& c, Dtype dtype, double cube_dim)
 namespace {
 // The estimate of a priced GEMM: its flops and bytes, the schedule it was priced with, the
 // sustained clock on the tensor-core part and the roofline.
-KernelEstimate gemm_estimate(const ClusterSpec& c, const CurveChoice& curve, double peak, const GemmPricing& p,
-                             double flops, double bytes) {
+KernelEstimate gemm_estimate(const ClusterSpec& c, Dtype dtype, const CurveChoice& curve, double peak,
+                             const GemmPricing& p, double flops, double bytes) {
   KernelEstimate e;
   e.peak_flops_per_s = peak;
   e.curve_fallback = curve.fallback;
@@ -626,7 +626,7 @@ KernelEstimate gemm_estimate(const ClusterSpec& c, const CurveChoice& curve, dou
   e.gemm_grouped = p.schedule.grouped;
   e.gemm_tile_efficiency = p.tile_efficiency;
   e.equivalent_square_dim = p.equivalent_square_dim;
-  e.compute_seconds = p.tensor_core_seconds / c.gpu.sustained_clock_fraction;
+  e.compute_seconds = p.tensor_core_seconds / c.gpu.gemm_sustained_fraction(dtype);
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
 }
@@ -637,7 +637,7 @@ KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) 
   if (empty(g)) return {};  // no kernel is launched
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
-  return gemm_estimate(c, curve, peak, price_gemm(c, g, dtype, *curve.curve, peak), g.flops(), gemm_bytes(g, dtype));
+  return gemm_estimate(c, dtype, curve, peak, price_gemm(c, g, dtype, *curve.curve, peak), g.flops(), gemm_bytes(g, dtype));
 }
 
 KernelEstimate grouped_gemm_time(const ClusterSpec& c, std::span<const std::int64_t> rows, std::int64_t n,
@@ -663,7 +663,7 @@ KernelEstimate grouped_gemm_time(const ClusterSpec& c, std::span<const std::int6
   const double e_in = bytes_per_element(dtype) + scale_bytes_per_element(dtype);
   const double kd = static_cast<double>(k), nd = static_cast<double>(n);
   const double bytes = e_in * (total_rows * kd + static_cast<double>(groups) * kd * nd) + stored_output_bytes(dtype) * total_rows * nd;
-  return gemm_estimate(c, curve, peak, p, 2.0 * total_rows * nd * kd, bytes);
+  return gemm_estimate(c, dtype, curve, peak, p, 2.0 * total_rows * nd * kd, bytes);
 }
 
 double attention_bytes(const AttentionShape& a, Pass pass, Dtype dtype) {

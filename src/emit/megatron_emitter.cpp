@@ -168,6 +168,7 @@ void emit_mlp(const RunConfig& rc, ArgList& a) {
       if (p.moe_dispatcher == MoeDispatcher::deepep) a.flag("--moe-enable-deepep");
       else a.arg("--moe-flex-dispatcher-backend", "hybridep");
     }
+    if (p.moe_a2a_overlap) a.flag("--overlap-moe-expert-parallel-comm");
     a.arg("--moe-ffn-hidden-size", model.moe.expert_ffn);
     if (model.moe.n_shared_experts > 0)
       a.arg("--moe-shared-expert-intermediate-size", model.moe.expert_ffn * model.moe.n_shared_experts);

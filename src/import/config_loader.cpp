@@ -74,6 +74,7 @@ struct Keys {
   std::string split_first = "layout.decoder_first_pipeline_num_layers";
   std::string split_last = "layout.decoder_last_pipeline_num_layers";
   std::string split_layout = "layout.pipeline_layout";
+  std::string a2a_overlap = "runtime.moe_a2a_overlap";
 };
 Keys keys_for(const RunConfig& rc) {
   switch (rc.format) {
@@ -89,6 +90,7 @@ Keys keys_for(const RunConfig& rc) {
       k.split_first = "--decoder-first-pipeline-num-layers";
       k.split_last = "--decoder-last-pipeline-num-layers";
       k.split_layout = "--pipeline-model-parallel-layout";
+      k.a2a_overlap = "--overlap-moe-expert-parallel-comm";
       return k;
     }
     case ConfigFormat::torchtitan_toml: {
@@ -256,6 +258,19 @@ void check_model_vs_degrees(RunConfig& rc, const Keys& keys) {
                                       ep_pool));
     if (m.moe.enabled() && m.moe.n_experts % mesh.ep != 0)
       fail(keys.ep, fmt::format("{} experts are not divisible by ep {}", m.moe.n_experts, mesh.ep));
+  }
+  // Megatron-Core's own checks on its expert all-to-all overlap (arguments.py).
+  if (plan.moe_a2a_overlap) {
+    if (plan.runtime != Runtime::megatron)
+      fail(keys.a2a_overlap, fmt::format("is Megatron-Core's schedule (--overlap-moe-expert-parallel-comm); runtime "
+                                         "'{}' has no such option",
+                                         to_string(plan.runtime)));
+    if (!m.moe.enabled() || mesh.ep <= 1)
+      fail(keys.a2a_overlap, "overlaps the expert all-to-alls: it needs an MoE model with ep > 1");
+    if (mesh.pp > 1 && (plan.schedule != PipelineSchedule::interleaved_1f1b || mesh.vpp <= 1))
+      fail(keys.a2a_overlap, "needs the interleaved schedule (vpp > 1) when pp > 1, as Megatron-Core asserts");
+    if (plan.ac == AcMode::full)
+      fail(keys.a2a_overlap, "does not run with full activation recompute (Megatron-Core asserts it)");
   }
 }
 

@@ -92,7 +92,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--deepspeed", "--no-pipeline-parallel", "--cpu-offloading", "--distribute-saved-activations",
           "--override-opt_param-scheduler", "--use-dist-ckpt", "--async-save", "--moe-enable-deepep",
           "--fine-grained-activation-offloading", "--delay-offload-until-cuda-graph", "--fp8-dot-product-attention",
-          "--moe-router-force-load-balancing"})
+          "--moe-router-force-load-balancing", "--overlap-moe-expert-parallel-comm"})
       m[f] = Arity::none;
     for (const char* f :
          {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
@@ -613,6 +613,7 @@ void read_parallelism(const Args& a, RunConfig& rc) {
       note_default(rc, "--moe-flex-dispatcher-backend", "deepep", "Megatron-LM's default, arguments.py");
     plan.moe_dispatcher = backend == "hybridep" ? MoeDispatcher::hybridep : MoeDispatcher::deepep;
   }
+  plan.moe_a2a_overlap = a.has("--overlap-moe-expert-parallel-comm");
   if (a.has("--expert-tensor-parallel-size")) {
     const int etp = degree("--expert-tensor-parallel-size");
     mesh.etp = etp == mesh.tp ? 0 : etp;  // Megatron's default is tp

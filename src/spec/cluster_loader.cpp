@@ -538,6 +538,9 @@ void read_gpu_scalars(Context& ctx, const toml::table& t, TableReader& r, GpuSpe
       r.optional_number("sustained_clock_fraction", "sustained_clock_fraction", Range::efficiency, 1.0);
   g.attention_sustained_clock_fraction = r.optional_number(
       "attention_sustained_clock_fraction", "attention_sustained_clock_fraction", Range::efficiency, 0.0);
+  g.low_precision_sustained_clock_fraction =
+      r.optional_number("low_precision_sustained_clock_fraction", "low_precision_sustained_clock_fraction",
+                        Range::efficiency, 0.0);
   g.gemm_tile_overhead_k =
       r.optional_number("gemm_tile_overhead_k", "gemm_tile_overhead_k", Range::non_negative, 128.0);
   // A tile's fixed cost is a few K blocks (two on Hopper); thousands would mean a unit mix-up.

@@ -63,6 +63,14 @@ struct GpuSpec {
   double attention_sustained_fraction() const {
     return attention_sustained_clock_fraction > 0 ? attention_sustained_clock_fraction : sustained_clock_fraction;
   }
+  // The same for FP8 and FP4 GEMMs where it was measured apart: a GEMM at twice or four times
+  // the BF16 rate draws the most power of any kernel, so its sustained clock is the lowest and is
+  // not carried to BF16 work; 0 = sustained_clock_fraction.
+  double low_precision_sustained_clock_fraction = 0;
+  double gemm_sustained_fraction(Dtype d) const {
+    return bytes_per_element(d) < 2.0 && low_precision_sustained_clock_fraction > 0 ? low_precision_sustained_clock_fraction
+                                                                                     : sustained_clock_fraction;
+  }
   // Fixed cost of one GEMM output tile beside its K loop (pipeline prologue, epilogue storing
   // the accumulator), in units of K: a tile of depth K costs like K + this (docs/compute.md).
   // Blackwell kernels keep the accumulator in tensor memory, double-buffered, so one tile's

@@ -201,6 +201,12 @@ struct Plan {
   Optimizer optimizer = Optimizer::adamw;
   OptimizerImpl optimizer_impl = OptimizerImpl::framework;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  // Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm): where the
+  // schedule runs a forward and a backward of different micro-batches back to back, they run as
+  // one merged step, layer by layer, so that each one's dispatch and combine all-to-alls run
+  // under the other's attention and expert compute (workload/a2a_overlap.hpp). Needs ep > 1 and,
+  // with pp > 1, the interleaved schedule.
+  bool moe_a2a_overlap = false;
   bool compile = false;
   // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
   // mode="reduce-overhead"): each captured region is replayed with one launch from the host.

@@ -55,7 +55,7 @@ const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
                                               "deepspeed", "cuda_graphs", "attention_kernel", "cudnn_version", "loss_kernel", "loss_chunks",
                                               "optimizer_in_backward", "optimizer_implementation",
-                                              "moe_dispatcher"};
+                                              "moe_dispatcher", "moe_a2a_overlap"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -363,6 +363,7 @@ void read_runtime(Plan& plan, const TomlView& rt) {
                                  "framework, foreach, fused, for-loop");
   plan.moe_dispatcher = get_enum(rt, "moe_dispatcher", MoeDispatcher::alltoall, parse_moe_dispatcher,
                                  "alltoall, deepep, hybridep");
+  plan.moe_a2a_overlap = rt.get_bool("moe_a2a_overlap").value_or(false);
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -592,6 +593,7 @@ void write_runtime(TomlLines& t, const Plan& p) {
     t.line(fmt::format("optimizer_implementation = {}", quote(std::string(to_string(p.optimizer_impl)))));
   if (p.moe_dispatcher != MoeDispatcher::alltoall)
     t.line(fmt::format("moe_dispatcher = {}", quote(std::string(to_string(p.moe_dispatcher)))));
+  if (p.moe_a2a_overlap) t.line("moe_a2a_overlap = true");
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
   t.line(fmt::format("flash_attention = {}", b(p.flash_attention)));

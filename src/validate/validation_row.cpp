@@ -397,6 +397,10 @@ bool is_megatron_family(const std::string& fw) {
 
 // Megatron's flag for random (balanced) routing, as a row's notes quote the run's command line.
 constexpr std::string_view kForceBalanceFlag = "--moe-router-force-load-balancing";
+// How dev-moe's notes mark a row run with the expert all-to-all overlapped with the 1F1B schedule:
+// the benchmark script's switch, or the table's '+1f1b overlap'.
+constexpr std::string_view kA2aOverlapSwitch = "A2A_OVERLAP=1";
+constexpr std::string_view kA2aOverlapNote = "1f1b overlap";
 // How dev-moe's notes mark a row measured with the trained router's own routing.
 constexpr std::string_view kNaturalRouting = "natural routing";
 
@@ -877,6 +881,25 @@ TpFlags map_switches(const CsvRow& row, const Reader& r, Plan& p, std::vector<st
   return {sp, atp};
 }
 
+// Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm, off by default):
+// the optional column where the file has it; else the notes, which quote the benchmark script's
+// A2A_OVERLAP switch or say '1f1b overlap'.
+void map_a2a_overlap(const Reader& r, const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
+  Plan& p = rc.plan;
+  const Mesh& mesh = p.mesh;
+  if (!rc.model.moe.enabled() || mesh.ep <= 1 || fw != "megatron") return;
+  const std::string text = r.str("notes");
+  const auto column = r.opt_flag("moe_a2a_overlap");
+  p.moe_a2a_overlap = column ? *column
+                             : text.find(kA2aOverlapSwitch) != std::string::npos ||
+                                   text.find(kA2aOverlapNote) != std::string::npos;
+  if (p.moe_a2a_overlap && mesh.pp > 1 && mesh.vpp == 1)
+    throw Skip{"the expert all-to-all overlap needs the interleaved schedule under pp > 1 (vpp is 1)"};
+  if (!column)
+    notes.push_back(p.moe_a2a_overlap ? "expert all-to-all overlap read from the notes (A2A_OVERLAP=1 / 1f1b overlap)"
+                                      : "expert all-to-all overlap not stated: off (Megatron-LM's default)");
+}
+
 // The runtime the framework names and its defaults for knobs no column carries.
 void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
@@ -1032,6 +1055,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     map_offload(row, r, rc.plan, notes);
     const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);
     map_runtime(fw, rc, notes);
+    map_a2a_overlap(r, fw, rc, notes);
     map_kernels(r, fw, vc.source, rc.plan, notes);
     map_tp_overlap(tp_flags, fw, rc.plan, notes);
     map_batch(r, fw, rc.plan.mesh, rc, notes);

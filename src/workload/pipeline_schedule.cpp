@@ -37,6 +37,10 @@ std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m) {
   // Megatron's warm-up: pp - stage - 1 forwards (interleaved: 2 (pp - stage - 1) + (v - 1) pp),
   // then one forward and one backward in turn, then the cool-down backwards.
   std::int64_t warmup = v == 1 ? pp - stage - 1 : 2LL * (pp - stage - 1) + static_cast<std::int64_t>(v - 1) * pp;
+  // The expert all-to-all overlap merges each steady-state forward with a backward, so a forward's
+  // output leaves only when the merged step ends: one more warm-up forward keeps the next stage fed
+  // (Megatron-Core's get_pp_rank_microbatches under overlap_moe_expert_parallel_comm).
+  if (p.moe_a2a_overlap && p.mesh.ep > 1) ++warmup;
   warmup = std::min(warmup, total);
   std::int64_t f = 0, b = 0;
   for (; f < warmup; ++f) order.push_back(fwd_at(f));

@@ -97,12 +97,52 @@ void Builder::lower_stage(int stage) {
     st.head_params = sp.head_group;
   }
   gather_updated_params(st);
+  std::vector<OpSpan> spans;
+  spans.reserve(order.size());
   for (const Step& step : order) {
+    const int begin = static_cast<int>(prog_.ops.size());
     if (step.forward) forward_chunk(st, step);
     else backward_chunk(st, step);
+    spans.push_back({begin, static_cast<int>(prog_.ops.size())});
   }
   all_reduce_after_flush(st);
   optimizer_step(st);
+  if (p_.moe_a2a_overlap) overlap_expert_all_to_alls(st, order, spans);
+}
+
+// Reissues the merged pairs of steps (workload/a2a_overlap.hpp) once the stage is lowered: the
+// ops move, so every dependency on them and every pipeline link is renumbered.
+void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector<Step>& order,
+                                         const std::vector<OpSpan>& spans) {
+  const int begin = static_cast<int>(st.begin);
+  const int end = static_cast<int>(prog_.ops.size());
+  std::vector<int> issue(static_cast<std::size_t>(end - begin));  // new position -> old index
+  for (int i = begin; i < end; ++i) issue[static_cast<std::size_t>(i - begin)] = i;
+  bool moved = false;
+  for (const std::size_t i : a2a_overlap_pairs(order)) {
+    const OpSpan& a = spans[i];
+    const OpSpan& b = spans[i + 1];
+    const bool a_forward = order[i].forward;
+    const std::vector<int> merged = a2a_overlap_order(prog_.ops, a_forward ? a : b, a_forward ? b : a);
+    if (merged.empty()) continue;
+    std::copy(merged.begin(), merged.end(), issue.begin() + (a.begin - begin));
+    moved = true;
+  }
+  if (!moved) return;
+  std::vector<int> renumbered(issue.size());  // old index - begin -> new index
+  for (std::size_t k = 0; k < issue.size(); ++k) renumbered[static_cast<std::size_t>(issue[k] - begin)] = begin + static_cast<int>(k);
+  auto renumber = [&](int& id) {
+    if (id >= begin && id < end) id = renumbered[static_cast<std::size_t>(id - begin)];
+  };
+  std::vector<Op> ops;
+  ops.reserve(issue.size());
+  for (const int old : issue) ops.push_back(std::move(prog_.ops[static_cast<std::size_t>(old)]));
+  for (Op& op : ops)
+    for (int& d : op.deps) renumber(d);
+  std::move(ops.begin(), ops.end(), prog_.ops.begin() + begin);
+  for (ChunkOps* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
+                          &links_.bwd_send})
+    for (auto& entry : *links) renumber(entry.second);
 }
 
 double Builder::loss_vocab() const {

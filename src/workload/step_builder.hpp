@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "spec/runtime_traits.hpp"
+#include "workload/a2a_overlap.hpp"
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
 #include "workload/memory_estimate.hpp"
@@ -264,6 +265,9 @@ private:
     st.blocking_send = -1;
   }
   void wire_pipeline();
+  // Megatron-Core's expert all-to-all overlap: the stage's merged forward/backward pairs reissued
+  // (stage_lowering.cpp, workload/a2a_overlap.hpp).
+  void overlap_expert_all_to_alls(const StageState& st, const std::vector<Step>& order, const std::vector<OpSpan>& spans);
 
   // --- optimizer_lowering.cpp --------------------------------------------------------------
   void optimizer_step(StageState& st);

@@ -610,7 +610,9 @@ TEST_CASE("measured kernels: the profiles reproduce the published GEMM and atten
     ClusterSpec c = clusters.at(name);
     const bool sustained = t.at(r, "clocks") == "sustained";
     REQUIRE((sustained || t.at(r, "clocks") == "burst"));
-    if (!sustained) c.gpu.sustained_clock_fraction = c.gpu.attention_sustained_clock_fraction = 1;
+    if (!sustained)
+      c.gpu.sustained_clock_fraction = c.gpu.attention_sustained_clock_fraction =
+          c.gpu.low_precision_sustained_clock_fraction = 1;
     const std::optional<Dtype> dtype = parse_dtype(t.at(r, "dtype"));
     REQUIRE(dtype.has_value());
     KernelEstimate e;

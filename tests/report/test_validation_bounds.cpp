@@ -143,9 +143,15 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // the TP 4 and pp 32 rows +80 / +38 -> +65 / +33 %, the forced-balance twins and the EP 32 / FSDP
 // rows 1-3 points slower (-6..-12 -> -9..-13 %; +1 / -10 / -6 -> -2 / -13 / -8 %): MAPE 14.2 %.
 // Tightened 15.5 -> 14.5.
+// Then GB200's BF16 work at B200's measured BF16 sustained clock 0.86 instead of GB200's FP8
+// GEMM figure 0.78, which now prices only FP8/FP4 GEMMs (GB200 BF16 row -8.3 -> -3.8 %, MXFP8
+// -23.1 -> -22.7 %; 13.5 -> 13.2 %), and Megatron-Core's expert all-to-all overlap, read from the
+// notes of the three rows that ran it (EP 32 + 1F1B overlap -14.7 -> +12.7 %, GB200 MXFP8
+// -22.7 -> -10.3 %, GB300 MXFP8 -9.1 -> +17.8 %): MAPE 12.9 %, bias -3.6 -> +0.7 %. Tightened
+// 14.5 -> 13.0.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 14.5;
+constexpr double kMoeMapeBoundPct = 13.0;
 
 // Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
 // declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
@@ -158,6 +164,9 @@ constexpr double kMoeMapeBoundPct = 14.5;
 // dev-vtrain fold for a DeepSpeed factor of 1657 +- 394 and got the bound 20, 29.9 % held out).
 // Held out 8.9 % (in sample 8.6, shipped 8.6); vtrain 9.5, megatron-moe-modelzoo 13.5,
 // llm-foundry 4.8. Tightened to 9.8.
+// Then the expert all-to-all overlap on the three dev-moe rows that ran it: held out 9.3 % (in
+// sample 8.6, shipped 8.6); vtrain 9.6 -> 10.1 (its fold's element-wise fraction 0.586 -> 0.558,
+// pulled by the two MoE rows now too fast), megatron-moe-modelzoo 13.2 -> 12.9. Within the bound.
 constexpr double kCrossValidatedMapeBoundPct = 9.8;
 constexpr int kCrossValidatedRowsCompared = 921;
 // The shipped value of every parameter tests/regen_fits.sh refits equals what the fit gives.

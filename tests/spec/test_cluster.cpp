@@ -351,15 +351,19 @@ TEST_CASE("H200, H100 96GB and Blackwell numbers") {
   CHECK(gb200.node.nvlink_bandwidth_bytes_per_s * gb200.node.nvlink_efficiency ==
         doctest::Approx(679.61e9).epsilon(0.001));
   // GB200 FP4 cuBLASLt 5604 TFLOP/s at 16384^3 after 10,000 warmup iterations: the curve holds the
-  // burst rate, 5604 / 0.78 (the sustained fraction).
+  // burst rate, 5604 / 0.78 (the FP8/FP4 GEMMs' sustained fraction).
   const GemmCurve* fp4 = find_gemm(gb200, Dtype::fp4);
   REQUIRE(fp4 != nullptr);
-  CHECK(gemm_eff_at(*fp4, 16384) * 10000 * gb200.gpu.sustained_clock_fraction ==
+  CHECK(gb200.gpu.gemm_sustained_fraction(Dtype::fp4) == doctest::Approx(0.78).epsilon(kExact));
+  CHECK(gemm_eff_at(*fp4, 16384) * 10000 * gb200.gpu.gemm_sustained_fraction(Dtype::fp4) ==
         doctest::Approx(5604).epsilon(0.5 / 5604));
-  // Attention throttles as B200's back-to-back FA4 measured (0.86), not as the FP8 GEMM (0.78);
-  // B200 itself has one fraction for both, its measurement being an attention kernel.
+  // BF16 GEMMs and attention throttle as B200's back-to-back BF16 FA4 measured (0.86), not as the
+  // FP8 GEMM (0.78); B200's FP8 and FP4 GEMMs take GB200's 0.78 as an upper bound.
+  CHECK(gb200.gpu.gemm_sustained_fraction(Dtype::bf16) == doctest::Approx(0.86).epsilon(kExact));
   CHECK(gb200.gpu.attention_sustained_fraction() == doctest::Approx(0.86).epsilon(kExact));
   CHECK(b200.gpu.attention_sustained_fraction() == b200.gpu.sustained_clock_fraction);
+  CHECK(b200.gpu.gemm_sustained_fraction(Dtype::bf16) == doctest::Approx(0.86).epsilon(kExact));
+  CHECK(b200.gpu.gemm_sustained_fraction(Dtype::mxfp8) == doctest::Approx(0.78).epsilon(kExact));
 
   const ClusterSpec gb300 = load_cluster("gb300");
   CHECK(gb300.gpu.attention_sustained_fraction() == doctest::Approx(0.86).epsilon(kExact));

@@ -242,6 +242,44 @@ TEST_CASE("Megatron round trip: Mixtral with expert parallelism and selective re
   }
 }
 
+// Megatron-Core's expert all-to-all overlap: read, written back, and refused where Megatron-Core's
+// arguments.py refuses it (no experts in parallel, pp > 1 without virtual stages, full recompute).
+TEST_CASE("Megatron arguments: --overlap-moe-expert-parallel-comm round-trips and is checked as Megatron-Core does") {
+  RunConfig plan = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  resolve_layout(plan, std::nullopt);
+  CHECK_FALSE(plan.plan.moe_a2a_overlap);
+  REQUIRE(plan.plan.mesh.pp == 1);
+  plan.plan.moe_a2a_overlap = true;
+  const std::string text = megatron_args_text(emit_megatron_args(plan));
+  CHECK(text.find("--overlap-moe-expert-parallel-comm") != std::string::npos);
+  RunConfig back = import_megatron_args("overlap.args", text);
+  CHECK(back.plan.moe_a2a_overlap);
+  CHECK(back.unmodelled_settings.empty());
+  resolve_layout(back, 64);
+  CHECK(megatron_args_text(emit_megatron_args(back)) == text);
+
+  auto refusal = [&](const std::string& edited) -> std::string {
+    RunConfig rc = import_megatron_args("overlap.args", edited);
+    try {
+      resolve_layout(rc, 64);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto replaced = [&](std::string t, const std::string& from, const std::string& to) {
+    const auto at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  const std::string no_ep = refusal(replaced(text, "--expert-model-parallel-size 8", "--expert-model-parallel-size 1"));
+  CHECK(no_ep.find("--overlap-moe-expert-parallel-comm") != std::string::npos);
+  CHECK(no_ep.find("ep > 1") != std::string::npos);
+  const std::string no_vpp =
+      refusal(replaced(text, "--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2"));
+  CHECK(no_vpp.find("--overlap-moe-expert-parallel-comm: needs the interleaved schedule") != std::string::npos);
+}
+
 TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with Megatron's defaults") {
   RunConfig rc = import_text(kSmall);
   CHECK(rc.model.name == "megatron-a");

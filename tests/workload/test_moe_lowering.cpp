@@ -4,15 +4,20 @@
 // parallelism, and multi-head latent attention's projections and attention FLOPs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "sim/step_simulator.hpp"
+#include "spec/cluster_loader.hpp"
 #include "spec/model_spec.hpp"
 #include "spec/plan.hpp"
+#include "workload/a2a_overlap.hpp"
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
 #include "workload/moe_routing.hpp"
+#include "workload/pipeline_schedule.hpp"
 #include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
 
@@ -431,4 +436,132 @@ TEST_CASE("dropless routing: the trained router's imbalance slows the most-loade
   REQUIRE(mlp != nullptr);
   const LayerKernels k = layer_kernels(m, p, trained);
   CHECK(mlp->model_flops == doctest::Approx(mlp->hardware_flops - k.mlp_excess_flops));
+}
+
+// Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm), without a
+// pipeline: each backward merges with the next micro-batch's forward
+// (forward_backward_no_pipelining), layer by layer in TransformerLayerSchedulePlan.run's order:
+//   compute: forward attention | backward MLP     | forward MLP       | backward attention
+//   comm:    backward combine  | forward dispatch | backward dispatch | forward combine
+// The backward walks the layers down while the forward walks them up, so forward layer i meets
+// backward layer L - 1 - i.
+TEST_CASE("expert all-to-all overlap: Megatron-Core's merged order of a backward and the next forward") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  const StepProgram plain = lower_step(m, p, job(2));
+  p.moe_a2a_overlap = true;
+  const StepProgram merged = lower_step(m, p, job(2));
+  // Nothing added or dropped: the same ops, reissued.
+  REQUIRE(merged.ops.size() == plain.ops.size());
+  std::vector<std::string> a, b;
+  for (const Op& op : plain.ops) a.push_back(op.name);
+  for (const Op& op : merged.ops) b.push_back(op.name);
+  CHECK(a != b);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  CHECK(a == b);
+  CHECK(merged.model_flops_per_step == doctest::Approx(plain.model_flops_per_step).epsilon(1e-12));
+
+  // Micro-batch 0's forward runs alone; its backward merges with micro-batch 1's forward.
+  std::vector<std::string> issued;
+  bool in_pair = false;
+  for (const Op& op : merged.ops) {
+    if (op.name == "bwd.head_loss.mb0") in_pair = true;
+    if (in_pair) issued.push_back(op.name);
+    if (op.name == "fwd.head_loss.mb1") break;
+  }
+  const std::vector<std::string> expected = {
+      "bwd.head_loss.mb0",                                                 // the loss's backward
+      "fwd.embed.mb1",               "fwd.L0.mb1.qkv",                     // forward attention, layer 0
+      "bwd.L1.mb0.ep_combine_bwd",   "fwd.L0.mb1.ep_dispatch",             // comm under the attention
+      "bwd.L1.mb0.mlp",              "bwd.L1.mb0.ep_dispatch_bwd",         // backward MLP | forward dispatch
+      "fwd.L0.mb1.mlp",              "fwd.L0.mb1.ep_combine",              // forward MLP | backward dispatch
+      "bwd.L1.mb0.attn",             "bwd.L1.mb0.qkv",                     // backward attention | forward combine
+      "fwd.L1.mb1.qkv",              "bwd.L0.mb0.ep_combine_bwd", "fwd.L1.mb1.ep_dispatch", "bwd.L0.mb0.mlp",
+      "bwd.L0.mb0.ep_dispatch_bwd",  "fwd.L1.mb1.mlp",            "fwd.L1.mb1.ep_combine", "bwd.L0.mb0.attn",
+      "bwd.L0.mb0.qkv",              "bwd.embed.mb0",             "fwd.head_loss.mb1"};
+  CHECK(issued == expected);
+  // Every dependency still points at the op it meant: each one's name is unchanged.
+  for (std::size_t i = 0; i < merged.ops.size(); ++i) {
+    const std::string name = merged.ops[i].name;
+    CAPTURE(name);
+    const Op* before = find_op(plain, name);
+    REQUIRE(before != nullptr);
+    std::vector<std::string> was, now;
+    for (const int d : before->deps) was.push_back(plain.ops[static_cast<std::size_t>(d)].name);
+    for (const int d : merged.ops[i].deps) now.push_back(merged.ops[static_cast<std::size_t>(d)].name);
+    CHECK(was == now);
+  }
+}
+
+TEST_CASE("expert all-to-all overlap: which schedule steps merge, and the interleaved warm-up") {
+  // Without a pipeline: F0 B0 F1 B1 F2 B2 -> B0 + F1, B1 + F2 (forward_backward_no_pipelining).
+  Plan p = ep_plan(4);
+  p.moe_a2a_overlap = true;
+  CHECK(a2a_overlap_pairs(stage_order(p, 0, 3)) == std::vector<std::size_t>{1, 3});
+  // Interleaved 1F1B, pp 2 x vpp 2, 4 micro-batches: stage 0 warms up with 2 (pp - 1) + (vpp - 1) pp
+  // = 4 forwards, one more under the overlap (a merged forward sends its output only when the
+  // merged step ends), then forward/backward pairs, each merged, then the cool-down backwards: the
+  // steady state's first forward makes 6 leading forwards (5 without the overlap).
+  p.mesh.pp = 2;
+  p.mesh.vpp = 2;
+  p.mesh.dp_replicate = 2;
+  p.mesh.ep = 2;
+  p.schedule = PipelineSchedule::interleaved_1f1b;
+  auto leading_forwards = [](const std::vector<Step>& order) {
+    std::size_t n = 0;
+    while (n < order.size() && order[n].forward) ++n;
+    return n;
+  };
+  const std::vector<Step> order = stage_order(p, 0, 4);
+  CHECK(leading_forwards(order) == 6);
+  CHECK(a2a_overlap_pairs(order) == std::vector<std::size_t>{5, 7, 9});
+  p.moe_a2a_overlap = false;
+  CHECK(leading_forwards(stage_order(p, 0, 4)) == 5);
+}
+
+TEST_CASE("expert all-to-all overlap: spans that wait on each other, or have nothing to hide, are not merged") {
+  std::vector<Op> ops(4);
+  ops[1].kind = OpKind::collective;
+  ops[1].category = OpCategory::ep;
+  ops[1].collective = CollectiveOp::all_to_all;
+  ops[3] = ops[1];
+  // [0, 2) forward with an all-to-all, [2, 4) backward with one: merged as backward segment,
+  // forward attention, backward all-to-all, forward all-to-all.
+  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}) == std::vector<int>{2, 0, 3, 1});
+  ops[2].deps = {1};  // the backward waits for the forward
+  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}).empty());
+  ops[2].deps.clear();
+  ops[3] = Op{};  // nothing to hide in the backward
+  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}).empty());
+}
+
+// Simulated: in the merged pair the backward's combine runs while the forward's attention computes,
+// so the exposed all-to-all time falls and the step gets shorter; the work is the same.
+TEST_CASE("expert all-to-all overlap, simulated: the all-to-alls run under the other micro-batch's compute") {
+  const ModelSpec m = two_layer_moe();
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  Plan p = ep_plan(4);
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimulatedStep plain = simulate_step(m, p, job(4), c, keep);
+  p.moe_a2a_overlap = true;
+  const SimulatedStep merged = simulate_step(m, p, job(4), c, keep);
+  auto timing = [](const SimulatedStep& s, const std::string& name) {
+    for (std::size_t i = 0; i < s.program.ops.size(); ++i)
+      if (s.program.ops[i].name == name) return s.timings[i];
+    FAIL("no op " << name);
+    return sim::TaskTiming{};
+  };
+  const auto combine = timing(merged, "bwd.L1.mb0.ep_combine_bwd");
+  const auto attention = timing(merged, "fwd.L0.mb1.qkv");
+  CHECK(combine.start_seconds < attention.end_seconds);  // concurrent
+  CHECK(timing(plain, "fwd.L0.mb1.qkv").start_seconds >= timing(plain, "bwd.L1.mb0.ep_combine_bwd").end_seconds);
+  const double plain_ep = plain.result.exposed_comm_s.at("ep");
+  const double merged_ep = merged.result.exposed_comm_s.at("ep");
+  CAPTURE(plain_ep);
+  CAPTURE(merged_ep);
+  CHECK(merged_ep < 0.75 * plain_ep);
+  CHECK(merged.result.step_time_s < plain.result.step_time_s);
+  CHECK(merged.program.model_flops_per_step == doctest::Approx(plain.program.model_flops_per_step).epsilon(1e-12));
 }
