@@ -24,6 +24,7 @@
 #include "spec/limits.hpp"
 #include "spec/model_loader.hpp"
 #include "spec/runtimes.hpp"
+#include "spec/validated_mfu.hpp"
 
 namespace meshplan::cli {
 
@@ -95,6 +96,8 @@ void write_winner_bundle(const Options& o, const PlanRequest& rq, const PlanSear
           "(docs/goodput.md), into $CHECKPOINT_DIR, which the launch scripts require",
           rc.checkpoint_interval_steps, ck.blocking_seconds, ji.mtbi_seconds / 3600));
     }
+    if (const auto v = validated_mfu_of(best.plan, rq.cluster.gpu.arch, rq.model.moe.enabled(), rq.seq_len))
+      if (std::string n = beyond_validated_note(best.result.mfu, *v); !n.empty()) summary.assumptions.push_back(n);
     summary.assumptions.push_back(i == 0 ? s.why_winner
                                          : fmt::format("rank {} of the search; faster plans the runtime "
                                                        "cannot express: {}", i + 1, refusals));
@@ -139,6 +142,11 @@ void print_json(const Options& o, const PlanRequest& rq, const PlanSearch& s, in
                 {"pareto", std::find(s.pareto.begin(), s.pareto.end(), i) != s.pareto.end()},
                 {"equivalent_settings", settings_json(cnd.equivalent_plans)}});
     if (!cnd.numerics_note.empty()) row["numerics_note"] = cnd.numerics_note;
+    // The highest MFU a published run of the same runtime, GPU, model kind and recipe reached
+    // (spec/validated_mfu.hpp): null where none was validated.
+    const auto v = validated_mfu_of(p, rq.cluster.gpu.arch, rq.model.moe.enabled(), rq.seq_len);
+    row["validated_mfu_max"] = v ? nlohmann::json(v->mfu) : nlohmann::json();
+    row["beyond_validated_mfu"] = v && cnd.result.mfu > v->mfu;
     j["plans"].push_back(std::move(row));
   }
   j["dropped"] = nlohmann::json::array();

@@ -22,6 +22,7 @@
 #include "spec/numerics.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/runtimes.hpp"
+#include "spec/validated_mfu.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
 
@@ -1036,6 +1037,11 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
                          ? tie_sentence(out.ranked[0], out.ranked[1])
                          : winner_sentence(out.ranked[0], out.ranked[1], rq.cluster.node.gpus_per_node);
   if (rq.model.moe.enabled() && !out.ranked.empty()) out.notes.push_back(ep_choice_note(rq, out.ranked));
+  if (!out.ranked.empty()) {
+    const PlanCandidate& w = out.ranked[0];
+    if (const auto v = validated_mfu_of(w.plan, rq.cluster.gpu.arch, rq.model.moe.enabled(), rq.seq_len))
+      if (std::string n = beyond_validated_note(w.result.mfu, *v); !n.empty()) out.notes.push_back("rank 1: " + n);
+  }
   if (e.feasible.size() > looked_at)
     out.notes.push_back(fmt::format("{} feasible plans; the {} best {}by the closed-form estimate were simulated",
                                     e.feasible.size(), n_simulated, out.merged > 0 ? "distinct ones " : ""));

@@ -10,6 +10,7 @@
 
 #include "report/memory_report.hpp"
 #include "spec/pipeline_split.hpp"
+#include "spec/validated_mfu.hpp"
 
 namespace meshplan {
 
@@ -74,6 +75,8 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
   out += fmt::format("tokens/s      {:.0f} total, {:.1f} per GPU\n", r.tokens_per_s, r.tokens_per_s_per_gpu);
   out += fmt::format("MFU           {:.1f}%   HFU {:.1f}%   ({} FLOP/token: {})\n", 100 * r.mfu, 100 * r.hfu,
                      fmt::format("{:.3g}", r.model_flops_per_token), r.flops_formula);
+  if (const auto v = validated_mfu_of(rc.plan, c.gpu.arch, rc.model.moe.enabled(), rc.job.seq_len))
+    if (const std::string n = beyond_validated_note(r.mfu, *v); !n.empty()) out += "              " + n + "\n";
   out += "\nwhere the step goes (critical stage " + std::to_string(r.critical_stage) + ")\n";
   for (const char* k : kBreakdownKeys) {
     const double v = r.breakdown_s.count(k) ? r.breakdown_s.at(k) : 0.0;
@@ -112,6 +115,11 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
   j["mfu"] = r.mfu;
   j["hfu"] = r.hfu;
+  // The highest MFU a published run of the same runtime, GPU, model kind and recipe reached
+  // (spec/validated_mfu.hpp): null where none was validated.
+  const auto validated = validated_mfu_of(rc.plan, c.gpu.arch, rc.model.moe.enabled(), rc.job.seq_len);
+  j["validated_mfu_max"] = validated ? nlohmann::json(validated->mfu) : nlohmann::json();
+  j["beyond_validated_mfu"] = validated && r.mfu > validated->mfu;
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["flops_formula"] = r.flops_formula;
   j["breakdown_s"] = r.breakdown_s;

@@ -23,6 +23,7 @@ enum class InputKind {
   validation_csv_whole,  // a validation CSV read whole: --cross-validate, --collectives, calibrate --runs
   training_log,      // calibrate --runs: a run's own log (streamed line by line)
   runs_listing,      // calibrate --runs runs.toml: logs, configs and clusters
+  validated_mfu,     // plans/validated_mfu.toml: the MFU the published runs reached
 };
 
 struct InputKindInfo {

@@ -328,6 +328,8 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     out.runtime = std::string(to_string(rc.plan.runtime));
     out.gpu_arch = cluster.gpu.arch;
     out.fp8 = std::string(to_string(rc.plan.fp8));
+    out.seq_len = rc.job.seq_len;
+    out.moe = rc.model.moe.enabled();
     out.predicted_mfu = sr.mfu;
     // The row's own metric (tokens/s, or TFLOP/s or MFU in the source's FLOP convention) moves with
     // throughput, so measured over predicted carries the step's MFU to the run's.
@@ -827,6 +829,8 @@ nlohmann::json validation_row_json(const ValidationRowResult& x) {
   j["runtime"] = str_or_null(x.runtime);
   j["gpu_arch"] = str_or_null(x.gpu_arch);
   j["fp8"] = str_or_null(x.fp8);
+  j["seq_len"] = x.seq_len > 0 ? nlohmann::json(x.seq_len) : nlohmann::json();
+  j["moe"] = x.moe;
   j["metric"] = str_or_null(x.metric);
   j["metric_definition"] = str_or_null(x.metric_definition);
   j["predicted_metric"] = opt_json(x.predicted_metric);

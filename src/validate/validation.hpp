@@ -51,6 +51,8 @@ struct ValidationRowResult {
   std::string runtime;   // the runtime the row was simulated as (spec/runtimes.cpp names)
   std::string gpu_arch;  // its cluster's GPU architecture ("sm90")
   std::string fp8;       // the low-precision recipe its GEMMs ran ("none": the compute dtype)
+  std::int64_t seq_len = 0;  // tokens per sequence simulated (0: not simulated)
+  bool moe = false;          // the model has routed experts
   std::string metric;             // "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct", or "" (none compared)
   std::string metric_definition;  // for tflops/mfu: the source's formula
   std::optional<double> predicted_metric, measured_metric;

@@ -948,3 +948,28 @@ TEST_CASE("kernel --grouped-gemm: one grouped launch over the groups' own rows, 
   const Run bad = run("kernel --grouped-gemm 128,x5760x2880");
   CHECK(bad.exit_code == 2);
 }
+
+// Issue 32 item 6: a prediction above the highest MFU the published runs of its runtime, GPU,
+// model kind and recipe reached is named (docs/validation.md, "Validated MFU envelope"). The
+// shipped torchtitan 8B example on H200 predicts 50 % where torchtitan's validated Hopper dense runs
+// reach 40 %.
+TEST_CASE("simulate names an MFU above what the published runs reached, in text and JSON") {
+  const std::string cfg = example("torchtitan-llama3.1-8b-8xh100.toml") + " --cluster h200-141gb";
+  const Run t = run("simulate --config " + cfg);
+  REQUIRE_MESSAGE(t.exit_code == 0, t.err);
+  CHECK(t.out.find("is above every published torchtitan-fsdp2 run on sm90 that meshplan was validated on") !=
+        std::string::npos);
+  const Run r = run("simulate --config " + cfg + " --json");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("beyond_validated_mfu").get<bool>());
+  CHECK(j.at("mfu").get<double>() > j.at("validated_mfu_max").get<double>());
+  // Within the envelope: no line, the field false. Megatron's 405B example predicts 39.6 % of 47.6 %.
+  const std::string within = example("plan-llama3.1-405b-megatron-pp16-vpp8.toml");
+  const Run w = run("simulate --config " + within);
+  REQUIRE_MESSAGE(w.exit_code == 0, w.err);
+  CHECK(w.out.find("validated on") == std::string::npos);
+  const auto wj = nlohmann::json::parse(run("simulate --config " + within + " --json").out);
+  CHECK_FALSE(wj.at("beyond_validated_mfu").get<bool>());
+  CHECK(wj.at("validated_mfu_max").get<double>() == doctest::Approx(0.476).epsilon(0.01));
+}

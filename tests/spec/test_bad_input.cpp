@@ -14,6 +14,8 @@
 #include "spec/error.hpp"
 #include "spec/input_file.hpp"
 #include "spec/printable.hpp"
+#include "spec/plan.hpp"
+#include "spec/validated_mfu.hpp"
 #include "spec/import_common.hpp"
 #include "test_paths.hpp"
 
@@ -307,7 +309,7 @@ TEST_CASE("InputFile reads lines and whole files; its size table is the one docs
   std::ifstream d(meshplan::test::data_root() / "docs" / "limits.md");
   const std::string doc{std::istreambuf_iterator<char>(d), std::istreambuf_iterator<char>()};
   REQUIRE_FALSE(doc.empty());
-  CHECK(input_kinds().size() == 11);
+  CHECK(input_kinds().size() == 12);
   for (const auto& k : input_kinds()) {
     CAPTURE(k.what);
     CHECK(&input_kind_info(k.kind) == &k);
@@ -377,4 +379,42 @@ TEST_CASE("closest: the same suggestion as the full edit distance, and a huge ke
     CAPTURE(key);
     CHECK(importer::closest(key, flags) == reference(key, flags));
   }
+}
+
+// plans/validated_mfu.toml (spec/validated_mfu.hpp): the shipped table loads and answers by group;
+// a malformed one is a one-line InputError naming the key.
+TEST_CASE("the validated MFU envelope: lookup by group, the note above it, malformed tables refused") {
+  const auto v = validated_mfu("megatron", "sm90", false, "none", 4096);
+  REQUIRE(v.has_value());
+  // Megatron-LM's H100 weak-scaling runs (dev.csv): GPT-314B on 3,072 GPUs is the highest of nine.
+  CHECK(v->run == "mlm-h100-weak-gpt314b-3072g");
+  CHECK(v->runs == 9);
+  CHECK(v->mfu == doctest::Approx(0.476).epsilon(0.01));
+  CHECK_FALSE(validated_mfu("megatron", "sm90", false, "none", 16384).has_value());  // beyond 8192 tokens
+  CHECK_FALSE(validated_mfu("megatron", "sm120", false, "none", 4096).has_value());  // nothing measured there
+  Plan p;
+  p.runtime = Runtime::megatron;
+  CHECK(validated_mfu_of(p, "sm90", false, 4096)->run == v->run);
+  CHECK(beyond_validated_note(v->mfu - 0.01, *v).empty());
+  const std::string note = beyond_validated_note(0.551, *v);
+  CHECK(note.find("MFU 55.1% is above every published megatron run on sm90") == 0);
+  CHECK(note.find("9 runs, at most 47.6%, mlm-h100-weak-gpt314b-3072g") != std::string::npos);
+
+  const std::string good = "max_seq_len = 8192\n[[group]]\nruntime = \"megatron\"\ngpu_arch = \"sm90\"\nmoe = false\n"
+                           "fp8 = \"none\"\nmfu = 0.5\nrun = \"r\"\nruns = 1\n";
+  auto error_of = [&](const std::string& text) -> std::pair<std::string, std::string> {
+    const fs::path f = temp_dir() / "validated_mfu.toml";
+    std::ofstream(f) << text;
+    try {
+      (void)load_validated_mfu(f.string());
+    } catch (const InputError& e) {
+      return {e.key(), e.reason()};
+    }
+    return {"", ""};
+  };
+  CHECK(error_of(good).first.empty());
+  CHECK(error_of(replace(good, "mfu = 0.5", "mfu = 1.5")).first == "group[0].mfu");
+  CHECK(error_of(replace(good, "max_seq_len = 8192", "max_seq_len = 4096")).first == "max_seq_len");
+  CHECK(error_of(replace(good, "runs = 1\n", "")).first == "group[0].runs");
+  CHECK(error_of(replace(good, "runs = 1", "runz = 1")).first.find("group[0]") == 0);
 }
