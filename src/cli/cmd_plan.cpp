@@ -305,7 +305,8 @@ Command add_plan_command(CLI::App& root) {
       "Find the best layout for a model on N GPUs: enumerates every valid PP x VPP x DP x CP x TP x micro-batch x "
       "sharding x AC x precision plan the runtime supports, drops what does not fit (with --headroom), simulates "
       "the most promising and ranks them by tokens/s. Prints the top plans, the Pareto front of tokens/s vs memory, "
-      "and why the winner wins.");
+      "and why the winner wins; a winner whose MFU is above what published runs of its kind reached gets a note "
+      "(docs/validation.md, Validated MFU envelope).");
   add_plan_options(*c.app, *o);
   c.run = [o] { return run_plan(*o); };
   return c;

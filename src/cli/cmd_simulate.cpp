@@ -184,7 +184,9 @@ Command add_simulate_command(CLI::App& root) {
       "Discrete-event simulation of one optimizer step: step time, tokens/s (global and per GPU), "
       "MFU/HFU, a breakdown that adds up to the step time (compute, recompute, exposed communication "
       "by kind, pipeline bubble, optimizer, offload stalls) and peak memory per stage. Exit 3 when the simulated peak "
-      "exceeds the GPU's memory (`fits` in --json), as `memory`.");
+      "exceeds the GPU's memory (`fits` in --json), as `memory`. An MFU above the highest that published runs "
+      "of the same runtime, GPU, model kind and recipe reached is named (`beyond_validated_mfu`; "
+      "docs/validation.md, Validated MFU envelope).");
   add_simulate_options(*c.app, *o);
   c.run = [o] { return run_simulate(*o); };
   return c;
