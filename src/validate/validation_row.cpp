@@ -881,21 +881,47 @@ TpFlags map_switches(const CsvRow& row, const Reader& r, Plan& p, std::vector<st
   return {sp, atp};
 }
 
-// Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm, off by default):
-// the optional column where the file has it; else the notes, which quote the benchmark script's
-// A2A_OVERLAP switch or say '1f1b overlap'.
-void map_a2a_overlap(const Reader& r, const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
+// The dispatcher a row's notes name (dev-moe's "dispatcher DeepEP", "dispatcher A2A (alltoall)",
+// the benchmark script's DISPATCHER=hybridep); nullopt when they name none.
+std::optional<MoeDispatcher> dispatcher_in_notes(const std::string& text) {
+  const std::pair<std::string_view, MoeDispatcher> said[] = {
+      {"DISPATCHER=hybridep", MoeDispatcher::hybridep}, {"dispatcher HybridEP", MoeDispatcher::hybridep},
+      {"DISPATCHER=deepep", MoeDispatcher::deepep},     {"dispatcher DeepEP", MoeDispatcher::deepep},
+      {"DISPATCHER=alltoall", MoeDispatcher::alltoall}, {"dispatcher A2A", MoeDispatcher::alltoall},
+      {"dispatcher alltoall", MoeDispatcher::alltoall}};
+  for (const auto& [phrase, d] : said)
+    if (text.find(phrase) != std::string::npos) return d;
+  return std::nullopt;
+}
+
+// How a Megatron MoE row's tokens reach their experts. The dispatcher: an optional
+// `moe_dispatcher` column, else the notes; where neither names one, as a tuned Megatron-Core MoE
+// run sets it: the flex dispatcher with DeepEP (HybridEP on Blackwell NVL72), whose token copies
+// cross the network once per destination domain (inside one NVLink domain it prices as an
+// all-to-all). Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm, off
+// by default): the optional `moe_a2a_overlap` column, else the notes, which quote the benchmark
+// script's A2A_OVERLAP switch or say '1f1b overlap'.
+void map_expert_dispatch(const Reader& r, const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
   const Mesh& mesh = p.mesh;
   if (!rc.model.moe.enabled() || mesh.ep <= 1 || fw != "megatron") return;
   const std::string text = r.str("notes");
-  const auto column = r.opt_flag("moe_a2a_overlap");
-  p.moe_a2a_overlap = column ? *column
+  const std::string column = r.vocab("moe_dispatcher", {"alltoall", "deepep", "hybridep"});
+  if (const auto d = column.empty() ? dispatcher_in_notes(text) : parse_moe_dispatcher(column)) {
+    p.moe_dispatcher = *d;
+    if (column.empty()) notes.push_back(fmt::format("MoE dispatcher {} read from the notes", to_string(*d)));
+  } else {
+    p.moe_dispatcher = MoeDispatcher::deepep;
+    rc.left_to_runtime.moe_dispatcher = true;  // DeepEP or HybridEP, by the cluster's NVLink domain
+    notes.push_back("MoE dispatcher not stated: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
+  }
+  const auto overlap_column = r.opt_flag("moe_a2a_overlap");
+  p.moe_a2a_overlap = overlap_column ? *overlap_column
                              : text.find(kA2aOverlapSwitch) != std::string::npos ||
                                    text.find(kA2aOverlapNote) != std::string::npos;
   if (p.moe_a2a_overlap && mesh.pp > 1 && mesh.vpp == 1)
     throw Skip{"the expert all-to-all overlap needs the interleaved schedule under pp > 1 (vpp is 1)"};
-  if (!column)
+  if (!overlap_column)
     notes.push_back(p.moe_a2a_overlap ? "expert all-to-all overlap read from the notes (A2A_OVERLAP=1 / 1f1b overlap)"
                                       : "expert all-to-all overlap not stated: off (Megatron-LM's default)");
 }
@@ -934,14 +960,6 @@ void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>&
       notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
     // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
     p.deepspeed_engine = fw == "megatron-deepspeed";
-    // No column names the MoE dispatcher. Resolved as a tuned Megatron-Core MoE run sets it: the
-    // flex dispatcher with DeepEP (HybridEP on Blackwell NVL72), whose token copies cross the
-    // network once per destination domain; inside one NVLink domain it prices as an all-to-all.
-    if (rc.model.moe.enabled() && mesh.ep > 1 && fw == "megatron") {
-      p.moe_dispatcher = MoeDispatcher::deepep;
-      rc.left_to_runtime.moe_dispatcher = true;  // DeepEP or HybridEP, by the cluster's NVLink domain
-      notes.push_back("MoE dispatcher not in any column: Megatron-Core's flex dispatcher (DeepEP/HybridEP) assumed");
-    }
     // act_offload says activations went to the host, not which: Megatron-Core offloads whole
     // layers or (fine-grained) listed submodules; resolved to the least that fits.
     if (p.act_offload && fw == "megatron") rc.left_to_runtime.offload_scope = true;
@@ -1055,7 +1073,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     map_offload(row, r, rc.plan, notes);
     const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);
     map_runtime(fw, rc, notes);
-    map_a2a_overlap(r, fw, rc, notes);
+    map_expert_dispatch(r, fw, rc, notes);
     map_kernels(r, fw, vc.source, rc.plan, notes);
     map_tp_overlap(tp_flags, fw, rc.plan, notes);
     map_batch(r, fw, rc.plan.mesh, rc, notes);

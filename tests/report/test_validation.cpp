@@ -542,3 +542,26 @@ TEST_CASE("a Megatron row whose layers no split rule divides takes Megatron-Brid
   const std::string why = map_validation_row(parse_csv_table(std::string(kHeader) + synthetic_row("x", x)), 0).skipped;
   CHECK_MESSAGE(why.find("leave a stage empty") != std::string::npos, why);
 }
+
+// dev-moe.csv names the dispatcher and the expert all-to-all overlap in its notes only (README,
+// "Dispatcher (in notes)"); validate reads them there rather than assuming.
+TEST_CASE("dev-moe rows: the dispatcher and the all-to-all overlap their notes name" *
+          SKIP_UNLESS_SHARED("validation/dev-moe.csv")) {
+  const CsvTable moe = read_csv_table((test::shared_root() / "validation" / "dev-moe.csv").string());
+  auto mapped = [&](const std::string& id) {
+    const ValidationCase vc = map_validation_row(moe, row_index(moe, "megatron-moe-modelzoo-qwen3-235b-a22b-" + id));
+    REQUIRE(vc.skipped.empty());
+    return vc.run.plan;
+  };
+  // "dispatcher A2A (alltoall)": the plain all-to-all, no deduplication.
+  CHECK(mapped("h100-sxm-80gb-256g-intranode-ep8-pp32-a2a").moe_dispatcher == MoeDispatcher::alltoall);
+  CHECK_FALSE(mapped("h100-sxm-80gb-256g-intranode-ep8-pp32-a2a").moe_a2a_overlap);
+  // "dispatcher DeepEP", and the same run with "+1f1b overlap".
+  CHECK(mapped("h100-sxm-80gb-256g-crossnode-ep32").moe_dispatcher == MoeDispatcher::deepep);
+  CHECK_FALSE(mapped("h100-sxm-80gb-256g-crossnode-ep32").moe_a2a_overlap);
+  CHECK(mapped("h100-sxm-80gb-256g-crossnode-ep32-a2aoverlap").moe_a2a_overlap);
+  // "DISPATCHER=hybridep A2A_OVERLAP=1" / "A2A_OVERLAP=0".
+  CHECK(mapped("gb200-256g-mxfp8").moe_dispatcher == MoeDispatcher::hybridep);
+  CHECK(mapped("gb200-256g-mxfp8").moe_a2a_overlap);
+  CHECK_FALSE(mapped("gb200-256g-bf16").moe_a2a_overlap);
+}

@@ -148,10 +148,11 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // -23.1 -> -22.7 %; 13.5 -> 13.2 %), and Megatron-Core's expert all-to-all overlap, read from the
 // notes of the three rows that ran it (EP 32 + 1F1B overlap -14.7 -> +12.7 %, GB200 MXFP8
 // -22.7 -> -10.3 %, GB300 MXFP8 -9.1 -> +17.8 %): MAPE 12.9 %, bias -3.6 -> +0.7 %. Tightened
-// 14.5 -> 13.0.
+// 14.5 -> 13.0. Then the dispatcher the notes name (the pp 32 row's plain all-to-all, priced as
+// DeepEP's deduplicated dispatch before: +18.4 -> +17.2 %): MAPE 12.82 %. Tightened 13.0 -> 12.9.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 13.0;
+constexpr double kMoeMapeBoundPct = 12.9;
 
 // Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
 // declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
@@ -166,7 +167,8 @@ constexpr double kMoeMapeBoundPct = 13.0;
 // llm-foundry 4.8. Tightened to 9.8.
 // Then the expert all-to-all overlap on the three dev-moe rows that ran it: held out 9.3 % (in
 // sample 8.6, shipped 8.6); vtrain 9.6 -> 10.1 (its fold's element-wise fraction 0.586 -> 0.558,
-// pulled by the two MoE rows now too fast), megatron-moe-modelzoo 13.2 -> 12.9. Within the bound.
+// pulled by the two MoE rows now too fast), megatron-moe-modelzoo 13.2 -> 12.9 (12.8 with the
+// dispatcher the notes name). Within the bound.
 constexpr double kCrossValidatedMapeBoundPct = 9.8;
 constexpr int kCrossValidatedRowsCompared = 921;
 // The shipped value of every parameter tests/regen_fits.sh refits equals what the fit gives.
