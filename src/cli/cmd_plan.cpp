@@ -55,6 +55,7 @@ struct Options {
   std::int64_t gpus = 0, global_batch = 0, seq = 8192;
   int top = 10;
   int budget = 20;
+  int verify = 1;
   int threads = 2;
   double headroom_pct = 5;
   bool json = false;
@@ -247,6 +248,12 @@ void add_plan_options(CLI::App& app, Options& o) {
                  "plans simulated after the closed-form prune (more: slower, less risk of pruning the best)")
       ->capture_default_str()
       ->check(in_range("plan", "--simulate-budget"));
+  app.add_option("--verify-rows", o.verify,
+                 "ranks the closed-form prune may not cut: every plan whose estimate, times the largest simulated / "
+                 "estimated ratio seen (+5 %), could reach the N-th simulated plan is simulated too (1: the winner; "
+                 "10: the default table as a search simulating every plan would rank it, slower)")
+      ->capture_default_str()
+      ->check(in_range("plan", "--verify-rows"));
   app.add_option("--threads", o.threads,
                  "threads simulating plans (the answer is the same for any count; only search_seconds changes)")
       ->capture_default_str()
@@ -277,6 +284,7 @@ PlanRequest plan_request(const Options& o) {
   rq.headroom_fraction = o.headroom_pct / 100.0;
   rq.top_k = o.top;
   rq.simulate_budget = o.budget;
+  rq.verified_rows = o.verify;
   rq.threads = o.threads;
   return rq;
 }

@@ -51,6 +51,7 @@ constexpr std::array kRanges = {
     count("plan capacity", "--seq", 1, limits::kMaxSeqLen, "tokens"),
     count("plan", "--top", 1, kInt, "plans"),
     count("plan capacity", "--simulate-budget", 1, kInt, "plans"),
+    count("plan", "--verify-rows", 1, kInt, "plans"),
     count("plan", "--threads", 1, 64, "threads"),
     FlagRange{"simulate", "--seed", true, 0, 0, false, std::numeric_limits<std::uint64_t>::max(), ""},
     // ---- quantities (real numbers; SI or binary suffixes where the flag's parser takes them)

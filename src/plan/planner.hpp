@@ -26,6 +26,10 @@ struct PlanRequest {
   double headroom_fraction = 0.05;       // keep this much of the GPU free
   int top_k = 10;
   int simulate_budget = 20;              // plans simulated after the closed-form prune (>= top_k)
+  // Ranks the closed-form prune may not cut: every plan whose estimate, scaled by the largest
+  // simulated / estimated ratio seen, could reach the verified_rows-th simulated plan is simulated
+  // too (1: the winner).
+  int verified_rows = 1;
   int threads = 2;
 };
 
