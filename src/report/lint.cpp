@@ -198,6 +198,29 @@ void check_fsdp1_knobs(std::vector<LintFinding>& f, const LintInputs& in) {
                  "down just before the optimizer step"});
 }
 
+// A Megatron MoE run with its experts spread (ep > 1) that leaves Megatron-Core's expert
+// all-to-all overlap off where Megatron-Core would accept it (docs/models.md).
+void check_expert_overlap(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Plan& p = in.p;
+  const RunConfig& rc = in.base.run;
+  if (!in.base.ok() || p.runtime != Runtime::megatron || !rc.model.moe.enabled() || p.mesh.ep <= 1 ||
+      p.moe_a2a_overlap || p.ac == AcMode::full)
+    return;
+  if (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1)) return;
+  const double exposed = in.base.result.exposed_comm_s.count("ep") ? in.base.result.exposed_comm_s.at("ep") : 0.0;
+  if (!(exposed > 0)) return;
+  const std::string key = in.doc.format == ConfigFormat::megatron_args   ? "--overlap-moe-expert-parallel-comm"
+                          : in.doc.format == ConfigFormat::meshplan_plan ? "runtime.moe_a2a_overlap"
+                                                                         : "";
+  f.push_back({key, "info",
+               fmt::format("{:.2f} s per step of expert all-to-all is exposed; Megatron-Core's "
+                           "--overlap-moe-expert-parallel-comm runs each steady-state forward and backward merged, "
+                           "layer by layer, so that one's all-to-alls run under the other's compute (one more "
+                           "warm-up forward under interleaved 1F1B)",
+                           exposed) +
+                   in.simulated_with(key, "true")});
+}
+
 // Recompute, replication and offload settings whose cost is not what their name suggests.
 void check_recompute_and_offload(std::vector<LintFinding>& f, const LintInputs& in) {
   const Plan& p = in.p;
@@ -268,6 +291,7 @@ LintReport lint_config(const RunSource& src) {
   if (base.ok()) check_simulated_run(f, in);
   if (in.composer1 && p.sharding != Sharding::none) check_fsdp1_knobs(f, in);
   check_recompute_and_offload(f, in);
+  check_expert_overlap(f, in);
 
   std::stable_sort(f.begin(), f.end(), [](const LintFinding& a, const LintFinding& b) {
     auto rank = [](const std::string& s) { return s == "error" ? 0 : s == "warning" ? 1 : 2; };

@@ -973,3 +973,20 @@ TEST_CASE("simulate names an MFU above what the published runs reached, in text 
   CHECK_FALSE(wj.at("beyond_validated_mfu").get<bool>());
   CHECK(wj.at("validated_mfu_max").get<double>() == doctest::Approx(0.476).epsilon(0.01));
 }
+
+// lint names the expert all-to-all overlap a Megatron MoE run leaves off where Megatron-Core would
+// accept it, with the simulated difference; a run that has it on, or dense, gets no such line.
+TEST_CASE("lint suggests Megatron-Core's expert all-to-all overlap with its simulated effect") {
+  const Run r = run("lint -c " + example("plan-mixtral-8x7b-ep8-64gpu.toml"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("info    runtime.moe_a2a_overlap: ") != std::string::npos);
+  CHECK(r.out.find("simulated with runtime.moe_a2a_overlap=true: tokens/s/GPU ") != std::string::npos);
+  std::string on = read_file(example("plan-mixtral-8x7b-ep8-64gpu.toml"));
+  const auto at = on.find("name = \"megatron\"");
+  REQUIRE(at != std::string::npos);
+  on.insert(at + std::string("name = \"megatron\"").size(), "\nmoe_a2a_overlap = true");
+  const Run o = run("lint -c " + write_temp("overlap.toml", on).string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.err);
+  CHECK(o.out.find("moe_a2a_overlap") == std::string::npos);
+  CHECK(run("lint -c " + example("plan-llama3.1-70b-pp4-tp8.toml")).out.find("moe_a2a_overlap") == std::string::npos);
+}
