@@ -38,7 +38,7 @@ std::vector<std::size_t> a2a_overlap_pairs(const std::vector<Step>& order) {
   for (std::size_t i = 0; i + 1 < order.size();) {
     const Step& a = order[i];
     const Step& b = order[i + 1];
-    if (a.forward != b.forward && a.mb != b.mb) {
+    if (a.steady && b.steady && a.forward != b.forward && a.mb != b.mb) {
       pairs.push_back(i);
       i += 2;
     } else {

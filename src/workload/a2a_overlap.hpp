@@ -23,9 +23,10 @@ struct OpSpan {
   int begin = 0, end = 0;
 };
 
-// The schedule steps that merge: a forward next to a backward of another micro-batch (the
-// steady state of 1F1B and interleaved 1F1B; without a pipeline, each backward with the next
-// micro-batch's forward), pairs taken left to right. Indices into `order`, first of each pair.
+// The schedule steps that merge: a forward next to a backward of another micro-batch, both in the
+// steady state (1F1B's alternating middle, not the last warm-up forward beside the first
+// cool-down backward; without a pipeline, each backward with the next micro-batch's forward),
+// pairs taken left to right. Indices into `order`, first of each pair.
 std::vector<std::size_t> a2a_overlap_pairs(const std::vector<Step>& order);
 
 // The merged issue order of two adjacent spans (`first` directly before `second` in `ops`), one

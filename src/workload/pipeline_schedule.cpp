@@ -16,8 +16,8 @@ std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m) {
     // pp == 1: each micro-batch runs forward then backward (gradient accumulation).
     if (pp == 1) {
       for (std::int64_t mb = 0; mb < m; ++mb) {
-        for (int c = 0; c < v; ++c) order.push_back({true, mb, c});
-        for (int c = v - 1; c >= 0; --c) order.push_back({false, mb, c});
+        for (int c = 0; c < v; ++c) order.push_back({true, mb, c, true});
+        for (int c = v - 1; c >= 0; --c) order.push_back({false, mb, c, true});
       }
       return order;
     }
@@ -46,7 +46,9 @@ std::vector<Step> stage_order(const Plan& p, int stage, std::int64_t m) {
   for (; f < warmup; ++f) order.push_back(fwd_at(f));
   while (f < total) {
     order.push_back(fwd_at(f++));
+    order.back().steady = true;
     order.push_back(bwd_at(b++));
+    order.back().steady = true;
   }
   while (b < total) order.push_back(bwd_at(b++));
   return order;

@@ -13,6 +13,9 @@ struct Step {
   bool forward;
   std::int64_t mb;
   int chunk;
+  // Part of the schedule's steady state, where a forward and a backward alternate (1F1B's middle;
+  // without a pipeline, every step): where Megatron-Core's expert all-to-all overlap merges them.
+  bool steady = false;
 };
 
 // Model chunks per pipeline stage: vpp under the interleaved schedule, else 1.

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fmt/format.h>
 #include <set>
 #include <tuple>
 
@@ -299,4 +300,34 @@ TEST_CASE("pruning: the verified rows are those a search simulating every plan r
   rq.verified_rows = 1;  // the default: the winner
   const PlanSearch one = search_plans(rq);
   CHECK(top(one, 1) == top(all, 1));
+}
+
+// A Megatron MoE winner with its experts spread gets Megatron-Core's expert all-to-all overlap
+// simulated beside it as a note (the search does not switch it on: the model overstates its gain,
+// docs/validation.md); a dense winner gets none.
+TEST_CASE("plan --runtime megatron: the winner's expert all-to-all overlap, simulated as a note") {
+  PlanRequest rq;
+  rq.model = load_model("qwen3-30b-a3b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 64;
+  rq.seq_len = 4096;
+  rq.global_batch_tokens = 4LL << 20;
+  rq.runtime = Runtime::megatron;
+  const PlanSearch s = search_plans(rq);
+  REQUIRE_FALSE(s.ranked.empty());
+  REQUIRE(s.ranked.front().plan.mesh.ep > 1);
+  CHECK_FALSE(s.ranked.front().plan.moe_a2a_overlap);
+  auto note = std::find_if(s.notes.begin(), s.notes.end(), [](const std::string& n) {
+    return n.rfind("rank 1 with Megatron-Core's expert all-to-all overlap", 0) == 0;
+  });
+  REQUIRE(note != s.notes.end());
+  // The figure quoted is the winner simulated with the overlap, faster than without.
+  Plan with = s.ranked.front().plan;
+  with.moe_a2a_overlap = true;
+  const double faster = simulate_steady_state(rq.model, with, s.ranked.front().job, rq.cluster).tokens_per_s_per_gpu;
+  CHECK(faster > s.ranked.front().result.tokens_per_s_per_gpu);
+  CHECK(note->find(fmt::format("{:.1f} tokens/s/GPU", faster)) != std::string::npos);
+  const PlanSearch dense = search_plans(megatron_8b_on_8());
+  CHECK(std::none_of(dense.notes.begin(), dense.notes.end(),
+                     [](const std::string& n) { return n.find("all-to-all overlap") != std::string::npos; }));
 }
