@@ -261,7 +261,7 @@ void check_model_vs_degrees(RunConfig& rc, const Keys& keys) {
   }
   // Megatron-Core's own checks on its expert all-to-all overlap (arguments.py).
   if (plan.moe_a2a_overlap) {
-    if (plan.runtime != Runtime::megatron)
+    if (!runtime_traits(plan).offers_expert_a2a_overlap)
       fail(keys.a2a_overlap, fmt::format("is Megatron-Core's schedule (--overlap-moe-expert-parallel-comm); runtime "
                                          "'{}' has no such option",
                                          to_string(plan.runtime)));

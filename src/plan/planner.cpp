@@ -805,7 +805,7 @@ double second_round_min_estimate(const std::vector<PlanCandidate>& sims, std::si
 // (docs/validation.md, "Known gaps").
 std::string expert_overlap_note(const PlanRequest& rq, const PlanCandidate& w) {
   const Plan& p = w.plan;
-  if (p.runtime != Runtime::megatron || !rq.model.moe.enabled() || p.mesh.ep <= 1 || p.moe_a2a_overlap ||
+  if (!runtime_traits(p).offers_expert_a2a_overlap || !rq.model.moe.enabled() || p.mesh.ep <= 1 || p.moe_a2a_overlap ||
       p.ac == AcMode::full || (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1)))
     return "";
   Plan with = p;
@@ -1020,6 +1020,61 @@ std::string ep_choice_note(const PlanRequest& rq, const std::vector<PlanCandidat
 
 // Long because it is the search's one pipeline, each step a few lines: enumerate, prune by the
 // closed form, simulate the survivors in parallel, retry uneven splits, rank, explain.
+// The distinct plans the search simulates, simulated: the first `n_sim` by the estimate, then the
+// second round's (second_round_min_estimate). Sets the search's merged, dropped and uneven counts;
+// errors[i] is why rows[i] could not be simulated.
+struct Simulated {
+  std::vector<PlanCandidate> rows;
+  std::vector<std::string> errors;
+};
+Simulated simulate_selected(const PlanRequest& rq, const std::vector<PlanCandidate>& feasible, std::size_t n_sim,
+                            PlanSearch& out, const std::function<void(std::size_t, std::size_t)>& progress) {
+  Selection sel = select_distinct(rq, feasible, n_sim);
+  std::vector<PlanCandidate> sims = std::move(sel.distinct);
+  std::vector<std::string> errors;
+  // Simulates rows [from, end) of `sims` with their ceil-layout twins in one batch: one pool, no
+  // idle thread between the two.
+  auto simulate_rows = [&](std::size_t from) {
+    std::vector<PlanCandidate> rows(std::make_move_iterator(sims.begin() + static_cast<std::ptrdiff_t>(from)),
+                                    std::make_move_iterator(sims.end()));
+    CeilTwins twins = ceil_layout_twins(rq, rows);
+    const std::size_t n_plans = rows.size();
+    rows.insert(rows.end(), twins.twins.begin(), twins.twins.end());
+    std::vector<std::string> row_errors;
+    simulate_all(rq, rows, row_errors, progress);
+    std::move(rows.begin() + static_cast<std::ptrdiff_t>(n_plans), rows.end(), twins.twins.begin());
+    rows.resize(n_plans);
+    row_errors.resize(n_plans);
+    const auto [tried, kept] = keep_faster_twins(twins, rows);
+    out.uneven_tried += tried;
+    out.uneven_kept += kept;
+    std::move(rows.begin(), rows.end(), sims.begin() + static_cast<std::ptrdiff_t>(from));
+    errors.insert(errors.end(), row_errors.begin(), row_errors.end());
+  };
+  simulate_rows(0);
+  // Second round: the closed form misranks plans, by as much as the simulated ones show. Every
+  // candidate whose estimate, scaled by the largest simulated / estimated ratio seen (and a
+  // margin), could still reach the verified rows (the winner by default) is simulated too, so the
+  // pruning cuts no plan the simulator would rank there (a test checks the top 10 against a search
+  // that simulates every plan).
+  if (const double reach = second_round_min_estimate(sims, static_cast<std::size_t>(std::max(1, rq.verified_rows)));
+      reach < std::numeric_limits<double>::infinity()) {
+    const std::size_t n_first = sims.size();
+    Selection wider = select_distinct(rq, feasible, n_sim, reach);
+    if (wider.distinct.size() > n_first) {
+      // The walk repeats the first round's rows in the same order; only the rows after them are new.
+      for (std::size_t i = 0; i < n_first; ++i) wider.distinct[i] = std::move(sims[i]);
+      sims = std::move(wider.distinct);
+      sel.merged = wider.merged;
+      sel.dropped = std::move(wider.dropped);
+      simulate_rows(n_first);
+    }
+  }
+  out.merged = sel.merged;
+  out.dropped = std::move(sel.dropped);
+  return {std::move(sims), std::move(errors)};
+}
+
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
@@ -1062,49 +1117,9 @@ PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::siz
     first.insert(first.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
     e.feasible = std::move(first);
   }
-  Selection sel = select_distinct(rq, e.feasible, n_sim);
-  std::vector<PlanCandidate> sims = std::move(sel.distinct);
-  std::vector<std::string> errors;
-  // Simulates rows [from, end) of `sims` with their ceil-layout twins in one batch: one pool, no
-  // idle thread between the two.
-  auto simulate_rows = [&](std::size_t from) {
-    std::vector<PlanCandidate> rows(std::make_move_iterator(sims.begin() + static_cast<std::ptrdiff_t>(from)),
-                                    std::make_move_iterator(sims.end()));
-    CeilTwins twins = ceil_layout_twins(rq, rows);
-    const std::size_t n_plans = rows.size();
-    rows.insert(rows.end(), twins.twins.begin(), twins.twins.end());
-    std::vector<std::string> row_errors;
-    simulate_all(rq, rows, row_errors, progress);
-    std::move(rows.begin() + static_cast<std::ptrdiff_t>(n_plans), rows.end(), twins.twins.begin());
-    rows.resize(n_plans);
-    row_errors.resize(n_plans);
-    const auto [tried, kept] = keep_faster_twins(twins, rows);
-    out.uneven_tried += tried;
-    out.uneven_kept += kept;
-    std::move(rows.begin(), rows.end(), sims.begin() + static_cast<std::ptrdiff_t>(from));
-    errors.insert(errors.end(), row_errors.begin(), row_errors.end());
-  };
-  simulate_rows(0);
-  // Second round: the closed form misranks plans, by as much as the simulated ones show. Every
-  // candidate whose estimate, scaled by the largest simulated / estimated ratio seen (and a
-  // margin), could still reach the verified rows (the winner by default) is simulated too, so the
-  // pruning cuts no plan the simulator would rank there (a test checks the top 10 against a search
-  // that simulates every plan).
-  if (const double reach = second_round_min_estimate(sims, static_cast<std::size_t>(std::max(1, rq.verified_rows)));
-      reach < std::numeric_limits<double>::infinity()) {
-    const std::size_t n_first = sims.size();
-    Selection wider = select_distinct(rq, e.feasible, n_sim, reach);
-    if (wider.distinct.size() > n_first) {
-      // The walk repeats the first round's rows in the same order; only the rows after them are new.
-      for (std::size_t i = 0; i < n_first; ++i) wider.distinct[i] = std::move(sims[i]);
-      sims = std::move(wider.distinct);
-      sel.merged = wider.merged;
-      sel.dropped = std::move(wider.dropped);
-      simulate_rows(n_first);
-    }
-  }
-  out.merged = sel.merged;
-  out.dropped = std::move(sel.dropped);
+  Simulated run = simulate_selected(rq, e.feasible, n_sim, out, progress);
+  std::vector<PlanCandidate>& sims = run.rows;
+  const std::vector<std::string>& errors = run.errors;
   const std::size_t n_simulated = sims.size();
   const std::size_t looked_at = n_simulated + static_cast<std::size_t>(out.merged) + out.dropped.size();
   for (std::size_t i = 0; i < sims.size(); ++i)

@@ -203,7 +203,7 @@ void check_fsdp1_knobs(std::vector<LintFinding>& f, const LintInputs& in) {
 void check_expert_overlap(std::vector<LintFinding>& f, const LintInputs& in) {
   const Plan& p = in.p;
   const RunConfig& rc = in.base.run;
-  if (!in.base.ok() || p.runtime != Runtime::megatron || !rc.model.moe.enabled() || p.mesh.ep <= 1 ||
+  if (!in.base.ok() || !runtime_traits(p).offers_expert_a2a_overlap || !rc.model.moe.enabled() || p.mesh.ep <= 1 ||
       p.moe_a2a_overlap || p.ac == AcMode::full)
     return;
   if (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1)) return;

@@ -116,6 +116,9 @@ struct RuntimeTraits {
   bool zero2_modelled = true;
   // The runtime captures the step in CUDA graphs when asked (Megatron's --enable-cuda-graph).
   bool offers_cuda_graphs = false;
+  // The runtime can overlap its expert all-to-alls by merging steady-state forward/backward pairs
+  // (Megatron-Core's --overlap-moe-expert-parallel-comm; workload/a2a_overlap.hpp).
+  bool offers_expert_a2a_overlap = false;
 };
 
 // The runtime's row in the registry (spec/runtimes.hpp) adjusted for the plan's sharding and

@@ -105,6 +105,7 @@ constexpr RuntimeTraits megatron_traits() {
   t.accepts_deepspeed_engine = true;
   t.zero2_modelled = false;
   t.offers_cuda_graphs = true;
+  t.offers_expert_a2a_overlap = true;
   return t;
 }
 

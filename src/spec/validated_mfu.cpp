@@ -53,11 +53,11 @@ const std::vector<ValidatedMfu>& validated_mfu_table() {
   return table;
 }
 
-std::optional<ValidatedMfu> validated_mfu(std::string_view runtime, std::string_view gpu_arch, bool moe,
+std::optional<ValidatedMfu> validated_mfu(std::string_view runtime_name, std::string_view gpu_arch, bool moe,
                                           std::string_view fp8, std::int64_t seq_len) {
   if (seq_len > kValidatedMaxSeqLen) return std::nullopt;
   for (const ValidatedMfu& v : validated_mfu_table())
-    if (v.runtime == runtime && v.gpu_arch == gpu_arch && v.moe == moe && v.fp8 == fp8) return v;
+    if (v.runtime.compare(runtime_name) == 0 && v.gpu_arch == gpu_arch && v.moe == moe && v.fp8 == fp8) return v;
   return std::nullopt;
 }
 
