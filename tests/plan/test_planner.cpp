@@ -28,6 +28,18 @@ PlanRequest megatron_8b_on_8() {
   return rq;
 }
 
+// Qwen3-30B-A3B on 64 H100, 4Mi tokens of 4096 (issue 32's expert-parallel search).
+PlanRequest qwen3_30b_on_64(Runtime runtime) {
+  PlanRequest rq;
+  rq.model = load_model("qwen3-30b-a3b");
+  rq.cluster = load_cluster("h100-sxm-80gb");
+  rq.n_gpus = 64;
+  rq.seq_len = 4096;
+  rq.global_batch_tokens = 4LL << 20;
+  rq.runtime = runtime;
+  return rq;
+}
+
 Plan megatron_plan(AcMode ac) {
   Plan p;
   p.runtime = Runtime::megatron;
@@ -219,13 +231,7 @@ TEST_CASE("MoE: expert-parallel layouts reach the simulated set, and the winner 
   // router's load imbalance is priced (docs/compute.md, "Router load imbalance": the most-loaded
   // of 8 ranks receives 1.2 x the mean) that plan simulates 7,589.9 (torchtitan's defaults,
   // zero3; 8,381 before), and the search's winner is EP 2 (8,309).
-  PlanRequest rq;
-  rq.model = load_model("qwen3-30b-a3b");
-  rq.cluster = load_cluster("h100-sxm-80gb");
-  rq.n_gpus = 64;
-  rq.seq_len = 4096;
-  rq.global_batch_tokens = 4LL << 20;
-  const PlanSearch s = search_plans(rq);
+  const PlanSearch s = search_plans(qwen3_30b_on_64(PlanRequest{}.runtime));
   REQUIRE_FALSE(s.ranked.empty());
   CHECK(s.ranked.front().result.tokens_per_s_per_gpu >= 7589.9);
   CHECK(s.ranked.front().plan.mesh.ep > 1);
@@ -306,13 +312,7 @@ TEST_CASE("pruning: the verified rows are those a search simulating every plan r
 // simulated beside it as a note (the search does not switch it on: the model overstates its gain,
 // docs/validation.md); a dense winner gets none.
 TEST_CASE("plan --runtime megatron: the winner's expert all-to-all overlap, simulated as a note") {
-  PlanRequest rq;
-  rq.model = load_model("qwen3-30b-a3b");
-  rq.cluster = load_cluster("h100-sxm-80gb");
-  rq.n_gpus = 64;
-  rq.seq_len = 4096;
-  rq.global_batch_tokens = 4LL << 20;
-  rq.runtime = Runtime::megatron;
+  const PlanRequest rq = qwen3_30b_on_64(Runtime::megatron);
   const PlanSearch s = search_plans(rq);
   REQUIRE_FALSE(s.ranked.empty());
   REQUIRE(s.ranked.front().plan.mesh.ep > 1);
