@@ -260,18 +260,9 @@ void check_model_vs_degrees(RunConfig& rc, const Keys& keys) {
       fail(keys.ep, fmt::format("{} experts are not divisible by ep {}", m.moe.n_experts, mesh.ep));
   }
   // Megatron-Core's own checks on its expert all-to-all overlap (arguments.py).
-  if (plan.moe_a2a_overlap) {
-    if (!runtime_traits(plan).offers_expert_a2a_overlap)
-      fail(keys.a2a_overlap, fmt::format("is Megatron-Core's schedule (--overlap-moe-expert-parallel-comm); runtime "
-                                         "'{}' has no such option",
-                                         to_string(plan.runtime)));
-    if (!m.moe.enabled() || mesh.ep <= 1)
-      fail(keys.a2a_overlap, "overlaps the expert all-to-alls: it needs an MoE model with ep > 1");
-    if (mesh.pp > 1 && (plan.schedule != PipelineSchedule::interleaved_1f1b || mesh.vpp <= 1))
-      fail(keys.a2a_overlap, "needs the interleaved schedule (vpp > 1) when pp > 1, as Megatron-Core asserts");
-    if (plan.ac == AcMode::full)
-      fail(keys.a2a_overlap, "does not run with full activation recompute (Megatron-Core asserts it)");
-  }
+  if (plan.moe_a2a_overlap)
+    if (const std::string why = expert_a2a_overlap_refusal(plan, m.moe.enabled()); !why.empty())
+      fail(keys.a2a_overlap, why);
 }
 
 // The sequence length: context parallel splits it into 2*cp load-balanced chunks, and sequence

@@ -23,6 +23,7 @@
 #include "spec/numerics.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/runtimes.hpp"
+#include "spec/units.hpp"
 #include "spec/validated_mfu.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
@@ -805,9 +806,7 @@ double second_round_min_estimate(const std::vector<PlanCandidate>& sims, std::si
 // (docs/validation.md, "Known gaps").
 std::string expert_overlap_note(const PlanRequest& rq, const PlanCandidate& w) {
   const Plan& p = w.plan;
-  if (!runtime_traits(p).offers_expert_a2a_overlap || !rq.model.moe.enabled() || p.mesh.ep <= 1 || p.moe_a2a_overlap ||
-      p.ac == AcMode::full || (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1)))
-    return "";
+  if (p.moe_a2a_overlap || !expert_a2a_overlap_refusal(p, rq.model.moe.enabled()).empty()) return "";
   Plan with = p;
   with.moe_a2a_overlap = true;
   StepResult r;
@@ -824,8 +823,8 @@ std::string expert_overlap_note(const PlanRequest& rq, const PlanCandidate& w) {
   return fmt::format("rank 1 with Megatron-Core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm, "
                      "runtime.moe_a2a_overlap): {:.1f} tokens/s/GPU ({:+.1f}%), peak {:.2f} GiB{}; not applied: the "
                      "model predicts about twice the gain measured on the one published pair (docs/validation.md)",
-                     b, 100 * (b / a - 1), peak / (1024.0 * 1024 * 1024),
-                     peak > device ? fmt::format(", over the {:.2f} GiB GPU", device / (1024.0 * 1024 * 1024)) : "");
+                     b, 100 * (b / a - 1), peak / kGiB,
+                     peak > device ? fmt::format(", over the {:.2f} GiB GPU", device / kGiB) : "");
 }
 
 // Why no layout could even be formed: the degrees' constraints, with the one that binds. The

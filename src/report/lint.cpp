@@ -203,10 +203,7 @@ void check_fsdp1_knobs(std::vector<LintFinding>& f, const LintInputs& in) {
 void check_expert_overlap(std::vector<LintFinding>& f, const LintInputs& in) {
   const Plan& p = in.p;
   const RunConfig& rc = in.base.run;
-  if (!in.base.ok() || !runtime_traits(p).offers_expert_a2a_overlap || !rc.model.moe.enabled() || p.mesh.ep <= 1 ||
-      p.moe_a2a_overlap || p.ac == AcMode::full)
-    return;
-  if (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1)) return;
+  if (!in.base.ok() || p.moe_a2a_overlap || !expert_a2a_overlap_refusal(p, rc.model.moe.enabled()).empty()) return;
   const double exposed = in.base.result.exposed_comm_s.count("ep") ? in.base.result.exposed_comm_s.at("ep") : 0.0;
   if (!(exposed > 0)) return;
   const std::string key = in.doc.format == ConfigFormat::megatron_args   ? "--overlap-moe-expert-parallel-comm"

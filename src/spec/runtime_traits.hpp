@@ -4,6 +4,8 @@
 // of testing `runtime ==`; each runtime's values are its row in the registry (spec/runtimes.cpp,
 // docs/design-notes.md "How to extend"). Plan knobs (compile, sharding, reduce dtype, ...) stay in Plan: a trait says
 // how a runtime implements a knob, not which knob the user chose.
+#include <string>
+
 #include "spec/plan.hpp"
 
 namespace meshplan {
@@ -126,6 +128,12 @@ struct RuntimeTraits {
 RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sharding = Sharding::zero1);
 
 inline RuntimeTraits runtime_traits(const Plan& p) { return runtime_traits(p.runtime, p.deepspeed_engine, p.sharding); }
+
+// Why the plan cannot run Megatron-Core's expert all-to-all overlap, as its arguments.py refuses
+// it (a runtime without it, no MoE or ep 1, pp > 1 without the interleaved schedule, full
+// recompute); "" where it can. One rule for the loader's errors, validate's skips, and the
+// planner's and lint's suggestions.
+std::string expert_a2a_overlap_refusal(const Plan& p, bool moe);
 
 // ZeRO-2/3 lowered as FSDP units (all-gathers before use, reduce-scatters after backward).
 inline bool fsdp_units(const Plan& p, const RuntimeTraits& t) {

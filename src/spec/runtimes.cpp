@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include <fmt/format.h>
+
 namespace meshplan {
 
 namespace {
@@ -217,6 +219,18 @@ RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sh
     t.fsdp_one_reduce_scatter_in_flight = true;
   }
   return t;
+}
+
+std::string expert_a2a_overlap_refusal(const Plan& p, bool moe) {
+  if (!runtime_traits(p).offers_expert_a2a_overlap)
+    return fmt::format("is Megatron-Core's schedule (--overlap-moe-expert-parallel-comm); runtime '{}' has no such "
+                       "option",
+                       to_string(p.runtime));
+  if (!moe || p.mesh.ep <= 1) return "overlaps the expert all-to-alls: it needs an MoE model with ep > 1";
+  if (p.mesh.pp > 1 && (p.schedule != PipelineSchedule::interleaved_1f1b || p.mesh.vpp <= 1))
+    return "needs the interleaved schedule (vpp > 1) when pp > 1, as Megatron-Core asserts";
+  if (p.ac == AcMode::full) return "does not run with full activation recompute (Megatron-Core asserts it)";
+  return "";
 }
 
 }  // namespace meshplan

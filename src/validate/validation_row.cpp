@@ -919,8 +919,9 @@ void map_expert_dispatch(const Reader& r, const std::string& fw, RunConfig& rc, 
   p.moe_a2a_overlap = overlap_column ? *overlap_column
                              : text.find(kA2aOverlapSwitch) != std::string::npos ||
                                    text.find(kA2aOverlapNote) != std::string::npos;
-  if (p.moe_a2a_overlap && mesh.pp > 1 && mesh.vpp == 1)
-    throw Skip{"the expert all-to-all overlap needs the interleaved schedule under pp > 1 (vpp is 1)"};
+  if (p.moe_a2a_overlap)
+    if (const std::string why = expert_a2a_overlap_refusal(p, true); !why.empty())
+      throw Skip{"the expert all-to-all overlap " + why};
   if (!overlap_column)
     notes.push_back(p.moe_a2a_overlap ? "expert all-to-all overlap read from the notes (A2A_OVERLAP=1 / 1f1b overlap)"
                                       : "expert all-to-all overlap not stated: off (Megatron-LM's default)");
