@@ -1015,6 +1015,30 @@ std::string ep_choice_note(const PlanRequest& rq, const std::vector<PlanCandidat
   return s;
 }
 
+// The global batch in sequences: the request's, or its token count over the sequence length,
+// with a note where the tokens do not divide into whole sequences (and what was planned instead).
+std::pair<std::int64_t, std::string> planned_global_batch(const PlanRequest& rq) {
+  std::int64_t global_batch = rq.global_batch;
+  std::string batch_note;
+  if (global_batch <= 0 && rq.global_batch_tokens > 0) {
+    global_batch = sequences_for_tokens(rq);
+    const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
+    if (rq.global_batch_tokens % rq.seq_len != 0) {
+      const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
+      batch_note = fmt::format("{} tokens per step is {:.2f} sequences of {}: planned with {} ({} tokens, {:+.2f}%){}",
+                               rq.global_batch_tokens, exact, rq.seq_len, global_batch, global_batch * rq.seq_len,
+                               100 * (static_cast<double>(global_batch) / exact - 1),
+                               global_batch != nearest ? fmt::format(", the nearest count a layout admits ({} does "
+                                                                     "not divide over any)",
+                                                                     nearest)
+                                                       : std::string());
+      if (const std::string twin = binary_twin(rq.global_batch_tokens, rq.seq_len); !twin.empty())
+        batch_note += "; " + twin;
+    }
+  }
+  return {global_batch, batch_note};
+}
+
 }  // namespace
 
 // Long because it is the search's one pipeline, each step a few lines: enumerate, prune by the
@@ -1074,27 +1098,11 @@ Simulated simulate_selected(const PlanRequest& rq, const std::vector<PlanCandida
   return {std::move(sims), std::move(errors)};
 }
 
+
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
-  std::int64_t global_batch = rq.global_batch;
-  std::string batch_note;
-  if (global_batch <= 0 && rq.global_batch_tokens > 0) {
-    global_batch = sequences_for_tokens(rq);
-    const double exact = static_cast<double>(rq.global_batch_tokens) / static_cast<double>(rq.seq_len);
-    if (rq.global_batch_tokens % rq.seq_len != 0) {
-      const std::int64_t nearest = std::max<std::int64_t>(1, std::llround(exact));
-      batch_note = fmt::format("{} tokens per step is {:.2f} sequences of {}: planned with {} ({} tokens, {:+.2f}%){}",
-                               rq.global_batch_tokens, exact, rq.seq_len, global_batch, global_batch * rq.seq_len,
-                               100 * (static_cast<double>(global_batch) / exact - 1),
-                               global_batch != nearest ? fmt::format(", the nearest count a layout admits ({} does "
-                                                                     "not divide over any)",
-                                                                     nearest)
-                                                       : std::string());
-      if (const std::string twin = binary_twin(rq.global_batch_tokens, rq.seq_len); !twin.empty())
-        batch_note += "; " + twin;
-    }
-  }
+  const auto [global_batch, batch_note] = planned_global_batch(rq);
   out.global_batch = global_batch;
   if (!batch_note.empty()) out.notes.push_back(batch_note);
   Enumerated e = enumerate(rq, global_batch);
