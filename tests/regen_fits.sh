@@ -10,7 +10,10 @@
 # docs/validation.md): `meshplan calibrate --runs dev.csv --runs dev-vtrain.csv --runs dev-moe.csv
 # --params elementwise_fraction,deepspeed_op_factor`, `meshplan calibrate --runs memory.csv --params
 # sustained_clock_fraction` and `meshplan calibrate --runs dev-moe.csv --params moe_router_load_cv`
-# (only MoE runs with the trained router's dropless routing move with it).
+# (only MoE runs with the trained router's dropless routing move with it). The NCCL tables' pipeline
+# ramp is fitted to a committed nccl-tests series, not to runs (a minimax fit of the busbw error;
+# docs/collectives.md "Pipeline ramp"): `meshplan calibrate --nccl-tests
+# hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -27,7 +30,8 @@ done
 fit_json="$(mktemp)"
 clock_json="$(mktemp)"
 moe_json="$(mktemp)"
-trap 'rm -f "$fit_json" "$clock_json" "$moe_json"' EXIT
+ramp_json="$(mktemp)"
+trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json"' EXIT
 # The element-wise fraction and the Megatron-DeepSpeed host factor, jointly: both move every dev
 # set's small-model rows (docs/validation.md "Fitted parameters").
 "$bin" calibrate "${runs[@]}" --params elementwise_fraction,deepspeed_op_factor --json > "$fit_json"
@@ -38,14 +42,37 @@ trap 'rm -f "$fit_json" "$clock_json" "$moe_json"' EXIT
 # The trained MoE router's load spread: only dev-moe.csv's dropless runs with the natural router
 # move with it.
 "$bin" calibrate --runs "$shared/validation/dev-moe.csv" --params moe_router_load_cv --json > "$moe_json"
-python3 - "$check" "$fit_json" "$clock_json" "$moe_json" <<'PY'
+"$bin" calibrate --nccl-tests hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv --json > "$ramp_json"
+python3 - "$check" "$ramp_json" "$fit_json" "$clock_json" "$moe_json" <<'PY'
 import json, re, sys, tomllib
 from pathlib import Path
 
 check = sys.argv[1] == "1"
-fit = {"parameters": [p for f in sys.argv[2:] for p in json.load(open(f))["parameters"]]}
-values = {p["profile_key"]: p for p in fit["parameters"] if p["identifiable"]}
 stale = []
+# The pipeline ramp of every shipped NCCL table whose [pipeline_ramp] sources are fitted.
+ramp = json.load(open(sys.argv[2]))
+for path in sorted(Path("hardware_profiles/nccl").glob("*.toml")):
+    text = path.read_text()
+    table = tomllib.loads(text)
+    pr = table["pipeline_ramp"]
+    tags = {"small_message_efficiency": pr["src"],
+            "half_ramp_bytes": pr.get("key_src", {}).get("half_ramp_bytes", pr["src"])}
+    for field, value, fmt in (("small_message_efficiency", ramp["small_message_efficiency"], "{:.3f}"),
+                              ("half_ramp_bytes", ramp["half_ramp_bytes"], "{:.0f}")):
+        if table["sources"][tags[field]].get("kind") != "fitted":
+            continue
+        if check:
+            if abs(pr[field] - value) > 0.005 * abs(value):
+                stale.append(f"{path}: pipeline_ramp.{field} = {pr[field]}, the fit gives {value:.4f}")
+            continue
+        text = re.sub(rf"(?m)^{field}\s*=\s*[0-9.eE+-]+", f"{field} = " + fmt.format(value), text, count=1)
+    if not check:
+        path.write_text(text)
+print(f"regen_fits: pipeline ramp small_message_efficiency = {ramp['small_message_efficiency']:.4f}, "
+      f"half_ramp_bytes = {ramp['half_ramp_bytes']:.0f} (largest busbw error {100 * ramp['max_abs_relative_error']:.2f} %, "
+      f"{ramp['points_used']} points)")
+fit = {"parameters": [p for f in sys.argv[3:] for p in json.load(open(f))["parameters"]]}
+values = {p["profile_key"]: p for p in fit["parameters"] if p["identifiable"]}
 for path in sorted(Path("hardware_profiles").glob("*.toml")):
     if path.name == "aliases.toml":
         continue

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <set>
@@ -15,9 +16,11 @@
 #include "calibrate/backend.hpp"
 #include "calibrate/fit_profile.hpp"
 #include "calibrate/measurements.hpp"
+#include "calibrate/pipeline_ramp_fit.hpp"
 #include "calibrate/profile_writer.hpp"
 #include "cli/command.hpp"
 #include "cli/output_path.hpp"
+#include "cli/run_inputs.hpp"
 #include "spec/atomic_file.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/data_root.hpp"
@@ -44,6 +47,8 @@ struct CalibrateArgs {
   std::string config;   // with --runs LOG: the config the logged run ran
   std::string cluster;  // with --runs LOG --config: its hardware profile
   std::int64_t gpus = 0;
+  std::string nccl_tests;    // --nccl-tests SERIES.csv
+  std::string nccl_version;  // with --nccl-tests: the table whose ramp is fitted
   bool json = false;
 };
 
@@ -172,6 +177,61 @@ int run_runs_fit(const CalibrateArgs& a, const std::string& command_line) {
   return 0;
 }
 
+// --nccl-tests SERIES.csv: the NCCL table's pipeline ramp fitted to measured nccl-tests points
+// (calibrate/pipeline_ramp_fit.hpp). Prints the two values for the table; tests/regen_fits.sh
+// writes them into the shipped one.
+int run_nccl_tests_fit(const CalibrateArgs& a) {
+  if (!a.fit.empty() || !a.runs.empty() || !a.out.empty())
+    throw InputError("", "--nccl-tests", "--nccl-tests fits the NCCL table's ramp on its own (no --fit, --runs or --out)");
+  const std::vector<calibrate::NcclTestsPoint> points = calibrate::read_nccl_tests_series(a.nccl_tests);
+  std::map<std::string, ClusterSpec> clusters;
+  for (const calibrate::NcclTestsPoint& p : points)
+    if (!clusters.contains(p.cluster)) {
+      try {
+        clusters.emplace(p.cluster, load_cluster(p.cluster));
+      } catch (const InputError& e) {
+        throw InputError(a.nccl_tests, fmt::format("line {}: cluster", p.line), fmt::format("'{}': {}", p.cluster, e.reason()));
+      }
+    }
+  const std::shared_ptr<const NcclTable> owned =
+      a.nccl_version.empty() ? nullptr : shared_nccl_table(a.nccl_version, "", "--nccl-version");
+  const NcclTable* table = owned ? owned.get() : &default_nccl_table();
+  const calibrate::RampFit fit = calibrate::fit_pipeline_ramp(points, clusters, *table);
+  if (a.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const calibrate::RampResidual& r : fit.residuals)
+      rows.push_back({{"cluster", r.point.cluster},
+                      {"op", std::string(to_string(r.point.op))},
+                      {"ranks", r.point.nodes * r.point.gpus_per_node},
+                      {"bytes", r.point.bytes},
+                      {"measured_busbw_bytes_per_s", r.point.busbw_bytes_per_s},
+                      {"predicted_busbw_bytes_per_s", r.predicted_busbw_bytes_per_s},
+                      {"used", r.used}});
+    fmt::print("{}\n", nlohmann::json{{"series", a.nccl_tests},
+                                      {"nccl_table", table->source_file},
+                                      {"small_message_efficiency", fit.small_message_efficiency},
+                                      {"half_ramp_bytes", fit.half_ramp_bytes},
+                                      {"max_abs_relative_error", fit.max_abs_relative_error},
+                                      {"points_used", fit.points_used},
+                                      {"at_bound", fit.at_bound},
+                                      {"points", rows}}
+                           .dump(2));
+    return 0;
+  }
+  fmt::print("calibrate --nccl-tests {}: pipeline ramp of {} ({} of {} points, from 1 MiB)\n", a.nccl_tests,
+             table->source_file, fit.points_used, fit.residuals.size());
+  fmt::print("  small_message_efficiency = {:.4f}\n  half_ramp_bytes = {:.0f}   # {:.2f} MiB\n",
+             fit.small_message_efficiency, fit.half_ramp_bytes, fit.half_ramp_bytes / 1048576.0);
+  fmt::print("  largest busbw error {:.2f} %{}\n", 100 * fit.max_abs_relative_error,
+             fit.at_bound ? " (a value sits on its bound: the series does not pin it)" : "");
+  fmt::print("  {:>12}  {:>10}  {:>10}  {:>7}\n", "bytes", "measured", "predicted", "error");
+  for (const calibrate::RampResidual& r : fit.residuals)
+    fmt::print("  {:>12.0f}  {:>10.2f}  {:>10.2f}  {:>+6.1f}%{}\n", r.point.bytes, r.point.busbw_bytes_per_s / 1e9,
+               r.predicted_busbw_bytes_per_s / 1e9, 100 * (r.predicted_busbw_bytes_per_s / r.point.busbw_bytes_per_s - 1),
+               r.used ? "" : "  (not fitted: below 1 MiB)");
+  return 0;
+}
+
 int run_measure(const CalibrateArgs& a) {
   // Exit 2 like any input the command cannot act on: measuring needs a machine it is not on.
   if (const auto reason = calibrate::backend_unavailable_reason()) {
@@ -236,8 +296,15 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_option("--cluster", args->cluster, "with --runs LOG --config: the run's hardware profile");
   app->add_option("--gpus", args->gpus, "with --runs LOG --config: the run's GPU count (default: the config's or the log's)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app->add_option("--nccl-tests", args->nccl_tests,
+                  "fit the NCCL table's pipeline ramp (small_message_efficiency, half_ramp_bytes) to measured nccl-tests "
+                  "points instead: a CSV with the header cluster,op,nodes,gpus_per_node,launch,host_cpu,bytes,busbw_gbps "
+                  "(hardware_profiles/nccl/series/; docs/collectives.md, Pipeline ramp)");
+  add_nccl_version_option(*app, args->nccl_version)->description(
+      "with --nccl-tests: the NCCL table whose ramp is fitted, a version in hardware_profiles/nccl/ or a TOML path");
   app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
   return {app, [args]() {
+            if (!args->nccl_tests.empty()) return run_nccl_tests_fit(*args);
             if (!args->runs.empty()) {
               std::string command_line = "meshplan calibrate";
               for (const auto& f : args->runs) command_line += " --runs " + f;

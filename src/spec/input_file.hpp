@@ -24,6 +24,7 @@ enum class InputKind {
   training_log,      // calibrate --runs: a run's own log (streamed line by line)
   runs_listing,      // calibrate --runs runs.toml: logs, configs and clusters
   validated_mfu,     // plans/validated_mfu.toml: the MFU the published runs reached
+  nccl_tests_series,  // calibrate --nccl-tests: measured nccl-tests points (CSV)
 };
 
 struct InputKindInfo {

@@ -19,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "spec/data_root.hpp"
@@ -92,7 +93,12 @@ public:
 
   double number(std::string_view k, double lo, double hi, bool lo_inclusive = true) {
     const toml::node& n = node(k);
-    return to_number(n, key(k), lo, hi, lo_inclusive);
+    const double v = to_number(n, key(k), lo, hi, lo_inclusive);
+    const auto b = ctx_.out->fitted_bounds.find(ctx_.out->sources[key(k)]);
+    if (b != ctx_.out->fitted_bounds.end() && (v < b->second.first || v > b->second.second))
+      ctx_.fail(key(k), fmt::format("fitted value {} is outside its source's bounds [{}, {}]", v, b->second.first,
+                                    b->second.second), &n);
+    return v;
   }
 
   int integer(std::string_view k, std::int64_t lo, std::int64_t hi) {
@@ -215,16 +221,37 @@ void read_sources(Context& ctx, const toml::table& root) {
     const std::string where = "sources." + tag;
     const toml::table* t = v.as_table();
     if (t == nullptr) ctx.fail(where, "must be { kind = \"...\", ref = \"...\" }", &v);
-    std::string kind, ref;
+    std::string kind, ref, fit;
+    const toml::array* bounds = nullptr;
     for (const auto& [fk, fv] : *t) {
+      if (fk.str() == "bounds") {
+        bounds = fv.as_array();
+        if (bounds == nullptr || bounds->size() != 2 || !(*bounds)[0].is_number() || !(*bounds)[1].is_number())
+          ctx.fail(where + ".bounds", "must be [low, high], two numbers", &fv);
+        continue;
+      }
       if (!fv.is_string()) ctx.fail(where + "." + std::string(fk.str()), "must be a string", &fv);
       if (fk.str() == "kind") kind = fv.as_string()->get();
       else if (fk.str() == "ref") ref = fv.as_string()->get();
-      else ctx.fail(where + "." + std::string(fk.str()), "unknown key (expected kind, ref)", &fv);
+      else if (fk.str() == "fit") fit = fv.as_string()->get();
+      else ctx.fail(where + "." + std::string(fk.str()), "unknown key (expected kind, ref, and for a fitted source bounds and fit)", &fv);
     }
-    static const std::set<std::string> kinds = {"model", "spec", "measured", "derived", "estimate"};
-    if (!kinds.contains(kind)) ctx.fail(where + ".kind", "must be one of model, spec, measured, derived, estimate", &v);
+    static const std::set<std::string> kinds = {"model", "spec", "measured", "derived", "estimate", "fitted"};
+    if (!kinds.contains(kind))
+      ctx.fail(where + ".kind", "must be one of model, spec, measured, derived, estimate, fitted", &v);
     if (ref.empty()) ctx.fail(where + ".ref", "missing or empty", &v);
+    if (kind == "fitted") {
+      // A fitted constant says within what it may move and which committed command moves it.
+      if (bounds == nullptr) ctx.fail(where + ".bounds", "a fitted source must give the bounds its fit searches", &v);
+      if (fit.empty()) ctx.fail(where + ".fit", "a fitted source must say how it is fitted (the command)", &v);
+      const double lo = (*bounds)[0].value_or(0.0), hi = (*bounds)[1].value_or(0.0);
+      if (!(lo < hi) || !std::isfinite(lo) || !std::isfinite(hi))
+        ctx.fail(where + ".bounds", "must be [low, high] with low < high", &v);
+      ctx.out->fitted_bounds[tag] = {lo, hi};
+      ctx.out->fit_commands[tag] = fit;
+    } else if (bounds != nullptr || !fit.empty()) {
+      ctx.fail(where + (bounds != nullptr ? ".bounds" : ".fit"), "only a fitted source has bounds and a fit", &v);
+    }
     ctx.tags[tag] = kind;
     ctx.out->source_refs[tag] = kind + ": " + ref;
   }

@@ -113,6 +113,10 @@ struct NcclTable {
 
   std::map<std::string, std::string> sources;      // "base_latency_us.ring" -> tag
   std::map<std::string, std::string> source_refs;  // tag -> "kind: ref"
+  // Tags of kind `fitted` (set by a committed fit, not read from NCCL): the interval the fit
+  // searches and every value of the tag must lie in, and the command that refits it.
+  std::map<std::string, std::pair<double, double>> fitted_bounds;
+  std::map<std::string, std::string> fit_commands;
 
   // The table of the newest generation not newer than `sm` (the oldest one if `sm` predates all).
   const NcclArchTable& arch_table(int sm) const;

@@ -138,8 +138,13 @@ TEST_CASE("nccl table: shipped 2.30.7 constants load in SI units, each with a so
   CHECK(t.host_launch_amd_seconds == doctest::Approx(5.25e-6));
   CHECK(t.host_launch_intel_seconds == doctest::Approx(2.625e-6));
   CHECK(t.pipeline_small_message_efficiency == doctest::Approx(0.423));
-  CHECK(t.pipeline_half_ramp_bytes == 17 * kMiB);
-  CHECK(t.sources.at("pipeline_ramp.half_ramp_bytes") == "pipeline_ramp_fit");
+  CHECK(t.pipeline_half_ramp_bytes == 17690582);  // 16.87 MiB
+  CHECK(t.sources.at("pipeline_ramp.small_message_efficiency") == "pipeline_ramp_efficiency");
+  CHECK(t.sources.at("pipeline_ramp.half_ramp_bytes") == "pipeline_ramp_half");
+  // Both are fitted (calibrate --nccl-tests), within the bounds their sources declare.
+  CHECK(t.fitted_bounds.at("pipeline_ramp_efficiency") == std::pair{0.05, 1.0});
+  CHECK(t.fitted_bounds.at("pipeline_ramp_half") == std::pair{1048576.0, 1073741824.0});
+  CHECK(t.fit_commands.at("pipeline_ramp_half").find("calibrate --nccl-tests") != std::string::npos);
   for (const auto& entry : t.sources) CHECK_MESSAGE(t.source_refs.contains(entry.second), entry.first);
 }
 
@@ -155,8 +160,17 @@ TEST_CASE("nccl table: strict loader names the file and the key") {
         std::string::npos);
   CHECK(load_error("small_message_efficiency = 0.423", "small_message_efficiency = 0")
             .find("pipeline_ramp.small_message_efficiency: must be in") != std::string::npos);
-  CHECK(load_error("half_ramp_bytes = 17825792", "half_ramp_bytes = -1")
+  CHECK(load_error("half_ramp_bytes = 17690582", "half_ramp_bytes = -1")
             .find("pipeline_ramp.half_ramp_bytes: must be in") != std::string::npos);
+  // A fitted value lies within its source's bounds; a fitted source gives bounds and its command.
+  CHECK(load_error("half_ramp_bytes = 17690582", "half_ramp_bytes = 512")
+            .find("pipeline_ramp.half_ramp_bytes: fitted value 512 is outside its source's bounds") != std::string::npos);
+  CHECK(load_error("bounds = [0.05, 1.0], ", "").find("sources.pipeline_ramp_efficiency.bounds: a fitted source must give") !=
+        std::string::npos);
+  CHECK(load_error("bounds = [0.05, 1.0]", "bounds = [1.0, 0.05]").find("must be [low, high] with low < high") !=
+        std::string::npos);
+  CHECK(load_error("kind = \"derived\", ref = \"not an NCCL constant: the ranks", "kind = \"derived\", fit = \"x\", ref = \"the ranks")
+            .find("sources.pipeline_loop.fit: only a fitted source has bounds and a fit") != std::string::npos);
   CHECK(load_error("ring_ll = 0.5", "ring_ll = \"half\"").find("must be a number") != std::string::npos);
   const std::string e = load_error("simple = 64\n", "simple = 64\n[extra]\nx = 1\n");
   CHECK(e.find("extra: unknown key") != std::string::npos);
@@ -356,20 +370,20 @@ TEST_CASE("small messages: NCCL's channel/thread shrinking (enqueue.cc)") {
 TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S + S_half)") {
   const NcclTable& t = default_nccl_table();
   const double k = 1.0 / t.pipeline_small_message_efficiency - 1.0;  // 1/0.423 - 1 = 1.364
-  const double half = t.pipeline_half_ramp_bytes;                      // 17 MiB
+  const double half = t.pipeline_half_ramp_bytes;                      // 16.87 MiB
   CollectiveOptions ring_simple;
   ring_simple.algorithm_mask = algorithm_bit(NcclAlgo::ring);
   ring_simple.protocol_mask = protocol_bit(NcclProto::simple);
   SUBCASE("A100 ring all-reduce at 64 MiB: NCCL's 56 us + 1.75 S / 232.5 GB/s, plus the ramp") {
-    // t_link = 1.75 x 64 MiB / 232.5 GB/s = 505.1 us; ramp = 505.1 x 1.364 x 17 / (64 + 17)
-    // = 505.1 x 0.2863 = 144.6 us; total 56 + 505.1 + 144.6 = 705.7 us.
+    // t_link = 1.75 x 64 MiB / 232.5 GB/s = 505.1 us; ramp = 505.1 x 1.364 x 16.87 / (64 + 16.87)
+    // = 505.1 x 0.2846 = 143.7 us; total 56 + 505.1 + 143.7 = 704.8 us.
     const double S = 64 * kMiB;
     const double t_link = 1.75 * S / (300e9 * 0.775);
     const auto e = estimate_collective(a100(), CollectiveOp::all_reduce, S, place(1, 8), ring_simple);
     const auto nccl = estimate_collective(a100(), CollectiveOp::all_reduce, S, place(1, 8),
                                           only(NcclAlgo::ring, NcclProto::simple));
     CHECK(e.ramp_seconds / kUs == doctest::Approx(t_link * k * half / (S + half) / kUs));
-    CHECK(e.ramp_seconds / kUs == doctest::Approx(144.6).epsilon(1e-3));
+    CHECK(e.ramp_seconds / kUs == doctest::Approx(143.74).epsilon(1e-3));
     CHECK(e.seconds / kUs == doctest::Approx((nccl.seconds + e.ramp_seconds) / kUs));
     CHECK(nccl.seconds / kUs == doctest::Approx(56.0 + t_link / kUs));
     CHECK(e.latency_seconds / kUs == doctest::Approx(56.0));  // the ramp is a rate, not a latency
@@ -379,7 +393,7 @@ TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S +
   }
   SUBCASE("small messages run at eta0 of the rate, large ones lose a bounded time") {
     // NVLS does not shrink its channels, so its transfer at 256 KiB is the ramped rate alone:
-    // 1 + 1.364 x 17 / 17.25 = 2.344, i.e. 0.427 of the NVLS rate, close to eta0 = 0.423.
+    // 1 + 1.364 x 16.87 / 17.12 = 2.344, i.e. 0.427 of the NVLS rate, close to eta0 = 0.423.
     const auto nvls = only(NcclAlgo::nvls);
     CollectiveOptions nvls_ramp;
     nvls_ramp.algorithm_mask = algorithm_bit(NcclAlgo::nvls);
@@ -389,34 +403,34 @@ TEST_CASE("pipeline ramp: NCCL's time plus t_link x (1/eta0 - 1) x S_half / (S +
     CHECK(b.bus_bandwidth_bytes_per_s / a.bus_bandwidth_bytes_per_s == doctest::Approx(1 + k * half / (small + half)));
     CHECK(a.bus_bandwidth_bytes_per_s / b.bus_bandwidth_bytes_per_s == doctest::Approx(0.4266).epsilon(1e-3));
     // Far above S_half the added time tends to k x (the NVLS transfer time of S_half):
-    // 1.364 x (9/8 x 17 MiB / 314.4 GB/s) = 87.0 us, reached within 0.1 % at 16 GiB.
+    // 1.364 x (9/8 x 16.87 MiB / 314.4 GB/s) = 86.34 us, reached within 0.1 % at 16 GiB.
     const double rate = 450e9 * 0.822 * 0.85;
     const double limit = k * half * 9.0 / 8.0 / rate;
     const auto big = estimate_collective(h100(), CollectiveOp::all_reduce, 16 * kGiB, place(1, 8), nvls_ramp);
-    CHECK(limit / kUs == doctest::Approx(87.0).epsilon(1e-3));
+    CHECK(limit / kUs == doctest::Approx(86.34).epsilon(1e-3));
     CHECK(big.ramp_seconds / limit == doctest::Approx(1.0).epsilon(1.1e-3));
     CHECK(big.ramp_seconds < limit);
   }
   SUBCASE("ring and NVLS: S_half grows with the ranks one kernel loop spans (fitted on a ring of 8)") {
     static const ClusterSpec gb = load_cluster("gb200");
     CHECK(t.pipeline_half_ramp_ranks == 8);
-    // 4-GPU GB200 ring Simple at 64 MiB: S_half = 17 MiB x 4/8 = 8.5 MiB; t_link = 1.5 S / 679.5 GB/s
-    // = 148.1 us; ramp = 148.1 x 1.364 x 8.5 / 72.5 = 23.7 us (an 8-rank loop would charge 42.4 us).
+    // 4-GPU GB200 ring Simple at 64 MiB: S_half = 16.87 MiB x 4/8 = 8.44 MiB; t_link = 1.5 S / 679.5 GB/s
+    // = 148.1 us; ramp = 148.1 x 1.364 x 8.44 / 72.44 = 23.53 us (an 8-rank loop would charge 42.1 us).
     const double S = 64 * kMiB;
     const double t_link = 1.5 * S / (900e9 * 0.755);
     const auto r4 = estimate_collective(gb, CollectiveOp::all_reduce, S, place(1, 4), ring_simple);
     CHECK(r4.ramp_seconds / kUs == doctest::Approx(t_link * k * (half / 2) / (S + half / 2) / kUs));
-    CHECK(r4.ramp_seconds / kUs == doctest::Approx(23.7).epsilon(2e-3));
-    // 72-GPU NVLS at 1 GiB: S_half = 17 MiB x 72/8 = 153 MiB; t_link is the switch-bound time
-    // S x 71/72 / 425 GB/s = 2491.4 us; ramp = 2491.4 x 1.364 x 153 / 1177 = 441.8 us.
+    CHECK(r4.ramp_seconds / kUs == doctest::Approx(23.53).epsilon(2e-3));
+    // 72-GPU NVLS at 1 GiB: S_half = 16.87 MiB x 72/8 = 151.8 MiB; t_link is the switch-bound time
+    // S x 71/72 / 425 GB/s = 2491.4 us; ramp = 2491.4 x 1.364 x 151.8 / 1175.8 = 438.8 us.
     CollectiveOptions nvls_ramp;
     nvls_ramp.algorithm_mask = algorithm_bit(NcclAlgo::nvls);
     const double G = 1 * kGiB;
     const double t72 = G * 71.0 / 72.0 / 425e9;
     const auto n72 = estimate_collective(gb, CollectiveOp::all_reduce, G, place(18, 4), nvls_ramp);
     CHECK(n72.ramp_seconds / kUs == doctest::Approx(t72 * k * (9 * half) / (G + 9 * half) / kUs));
-    CHECK(n72.ramp_seconds / kUs == doctest::Approx(441.8).epsilon(2e-3));
-    // Tree kernels loop over nChannels x chunkSize: the fitted 17 MiB stays, whatever the ranks.
+    CHECK(n72.ramp_seconds / kUs == doctest::Approx(438.84).epsilon(2e-3));
+    // Tree kernels loop over nChannels x chunkSize: the fitted S_half stays, whatever the ranks.
     const auto tr = estimate_collective(h100(), CollectiveOp::all_reduce, S, place(4, 8),
                                         only(NcclAlgo::tree, NcclProto::simple));
     CollectiveOptions tree_ramp;
