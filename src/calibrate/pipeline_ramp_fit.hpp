@@ -6,6 +6,7 @@
 // bounds the table's `fitted` sources declare.
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cost/collective_cost.hpp"
