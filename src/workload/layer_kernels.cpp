@@ -270,8 +270,9 @@ double gemm_flops(const Gemms& gs) {
   return f;
 }
 
-QuantRecipe quant_recipe(Fp8Recipe r) {
+QuantRecipe quant_recipe(Fp8Recipe r, bool compiled) {
   QuantRecipe q;
+  q.eager_casts = !compiled && (r == Fp8Recipe::torchao_tensorwise || r == Fp8Recipe::torchao_rowwise);
   switch (r) {
     case Fp8Recipe::none: break;
     case Fp8Recipe::te_delayed:
@@ -325,8 +326,11 @@ QuantRecipe quant_recipe(Fp8Recipe r) {
 
 double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights) {
   const double read = q.amax_pass ? 2 * e : e;
-  const double act = read + q.forward_copies * (q.data_bytes + q.act_scale_bytes);
-  const double wt = read + q.forward_copies * (q.data_bytes + q.weight_scale_bytes);
+  // Eager: every copy is a cast chain of its own.
+  const double act = q.eager_casts ? q.forward_copies * (eager_cast_bytes(e, q.data_bytes) + q.act_scale_bytes)
+                                   : read + q.forward_copies * (q.data_bytes + q.act_scale_bytes);
+  const double wt = q.eager_casts ? q.forward_copies * (eager_cast_bytes(e, q.data_bytes) + q.weight_scale_bytes)
+                                  : read + q.forward_copies * (q.data_bytes + q.weight_scale_bytes);
   double bytes = 0;
   for (const GemmShape& g : linears) {
     const double b = static_cast<double>(g.batch);
@@ -339,9 +343,10 @@ double quantize_forward_bytes(const Gemms& linears, double e, const QuantRecipe&
 
 double quantize_weight_shard_bytes(const Gemms& linears, double e, const QuantRecipe& q, int shards) {
   double bytes = 0;
+  const double per_element =
+      q.eager_casts ? eager_cast_bytes(e, q.data_bytes) + q.weight_scale_bytes : 2 * e + q.data_bytes + q.weight_scale_bytes;
   for (const GemmShape& g : linears)
-    bytes += static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n) *
-             (2 * e + q.data_bytes + q.weight_scale_bytes);
+    bytes += static_cast<double>(g.batch) * static_cast<double>(g.k) * static_cast<double>(g.n) * per_element;
   return bytes / std::max(shards, 1);
 }
 
@@ -349,18 +354,24 @@ double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe
   const double read = q.amax_pass ? 2 * e : e;
   // One kernel writes every copy of the output gradient; with column-wise scales its column copy
   // is a cast of its own after its own reduction (two more reads).
-  const double grad = q.column_casts_reduce_separately
-                          ? read + 2 * e + q.grad_copies * (q.data_bytes + q.act_scale_bytes)
-                          : read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
+  double grad = q.column_casts_reduce_separately ? read + 2 * e + q.grad_copies * (q.data_bytes + q.act_scale_bytes)
+                                                 : read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
   const double recast_read = q.column_casts_reduce_separately ? 2 * e : read;
+  // Eager: a cast chain per scaling axis (row-wise: one per copy); a per-tensor scale's second
+  // copy is the first one transposed (read and write `data` bytes).
+  const double chain = eager_cast_bytes(e, q.data_bytes) + q.act_scale_bytes;
+  if (q.eager_casts)
+    grad = q.column_casts_reduce_separately ? q.grad_copies * chain : chain + (q.grad_copies - 1) * 2 * q.data_bytes;
   double bytes = 0;
   for (const GemmShape& g : linears) {
     const double b = static_cast<double>(g.batch);
     bytes += grad * b * static_cast<double>(g.m) * static_cast<double>(g.n);
+    const double act_recast = q.eager_casts ? chain : recast_read + q.data_bytes + q.act_scale_bytes;
+    const double wt_recast = q.eager_casts ? eager_cast_bytes(e, q.data_bytes) + q.weight_scale_bytes
+                                           : recast_read + q.data_bytes + q.weight_scale_bytes;
     if (q.recasts_inputs)
-      bytes += b * ((recast_read + q.data_bytes + q.act_scale_bytes) * static_cast<double>(g.m) * static_cast<double>(g.k) +
-                    (weights ? recast_read + q.data_bytes + q.weight_scale_bytes : 0.0) * static_cast<double>(g.k) *
-                        static_cast<double>(g.n));
+      bytes += b * (act_recast * static_cast<double>(g.m) * static_cast<double>(g.k) +
+                    (weights ? wt_recast : 0.0) * static_cast<double>(g.k) * static_cast<double>(g.n));
   }
   return bytes;
 }
@@ -377,13 +388,18 @@ double attention_cast_bytes(const AttentionShape& a, Pass pass, double e, const 
 }
 
 int quantize_forward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights) {
-  const int per_tensor = q.amax_pass ? 2 : 1;
+  const int per_tensor = q.eager_casts ? q.forward_copies * kEagerCastKernels : q.amax_pass ? 2 : 1;
   return static_cast<int>(linears.size()) * per_tensor * (weights ? 2 : 1);
 }
 
 int quantize_backward_kernels(const Gemms& linears, const QuantRecipe& q, bool weights) {
   const int per_tensor = q.amax_pass ? 2 : 1;
   const int recast_tensors = q.recasts_inputs ? (weights ? 2 : 1) : 0;
+  if (q.eager_casts) {  // the gradient's chains (or one chain and a transpose), each recast's chain
+    const int grad = q.column_casts_reduce_separately ? q.grad_copies * kEagerCastKernels
+                                                      : kEagerCastKernels + (q.grad_copies - 1);
+    return static_cast<int>(linears.size()) * (grad + recast_tensors * kEagerCastKernels);
+  }
   if (q.column_casts_reduce_separately)  // the gradient's row cast, then a reduction + cast per column cast
     return static_cast<int>(linears.size()) * (per_tensor + 2 + 2 * recast_tensors);
   return static_cast<int>(linears.size()) * per_tensor * (1 + recast_tensors);

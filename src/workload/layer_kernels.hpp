@@ -117,8 +117,23 @@ struct QuantRecipe {
   // reads its 16-bit tensor twice, while the row-wise cast beside it reads it once.
   bool column_casts_reduce_separately = false;
   double scale_update_bytes_per_linear = 0;  // delayed scaling's amax-history roll and scale update
+  // torchao's casts without torch.compile: each is the eager chain of aten ops its Python code is
+  // (eager_cast_bytes), not one or two fused kernels.
+  bool eager_casts = false;
 };
-QuantRecipe quant_recipe(Fp8Recipe r);
+// `compiled`: the run uses torch.compile, which fuses torchao's casts (Transformer Engine's are
+// fused kernels either way).
+QuantRecipe quant_recipe(Fp8Recipe r, bool compiled = true);
+
+// One torchao cast as eager PyTorch runs it (torchao/float8 float8_scaling_utils.py and
+// float8_tensor.py: tensor_to_amax, amax_to_scale, _ToFloat8ConstrFunc), HBM bytes per element of
+// the 16-bit tensor (`e` bytes) for a copy of `data` bytes per element: abs (read e, write e), the
+// amax reduction over it (read e), the upcast to fp32 (read e, write 4), the multiply by the scale
+// (4 + 4), the clamp to the format's range (4 + 4) and the cast (read 4, write `data`):
+// 4e + 24 + data, against 2e + data for the fused amax pass and cast. Kernels: those six and the
+// scale's four on the amax (to float64, clamp, divide, to float32).
+constexpr double eager_cast_bytes(double e, double data) { return 4 * e + 24 + data; }
+constexpr int kEagerCastKernels = 10;
 
 // Bytes and launches of the casts around `linears` (m x k activation, k x n weight, m x n output
 // gradient each), e the bytes per element of the 16-bit tensors. Forward quantizes the activations

@@ -90,7 +90,7 @@ void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) co
   // torchao's float8 linears cast them on every forward.
   // With FSDP's float8 all-gather the gathered weights arrive in FP8: each rank casts only its
   // shard, before the all-gather (torchao's fsdp_pre_all_gather).
-  const QuantRecipe q = quant_recipe(p_.fp8);
+  const QuantRecipe q = quant_recipe(p_.fp8, p_.compile);
   const bool gathered_fp8 = fp8_weights_gathered();
   const bool weights = (!q.caches_weights || mb == 0) && !gathered_fp8;
   op.low_precision_gemms = true;
@@ -98,14 +98,14 @@ void Builder::quantize_forward(Op& op, const Gemms& linears, std::int64_t mb) co
   op.kernels += quantize_forward_kernels(linears, q, weights);
   if (gathered_fp8) {
     op.cast_bytes += quantize_weight_shard_bytes(linears, d_.e, q, p_.mesh.dp_shard);
-    op.kernels += 2 * static_cast<int>(linears.size());
+    op.kernels += (q.eager_casts ? kEagerCastKernels : 2) * static_cast<int>(linears.size());
   }
 }
 
 void Builder::quantize_backward(Op& op, const Gemms& linears) const {
   if (!low_precision()) return;
   op.low_precision_gemms = true;
-  const QuantRecipe q = quant_recipe(p_.fp8);
+  const QuantRecipe q = quant_recipe(p_.fp8, p_.compile);
   // The backward's all-gather brings the FP8 weights again: only the inputs are recast.
   const bool weights = !fp8_weights_gathered();
   op.cast_bytes += quantize_backward_bytes(linears, d_.e, q, weights);

@@ -856,6 +856,26 @@ TEST_CASE("quantize kernels per recipe: bytes read, copies and scales written (d
   CHECK(quantize_forward_bytes(one, e, rw, true) == doctest::Approx(3 * (mk + kn)));
   CHECK(quantize_backward_bytes(one, e, rw) == doctest::Approx(8 * mn + 5 * mk + 5 * kn));
   CHECK(quantize_backward_kernels(one, rw) == 7);
+  // Without torch.compile torchao's casts run as eager aten ops, each a full HBM round trip: abs
+  // (2e), amax (e), upcast to fp32 (e + 4), scale (8), clamp (8), cast (4 + 1) = 4e + 25 = 33 bytes
+  // per bf16 element against the fused 2e + 1 = 5, in ten launches (four on the scale itself).
+  CHECK(eager_cast_bytes(e, 1) == 33);
+  const QuantRecipe ao_eager = quant_recipe(Fp8Recipe::torchao_tensorwise, false);
+  CHECK(ao_eager.eager_casts);
+  CHECK(quantize_forward_bytes(one, e, ao_eager, true) == doctest::Approx(33 * (mk + kn)));
+  CHECK(quantize_forward_kernels(one, ao_eager, true) == 20);
+  // Backward: the gradient's chain plus its transposed copy (1 byte read, 1 written), then the
+  // input's and the weight's chains again.
+  CHECK(quantize_backward_bytes(one, e, ao_eager) == doctest::Approx(35 * mn + 33 * mk + 33 * kn));
+  CHECK(quantize_backward_kernels(one, ao_eager) == 10 + 1 + 20);
+  CHECK(quantize_weight_shard_bytes(one, e, ao_eager, 8) == doctest::Approx(33 * kn / 8));
+  // Row-wise: the gradient's row and column copies are two chains (two scaling axes).
+  const QuantRecipe rw_eager = quant_recipe(Fp8Recipe::torchao_rowwise, false);
+  CHECK(quantize_backward_bytes(one, e, rw_eager) == doctest::Approx(66 * mn + 33 * mk + 33 * kn));
+  CHECK(quantize_backward_kernels(one, rw_eager) == 40);
+  // Compiled runs and Transformer Engine's fused casts are unchanged by it.
+  CHECK_FALSE(quant_recipe(Fp8Recipe::torchao_rowwise, true).eager_casts);
+  CHECK_FALSE(quant_recipe(Fp8Recipe::te_current, false).eager_casts);
   // The recipe picks the GEMM format.
   CHECK(low_precision_gemm_dtype(Fp8Recipe::mxfp8) == Dtype::mxfp8);
   CHECK(low_precision_gemm_dtype(Fp8Recipe::te_blockwise) == Dtype::fp8_block);
