@@ -24,8 +24,9 @@ struct FoldPlan {
   Job full;
 };
 
-// Whether `j` is long enough for folding to save work: at least twice the micro-batches of the
-// three shorter steps together. The period is one pipeline schedule run where the step runs
+// Whether `j` is long enough for folding to pay: the three shorter steps together hold at most 5/4
+// of its micro-batches (they cost less than the whole step, and the largest needs half its memory or
+// less). The period is one pipeline schedule run where the step runs
 // several (torchtitan: each local batch its own run), else pp micro-batches (1 without a pipeline);
 // the first count holds two periods, so that the fill is over and the steady state has begun (with
 // one, interleaved schedules' peaks and pp = 1's first micro-batch are not yet periodic: the check

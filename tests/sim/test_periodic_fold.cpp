@@ -85,10 +85,13 @@ TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrap
   CHECK(r->first_microbatches == 8);
   CHECK(r->at(1).pp_microbatches == 8);
   CHECK(r->periods_beyond == 128 / 8 - 3);
-  // Too short to save work: the three steps would simulate 9 pp of 16 pp micro-batches (the fold
-  // asks for at least twice what it simulates).
-  CHECK_FALSE(fold_plan(pipeline(16), job(256)));
-  CHECK_FALSE(fold_plan(pipeline(4), job(88, 8)));  // 11 runs < 12
+  // Long enough to pay: the three steps simulate 9 pp of 16 pp micro-batches (2, 3 and 4 pp, the
+  // largest a quarter of the step); too short: 9 pp of 7 pp is more than the 5/4 it may hold.
+  CHECK(fold_plan(pipeline(16), job(256)));
+  CHECK_FALSE(fold_plan(pipeline(16), job(112)));
+  CHECK(fold_plan(pipeline(16), job(128)));        // 144 <= 5/4 x 128 = 160
+  CHECK_FALSE(fold_plan(pipeline(4), job(32, 8)));  // runs of 8: 48 simulated > 5/4 x 32
+  CHECK(fold_plan(pipeline(4), job(40, 8)));
   // Without a pipeline, gradient accumulation repeats every micro-batch: 2, 3, 4 then 20 more.
   const auto d = fold_plan(pipeline(1), job(24));
   REQUIRE(d);
@@ -117,10 +120,10 @@ TEST_CASE("fine_fold_plan: a non-interleaved pipeline of one run repeats every m
   CHECK_FALSE(fine_fold_plan(interleaved, job(128)));
   CHECK_FALSE(fine_fold_plan(pipeline(4), job(128, 8)));
   CHECK_FALSE(fine_fold_plan(pipeline(1), job(128)));
-  // Tried first, the whole-pipeline fold after it (256 micro-batches: that one simulates 16, 24
-  // and 32, which 128 would be too short for).
-  CHECK(fold_plans(pipeline(8), job(128)).size() == 1);
-  const std::vector<FoldPlan> both = fold_plans(pipeline(8), job(256));
+  // Tried first, the whole-pipeline fold after it (16, 24 and 32 micro-batches; 56 would be too
+  // short for it: 72 simulated > 5/4 x 56, while the fine fold needs 66).
+  CHECK(fold_plans(pipeline(8), job(56)).empty());
+  const std::vector<FoldPlan> both = fold_plans(pipeline(8), job(128));
   REQUIRE(both.size() == 2);
   CHECK(both[0].period_microbatches == 1);
   CHECK(both[1].period_microbatches == 8);
