@@ -30,10 +30,10 @@ HostModel host_model(const ClusterSpec& c, const Plan& p) {
   return h;
 }
 
-double host_seconds(const Op& op, const HostModel& h) {
+double host_seconds(const OpSchedule& op, const OpWork& work, const HostModel& h) {
   switch (op.kind) {
     case OpKind::compute: {
-      const int kernels = std::max<int>(op.kernels, static_cast<int>(op.gemms.size() + op.attention.size()));
+      const int kernels = std::max<int>(work.kernels, static_cast<int>(work.gemms.size() + work.attention.size()));
       if (kernels == 0) return 0;
       if (h.cuda_graphs && op.category != OpCategory::optimizer) return h.launch_seconds;
       return kernels * (h.compiled ? h.launch_seconds : h.op_seconds);

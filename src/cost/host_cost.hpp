@@ -22,6 +22,7 @@ struct HostModel {
 HostModel host_model(const ClusterSpec& c, const Plan& p);
 
 // Seconds of host time to issue `op`.
-double host_seconds(const Op& op, const HostModel& h);
+double host_seconds(const OpSchedule& op, const OpWork& work, const HostModel& h);
+inline double host_seconds(const Op& op, const HostModel& h) { return host_seconds(op, op, h); }
 
 }  // namespace meshplan

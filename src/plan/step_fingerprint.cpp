@@ -45,22 +45,28 @@ void add_changes(Hasher& h, const MemoryChanges& changes) {
   h.list(changes, [](Hasher& x, const auto& c) { x.num(c.first), x.num(c.second); });
 }
 
-// Every field of Op but its name (traces only). A field added to Op must be added here, or two
-// plans that differ only in it would be merged: the size check below fails the build when Op
-// changes, as a reminder.
-void add(Hasher& h, const Op& op) {
+// Every field of an op's work, and of its schedule but its name (traces only). A field added to
+// either must be added here, or two plans that differ only in it would be merged: the size checks
+// below fail the build when one changes, as a reminder.
+void add(Hasher& h, const OpWork& w) {
 #if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
-  static_assert(sizeof(Op) == 536, "Op changed: digest its new fields in step_fingerprint.cpp, then update this size");
+  static_assert(sizeof(OpWork) == 344, "OpWork changed: digest its new fields in step_fingerprint.cpp, then update this size");
 #endif
-  h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind);
-  h.list(op.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
-  h.list(op.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
-  h.num(op.attention_pass), h.num(op.memory_bound_bytes), h.num(op.cast_bytes), h.num(op.kernels),
-      h.num(op.layernorm.bytes), h.num(op.layernorm.width), h.num(op.layernorm.pass),
-      h.num(op.low_precision_gemms), h.num(op.low_precision_attention), h.num(op.host_sync);
-  h.num(op.model_flops), h.num(op.hardware_flops);
-  h.num(op.collective), h.num(op.group), h.num(op.bytes), h.num(op.host_to_device);
-  h.num(op.a2a_dedup_top_k), h.num(op.a2a_dedup_experts);
+  h.list(w.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
+  h.list(w.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
+  h.num(w.attention_pass), h.num(w.memory_bound_bytes), h.num(w.cast_bytes), h.num(w.kernels),
+      h.num(w.layernorm.bytes), h.num(w.layernorm.width), h.num(w.layernorm.pass),
+      h.num(w.low_precision_gemms), h.num(w.low_precision_attention);
+  h.num(w.model_flops), h.num(w.hardware_flops);
+  h.num(w.collective), h.num(w.group), h.num(w.bytes), h.num(w.host_to_device);
+  h.num(w.a2a_dedup_top_k), h.num(w.a2a_dedup_experts);
+}
+
+void add(Hasher& h, const StepOp& op) {
+#if defined(__x86_64__) && defined(__GLIBCXX__)
+  static_assert(sizeof(StepOp) == 208, "StepOp changed: digest its new fields in step_fingerprint.cpp, then update this size");
+#endif
+  h.num(op.stage), h.num(op.stream), h.num(op.category), h.num(op.kind), h.num(op.host_sync), h.num(static_cast<std::int64_t>(op.work));
   h.list(op.deps, [](Hasher& x, int d) { x.num(d); });
   add_changes(h, op.at_start);
   add_changes(h, op.at_end);
@@ -94,7 +100,8 @@ StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job
   h.list(prog.pass_first_ops, [](Hasher& x, int i) { x.num(i); });
   h.num(j.seq_len), h.num(j.global_batch), h.num(j.micro_batch), h.num(j.grad_accum), h.num(j.pp_microbatches);
   h.num(prog.n_stages), h.num(prog.n_microbatches), h.num(prog.model_flops_per_step), h.num(prog.tokens_per_step);
-  h.list(prog.ops, [](Hasher& x, const Op& op) { add(x, op); });
+  h.list(prog.works, [](Hasher& x, const OpWork& w) { add(x, w); });
+  h.list(prog.ops, [](Hasher& x, const StepOp& op) { add(x, op); });
   return h.fingerprint();
 }
 

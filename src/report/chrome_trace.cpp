@@ -18,7 +18,7 @@ void for_each_event(const StepProgram& program, const std::vector<sim::TaskTimin
   std::set<std::pair<int, int>> tracks;
   const int host_tid = kStreamKinds;  // after every GPU stream
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
-    const Op& op = program.ops[i];
+    const StepOp& op = program.ops[i];
     const auto& t = timings.at(i);
     const int tid = static_cast<int>(op.stream);
     tracks.insert({op.stage, tid});

@@ -65,7 +65,7 @@ struct OpDtypes {
 // the lent H200, with no host launch at all, still take it (tests/cost/measured_h200_shapes.csv:
 // without it the hidden-1024 layer GEMMs come out 19 % too fast, with it +0.9 %). Element-wise
 // bytes are priced as one stream per op, without a per-kernel term.
-double compute_seconds(const Op& op, const ClusterSpec& c, const OpDtypes& t) {
+double compute_seconds(const OpWork& op, const ClusterSpec& c, const OpDtypes& t) {
   double gpu_seconds = 0;
   for (const auto& g : op.gemms) gpu_seconds += gemm_time(c, g, op.low_precision_gemms ? t.linears : t.compute).seconds;
   for (const auto& a : op.attention) {
@@ -90,79 +90,23 @@ double compute_seconds(const Op& op, const ClusterSpec& c, const OpDtypes& t) {
   return std::max(gpu_seconds, kernels * c.gpu.kernel_launch_seconds);
 }
 
-// The layers of a model repeat a handful of kernel mixes, so ops of the same shape are priced
-// once: the cost models are pure functions of their inputs, and pricing every op again was a
-// fifth of a 16k-GPU step.
+// The layers of a model repeat a handful of kernel mixes: a program keeps each distinct work once
+// (StepProgram::works), and each is priced once, the first time an op of it is added.
 class ComputeCosts {
 public:
-  ComputeCosts(const ClusterSpec& c, OpDtypes dtypes) : c_(c), dtypes_(dtypes) {}
+  ComputeCosts(const ClusterSpec& c, OpDtypes dtypes, std::size_t works)
+      : c_(c), dtypes_(dtypes), seconds_(works, -1.0) {}
 
-  double seconds(const Op& op) {
-    std::vector<Entry>& bucket = by_hash_[hash(op)];
-    for (const Entry& e : bucket)
-      if (same(e, op)) return e.seconds;
-    bucket.push_back({op.gemms, op.attention, op.attention_pass, op.memory_bound_bytes, op.layernorm, op.cast_bytes, op.kernels,
-                      op.low_precision_gemms, op.low_precision_attention, compute_seconds(op, c_, dtypes_)});
-    return bucket.back().seconds;
+  double seconds(std::uint32_t work, const OpWork& w) {
+    double& s = seconds_[work];
+    if (s < 0) s = compute_seconds(w, c_, dtypes_);
+    return s;
   }
 
 private:
-  struct Entry {
-    Gemms gemms;
-    decltype(Op::attention) attention;
-    Pass attention_pass;
-    double memory_bound_bytes;
-    NormWork layernorm;
-    double cast_bytes;
-    int kernels;
-    bool low_precision_gemms;
-    bool low_precision_attention;
-    double seconds;
-  };
-  // Doubles compare by bit pattern: equal bits are the same input, whatever they mean.
-  static std::uint64_t bits(double x) { return std::bit_cast<std::uint64_t>(x); }
-  static std::uint64_t hash(const Op& op) {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    for (const auto& g : op.gemms) {
-      mix(static_cast<std::uint64_t>(g.m));
-      mix(static_cast<std::uint64_t>(g.n));
-      mix(static_cast<std::uint64_t>(g.k));
-      mix(static_cast<std::uint64_t>(g.batch));
-      mix(static_cast<std::uint64_t>(g.group));
-      mix(std::bit_cast<std::uint32_t>(g.group_cv));
-    }
-    for (const auto& a : op.attention) {
-      mix(static_cast<std::uint64_t>(a.seq_q));
-      mix(static_cast<std::uint64_t>(a.heads));
-    }
-    mix(bits(op.memory_bound_bytes));
-    mix(bits(op.layernorm.bytes));
-    mix(bits(op.cast_bytes));
-    mix(static_cast<std::uint64_t>(op.kernels));
-    mix(op.low_precision_gemms ? 1 : 0);
-    mix(op.low_precision_attention ? 1 : 0);
-    return h;
-  }
-  static bool same(const Entry& e, const Op& op) {
-    auto same_gemm = [](const GemmShape& a, const GemmShape& b) { return a == b; };
-    auto same_attention = [](const AttentionShape& a, const AttentionShape& b) {
-      return a.batch == b.batch && a.heads == b.heads && a.kv_heads == b.kv_heads && a.seq_q == b.seq_q &&
-             a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.causal == b.causal &&
-             a.flash_version == b.flash_version && a.backend == b.backend && a.kernel == b.kernel;
-    };
-    return e.attention_pass == op.attention_pass && bits(e.memory_bound_bytes) == bits(op.memory_bound_bytes) &&
-           e.layernorm == op.layernorm &&
-           bits(e.cast_bytes) == bits(op.cast_bytes) &&
-           e.kernels == op.kernels && e.low_precision_gemms == op.low_precision_gemms &&
-           e.low_precision_attention == op.low_precision_attention &&
-           std::equal(e.gemms.begin(), e.gemms.end(), op.gemms.begin(), op.gemms.end(), same_gemm) &&
-           std::equal(e.attention.begin(), e.attention.end(), op.attention.begin(), op.attention.end(), same_attention);
-  }
-
   const ClusterSpec& c_;
   OpDtypes dtypes_;
-  std::unordered_map<std::uint64_t, std::vector<Entry>> by_hash_;
+  std::vector<double> seconds_;  // by work index; < 0: not priced yet
 };
 
 // What the simulator needs of a collective's estimate, priced once per distinct (operation,
@@ -228,14 +172,14 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
   sim::Task t;
   std::vector<int> waits;
   for (std::size_t i = 0; i < n_ops; ++i) {
-    const Op& op = prog.ops[i];
+    const StepOp& op = prog.ops[i];
     while (next_pass < prog.pass_first_ops.size() && static_cast<std::size_t>(prog.pass_first_ops[next_pass]) < i)
       ++next_pass;
     const bool pass_start =
         next_pass < prog.pass_first_ops.size() && static_cast<std::size_t>(prog.pass_first_ops[next_pass]) == i;
     const bool sync = (host.sync_every_pass && pass_start) ||
                       (host.sync_before_optimizer && op.category == OpCategory::optimizer);
-    out.seconds[i] = host_seconds(op, host);
+    out.seconds[i] = host_seconds(op, prog.work(op), host);
     out.syncs[i] = sync || op.host_sync ? 1 : 0;
     auto& last = issued[static_cast<std::size_t>(op.stage)];
     // The GPU ops the host waits for: everything issued, or for a device-to-host read only the
@@ -323,7 +267,7 @@ public:
                const SimOptions& options, const RankResources& ranks, std::size_t R)
       : engine_(engine), prog_(prog), mesh_(p.mesh), options_(options), ranks_(ranks), R_(R),
         gpn_(std::max(1, c.node.gpus_per_node)), n_ops_(prog.ops.size()),
-        compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}),
+        compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}, prog.works.size()),
         collective_costs_(c), first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
 
   GpuTasks add() {
@@ -331,10 +275,11 @@ public:
     out_.brief.resize(n_ops_);
     sim::Task t;  // names stay in the program; the engine only needs indices
     for (std::size_t i = 0; i < n_ops_; ++i) {
-      const Op& op = prog_.ops[i];
+      const StepOp& op = prog_.ops[i];
+      const OpWork& w = prog_.work(op);
       out_.brief[i] = {op.stage, op.stream, op.category};
-      out_.model_flops += op.model_flops;
-      out_.hardware_flops += op.hardware_flops;
+      out_.model_flops += w.model_flops;
+      out_.hardware_flops += w.hardware_flops;
       for (std::size_t k = 0; k < R_; ++k) {
         const std::size_t slot = static_cast<std::size_t>(op.stage) * R_ + k;
         t.reset();
@@ -348,15 +293,15 @@ public:
         switch (op.kind) {
           case OpKind::compute:
             t.kind = sim::TaskKind::work;
-            t.work_seconds = compute_costs_.seconds(op);
+            t.work_seconds = compute_costs_.seconds(op.work, w);
             if (options_.full && slot < options_.rank_speed.size()) t.work_seconds /= options_.rank_speed[slot];
             break;
           case OpKind::collective:
-          case OpKind::p2p: communication(t, op, i, k, l); break;
+          case OpKind::p2p: communication(t, op, w, i, k, l); break;
           case OpKind::host_copy:
             t.kind = sim::TaskKind::flow;
-            t.bytes = op.bytes;
-            t.links.push_back(op.host_to_device ? l.h2d : l.d2h);
+            t.bytes = w.bytes;
+            t.links.push_back(w.host_to_device ? l.h2d : l.d2h);
             break;
         }
         engine_.add_task(t);
@@ -387,15 +332,15 @@ private:
     return *slot;
   }
 
-  void communication(sim::Task& t, const Op& op, std::size_t i, std::size_t k, const Links& l) {
+  void communication(sim::Task& t, const StepOp& op, const OpWork& w, std::size_t i, std::size_t k, const Links& l) {
     const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, placement(GroupKind::pp).ranks_per_node}
-                                                     : placement(op.group);
+                                                     : placement(w.group);
     if (gp.n_ranks <= 1) {
       t.kind = sim::TaskKind::work;  // a group of one moves nothing
       return;
     }
-    const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : op.collective;
-    const PricedCollective& est = collective_costs_.estimate(cop, op.bytes, gp, op.a2a_dedup_top_k, op.a2a_dedup_experts);
+    const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : w.collective;
+    const PricedCollective& est = collective_costs_.estimate(cop, w.bytes, gp, w.a2a_dedup_top_k, w.a2a_dedup_experts);
     t.kind = sim::TaskKind::flow;
     t.latency_seconds = est.latency_seconds;
     // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or
@@ -412,15 +357,15 @@ private:
       t.work_seconds = est.seconds;
     }
     if (k == 0) {
-      out_.comm_bytes[static_cast<std::size_t>(op.category)] += op.bytes;
+      out_.comm_bytes[static_cast<std::size_t>(op.category)] += w.bytes;
       out_.has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
     }
-    if (options_.full && op.kind == OpKind::collective) t.deps = {barrier(t, op, i, k)};
+    if (options_.full && op.kind == OpKind::collective) t.deps = {barrier(t, op, w.group, i, k)};
   }
 
   // Every member must be ready: one barrier per group instance gates all members.
-  sim::TaskId barrier(const sim::Task& t, const Op& op, std::size_t i, std::size_t k) {
-    const auto group = members(static_cast<std::size_t>(op.stage), k, op.group);
+  sim::TaskId barrier(const sim::Task& t, const StepOp& op, GroupKind g, std::size_t i, std::size_t k) {
+    const auto group = members(static_cast<std::size_t>(op.stage), k, g);
     auto [it, inserted] = barrier_of_.try_emplace({i, group.front()}, 0);
     if (inserted) {
       sim::Task b;

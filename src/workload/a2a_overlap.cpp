@@ -5,16 +5,17 @@
 namespace meshplan {
 namespace {
 
-bool is_expert_all_to_all(const Op& op) {
-  return op.kind == OpKind::collective && op.category == OpCategory::ep && op.collective == CollectiveOp::all_to_all;
+bool is_expert_all_to_all(const StepProgram& prog, std::size_t i) {
+  const StepOp& op = prog.ops[i];
+  return op.kind == OpKind::collective && op.category == OpCategory::ep && prog.work(op).collective == CollectiveOp::all_to_all;
 }
 
 // The span as alternating tokens: compute segment, all-to-all, segment, ..., segment (segments
 // may be empty).
-std::vector<std::vector<int>> tokens_of(const std::vector<Op>& ops, OpSpan s) {
+std::vector<std::vector<int>> tokens_of(const StepProgram& prog, OpSpan s) {
   std::vector<std::vector<int>> t(1);
   for (int i = s.begin; i < s.end; ++i) {
-    if (is_expert_all_to_all(ops[static_cast<std::size_t>(i)])) {
+    if (is_expert_all_to_all(prog, static_cast<std::size_t>(i))) {
       t.push_back({i});
       t.emplace_back();
     } else {
@@ -24,9 +25,9 @@ std::vector<std::vector<int>> tokens_of(const std::vector<Op>& ops, OpSpan s) {
   return t;
 }
 
-bool waits_on(const std::vector<Op>& ops, OpSpan waiter, OpSpan on) {
+bool waits_on(const StepProgram& prog, OpSpan waiter, OpSpan on) {
   for (int i = waiter.begin; i < waiter.end; ++i)
-    for (const int d : ops[static_cast<std::size_t>(i)].deps)
+    for (const int d : prog.ops[static_cast<std::size_t>(i)].deps)
       if (d >= on.begin && d < on.end) return true;
   return false;
 }
@@ -48,10 +49,10 @@ std::vector<std::size_t> a2a_overlap_pairs(const std::vector<Step>& order) {
   return pairs;
 }
 
-std::vector<int> a2a_overlap_order(const std::vector<Op>& ops, OpSpan forward, OpSpan backward) {
-  if (waits_on(ops, forward, backward) || waits_on(ops, backward, forward)) return {};
-  const auto f = tokens_of(ops, forward);
-  const auto b = tokens_of(ops, backward);
+std::vector<int> a2a_overlap_order(const StepProgram& prog, OpSpan forward, OpSpan backward) {
+  if (waits_on(prog, forward, backward) || waits_on(prog, backward, forward)) return {};
+  const auto f = tokens_of(prog, forward);
+  const auto b = tokens_of(prog, backward);
   if (f.size() == 1 || b.size() == 1) return {};
   std::vector<int> out;
   out.reserve(static_cast<std::size_t>(forward.end - forward.begin + backward.end - backward.begin));

@@ -33,6 +33,6 @@ std::vector<std::size_t> a2a_overlap_pairs(const std::vector<Step>& order);
 // a forward and one a backward: each cut at its expert all-to-alls into segments, the two
 // interleaved as above, each keeping its own order. Empty when they cannot merge: one waits for
 // the other, or either has no all-to-all to hide.
-std::vector<int> a2a_overlap_order(const std::vector<Op>& ops, OpSpan forward, OpSpan backward);
+std::vector<int> a2a_overlap_order(const StepProgram& prog, OpSpan forward, OpSpan backward);
 
 }  // namespace meshplan

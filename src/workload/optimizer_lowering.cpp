@@ -42,7 +42,7 @@ void Builder::optimizer_step(StageState& st) {
   // are the ones added since st.begin.
   std::map<StreamKind, int> last_of;
   for (std::size_t i = st.begin; i < prog_.ops.size(); ++i) {
-    const Op& o = prog_.ops[i];
+    const StepOp& o = prog_.ops[i];
     if (o.stage == stage &&
         (o.stream == StreamKind::fsdp_reduce_scatter || o.stream == StreamKind::dp || o.stream == StreamKind::compute))
       last_of[o.stream] = static_cast<int>(i);

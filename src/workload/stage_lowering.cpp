@@ -123,7 +123,7 @@ void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector
     const OpSpan& a = spans[i];
     const OpSpan& b = spans[i + 1];
     const bool a_forward = order[i].forward;
-    const std::vector<int> merged = a2a_overlap_order(prog_.ops, a_forward ? a : b, a_forward ? b : a);
+    const std::vector<int> merged = a2a_overlap_order(prog_, a_forward ? a : b, a_forward ? b : a);
     if (merged.empty()) continue;
     std::copy(merged.begin(), merged.end(), issue.begin() + (a.begin - begin));
     moved = true;
@@ -134,10 +134,10 @@ void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector
   auto renumber = [&](int& id) {
     if (id >= begin && id < end) id = renumbered[static_cast<std::size_t>(id - begin)];
   };
-  std::vector<Op> ops;
+  std::vector<StepOp> ops;
   ops.reserve(issue.size());
   for (const int old : issue) ops.push_back(std::move(prog_.ops[static_cast<std::size_t>(old)]));
-  for (Op& op : ops)
+  for (StepOp& op : ops)
     for (int& d : op.deps) renumber(d);
   std::move(ops.begin(), ops.end(), prog_.ops.begin() + begin);
   for (ChunkOps* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
@@ -281,7 +281,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       autocast_cached += s_.autocast_cache_per_layer;
     }
     // Saved activations are allocated as the layer's forward completes.
-    Op& end = op_at(e);
+    StepOp& end = op_at(e);
     const double saved = saved_block_bytes(m_, p_, s_.mbs, layer);
     end.at_end.push_back({MemoryTerm::activations, saved});
     if (s_.fsdp && s_.reshard && ag >= 0 && !kept_gathered(layer))
@@ -437,7 +437,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   if (modules_bytes > 0) op_at(bf).at_start.push_back({MemoryTerm::recompute, modules_bytes});
   // The block's own gradient tensors live while its backward runs.
   op_at(bf).at_start.push_back({MemoryTerm::activations, s_.block_grads});
-  Op& end = op_at(be);
+  StepOp& end = op_at(be);
   end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, s_.mbs, layer) - s_.block_grads});
   if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, s_.mbs)});
   if (modules_bytes > 0) end.at_end.push_back({MemoryTerm::recompute, -modules_bytes});

@@ -113,6 +113,23 @@ void Builder::set_up_step() {
   s.offload_stream = runtime_traits(p_).offload_on_copy_stream;
 }
 
+int Builder::add(Op&& op) {
+  const OpWork& work = op;
+  SmallVector<std::uint32_t, 2>& same_hash = works_by_hash_[work_hash(work)];
+  std::uint32_t index = static_cast<std::uint32_t>(prog_.works.size());
+  for (const std::uint32_t w : same_hash)
+    if (same_work(prog_.works[w], work)) index = w;
+  if (index == prog_.works.size()) {
+    prog_.works.push_back(work);
+    same_hash.push_back(index);
+  }
+  StepOp stored;
+  static_cast<OpSchedule&>(stored) = std::move(static_cast<OpSchedule&>(op));
+  stored.work = index;
+  prog_.ops.push_back(std::move(stored));
+  return static_cast<int>(prog_.ops.size() - 1);
+}
+
 StepProgram Builder::build() {
   set_up_step();
   prog_.n_stages = s_.pp;
@@ -125,7 +142,7 @@ StepProgram Builder::build() {
   for (const auto* firsts : {&links_.fwd_first, &links_.bwd_first})
     for (const auto& [key, first] : *firsts) prog_.pass_first_ops.push_back(first);
   std::sort(prog_.pass_first_ops.begin(), prog_.pass_first_ops.end());
-  for (const auto& o : prog_.ops) prog_.model_flops_per_step += o.model_flops;
+  for (const auto& o : prog_.ops) prog_.model_flops_per_step += prog_.work(o).model_flops;
   return std::move(prog_);
 }
 

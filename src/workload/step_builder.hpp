@@ -19,6 +19,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <unordered_map>
 #include <vector>
 
 #include "spec/runtime_traits.hpp"
@@ -134,11 +135,9 @@ public:
     return options_.op_names ? tag + std::string(suffix) : std::string();
   }
   // Ops travel by reference until they land in the program: moving one copies its inline lists.
-  int add(Op&& op) {
-    prog_.ops.push_back(std::move(op));
-    return static_cast<int>(prog_.ops.size() - 1);
-  }
-  Op& op_at(int id) { return prog_.ops[static_cast<std::size_t>(id)]; }
+  // Its work joins the program's distinct works (step_builder.cpp).
+  int add(Op&& op);
+  StepOp& op_at(int id) { return prog_.ops[static_cast<std::size_t>(id)]; }
   Op compute_op(int stage, std::string name, OpCategory cat) const;
   Op collective_op(int stage, std::string name, StreamKind stream, OpCategory cat, CollectiveOp c, GroupKind g,
                    double bytes) const;
@@ -293,6 +292,7 @@ private:
   StepShape s_;
   PipelineLinks links_;
   StepProgram prog_;
+  std::unordered_map<std::uint64_t, SmallVector<std::uint32_t, 2>> works_by_hash_;  // into prog_.works
   int n_vstages_ = 1;
 };
 

@@ -58,12 +58,11 @@ using SmallVector = boost::container::small_vector<T, N>;
 using Gemms = SmallVector<GemmShape, 3>;
 using MemoryChanges = SmallVector<std::pair<MemoryTerm, double>, 2>;
 
-struct Op {
-  std::string name;
-  int stage = 0;
-  StreamKind stream = StreamKind::compute;
-  OpCategory category = OpCategory::compute;
-  OpKind kind = OpKind::compute;
+// What an op computes or moves: everything the cost model reads to price it. The same layer's op
+// is the same work in every micro-batch, so a program keeps each distinct work once
+// (StepProgram::works) and its ops refer to it by index: a GPT-1T step lowers half a million ops
+// but a few hundred works.
+struct OpWork {
   // compute
   Gemms gemms;
   SmallVector<AttentionShape, 1> attention;
@@ -74,9 +73,6 @@ struct Op {
   int kernels = 0;                   // launches, for the launch overhead
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
   bool low_precision_attention = false;  // the fused attention runs in FP8 (Plan::fp8_attention)
-  // The host reads a device result before it can issue this op (an MoE dispatch that needs the
-  // token counts on the CPU): it first waits for the op's dependencies to finish on the GPU.
-  bool host_sync = false;
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)
   double hardware_flops = 0;         // FLOPs the GPU executes (HFU numerator)
   // communication
@@ -88,16 +84,44 @@ struct Op {
   int a2a_dedup_top_k = 0;
   int a2a_dedup_experts = 0;
   bool host_to_device = false;       // host copies
-  // schedule
+};
+// Field by field, doubles by bit pattern (equal bits are the same input, whatever they mean).
+bool same_work(const OpWork& a, const OpWork& b);
+std::uint64_t work_hash(const OpWork& w);
+
+// Where and when an op runs: its stage, stream, dependencies and the memory it allocates and frees.
+struct OpSchedule {
+  std::string name;                  // empty unless LowerOptions::op_names (traces, messages)
+  int stage = 0;
+  StreamKind stream = StreamKind::compute;
+  OpCategory category = OpCategory::compute;
+  OpKind kind = OpKind::compute;
+  // The host reads a device result before it can issue this op (an MoE dispatch that needs the
+  // token counts on the CPU): it first waits for the op's dependencies to finish on the GPU.
+  bool host_sync = false;
   SmallVector<int, 3> deps;          // indices into StepProgram::ops
   // Memory allocated (+) / freed (-) when the op starts and when it ends, by report term.
   MemoryChanges at_start, at_end;
 };
 
+// An op as the lowering writes it: its work and its schedule together.
+struct Op : OpWork, OpSchedule {};
+
+// An op as a program keeps it: its schedule and the index of its work in StepProgram::works.
+struct StepOp : OpSchedule {
+  std::uint32_t work = 0;
+};
+
 struct StepProgram {
   int n_stages = 1;
   std::int64_t n_microbatches = 1;
-  std::vector<Op> ops;
+  std::vector<StepOp> ops;
+  std::vector<OpWork> works;  // distinct, in order of first use
+  const OpWork& work(const StepOp& op) const { return works[op.work]; }
+  const OpWork& work(std::size_t op) const { return works[ops[op].work]; }
+  // Op `i` whole, its work and schedule together (a copy: for traces and tests, not the simulator).
+  Op op(std::size_t i) const;
+  std::vector<Op> expanded() const;
   // First op of every micro-batch's forward and backward of every pipeline chunk, ascending:
   // where a framework that times each pass synchronizes the host with the GPU.
   std::vector<int> pass_first_ops;

@@ -22,7 +22,7 @@ Plan single_gpu(Runtime rt) {
 
 double total_host_seconds(const StepProgram& prog, const HostModel& h) {
   double s = 0;
-  for (const Op& op : prog.ops) s += host_seconds(op, h);
+  for (const Op& op : prog.expanded()) s += host_seconds(op, h);
   return s;
 }
 
@@ -104,7 +104,7 @@ TEST_CASE("CUDA graphs cut the host's cost to one launch per captured region") {
   // kernels and every collective are dispatched as before.
   const HostModel h = host_model(c, graphs);
   double expect = 0;
-  for (const Op& op : g.program.ops) {
+  for (const Op& op : g.program.expanded()) {
     if (op.kind == OpKind::compute && op.category != OpCategory::optimizer) expect += c.gpu.kernel_launch_seconds;
     else expect += host_seconds(op, host_model(c, eager));
   }
@@ -139,7 +139,7 @@ TEST_CASE("a dropless MoE dispatch makes the host wait for the router's output (
     const SimulatedStep s = simulate_step(m, p, j, c, so);
     int dispatches = 0, ran_ahead = 0;
     for (std::size_t i = 0; i < s.program.ops.size(); ++i) {
-      const Op& op = s.program.ops[i];
+      const Op op = s.program.op(i);
       if (op.name.find(".ep_dispatch") == std::string::npos || op.name.find("_bwd") != std::string::npos) continue;
       ++dispatches;
       CHECK(op.host_sync == (d != MoeDispatcher::hybridep));
@@ -160,5 +160,5 @@ TEST_CASE("a dropless MoE dispatch makes the host wait for the router's output (
   capped.moe.capacity_factor = 1.25;
   p.moe_dispatcher = MoeDispatcher::alltoall;
   const SimulatedStep s = simulate_step(capped, p, j, c, so);
-  for (const Op& op : s.program.ops) CHECK_FALSE(op.host_sync);
+  for (const Op& op : s.program.expanded()) CHECK_FALSE(op.host_sync);
 }

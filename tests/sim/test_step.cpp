@@ -207,7 +207,7 @@ TEST_CASE("keeping the timeline (op names, timings) does not change the result")
   CHECK(lean.result.breakdown_s == kept.result.breakdown_s);
   CHECK(lean.result.exposed_comm_s == kept.result.exposed_comm_s);
   REQUIRE(kept.program.ops.size() == kept.timings.size());
-  for (const Op& o : kept.program.ops) CHECK_FALSE(o.name.empty());
+  for (const Op& o : kept.program.expanded()) CHECK_FALSE(o.name.empty());
 }
 
 TEST_CASE("group placement follows TP-innermost rank order") {

@@ -407,7 +407,8 @@ TEST_CASE("torchtitan's parallelism.disable_loss_parallel: the logits gathered o
   const SimulatedStep a = simulate_step(on.model, on.plan, on.job, c, keep);
   const SimulatedStep b = simulate_step(off.model, off.plan, off.job, c, keep);
   auto logit_gathers = [&](const SimulatedStep& s) {
-    return std::count_if(s.program.ops.begin(), s.program.ops.end(), [&](const Op& op) {
+    const std::vector<Op> ops = s.program.expanded();
+    return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
       return op.kind == OpKind::collective && op.group == GroupKind::tp && op.collective == CollectiveOp::all_gather &&
              op.bytes == 2 * logits;
     });

@@ -66,7 +66,7 @@ constexpr double kElems = 16384.0 * 16 * 128;
 
 double attention_cast_bytes_of(const StepProgram& prog, const char* prefix, bool low_precision_attention) {
   double bytes = 0;
-  for (const Op& op : prog.ops) {
+  for (const Op& op : prog.expanded()) {
     if (op.attention.empty() || op.name.rfind(prefix, 0) != 0) continue;
     CHECK(op.low_precision_attention == low_precision_attention);
     bytes += op.cast_bytes;
@@ -129,7 +129,7 @@ TEST_CASE("FP8 attention is priced on the profile's MXFP8 cuDNN curve, and the s
   a.backend = AttentionBackend::transformer_engine;
   int checked = 0;
   for (std::size_t i = 0; i < on.program.ops.size(); ++i) {
-    const Op& op = on.program.ops[i];
+    const Op op = on.program.op(i);
     if (op.attention.empty()) continue;
     const Pass pass = op.attention_pass;
     const KernelEstimate k16 = attention_time(c, a, pass, Dtype::bf16);
@@ -137,7 +137,7 @@ TEST_CASE("FP8 attention is priced on the profile's MXFP8 cuDNN curve, and the s
     CHECK(k8.curve_dtype == Dtype::mxfp8);
     CHECK(k8.attention_kernel == AttentionKernel::cudnn);
     CHECK_FALSE(k8.curve_fallback);
-    const double cast_bytes = op.cast_bytes - off.program.ops[i].cast_bytes;
+    const double cast_bytes = op.cast_bytes - off.program.work(i).cast_bytes;
     const KernelEstimate cast = cast_time(c, cast_bytes);
     const double expected = (k16.seconds - k16.launch_seconds) - (k8.seconds - k8.launch_seconds) -
                             (cast.seconds - cast.launch_seconds);
@@ -185,7 +185,7 @@ TEST_CASE("delayed scaling all-reduces the amaxes once per chunk, micro-batch an
   const Job j{2048, 8, 1, 4};  // 4 micro-batches per data-parallel rank
   const StepProgram prog = lower_step(m, p, j);
   int fwd = 0, bwd = 0;
-  for (const Op& op : prog.ops) {
+  for (const Op& op : prog.expanded()) {
     if (op.category != OpCategory::amax) continue;
     CHECK(op.kind == OpKind::collective);
     CHECK(op.collective == CollectiveOp::all_reduce);
@@ -202,7 +202,7 @@ TEST_CASE("delayed scaling all-reduces the amaxes once per chunk, micro-batch an
   CHECK(bwd == 2 * 2 * 4);
   // Current scaling computes each tensor's own amax locally: no reduction.
   const StepProgram current = lower_step(m, te_plan(Fp8Recipe::te_current, false), Job{2048, 1, 1, 1});
-  for (const Op& op : current.ops) CHECK(op.category != OpCategory::amax);
+  for (const Op& op : current.expanded()) CHECK(op.category != OpCategory::amax);
   // The stage group is every rank of one pipeline stage.
   CHECK(group_shape(p.mesh, MeshGroup::stage).n_ranks == 4);
   CHECK(group_shape(p.mesh, MeshGroup::stage).stride == 1);
@@ -215,7 +215,7 @@ namespace {
 // the step minus the one before it.
 std::vector<std::array<double, kMemoryTerms>> net_allocation(const StepProgram& prog) {
   std::vector<std::array<double, kMemoryTerms>> net(static_cast<std::size_t>(prog.n_stages));
-  for (const Op& op : prog.ops)
+  for (const Op& op : prog.expanded())
     for (const auto* changes : {&op.at_start, &op.at_end})
       for (const auto& [term, bytes] : *changes)
         net[static_cast<std::size_t>(op.stage)][static_cast<std::size_t>(term)] += bytes;
@@ -263,7 +263,7 @@ TEST_CASE("float8 all-gather: every gathered unit is freed, so a step ends with 
       const double unit = block_params_per_rank(m, p);
       const double expected = 1.0 * (unit - static_cast<double>(pc.norm_per_layer)) + 2.0 * pc.norm_per_layer;
       int gathers = 0;
-      for (const Op& op : prog.ops) {
+      for (const Op& op : prog.expanded()) {
         if (op.category != OpCategory::fsdp_all_gather || op.name.find(".L") == std::string::npos) continue;
         CAPTURE(op.name);
         CHECK(op.bytes == doctest::Approx(expected).epsilon(1e-12));

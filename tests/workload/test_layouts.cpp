@@ -200,7 +200,7 @@ TEST_CASE("Megatron-FSDP and DeepSpeed ZeRO-3: 16 P / N bytes of state per rank,
     // backward on its own stream (32 blocks + 2 groups); no DDP all-reduce.
     const StepProgram prog = lower_step(m, p, j);
     int ag = 0, rs = 0, ar = 0;
-    for (const Op& o : prog.ops) {
+    for (const Op& o : prog.expanded()) {
       if (o.category == OpCategory::fsdp_all_gather) {
         ++ag;
         CHECK(o.stream == StreamKind::fsdp_all_gather);
@@ -322,7 +322,7 @@ TEST_CASE("chunks that hold only the embedding or only the loss lower and simula
     const StepProgram prog = lower_step(m, p, j);
     // No dependency on a missing op, and the head's forward runs once per micro-batch.
     int head = 0;
-    for (const Op& o : prog.ops) {
+    for (const Op& o : prog.expanded()) {
       for (int d : o.deps) REQUIRE(d >= 0);
       if (o.kind != OpKind::compute || o.category != OpCategory::compute) continue;
       if (o.gemms.size() == 1 && o.gemms[0].n == static_cast<std::int64_t>(m.vocab)) ++head;

@@ -4,6 +4,9 @@
 // parallelism, and multi-head latent attention's projections and attention FLOPs.
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -74,7 +77,7 @@ struct A2a {
 
 A2a all_to_alls(const StepProgram& prog) {
   A2a a;
-  for (const Op& op : prog.ops) {
+  for (const Op& op : prog.expanded()) {
     if (op.category != OpCategory::ep) continue;
     CHECK(op.kind == OpKind::collective);
     CHECK(op.collective == CollectiveOp::all_to_all);
@@ -98,10 +101,18 @@ A2a all_to_alls(const StepProgram& prog) {
 // variance (8 - 2) / (7 x 2048), and E[max of 4 normals] = 1.0294: 1 + 1.0294 x 0.02046 = 1.02106.
 double hot_rank_load() { return routed_load(8, 2, 4, 1024, 0.0).rank_load_factor; }
 
-const Op* find_op(const StepProgram& prog, const std::string& name) {
-  for (const Op& op : prog.ops)
-    if (op.name == name) return &op;
+// The op named `name` whole (a copy: a program keeps works apart), or null.
+std::shared_ptr<const Op> find_op(const StepProgram& prog, const std::string& name) {
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].name == name) return std::make_shared<const Op>(prog.op(i));
   return nullptr;
+}
+
+// Its position in issue order (-1: none).
+std::ptrdiff_t index_of(const StepProgram& prog, const std::string& name) {
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].name == name) return static_cast<std::ptrdiff_t>(i);
+  return -1;
 }
 
 }  // namespace
@@ -116,15 +127,15 @@ TEST_CASE("two-layer MoE, EP 4: all-to-all bytes per direction, forward and back
   // the copies it receives (hot_rank_load).
   CHECK(hot_rank_load() == doctest::Approx(1.02106).epsilon(1e-4));
   const double per_direction = 1024.0 * 2 * 256 * 2 * hot_rank_load();
-  const Op* dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
-  const Op* combine = find_op(prog, "fwd.L1.mb2.ep_combine");
-  const Op* combine_bwd = find_op(prog, "bwd.L1.mb0.ep_combine_bwd");
-  const Op* dispatch_bwd = find_op(prog, "bwd.L0.mb1.ep_dispatch_bwd");
+  const auto dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
+  const auto combine = find_op(prog, "fwd.L1.mb2.ep_combine");
+  const auto combine_bwd = find_op(prog, "bwd.L1.mb0.ep_combine_bwd");
+  const auto dispatch_bwd = find_op(prog, "bwd.L0.mb1.ep_dispatch_bwd");
   REQUIRE(dispatch != nullptr);
   REQUIRE(combine != nullptr);
   REQUIRE(combine_bwd != nullptr);
   REQUIRE(dispatch_bwd != nullptr);
-  for (const Op* op : {dispatch, combine, combine_bwd, dispatch_bwd}) CHECK(op->bytes == doctest::Approx(per_direction));
+  for (const auto& op : {dispatch, combine, combine_bwd, dispatch_bwd}) CHECK(op->bytes == doctest::Approx(per_direction));
   // Per step: 2 layers x 3 micro-batches x (dispatch + combine), in forward and again in backward.
   const A2a a = all_to_alls(prog);
   CHECK(a.fwd == 12);
@@ -133,10 +144,10 @@ TEST_CASE("two-layer MoE, EP 4: all-to-all bytes per direction, forward and back
   CHECK(a.fwd_bytes == doctest::Approx(12 * per_direction));
   CHECK(a.bwd_bytes == doctest::Approx(12 * per_direction));
   // The combine's backward runs before the experts' backward, the dispatch's after it.
-  const Op* mlp_bwd = find_op(prog, "bwd.L1.mb0.mlp");
+  const auto mlp_bwd = find_op(prog, "bwd.L1.mb0.mlp");
   REQUIRE(mlp_bwd != nullptr);
   CHECK(combine_bwd < mlp_bwd);
-  CHECK(find_op(prog, "bwd.L1.mb0.ep_dispatch_bwd") > mlp_bwd);
+  CHECK(index_of(prog, "bwd.L1.mb0.ep_dispatch_bwd") > index_of(prog, "bwd.L1.mb0.mlp"));
 
   // EP 1: no all-to-all at all, the same expert FLOPs spread over all 8 local experts.
   const StepProgram local = lower_step(m, ep_plan(1), j);
@@ -160,7 +171,7 @@ TEST_CASE("full recompute repeats the dispatch and combine; --recompute-modules 
   const StepProgram prog = lower_step(m, moe_only, job(2));
   const A2a r = all_to_alls(prog);
   CHECK(r.recompute == 8);
-  const Op* rc = find_op(prog, "recompute.L0.mb1.moe");
+  const auto rc = find_op(prog, "recompute.L0.mb1.moe");
   REQUIRE(rc != nullptr);
   CHECK(rc->category == OpCategory::recompute);
   CHECK(rc->model_flops == 0);
@@ -170,7 +181,7 @@ TEST_CASE("full recompute repeats the dispatch and combine; --recompute-modules 
   small.recompute_modules.moe_act = true;
   const StepProgram ps = lower_step(m, small, job(2));
   CHECK(all_to_alls(ps).recompute == 0);
-  const Op* mods = find_op(ps, "recompute.L1.mb0.modules");
+  const auto mods = find_op(ps, "recompute.L1.mb0.modules");
   REQUIRE(mods != nullptr);
   CHECK(mods->gemms.empty());
   // Two RMSNorms (read + write 1024 x 256 bf16 each) and SwiGLU over the 2 x 1046 copies the
@@ -235,7 +246,7 @@ TEST_CASE("leading dense layers: a dense MLP of ffn_hidden and no all-to-all") {
   const StepProgram prog = lower_step(m, ep_plan(4), job(1));
   CHECK(find_op(prog, "fwd.L0.mb0.ep_dispatch") == nullptr);
   CHECK(find_op(prog, "fwd.L1.mb0.ep_dispatch") != nullptr);
-  const Op* dense = find_op(prog, "fwd.L0.mb0.mlp");
+  const auto dense = find_op(prog, "fwd.L0.mb0.mlp");
   REQUIRE(dense != nullptr);
   // gate, up, down of 1024 x 1024 x 256.
   CHECK(dense->hardware_flops == doctest::Approx(3 * 2.0 * 1024 * 1024 * 256));
@@ -356,7 +367,7 @@ TEST_CASE("fine-grained offload: the lowering copies the listed share; the rest 
   const MicroBatchShape mb{1024, 1};
   const StepProgram prog = lower_step(m, p, job(2));
   double d2h = 0, h2d = 0;
-  for (const Op& o : prog.ops) {
+  for (const Op& o : prog.expanded()) {
     if (o.kind != OpKind::host_copy) continue;
     (o.name.rfind("offload.d2h", 0) == 0 ? d2h : h2d) += o.bytes;
   }
@@ -428,11 +439,11 @@ TEST_CASE("dropless routing: the trained router's imbalance slows the most-loade
   // Through the lowering: the profile's router spread reaches the all-to-alls.
   m.moe.capacity_factor = 0;
   const StepProgram prog = lower_step(m, p, job(1), LowerOptions{.op_names = true, .moe_router_load_cv = 0.5});
-  const Op* dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
+  const auto dispatch = find_op(prog, "fwd.L0.mb0.ep_dispatch");
   REQUIRE(dispatch != nullptr);
   CHECK(dispatch->bytes == doctest::Approx(trained.a2a_bytes()));
   // Model FLOPs stay the mean rank's.
-  const Op* mlp = find_op(prog, "fwd.L0.mb0.mlp");
+  const auto mlp = find_op(prog, "fwd.L0.mb0.mlp");
   REQUIRE(mlp != nullptr);
   const LayerKernels k = layer_kernels(m, p, trained);
   CHECK(mlp->model_flops == doctest::Approx(mlp->hardware_flops - k.mlp_excess_flops));
@@ -454,8 +465,8 @@ TEST_CASE("expert all-to-all overlap: Megatron-Core's merged order of a backward
   // Nothing added or dropped: the same ops, reissued.
   REQUIRE(merged.ops.size() == plain.ops.size());
   std::vector<std::string> a, b;
-  for (const Op& op : plain.ops) a.push_back(op.name);
-  for (const Op& op : merged.ops) b.push_back(op.name);
+  for (const Op& op : plain.expanded()) a.push_back(op.name);
+  for (const Op& op : merged.expanded()) b.push_back(op.name);
   CHECK(a != b);
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
@@ -465,7 +476,7 @@ TEST_CASE("expert all-to-all overlap: Megatron-Core's merged order of a backward
   // Micro-batch 0's forward runs alone; its backward merges with micro-batch 1's forward.
   std::vector<std::string> issued;
   bool in_pair = false;
-  for (const Op& op : merged.ops) {
+  for (const Op& op : merged.expanded()) {
     if (op.name == "bwd.head_loss.mb0") in_pair = true;
     if (in_pair) issued.push_back(op.name);
     if (op.name == "fwd.head_loss.mb1") break;
@@ -485,7 +496,7 @@ TEST_CASE("expert all-to-all overlap: Megatron-Core's merged order of a backward
   for (std::size_t i = 0; i < merged.ops.size(); ++i) {
     const std::string name = merged.ops[i].name;
     CAPTURE(name);
-    const Op* before = find_op(plain, name);
+    const auto before = find_op(plain, name);
     REQUIRE(before != nullptr);
     std::vector<std::string> was, now;
     for (const int d : before->deps) was.push_back(plain.ops[static_cast<std::size_t>(d)].name);
@@ -521,19 +532,22 @@ TEST_CASE("expert all-to-all overlap: which schedule steps merge, and the interl
 }
 
 TEST_CASE("expert all-to-all overlap: spans that wait on each other, or have nothing to hide, are not merged") {
-  std::vector<Op> ops(4);
-  ops[1].kind = OpKind::collective;
-  ops[1].category = OpCategory::ep;
-  ops[1].collective = CollectiveOp::all_to_all;
-  ops[3] = ops[1];
+  StepProgram prog;
+  prog.works.resize(2);  // work 0: compute; work 1: an all-to-all
+  prog.works[1].collective = CollectiveOp::all_to_all;
+  prog.ops.resize(4);
+  prog.ops[1].kind = OpKind::collective;
+  prog.ops[1].category = OpCategory::ep;
+  prog.ops[1].work = 1;
+  prog.ops[3] = prog.ops[1];
   // [0, 2) forward with an all-to-all, [2, 4) backward with one: merged as backward segment,
   // forward attention, backward all-to-all, forward all-to-all.
-  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}) == std::vector<int>{2, 0, 3, 1});
-  ops[2].deps = {1};  // the backward waits for the forward
-  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}).empty());
-  ops[2].deps.clear();
-  ops[3] = Op{};  // nothing to hide in the backward
-  CHECK(a2a_overlap_order(ops, {0, 2}, {2, 4}).empty());
+  CHECK(a2a_overlap_order(prog, {0, 2}, {2, 4}) == std::vector<int>{2, 0, 3, 1});
+  prog.ops[2].deps = {1};  // the backward waits for the forward
+  CHECK(a2a_overlap_order(prog, {0, 2}, {2, 4}).empty());
+  prog.ops[2].deps.clear();
+  prog.ops[3] = StepOp{};  // nothing to hide in the backward
+  CHECK(a2a_overlap_order(prog, {0, 2}, {2, 4}).empty());
 }
 
 // Simulated: in the merged pair the backward's combine runs while the forward's attention computes,

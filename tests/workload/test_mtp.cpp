@@ -67,7 +67,7 @@ double mtp_forward_flops_per_token(double s) {
 
 double flops_of_stage(const StepProgram& prog, int stage) {
   double f = 0;
-  for (const Op& op : prog.ops)
+  for (const Op& op : prog.expanded())
     if (op.stage == stage) f += op.model_flops;
   return f;
 }
@@ -128,7 +128,7 @@ TEST_CASE("a 61-layer DeepSeek-V3 with its MTP module on the ceil(L / stages) la
     const StepProgram a = lower_step(with, p, j, named), b = lower_step(without, p, j, named);
     // The module's work is all on the last stage: its ops, and the difference in FLOPs.
     int mtp_ops = 0;
-    for (const Op& op : a.ops)
+    for (const Op& op : a.expanded())
       if (op.name.find("mtp1") != std::string::npos || op.name.find(".L61.") != std::string::npos) {
         ++mtp_ops;
         CHECK(op.stage == k.pp - 1);

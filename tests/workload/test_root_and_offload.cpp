@@ -22,7 +22,7 @@ struct Gathered {
 
 Gathered gathered_bytes(const StepProgram& prog) {
   Gathered g;
-  for (const Op& o : prog.ops) {
+  for (const Op& o : prog.expanded()) {
     if (o.category != OpCategory::fsdp_all_gather || o.name.find(".mb0") == std::string::npos) continue;
     (o.name.rfind("fsdp_ag.fwd", 0) == 0 ? g.forward : g.backward) += o.bytes;
   }

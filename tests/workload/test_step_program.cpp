@@ -33,11 +33,11 @@ Plan single_gpu() {
   return p;
 }
 
-const Op& find(const StepProgram& prog, const std::string& name) {
-  for (const Op& o : prog.ops)
-    if (o.name == name) return o;
+Op find(const StepProgram& prog, const std::string& name) {
+  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].name == name) return prog.op(i);
   FAIL("no op named " << name);
-  return prog.ops.front();
+  return {};
 }
 
 constexpr double kSeq = 2048, kBatch = 2, kHeads = 8, kHeadDim = 128, kHidden = 1024;
@@ -121,6 +121,7 @@ TEST_CASE("FP8 linears: the GEMMs change dtype and every input is quantized (wei
   te.fp8 = Fp8Recipe::te_delayed;
   Plan tao = bf16;
   tao.fp8 = Fp8Recipe::torchao_tensorwise;
+  tao.compile = true;  // torchao's fused casts (eager ones: test_compute, "quantize kernels per recipe")
   const ModelSpec m = gpt(PosEmb::learned);
   const Job two_microbatches{2048, 4, 2, 2};
   const StepProgram pb = lower_step(m, bf16, two_microbatches);
@@ -211,7 +212,7 @@ TEST_CASE("FSDP2 copies each all-gathered unit out of its flat buffer on the com
   // The model's last block stays gathered from its forward (torchtitan's default policy); the
   // one before it is gathered again for backward.
   const Op& bwd = find(prog, "fsdp_copy_out.bwd.L0.mb0");
-  for (const Op& o : prog.ops) CHECK(o.name != "fsdp_copy_out.bwd.L1.mb0");
+  for (const Op& o : prog.expanded()) CHECK(o.name != "fsdp_copy_out.bwd.L1.mb0");
   const Op& ag = find(prog, "fsdp_ag.fwd.L0.mb0");
   CHECK(fwd.stream == StreamKind::compute);
   CHECK(fwd.memory_bound_bytes == doctest::Approx(2 * ag.bytes));
@@ -220,7 +221,7 @@ TEST_CASE("FSDP2 copies each all-gathered unit out of its flat buffer on the com
   CHECK(ag.bytes < 2 * 12.1 * kHidden * kHidden);
   Plan fsdp1 = p;
   fsdp1.runtime = Runtime::composer_fsdp1;
-  for (const Op& o : lower_step(m, fsdp1, kJob).ops) CHECK(o.name.find("copy_out") == std::string::npos);
+  for (const Op& o : lower_step(m, fsdp1, kJob).expanded()) CHECK(o.name.find("copy_out") == std::string::npos);
 }
 
 TEST_CASE("the loss: Megatron's vocab-parallel cross-entropy, torch's log_softmax, or one fused pass") {
@@ -258,7 +259,7 @@ TEST_CASE("LayerNorm as PyTorch's kernels: eager runtimes mark each norm's bytes
   CHECK(qkv.layernorm.pass == Pass::forward);
   CHECK(qkv.layernorm.bytes < qkv.memory_bound_bytes);
   double fwd = 0, bwd = 0;
-  for (const Op& o : prog.ops) {
+  for (const Op& o : prog.expanded()) {
     if (o.name.rfind("fwd.L0.", 0) == 0) fwd += o.layernorm.bytes;
     if (o.name.rfind("bwd.L0.", 0) == 0) {
       bwd += o.layernorm.bytes;
@@ -272,7 +273,7 @@ TEST_CASE("LayerNorm as PyTorch's kernels: eager runtimes mark each norm's bytes
   Plan compiled = eager;
   compiled.compile = true;
   for (const Plan& p : {single_gpu(), compiled})
-    for (const Op& o : lower_step(m, p, kJob).ops) CHECK(o.layernorm.bytes == 0);
+    for (const Op& o : lower_step(m, p, kJob).expanded()) CHECK(o.layernorm.bytes == 0);
 }
 
 namespace {
@@ -309,7 +310,7 @@ TEST_CASE("Megatron-DeepSpeed: blocking pipeline sends, fp32 accumulation per mi
   const Op& acc = find(dsp, "bf16_optimizer.accumulate.v1.mb2");
   CHECK(acc.stream == StreamKind::compute);
   CHECK(acc.memory_bound_bytes == doctest::Approx(18 * (block + h + 50304 * h)));
-  for (const Op& o : mg.ops) CHECK(o.name.find("bf16_optimizer") == std::string::npos);
+  for (const Op& o : mg.expanded()) CHECK(o.name.find("bf16_optimizer") == std::string::npos);
   // The fp32 gradients are all-reduced (not reduce-scattered) once the stage has flushed.
   const Op& ar = find(dsp, "dp_ar.L1");
   CHECK(ar.collective == CollectiveOp::all_reduce);
