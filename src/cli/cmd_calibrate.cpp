@@ -305,6 +305,8 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
   return {app, [args]() {
             if (!args->nccl_tests.empty()) return run_nccl_tests_fit(*args);
+            if (!args->nccl_version.empty())
+              throw InputError("", "--nccl-version", "goes with --nccl-tests (the table whose pipeline ramp is fitted)");
             if (!args->runs.empty()) {
               std::string command_line = "meshplan calibrate";
               for (const auto& f : args->runs) command_line += " --runs " + f;

@@ -251,6 +251,26 @@ TEST_CASE("--nccl-version: the default named explicitly changes nothing; an unkn
   }
 }
 
+TEST_CASE("calibrate --nccl-tests: the shipped series gives the shipped ramp; --json fields; misuse is exit 2") {
+  const std::string series = (data_root() / "hardware_profiles" / "nccl" / "series" / "azure-nd-a100-v4-all-reduce.csv").string();
+  const Run r = run("calibrate --nccl-tests " + series + " --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("small_message_efficiency").get<double>() == doctest::Approx(0.423).epsilon(0.005));
+  CHECK(j.at("half_ramp_bytes").get<double>() == doctest::Approx(17690582).epsilon(0.005));
+  CHECK(j.at("points_used").get<int>() == 14);
+  CHECK(j.at("max_abs_relative_error").get<double>() < 0.10);
+  CHECK(j.at("points").size() == 22);
+  for (const char* k : {"bytes", "measured_busbw_bytes_per_s", "predicted_busbw_bytes_per_s", "used", "ranks"})
+    CHECK(j.at("points").at(0).contains(k));
+  const Run alone = run("calibrate --nccl-version 2.30.7");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--nccl-version: goes with --nccl-tests") != std::string::npos);
+  const Run both = run("calibrate --nccl-tests " + series + " --out x.toml");
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--nccl-tests fits the NCCL table's ramp on its own") != std::string::npos);
+}
+
 TEST_CASE("collective --explain: NCCL's tuner line, then the terms that add up to the reported time") {
   const std::string args = "collective --cluster a100-80gb --gpus 8 --sizes 1M:64M";
   const Run plain = run(args + " --json");
