@@ -1,6 +1,4 @@
 // meshplan: simulator and planner for distributed LLM training.
-#include <malloc.h>
-
 #include <fmt/format.h>
 
 #include <exception>
@@ -8,15 +6,11 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "sim/allocator_policy.hpp"
 #include "spec/error.hpp"
 
 int main(int argc, char** argv) {
-  // The simulator allocates and frees the same large arrays once per simulated step (ops, tasks,
-  // timings), and `plan`, `validate` and the fold simulate many steps in a row. glibc maps every
-  // block over its mmap threshold afresh and unmaps it on free, so each step paid its page faults
-  // again (18 % of a 70B / 256-GPU `plan`): keep large blocks in the heap and freed memory mapped.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  meshplan::sim::keep_large_blocks_mapped();
   CLI::App app{
       "meshplan: will this training layout fit, how fast will it run, and what is the best one?\n"
       "Reads llm-foundry YAML, torchtitan TOML, Megatron-LM arguments (an args file or a pretrain_gpt.py launch script) and meshplan plan TOML; see `meshplan COMMAND --help`."};
