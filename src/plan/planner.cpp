@@ -1039,10 +1039,6 @@ std::pair<std::int64_t, std::string> planned_global_batch(const PlanRequest& rq)
   return {global_batch, batch_note};
 }
 
-}  // namespace
-
-// Long because it is the search's one pipeline, each step a few lines: enumerate, prune by the
-// closed form, simulate the survivors in parallel, retry uneven splits, rank, explain.
 // The distinct plans the search simulates, simulated: the first `n_sim` by the estimate, then the
 // second round's (second_round_min_estimate). Sets the search's merged, dropped and uneven counts;
 // errors[i] is why rows[i] could not be simulated.
@@ -1098,7 +1094,10 @@ Simulated simulate_selected(const PlanRequest& rq, const std::vector<PlanCandida
   return {std::move(sims), std::move(errors)};
 }
 
+}  // namespace
 
+// The search's one pipeline: enumerate, prune by the closed form, simulate the survivors in
+// parallel, retry uneven splits, rank, explain.
 PlanSearch search_plans(const PlanRequest& rq, const std::function<void(std::size_t, std::size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;

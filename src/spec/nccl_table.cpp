@@ -94,7 +94,7 @@ public:
   double number(std::string_view k, double lo, double hi, bool lo_inclusive = true) {
     const toml::node& n = node(k);
     const double v = to_number(n, key(k), lo, hi, lo_inclusive);
-    const auto b = ctx_.out->fitted_bounds.find(ctx_.out->sources[key(k)]);
+    const auto b = ctx_.out->fitted_bounds.find(ctx_.out->sources.at(key(k)));  // node() recorded its tag
     if (b != ctx_.out->fitted_bounds.end() && (v < b->second.first || v > b->second.second))
       ctx_.fail(key(k), fmt::format("fitted value {} is outside its source's bounds [{}, {}]", v, b->second.first,
                                     b->second.second), &n);

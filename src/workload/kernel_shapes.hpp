@@ -40,6 +40,7 @@ struct AttentionShape {
   AttentionKernel kernel = AttentionKernel::framework;
   // cuDNN release the run uses (parse_library_version); 0 = the newest the profile measured.
   int cudnn_version = 0;
+  friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
 };
 
 enum class Pass { forward, backward };

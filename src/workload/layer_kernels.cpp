@@ -352,23 +352,24 @@ double quantize_weight_shard_bytes(const Gemms& linears, double e, const QuantRe
 
 double quantize_backward_bytes(const Gemms& linears, double e, const QuantRecipe& q, bool weights) {
   const double read = q.amax_pass ? 2 * e : e;
-  // One kernel writes every copy of the output gradient; with column-wise scales its column copy
-  // is a cast of its own after its own reduction (two more reads).
-  double grad = q.column_casts_reduce_separately ? read + 2 * e + q.grad_copies * (q.data_bytes + q.act_scale_bytes)
-                                                 : read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
   const double recast_read = q.column_casts_reduce_separately ? 2 * e : read;
   // Eager: a cast chain per scaling axis (row-wise: one per copy); a per-tensor scale's second
   // copy is the first one transposed (read and write `data` bytes).
-  const double chain = eager_cast_bytes(e, q.data_bytes) + q.act_scale_bytes;
-  if (q.eager_casts)
-    grad = q.column_casts_reduce_separately ? q.grad_copies * chain : chain + (q.grad_copies - 1) * 2 * q.data_bytes;
+  const double act_chain = eager_cast_bytes(e, q.data_bytes) + q.act_scale_bytes;
+  // Fused: one kernel writes every copy of the output gradient; with column-wise scales its column
+  // copy is a cast of its own after its own reduction (two more reads).
+  const double grad =
+      q.eager_casts ? (q.column_casts_reduce_separately ? q.grad_copies * act_chain
+                                                        : act_chain + (q.grad_copies - 1) * 2 * q.data_bytes)
+      : q.column_casts_reduce_separately ? read + 2 * e + q.grad_copies * (q.data_bytes + q.act_scale_bytes)
+                                         : read + q.grad_copies * (q.data_bytes + q.act_scale_bytes);
+  const double act_recast = q.eager_casts ? act_chain : recast_read + q.data_bytes + q.act_scale_bytes;
+  const double wt_recast = q.eager_casts ? eager_cast_bytes(e, q.data_bytes) + q.weight_scale_bytes
+                                         : recast_read + q.data_bytes + q.weight_scale_bytes;
   double bytes = 0;
   for (const GemmShape& g : linears) {
     const double b = static_cast<double>(g.batch);
     bytes += grad * b * static_cast<double>(g.m) * static_cast<double>(g.n);
-    const double act_recast = q.eager_casts ? chain : recast_read + q.data_bytes + q.act_scale_bytes;
-    const double wt_recast = q.eager_casts ? eager_cast_bytes(e, q.data_bytes) + q.weight_scale_bytes
-                                           : recast_read + q.data_bytes + q.weight_scale_bytes;
     if (q.recasts_inputs)
       bytes += b * (act_recast * static_cast<double>(g.m) * static_cast<double>(g.k) +
                     (weights ? wt_recast : 0.0) * static_cast<double>(g.k) * static_cast<double>(g.n));

@@ -116,10 +116,9 @@ void Builder::set_up_step() {
 int Builder::add(Op&& op) {
   const OpWork& work = op;
   SmallVector<std::uint32_t, 2>& same_hash = works_by_hash_[work_hash(work)];
-  std::uint32_t index = static_cast<std::uint32_t>(prog_.works.size());
-  for (const std::uint32_t w : same_hash)
-    if (same_work(prog_.works[w], work)) index = w;
-  if (index == prog_.works.size()) {
+  const auto known = std::find_if(same_hash.begin(), same_hash.end(), [&](std::uint32_t w) { return prog_.works[w] == work; });
+  const std::uint32_t index = known != same_hash.end() ? *known : static_cast<std::uint32_t>(prog_.works.size());
+  if (known == same_hash.end()) {
     prog_.works.push_back(work);
     same_hash.push_back(index);
   }

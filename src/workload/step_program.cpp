@@ -1,6 +1,5 @@
 #include "workload/step_program.hpp"
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -84,26 +83,6 @@ std::vector<Op> StepProgram::expanded() const {
   out.reserve(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) out.push_back(op(i));
   return out;
-}
-
-bool same_work(const OpWork& a, const OpWork& b) {
-  auto same = [](double x, double y) { return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y); };
-  auto same_attention = [](const AttentionShape& x, const AttentionShape& y) {
-    return x.batch == y.batch && x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q &&
-           x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.causal == y.causal &&
-           x.flash_version == y.flash_version && x.backend == y.backend && x.kernel == y.kernel &&
-           x.cudnn_version == y.cudnn_version;
-  };
-  return std::equal(a.gemms.begin(), a.gemms.end(), b.gemms.begin(), b.gemms.end()) &&
-         std::equal(a.attention.begin(), a.attention.end(), b.attention.begin(), b.attention.end(), same_attention) &&
-         a.attention_pass == b.attention_pass && same(a.memory_bound_bytes, b.memory_bound_bytes) &&
-         same(a.layernorm.bytes, b.layernorm.bytes) && a.layernorm.width == b.layernorm.width &&
-         a.layernorm.pass == b.layernorm.pass && same(a.cast_bytes, b.cast_bytes) && a.kernels == b.kernels &&
-         a.low_precision_gemms == b.low_precision_gemms && a.low_precision_attention == b.low_precision_attention &&
-         same(a.model_flops, b.model_flops) && same(a.hardware_flops, b.hardware_flops) &&
-         a.collective == b.collective && a.group == b.group && same(a.bytes, b.bytes) &&
-         a.a2a_dedup_top_k == b.a2a_dedup_top_k && a.a2a_dedup_experts == b.a2a_dedup_experts &&
-         a.host_to_device == b.host_to_device;
 }
 
 std::uint64_t work_hash(const OpWork& w) {

@@ -84,9 +84,9 @@ struct OpWork {
   int a2a_dedup_top_k = 0;
   int a2a_dedup_experts = 0;
   bool host_to_device = false;       // host copies
+  friend bool operator==(const OpWork&, const OpWork&) = default;
 };
-// Field by field, doubles by bit pattern (equal bits are the same input, whatever they mean).
-bool same_work(const OpWork& a, const OpWork& b);
+// For interning works (Builder::add): mixes the fields that tell works apart fastest.
 std::uint64_t work_hash(const OpWork& w);
 
 // Where and when an op runs: its stage, stream, dependencies and the memory it allocates and frees.
@@ -119,7 +119,8 @@ struct StepProgram {
   std::vector<OpWork> works;  // distinct, in order of first use
   const OpWork& work(const StepOp& op) const { return works[op.work]; }
   const OpWork& work(std::size_t op) const { return works[ops[op].work]; }
-  // Op `i` whole, its work and schedule together (a copy: for traces and tests, not the simulator).
+  // Op `i` whole, its work and schedule together (a copy, for tests: the simulator and traces read
+  // `ops` and `works` apart).
   Op op(std::size_t i) const;
   std::vector<Op> expanded() const;
   // First op of every micro-batch's forward and backward of every pipeline chunk, ascending:
