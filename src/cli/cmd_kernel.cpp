@@ -251,7 +251,7 @@ void print_kernel_json(const KernelReport& k, const ClusterSpec& cluster) {
     j["waves"] = scheduled ? json(e.gemm_waves) : json(nullptr);
     j["tile_efficiency"] = scheduled ? json(e.gemm_tile_efficiency) : json(nullptr);
     j["equivalent_square_dim"] = scheduled ? json(nullptr) : json(e.equivalent_square_dim);
-    j["tile_overhead_k"] = cluster.gpu.gemm_tile_overhead_k;
+    j["tile_overhead_k"] = e.gemm_tile_overhead_k;
   }
   fmt::print("{}\n", j.dump(2));
 }
@@ -273,12 +273,12 @@ void print_kernel_text(const KernelReport& k, const ClusterSpec& cluster) {
                          ? fmt::format("  priced as   the {:.0f}^3 square of the same tile work ({} curve, source {}; "
                                        "each tile pays {:g} K beside its K loop)\n",
                                        e.equivalent_square_dim, to_string(e.curve_dtype), e.curve_source,
-                                       cluster.gpu.gemm_tile_overhead_k)
+                                       e.gemm_tile_overhead_k)
                          : fmt::format("  schedule    {}: {:.0f} tiles, {:.2f} waves over {} SMs at {:.3f} per tile "
                                        "({} curve, source {}; each tile pays {:g} K beside its K loop)\n",
                                        e.gemm_grouped ? "grouped" : e.gemm_stream_k ? "stream-K" : "data-parallel", e.gemm_tiles, e.gemm_waves,
                                        cluster.gpu.sm_count, e.gemm_tile_efficiency, to_string(e.curve_dtype),
-                                       e.curve_source, cluster.gpu.gemm_tile_overhead_k));
+                                       e.curve_source, e.gemm_tile_overhead_k));
   if (d.kind == "attention")
     fmt::print("  kernel      {} ({} {} curve{}, source {})\n", to_string(e.attention_kernel), to_string(e.curve_dtype),
                e.curve_pass,

@@ -42,6 +42,14 @@ constexpr double kLargeSquareDim = 4096;
 // tile: 128 (two K blocks) where the epilogue is serial, as on Ampere and Hopper; 0 on Blackwell,
 // whose kernels double-buffer the accumulator in tensor memory (docs/compute.md).
 
+// That K is stated for 16-bit operands. A K block is a fixed number of bytes of each operand row
+// (a 64-deep bf16 block, a 128-deep FP8 block: CUTLASS's sm80/sm90 tile shapes), so the prologue's
+// two blocks hold 2 / (operand bytes) times the K, and the epilogue's store is a time, which at the
+// tensor cores' rate for the dtype (twice bf16's for FP8) covers that much more K as well.
+double tile_overhead_k(const ClusterSpec& c, Dtype operands) {
+  return c.gpu.gemm_tile_overhead_k * 2.0 / bytes_per_element(operands);
+}
+
 // FlashAttention-2 "yields around 2x speedup compared to FlashAttention" (Dao 2023, arXiv:2307.08691
 // abstract): a FlashAttention-1 class kernel (flash-attn 1.x, the Triton port) runs at half the
 // FA2 rate the profiles' curves measure.
@@ -175,9 +183,8 @@ TileSchedule waves_of(const GemmShape& g, double sms, double peak, std::int64_t 
 // * the 128x128 tile in whole waves: half the work per tile, so finer waves, but the same fixed
 //   latency per tile (the pipeline fill and the epilogue's store do not shrink with the tile's
 //   width): 2 k0 in its own K.
-TileSchedule tile_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
+TileSchedule tile_schedule(const ClusterSpec& c, const GemmShape& g, double peak, double overhead_k) {
   const double sms = scheduled_sms(c);
-  const double overhead_k = c.gpu.gemm_tile_overhead_k;
   TileSchedule best = waves_of(g, sms, peak, kTileShortSide, kTileLongSide, overhead_k);
   const TileSchedule other = waves_of(g, sms, peak, kTileLongSide, kTileShortSide, overhead_k);
   if (other.unit_seconds < best.unit_seconds) best = other;
@@ -217,26 +224,27 @@ double expected_steps(double mean, double sd, double step) {
 // fewer tiles than there are SMs, or a few times as many), so the next tile's pipeline is not
 // filled during the previous tile's epilogue as in the dense persistent kernel: the prologue is
 // paid again (docs/compute.md).
-TileSchedule grouped_waves(const ClusterSpec& c, double row_steps, std::int64_t n, double depth, double peak) {
+TileSchedule grouped_waves(const ClusterSpec& c, double row_steps, std::int64_t n, double depth, double peak,
+                           double overhead_k) {
   const double sms = scheduled_sms(c);
   TileSchedule s;
   s.grouped = true;
   s.tiles = row_steps * static_cast<double>(kGroupedClusterRows / kTileShortSide) * (padded(n, kTileLongSide) / kTileLongSide);
   s.waves = std::ceil(s.tiles / sms);
   s.unit_seconds = s.waves * tile_seconds(sms, peak, kTileShortSide, kTileLongSide,
-                                          depth + 2.0 * c.gpu.gemm_tile_overhead_k);
+                                          depth + 2.0 * overhead_k);
   return s;
 }
 
 // A grouped GEMM described by its groups' mean and spread (GemmShape::group): the expected cluster
 // steps of the ragged rows, or for a ragged depth (weight gradient) the fixed tiles of every group
 // at the mean depth.
-TileSchedule grouped_schedule(const ClusterSpec& c, const GemmShape& g, double peak) {
+TileSchedule grouped_schedule(const ClusterSpec& c, const GemmShape& g, double peak, double overhead_k) {
   const double mean = static_cast<double>(g.m);
   const double steps = g.group == GemmGroup::rows
                            ? expected_steps(mean, static_cast<double>(g.group_cv) * mean, kGroupedClusterRows)
                            : std::ceil(mean / kGroupedClusterRows);
-  return grouped_waves(c, static_cast<double>(g.batch) * steps, g.n, static_cast<double>(g.k), peak);
+  return grouped_waves(c, static_cast<double>(g.batch) * steps, g.n, static_cast<double>(g.k), peak, overhead_k);
 }
 
 // The per-tile tensor-core efficiency a curve point implies: the rate at which an SM runs a tile
@@ -247,11 +255,11 @@ TileSchedule grouped_schedule(const ClusterSpec& c, const GemmShape& g, double p
 // point) implies nothing (0). Any other side is a point `meshplan calibrate` fitted: the cube
 // root of the shape's scheduled work (its tensor-core time at efficiency 1, times peak / 2) with
 // the tensor-core efficiency the fit gives it, which it implies as it stands.
-double implied_tile_efficiency(const ClusterSpec& c, double cube_dim, double efficiency, double peak) {
+double implied_tile_efficiency(const ClusterSpec& c, double cube_dim, double efficiency, double peak, double overhead_k) {
   const auto side = static_cast<std::int64_t>(std::llround(cube_dim));
   if (side % kTileLongSide != 0) return std::min(1.0, efficiency);
   const GemmShape square{side, side, side, 1};
-  const double unit = tile_schedule(c, square, peak).unit_seconds;
+  const double unit = tile_schedule(c, square, peak, overhead_k).unit_seconds;
   const double measured = square.flops() / (peak * std::max(efficiency, 1e-9));
   const double kernel = measured - c.gpu.kernel_launch_seconds;
   if (!(kernel > 0.5 * measured)) return 0.0;
@@ -269,7 +277,8 @@ double tile_efficiency(const ClusterSpec& c, const GemmCurve& curve, double peak
   double envelope = 0, large = 0, small = 0;
   for (const GemmEfficiencyPoint& p : curve.points) {
     envelope = std::max(envelope, p.efficiency);
-    const double eta = implied_tile_efficiency(c, p.cube_dim, p.efficiency, peak);
+    // The curve's points ran in its own dtype: their tiles paid that dtype's fixed cost.
+    const double eta = implied_tile_efficiency(c, p.cube_dim, p.efficiency, peak, tile_overhead_k(c, curve.dtype));
     double& best = p.cube_dim >= kLargeSquareDim ? large : small;
     best = std::max(best, eta);
   }
@@ -328,6 +337,7 @@ struct GemmPricing {
   TileSchedule schedule;
   double tile_efficiency = 0;
   double equivalent_square_dim = 0;
+  double overhead_k = 0;
 };
 
 // Blackwell's GEMMs (CUTLASS sm100 persistent kernels: 2-SM tiles handed out by a hardware tile
@@ -338,12 +348,14 @@ struct GemmPricing {
 // picks the block width (16..256) and the SMs used per shape to fill whole waves.
 GemmPricing price_gemm(const ClusterSpec& c, const GemmShape& g, Dtype dtype, const GemmCurve& curve, double peak) {
   GemmPricing out;
+  out.overhead_k = tile_overhead_k(c, dtype);
   if (sm_version(c) >= 100 || dtype == Dtype::fp8_block) {
-    out.equivalent_square_dim = equivalent_square(g, c.gpu.gemm_tile_overhead_k);
+    out.equivalent_square_dim = equivalent_square(g, out.overhead_k);
     out.tensor_core_seconds = tensor_core_seconds(curve, peak, out.equivalent_square_dim);
     return out;
   }
-  out.schedule = g.group == GemmGroup::none ? tile_schedule(c, g, peak) : grouped_schedule(c, g, peak);
+  out.schedule = g.group == GemmGroup::none ? tile_schedule(c, g, peak, out.overhead_k)
+                                            : grouped_schedule(c, g, peak, out.overhead_k);
   out.tile_efficiency = tile_efficiency(c, curve, peak);
   out.tensor_core_seconds = out.schedule.unit_seconds / out.tile_efficiency;
   return out;
@@ -626,6 +638,7 @@ KernelEstimate gemm_estimate(const ClusterSpec& c, Dtype dtype, const CurveChoic
   e.gemm_grouped = p.schedule.grouped;
   e.gemm_tile_efficiency = p.tile_efficiency;
   e.equivalent_square_dim = p.equivalent_square_dim;
+  e.gemm_tile_overhead_k = p.overhead_k;
   e.compute_seconds = p.tensor_core_seconds / c.gpu.gemm_sustained_fraction(dtype);
   e.memory_seconds = e.bytes / achieved_hbm_bytes_per_s(c);
   return finish(e, c.gpu.kernel_launch_seconds);
@@ -657,7 +670,7 @@ KernelEstimate grouped_gemm_time(const ClusterSpec& c, std::span<const std::int6
   const CurveChoice curve = gemm_curve_for(c, dtype);
   GemmPricing p = price_gemm(c, mean, dtype, *curve.curve, peak);
   if (p.equivalent_square_dim == 0) {  // scheduled: the groups' own cluster steps
-    p.schedule = grouped_waves(c, row_steps, n, static_cast<double>(k), peak);
+    p.schedule = grouped_waves(c, row_steps, n, static_cast<double>(k), peak, p.overhead_k);
     p.tensor_core_seconds = p.schedule.unit_seconds / p.tile_efficiency;
   }
   const double e_in = bytes_per_element(dtype) + scale_bytes_per_element(dtype);

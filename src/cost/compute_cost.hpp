@@ -45,8 +45,11 @@ struct KernelEstimate {
   bool gemm_grouped = false;  // the persistent grouped kernel of MoE experts (GemmShape::group)
   double gemm_tile_efficiency = 0;
   // Blackwell GEMMs instead: the side of the measured square with the same padded tile work, each
-  // tile paying gpu.gemm_tile_overhead_k more K (docs/compute.md); 0 where tiles were scheduled.
+  // tile paying gemm_tile_overhead_k more K (docs/compute.md); 0 where tiles were scheduled.
   double equivalent_square_dim = 0;
+  // The fixed cost every output tile pays beside its K loop, in K of the GEMM's own dtype: the
+  // profile's gpu.gemm_tile_overhead_k (16-bit operands) times 2 / operand bytes.
+  double gemm_tile_overhead_k = 0;
 };
 
 // The tensor-core part of a GEMM's time as a fraction of peak (FLOPs / (peak x compute_seconds)):

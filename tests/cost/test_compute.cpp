@@ -159,9 +159,14 @@ TEST_CASE("skinny GEMMs: tile padding and the HBM bound instead of a huge cube")
     CHECK(std::abs(rel_err(tflops(e), r.measured_tflops)) < 0.15);
     CHECK(std::abs(rel_err(tflops(e), r.measured_tflops)) < std::abs(rel_err(naive_tflops, r.measured_tflops)));
   }
-  // The H100 FP8 skinny GEMM is memory-bound: 0.93 GB against 0.24 TFLOP in 48 waves.
-  const KernelEstimate ridge = gemm_time(profile("h100-sxm-80gb"), {802816, 192, 768}, Dtype::fp8);
+  // The H100 FP8 skinny GEMM is memory-bound at the sweep's clock: 0.93 GB at 2.9 TB/s (319 us)
+  // against 48 waves of tiles 768 + 256 deep (299 us: FP8's K blocks are 128 deep, so the per-tile
+  // fixed cost is 256 K, twice bf16's 128).
+  ClusterSpec burst = profile("h100-sxm-80gb");
+  burst.gpu.sustained_clock_fraction = burst.gpu.low_precision_sustained_clock_fraction = 1;
+  const KernelEstimate ridge = gemm_time(burst, {802816, 192, 768}, Dtype::fp8);
   CHECK(ridge.memory_bound);
+  CHECK(ridge.gemm_tile_overhead_k == 256);
   CHECK(ridge.gemm_waves == 48);  // 6272 x 1 tiles of 128x256 (N = 192 padded to 256) over 132 SMs
   // Not skinny, and not met: A100 FP16 1024x2145x1024, 132.8 TFLOP/s measured. Its 68 tiles fill
   // 0.63 of a wave, so the model takes stream-K (164.7, +24 %); whole-tile waves would give 126.7
@@ -401,10 +406,13 @@ TEST_CASE("a dtype without a curve uses the bf16 curve and says so; a dtype with
   const KernelEstimate e = gemm_time(a100, {4096, 4096, 4096}, Dtype::tf32);
   CHECK(e.curve_fallback);
   CHECK(e.curve_dtype == Dtype::bf16);
-  // The same fraction of its own peak, but the fixed latency taken off each sweep point is a
-  // larger share at TF32's slower rate: within 0.1 %.
+  // The bf16 curve's per-tile rate, but each tile's fixed cost in TF32's own K: its K blocks are
+  // 32 deep (four-byte operands), so 64 K against bf16's 128. Same waves (4096^2 is 512 tiles of
+  // 128x256 on 108 SMs): the efficiency ratio is (4096 + 128) / (4096 + 64), to within the
+  // launch taken off each sweep point, a smaller share at TF32's slower rate (1e-4).
+  CHECK(gemm_time(a100, {4096, 4096, 4096}, Dtype::tf32).gemm_tile_overhead_k == 64);
   CHECK(gemm_efficiency(a100, {4096, 4096, 4096}, Dtype::tf32) ==
-        doctest::Approx(gemm_efficiency(a100, {4096, 4096, 4096}, Dtype::bf16)).epsilon(1e-3));
+        doctest::Approx(gemm_efficiency(a100, {4096, 4096, 4096}, Dtype::bf16) * 4224.0 / 4160.0).epsilon(1e-4));
   CHECK_THROWS_AS(gemm_time(a100, {4096, 4096, 4096}, Dtype::fp8), InputError);  // A100 has no FP8
   CHECK_FALSE(gemm_time(profile("h100-sxm-80gb"), {4096, 4096, 4096}, Dtype::fp8).curve_fallback);
 }
@@ -1060,7 +1068,9 @@ TEST_CASE("H200 GEMMs by shape: waves, stream-K, short K and GPT layer GEMMs") {
   MESSAGE(checked, " H200 GEMM shapes checked (", within_10, " within 10 %), ", graph_launched,
           " under 8 us counted, ", excluded, " excluded; MAPE wave ",
           mape(errors["gemm_wave"]), " %, square ", mape(errors["gemm_square"]), " %, short K ",
-          mape(errors["gemm_shortk"]), " %, layer ", mape(errors["gemm_layer"]), " %");
+          mape(errors["gemm_shortk"]), " %, layer ", mape(errors["gemm_layer"]), " %; FP8 tensorwise ",
+          mape(errors["fp8_tensorwise"]), " %, rowwise ", mape(errors["fp8_rowwise"]), " %, their bf16 ",
+          mape(errors["fp8_bf16_ref"]), " %");
   CHECK(excluded == 2);
   CHECK(mape(errors["gemm_wave"]) < 6.5);
   CHECK(mape(errors["gemm_square"]) < 7.5);
