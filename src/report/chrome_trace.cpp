@@ -23,7 +23,7 @@ void for_each_event(const StepProgram& program, const std::vector<sim::TaskTimin
     const int tid = static_cast<int>(op.stream);
     tracks.insert({op.stage, tid});
     // Microseconds, as the format expects; zero-length ops (joins) are kept for completeness.
-    emit(nlohmann::json{{"name", op.name},
+    emit(nlohmann::json{{"name", program.name(i)},
                         {"cat", std::string(to_string(op.category))},
                         {"ph", "X"},
                         {"pid", op.stage},
@@ -33,7 +33,7 @@ void for_each_event(const StepProgram& program, const std::vector<sim::TaskTimin
     if (i < host_timings.size() && host_timings[i].end_seconds > host_timings[i].start_seconds) {
       const auto& h = host_timings[i];
       tracks.insert({op.stage, host_tid});
-      emit(nlohmann::json{{"name", op.name},
+      emit(nlohmann::json{{"name", program.name(i)},
                           {"cat", "host"},
                           {"ph", "X"},
                           {"pid", op.stage},

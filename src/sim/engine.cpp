@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 #include <stdexcept>
 #include <utility>
@@ -38,11 +39,11 @@ StreamId Engine::add_stream(std::string name) {
   return static_cast<StreamId>(stream_names_.size() - 1);
 }
 
-void Engine::reserve_tasks(std::size_t n, std::size_t items_per_task) {
-  tasks_.reserve(n);
-  dep_pool_.reserve(n * items_per_task);
-  link_pool_.reserve(n);
-  memory_pool_.reserve(n);
+void Engine::reserve_tasks(const Sizes& n) {
+  tasks_.reserve(n.tasks);
+  dep_pool_.reserve(n.deps);
+  link_pool_.reserve(n.links);
+  memory_pool_.reserve(n.memory_changes);
 }
 
 TaskId Engine::add_task(const Task& task) {
@@ -60,14 +61,13 @@ TaskId Engine::add_task(const Task& task) {
   auto append = [](auto& pool, const auto& items) {
     const auto begin = static_cast<std::uint32_t>(pool.size());
     pool.insert(pool.end(), items.begin(), items.end());
-    return Range{begin, static_cast<std::uint32_t>(pool.size())};
+    return begin;
   };
   StoredTask& t = tasks_.emplace_back();
   t.stream = task.stream;
   t.kind = task.kind;
   t.owner = task.owner;
-  t.work_seconds = task.work_seconds;
-  t.bytes = task.bytes;
+  t.amount = task.kind == TaskKind::flow ? task.bytes : task.work_seconds;
   t.latency_seconds = task.latency_seconds;
   t.max_rate_bytes_per_s = task.max_rate_bytes_per_s;
   t.links = append(link_pool_, task.links);
@@ -85,15 +85,17 @@ std::string Engine::name_of(TaskId id) const {
 
 namespace {
 
-enum class Phase { waiting, latency, active, done };
+enum class Phase : std::uint8_t { waiting, latency, active, done };
 
+// One per task (two per op of a step): 32 bytes.
 struct Running {
-  Phase phase = Phase::waiting;
   double remaining = 0;    // seconds of work, seconds of latency, or bytes
   double rate = 0;         // per second
   double updated_at = 0;
   std::uint32_t version = 0;
+  Phase phase = Phase::waiting;
 };
+static_assert(sizeof(Running) == 32);
 
 struct Event {
   double time;
@@ -134,9 +136,9 @@ public:
       const StoredTask& t = e_.tasks_[static_cast<std::size_t>(ev.task)];
       r.remaining = 0;
       r.updated_at = now_;
-      if (r.phase == Phase::latency && t.bytes > 0) {
+      if (r.phase == Phase::latency && t.amount > 0) {
         r.phase = Phase::active;  // latency paid; now the bytes move
-        r.remaining = t.bytes;
+        r.remaining = t.amount;
         r.rate = 0;
         ++r.version;
         activate_flow(ev.task);
@@ -224,7 +226,7 @@ private:
     const StoredTask& t = e_.tasks_[static_cast<std::size_t>(id)];
     Running& r = st_[static_cast<std::size_t>(id)];
     result_.timings[static_cast<std::size_t>(id)].start_seconds = now_;
-    for (const auto& ch : e_.changes(t.at_start)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
+    for (const auto& ch : e_.changes_at_start(t)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
     r.updated_at = now_;
     const auto owner = static_cast<std::size_t>(t.owner);
     if (t.kind == TaskKind::flow) {
@@ -235,12 +237,12 @@ private:
         fresh_.push_back(id);
       } else {
         r.phase = Phase::active;
-        r.remaining = t.bytes;
+        r.remaining = t.amount;
         activate_flow(id);
       }
     } else {
       r.phase = Phase::active;
-      r.remaining = t.work_seconds;
+      r.remaining = t.amount;
       owner_work_[owner].push_back(id);
       fresh_.push_back(id);
     }
@@ -265,7 +267,7 @@ private:
     const bool was_moving = r.phase == Phase::active && t.kind == TaskKind::flow;
     r.phase = Phase::done;
     result_.timings[static_cast<std::size_t>(id)].end_seconds = now_;
-    for (const auto& ch : e_.changes(t.at_end)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
+    for (const auto& ch : e_.changes_at_end(t)) result_.memory.push_back({now_, t.owner, ch.bytes, ch.tag});
     const auto owner = static_cast<std::size_t>(t.owner);
     if (t.kind == TaskKind::flow) {
       if (was_moving) deactivate_flow(id);

@@ -86,8 +86,11 @@ class Engine {
 public:
   explicit Engine(EngineOptions options = {});
 
-  // Sizes the flat task arrays once (tasks, and dependencies + links + memory changes in all).
-  void reserve_tasks(std::size_t n, std::size_t items_per_task = 4);
+  // Sizes the flat task arrays once: tasks, and their dependencies, links and memory changes in all.
+  struct Sizes {
+    std::size_t tasks = 0, deps = 0, links = 0, memory_changes = 0;
+  };
+  void reserve_tasks(const Sizes& n);
   LinkId add_link(Link link);
   StreamId add_stream(std::string name);
   // Tasks on a stream run in the order they were added; deps may name tasks added later
@@ -101,29 +104,37 @@ public:
 
 private:
   class Run;  // one run's state (engine.cpp)
-  // A task as the engine keeps it: its lists are ranges [begin, end) of the shared pools below
-  // (one allocation per pool instead of four vectors per task).
-  struct Range {
-    std::uint32_t begin = 0, end = 0;
-  };
+  // A task as the engine keeps it (56 bytes; a step holds two per op): its lists are ranges of
+  // the shared pools below, appended in task order, so each list is stored as where it begins
+  // and ends where the next task's (or the pool) begins.
   struct StoredTask {
     StreamId stream = 0;
     TaskKind kind = TaskKind::work;
     int owner = 0;
-    double work_seconds = 0;
-    double bytes = 0;
+    double amount = 0;  // work: seconds at unit speed; flow: bytes
     double latency_seconds = 0;
     double max_rate_bytes_per_s = 0;
-    Range links, deps, at_start, at_end;
+    std::uint32_t links = 0, deps = 0, at_start = 0, at_end = 0;
   };
+  static_assert(sizeof(void*) != 8 || sizeof(StoredTask) == 56);
+  std::size_t index_of(const StoredTask& t) const { return static_cast<std::size_t>(&t - tasks_.data()); }
+  // The end of list `member` of task t: the next task's begin, or the pool's size after the last.
+  std::uint32_t next_begin(const StoredTask& t, std::uint32_t StoredTask::*member, std::size_t pool_size) const {
+    const std::size_t next = index_of(t) + 1;
+    return next < tasks_.size() ? tasks_[next].*member : static_cast<std::uint32_t>(pool_size);
+  }
   std::span<const LinkId> links_of(const StoredTask& t) const {
-    return {link_pool_.data() + t.links.begin, link_pool_.data() + t.links.end};
+    return {link_pool_.data() + t.links, link_pool_.data() + next_begin(t, &StoredTask::links, link_pool_.size())};
   }
   std::span<const TaskId> deps_of(const StoredTask& t) const {
-    return {dep_pool_.data() + t.deps.begin, dep_pool_.data() + t.deps.end};
+    return {dep_pool_.data() + t.deps, dep_pool_.data() + next_begin(t, &StoredTask::deps, dep_pool_.size())};
   }
-  std::span<const MemoryChange> changes(Range r) const {
-    return {memory_pool_.data() + r.begin, memory_pool_.data() + r.end};
+  std::span<const MemoryChange> changes_at_start(const StoredTask& t) const {
+    return {memory_pool_.data() + t.at_start, memory_pool_.data() + t.at_end};
+  }
+  std::span<const MemoryChange> changes_at_end(const StoredTask& t) const {
+    return {memory_pool_.data() + t.at_end,
+            memory_pool_.data() + next_begin(t, &StoredTask::at_start, memory_pool_.size())};
   }
   // Names only feed error messages, and most callers leave them empty: kept sparse.
   std::string name_of(TaskId id) const;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -271,7 +272,15 @@ public:
         collective_costs_(c), first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
 
   GpuTasks add() {
-    engine_.reserve_tasks(2 * n_ops_ * R_);
+    // Each op is a GPU task (its dependencies and the host's issue of it) and a host task (the
+    // previous op its host issued, and what a synchronizing op waits for); a collective crosses a
+    // link or a few.
+    sim::Engine::Sizes sizes{.tasks = 2 * n_ops_ * R_, .links = n_ops_ * R_};
+    for (const StepOp& op : prog_.ops) {
+      sizes.deps += (2 * op.deps.size() + 2) * R_;
+      sizes.memory_changes += (op.at_start.size() + op.at_end.size()) * R_;
+    }
+    engine_.reserve_tasks(sizes);
     out_.brief.resize(n_ops_);
     sim::Task t;  // names stay in the program; the engine only needs indices
     for (std::size_t i = 0; i < n_ops_; ++i) {
@@ -426,7 +435,7 @@ RankZero rank_zero(const sim::RunResult& full_run, std::size_t n_ops, std::size_
 void headline_figures(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
                       const StepProgram& prog, const GpuTasks& gpu, const sim::RunResult& run) {
   r.step_time_s = run.makespan_seconds;
-  r.n_tasks = static_cast<std::int64_t>(prog.ops.size());
+  r.n_tasks = static_cast<std::int64_t>(gpu.brief.size());
   r.n_events = run.events_processed;
   const double world = static_cast<double>(p.mesh.world());
   r.tokens_per_s = r.step_time_s > 0 ? prog.tokens_per_step / r.step_time_s : 0;
@@ -442,18 +451,35 @@ void headline_figures(StepResult& r, const ModelSpec& m, const Plan& p, const Jo
       r.comm_bytes[std::string(to_string(static_cast<OpCategory>(cat)))] = gpu.comm_bytes[static_cast<std::size_t>(cat)];
 }
 
+// Every op's dependencies, flat (4 bytes each, where the program's ops hold 208 bytes apiece):
+// what the breakdown reads of the program after the run, so that the ops themselves can go
+// before it.
+struct OpDeps {
+  std::vector<std::uint32_t> begin;  // op i's are deps[begin[i], begin[i + 1])
+  std::vector<int> deps;
+  explicit OpDeps(const StepProgram& prog) {
+    begin.reserve(prog.ops.size() + 1);
+    for (const StepOp& op : prog.ops) {
+      begin.push_back(static_cast<std::uint32_t>(deps.size()));
+      deps.insert(deps.end(), op.deps.begin(), op.deps.end());
+    }
+    begin.push_back(static_cast<std::uint32_t>(deps.size()));
+  }
+  std::span<const int> of(std::size_t op) const { return {deps.data() + begin[op], deps.data() + begin[op + 1]}; }
+};
+
 // Breakdown: walk the compute stream of the stage that finishes last. Busy time goes to the op's
 // category; each idle gap goes to whatever the next compute op was waiting for.
 class Breakdown {
 public:
-  Breakdown(StepResult& r, const StepProgram& prog, const std::vector<OpBrief>& brief, const RankZero& rank0,
+  Breakdown(StepResult& r, int n_stages, const OpDeps& deps, const std::vector<OpBrief>& brief, const RankZero& rank0,
             const HostTasks& host_tasks)
-      : r_(r), prog_(prog), brief_(brief), timings_(rank0.run.timings), host_timings_(rank0.host_timings),
-        host_tasks_(host_tasks) {}
+      : r_(r), n_stages_(n_stages), deps_(deps), brief_(brief), timings_(rank0.run.timings),
+        host_timings_(rank0.host_timings), host_tasks_(host_tasks) {}
 
   void charge_step() {
     for (const char* k : kBreakdownKeys) r_.breakdown_s[k] = 0;
-    std::vector<double> compute_end(static_cast<std::size_t>(prog_.n_stages), 0.0);
+    std::vector<double> compute_end(static_cast<std::size_t>(n_stages_), 0.0);
     for (std::size_t i = 0; i < brief_.size(); ++i)
       if (brief_[i].stream == StreamKind::compute)
         compute_end[static_cast<std::size_t>(brief_[i].stage)] =
@@ -520,7 +546,7 @@ private:
     double to = timings_[waiting_op].start_seconds;
     std::size_t op = waiting_op;
     for (int depth = 0; to > from && depth < 64; ++depth) {
-      auto [gate, gate_end] = last_to_finish(prog_.ops[op].deps);
+      auto [gate, gate_end] = last_to_finish(deps_.of(op));
       if (host_gate(op, gate_end)) {
         const double h_start = host_timings_[op].start_seconds;
         r_.breakdown_s["host_wait"] += std::max(0.0, std::min(to, host_timings_[op].end_seconds) - std::max(from, h_start));
@@ -575,7 +601,8 @@ private:
   }
 
   StepResult& r_;
-  const StepProgram& prog_;
+  const int n_stages_;
+  const OpDeps& deps_;
   const std::vector<OpBrief>& brief_;
   const std::vector<sim::TaskTiming>& timings_;
   const std::vector<sim::TaskTiming>& host_timings_;
@@ -656,19 +683,28 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
   SimulatedStep out;
   StepProgram prog =
       lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
-  sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
   const int per_stage = options.full ? static_cast<int>(p.mesh.world() / std::max(1, p.mesh.pp)) : 1;
   const auto R = static_cast<std::size_t>(per_stage);
-  const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
-  const GpuTasks gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add();
-  const HostTasks host_tasks = add_host_tasks(engine, prog, host_model(c, p), ranks.host_streams, R);
-  for (const auto& b : gpu.barriers) engine.add_task(b);
-
-  RankZero rank0 = rank_zero(engine.run(), prog.ops.size(), R);
+  const std::size_t n_ops = prog.ops.size();
+  const OpDeps deps(prog);
+  GpuTasks gpu;
+  HostTasks host_tasks;
+  RankZero rank0;
+  {
+    sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
+    const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
+    gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add();
+    host_tasks = add_host_tasks(engine, prog, host_model(c, p), ranks.host_streams, R);
+    for (const auto& b : gpu.barriers) engine.add_task(b);
+    // The engine holds what the run needs: the program's ops (the largest array a simulation
+    // holds) go before the run's own state is allocated, unless a trace will show them.
+    if (!options.keep_timeline) std::vector<StepOp>().swap(prog.ops);
+    rank0 = rank_zero(engine.run(), n_ops, R);
+  }  // and the engine's task arrays before the report's passes
   StepResult& r = out.result;
   headline_figures(r, m, p, j, c, prog, gpu, rank0.run);
-  Breakdown(r, prog, gpu.brief, rank0, host_tasks).charge_step();
-  for (std::size_t i = 0; i < prog.ops.size(); ++i)
+  Breakdown(r, prog.n_stages, deps, gpu.brief, rank0, host_tasks).charge_step();
+  for (std::size_t i = 0; i < n_ops; ++i)
     if (gpu.brief[i].stage == r.critical_stage) r.host_busy_s += host_tasks.seconds[i];
   r.host_bound = r.step_time_s > 0 && r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
   track_memory(r, m, p, j, c, prog, gpu.brief, rank0.run);

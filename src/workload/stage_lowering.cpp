@@ -140,6 +140,12 @@ void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector
   for (StepOp& op : ops)
     for (int& d : op.deps) renumber(d);
   std::move(ops.begin(), ops.end(), prog_.ops.begin() + begin);
+  if (!prog_.names.empty()) {
+    std::vector<std::string> names;
+    names.reserve(issue.size());
+    for (const int old : issue) names.push_back(std::move(prog_.names[static_cast<std::size_t>(old)]));
+    std::move(names.begin(), names.end(), prog_.names.begin() + begin);
+  }
   for (ChunkOps* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
                           &links_.bwd_send})
     for (auto& entry : *links) renumber(entry.second);

@@ -121,6 +121,7 @@ int Builder::add(Op&& op) {
   static_cast<OpSchedule&>(stored) = std::move(static_cast<OpSchedule&>(op));
   stored.work = index;
   prog_.ops.push_back(std::move(stored));
+  if (options_.op_names) prog_.names.push_back(std::move(op.name));
   return static_cast<int>(prog_.ops.size() - 1);
 }
 
@@ -129,11 +130,16 @@ StepProgram Builder::build() {
   prog_.n_stages = s_.pp;
   prog_.n_microbatches = s_.microbatches;
   prog_.tokens_per_step = static_cast<double>(j_.global_batch) * static_cast<double>(j_.seq_len);
-  // Stages hold about the same ops: the first one's count sizes the array for all of them (ops per
-  // layer and micro-batch range from 8 to over 40 with the recipe, so no fixed guess fits; the
-  // array is the largest a simulation holds, and a guess 2-3x too large stayed mapped).
+  // The first stage's ops per layer size the array for every stage (ops per layer and micro-batch
+  // range from 8 to over 40 with the recipe, so no fixed guess fits; the array is the largest a
+  // simulation holds, and one too small doubles it). Per layer, as stages may hold unequal layers.
   lower_stage(0);
-  prog_.ops.reserve(prog_.ops.size() * static_cast<std::size_t>(s_.pp) + prog_.ops.size() / 8 + 64);
+  const std::size_t first = prog_.ops.size();
+  int stage0_layers = 0;
+  for (int c = 0; c < s_.v; ++c) stage0_layers += chunk_layers(c * s_.pp);
+  const std::size_t first_layers = static_cast<std::size_t>(std::max(1, stage0_layers));
+  const std::size_t all_layers = static_cast<std::size_t>(std::max(1, m_.n_layers + m_.n_mtp_layers));
+  prog_.ops.reserve(std::max(first * static_cast<std::size_t>(s_.pp), first * all_layers / first_layers) * 17 / 16 + 64);
   for (int stage = 1; stage < s_.pp; ++stage) lower_stage(stage);
   wire_pipeline();
   for (const auto* firsts : {&links_.fwd_first, &links_.bwd_first})

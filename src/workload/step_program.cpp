@@ -71,10 +71,16 @@ StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j, LowerOpt
   return lowering::Builder(m, p, j, options).build();
 }
 
+const std::string& StepProgram::name(std::size_t i) const {
+  static const std::string unnamed;
+  return i < names.size() ? names[i] : unnamed;
+}
+
 Op StepProgram::op(std::size_t i) const {
   Op o;
   static_cast<OpWork&>(o) = works[ops[i].work];
   static_cast<OpSchedule&>(o) = ops[i];
+  o.name = name(i);
   return o;
 }
 

@@ -56,7 +56,7 @@ constexpr int kMemoryTerms = 7;
 template <typename T, std::size_t N>
 using SmallVector = boost::container::small_vector<T, N>;
 using Gemms = SmallVector<GemmShape, 3>;
-using MemoryChanges = SmallVector<std::pair<MemoryTerm, double>, 2>;
+using MemoryChanges = SmallVector<std::pair<MemoryTerm, double>, 1>;
 
 // What an op computes or moves: everything the cost model reads to price it. The same layer's op
 // is the same work in every micro-batch, so a program keeps each distinct work once
@@ -91,7 +91,6 @@ std::uint64_t work_hash(const OpWork& w);
 
 // Where and when an op runs: its stage, stream, dependencies and the memory it allocates and frees.
 struct OpSchedule {
-  std::string name;                  // empty unless LowerOptions::op_names (traces, messages)
   int stage = 0;
   StreamKind stream = StreamKind::compute;
   OpCategory category = OpCategory::compute;
@@ -104,8 +103,10 @@ struct OpSchedule {
   MemoryChanges at_start, at_end;
 };
 
-// An op as the lowering writes it: its work and its schedule together.
-struct Op : OpWork, OpSchedule {};
+// An op as the lowering writes it: its work, its schedule and its name together.
+struct Op : OpWork, OpSchedule {
+  std::string name;  // empty unless LowerOptions::op_names (traces, messages)
+};
 
 // An op as a program keeps it: its schedule and the index of its work in StepProgram::works.
 struct StepOp : OpSchedule {
@@ -117,6 +118,10 @@ struct StepProgram {
   std::int64_t n_microbatches = 1;
   std::vector<StepOp> ops;
   std::vector<OpWork> works;  // distinct, in order of first use
+  // Op i's name where LowerOptions::op_names asked for them (traces, tests); else empty, and
+  // name(i) is "": an empty string per op would cost as much as a sixth of the op.
+  std::vector<std::string> names;
+  const std::string& name(std::size_t i) const;
   const OpWork& work(const StepOp& op) const { return works[op.work]; }
   const OpWork& work(std::size_t op) const { return works[ops[op].work]; }
   // Op `i` whole, its work and schedule together (a copy, for tests: the simulator and traces read

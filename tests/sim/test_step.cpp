@@ -305,7 +305,7 @@ TEST_CASE("async TP: each all-gather runs beside the GEMM that consumes it, each
   CHECK(overlapped.result.exposed_comm_s.at("tp") < 0.5 * serial.exposed_comm_s.at("tp"));
   auto timing = [&](const std::string& name) {
     for (std::size_t i = 0; i < overlapped.program.ops.size(); ++i)
-      if (overlapped.program.ops[i].name == name) return overlapped.timings[i];
+      if (overlapped.program.name(i) == name) return overlapped.timings[i];
     FAIL("no op " << name);
     return sim::TaskTiming{};
   };
@@ -388,7 +388,7 @@ Plan fsdp1_plan() {
 double op_seconds(const SimulatedStep& s, const std::string& prefix) {
   double from = 1e300, to = -1;
   for (std::size_t i = 0; i < s.program.ops.size(); ++i)
-    if (s.program.ops[i].name.rfind(prefix, 0) == 0) {
+    if (s.program.name(i).rfind(prefix, 0) == 0) {
       from = std::min(from, s.timings[i].start_seconds);
       to = std::max(to, s.timings[i].end_seconds);
     }
@@ -398,7 +398,7 @@ double op_seconds(const SimulatedStep& s, const std::string& prefix) {
 
 std::size_t op_index(const SimulatedStep& s, const std::string& prefix) {
   for (std::size_t i = 0; i < s.program.ops.size(); ++i)
-    if (s.program.ops[i].name.rfind(prefix, 0) == 0) return i;
+    if (s.program.name(i).rfind(prefix, 0) == 0) return i;
   FAIL("no op " << prefix);
   return 0;
 }

@@ -38,7 +38,7 @@ Plan fsdp1(int dp_shard, bool forward_prefetch, int limit) {
 double op_seconds(const SimulatedStep& s, const std::string& prefix) {
   double from = 1e300, to = -1;
   for (std::size_t i = 0; i < s.program.ops.size(); ++i)
-    if (s.program.ops[i].name.rfind(prefix, 0) == 0) {
+    if (s.program.name(i).rfind(prefix, 0) == 0) {
       from = std::min(from, s.timings[i].start_seconds);
       to = std::max(to, s.timings[i].end_seconds);
     }

@@ -104,14 +104,14 @@ double hot_rank_load() { return routed_load(8, 2, 4, 1024, 0.0).rank_load_factor
 // The op named `name` whole (a copy: a program keeps works apart), or null.
 std::shared_ptr<const Op> find_op(const StepProgram& prog, const std::string& name) {
   for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].name == name) return std::make_shared<const Op>(prog.op(i));
+    if (prog.name(i) == name) return std::make_shared<const Op>(prog.op(i));
   return nullptr;
 }
 
 // Its position in issue order (-1: none).
 std::ptrdiff_t index_of(const StepProgram& prog, const std::string& name) {
   for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].name == name) return static_cast<std::ptrdiff_t>(i);
+    if (prog.name(i) == name) return static_cast<std::ptrdiff_t>(i);
   return -1;
 }
 
@@ -494,13 +494,13 @@ TEST_CASE("expert all-to-all overlap: Megatron-Core's merged order of a backward
   CHECK(issued == expected);
   // Every dependency still points at the op it meant: each one's name is unchanged.
   for (std::size_t i = 0; i < merged.ops.size(); ++i) {
-    const std::string name = merged.ops[i].name;
+    const std::string name = merged.name(i);
     CAPTURE(name);
     const auto before = find_op(plain, name);
     REQUIRE(before != nullptr);
     std::vector<std::string> was, now;
-    for (const int d : before->deps) was.push_back(plain.ops[static_cast<std::size_t>(d)].name);
-    for (const int d : merged.ops[i].deps) now.push_back(merged.ops[static_cast<std::size_t>(d)].name);
+    for (const int d : before->deps) was.push_back(plain.name(static_cast<std::size_t>(d)));
+    for (const int d : merged.ops[i].deps) now.push_back(merged.name(static_cast<std::size_t>(d)));
     CHECK(was == now);
   }
 }
@@ -563,7 +563,7 @@ TEST_CASE("expert all-to-all overlap, simulated: the all-to-alls run under the o
   const SimulatedStep merged = simulate_step(m, p, job(4), c, keep);
   auto timing = [](const SimulatedStep& s, const std::string& name) {
     for (std::size_t i = 0; i < s.program.ops.size(); ++i)
-      if (s.program.ops[i].name == name) return s.timings[i];
+      if (s.program.name(i) == name) return s.timings[i];
     FAIL("no op " << name);
     return sim::TaskTiming{};
   };

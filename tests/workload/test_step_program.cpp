@@ -35,7 +35,7 @@ Plan single_gpu() {
 
 Op find(const StepProgram& prog, const std::string& name) {
   for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].name == name) return prog.op(i);
+    if (prog.name(i) == name) return prog.op(i);
   FAIL("no op named " << name);
   return {};
 }
@@ -279,7 +279,7 @@ TEST_CASE("LayerNorm as PyTorch's kernels: eager runtimes mark each norm's bytes
 namespace {
 int index_of(const StepProgram& prog, const std::string& name) {
   for (std::size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].name == name) return static_cast<int>(i);
+    if (prog.name(i) == name) return static_cast<int>(i);
   FAIL("no op named " << name);
   return -1;
 }
