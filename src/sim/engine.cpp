@@ -285,10 +285,12 @@ private:
     for (std::uint32_t k = dependents_begin_[task_index]; k < dependents_begin_[task_index + 1]; ++k) {
       const auto [d, stream] = dependents_[k];
       const auto du = static_cast<std::size_t>(d);
-      --unfinished_deps_[du];
+      // Only a dependent left waiting on nothing can start: its stream is worth a look only
+      // then (a stream whose head still waits gains nothing from it).
+      if (--unfinished_deps_[du] > 0) continue;
       if (stream != kNoStream) {
         candidates_.push_back(stream);
-      } else if (unfinished_deps_[du] == 0) {
+      } else {
         start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
       }
     }
