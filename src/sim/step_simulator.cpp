@@ -451,7 +451,7 @@ void headline_figures(StepResult& r, const ModelSpec& m, const Plan& p, const Jo
       r.comm_bytes[std::string(to_string(static_cast<OpCategory>(cat)))] = gpu.comm_bytes[static_cast<std::size_t>(cat)];
 }
 
-// Every op's dependencies, flat (4 bytes each, where the program's ops hold 208 bytes apiece):
+// Every op's dependencies, flat (4 bytes each, where the program's ops hold 144 bytes apiece):
 // what the breakdown reads of the program after the run, so that the ops themselves can go
 // before it.
 struct OpDeps {
