@@ -1,6 +1,7 @@
 // The engine against hand-worked schedules.
 #include <doctest/doctest.h>
 
+#include <iterator>
 #include <stdexcept>
 
 #include "sim/engine.hpp"
@@ -110,6 +111,52 @@ TEST_CASE("memory events follow task starts and ends") {
   CHECK(r.memory[0].delta_bytes == 10);
   CHECK(r.memory[1].time_seconds == doctest::Approx(2.0));
   CHECK(r.memory[1].delta_bytes == -10);
+}
+
+// A stored task keeps where each of its lists begins in the engine's shared pools and ends where
+// the next task's begins (the last one's at the pool's end): tasks with empty lists between full
+// ones, and a last task with lists, must each see only their own entries.
+TEST_CASE("each task sees only its own dependencies, links and memory changes") {
+  Engine e;
+  const auto fast = e.add_link({"fast", 100.0});
+  const auto slow = e.add_link({"slow", 10.0});
+  const auto s = e.add_stream("compute");
+  const auto n = e.add_stream("comm");
+  Task a = work(s, 1.0);
+  a.at_start = {{1, 10}, {2, 20}};
+  a.at_end = {{1, -10}};
+  const auto ta = e.add_task(a);
+  const auto tb = e.add_task(work(s, 1.0));  // no lists at all: an empty range between full ones
+  Task c = flow(n, 100, {slow}, 0.0);          // after b: its one link is `slow`, not `fast`
+  c.deps = {tb};
+  c.at_end = {{3, 5}};
+  const auto tc = e.add_task(c);
+  Task d = flow(n, 100, {fast});  // the last task: its lists end at the pools' ends
+  d.deps = {ta};
+  d.at_start = {{4, 7}};
+  d.at_end = {{4, -7}, {2, -20}};
+  const auto td = e.add_task(d);
+  const auto r = e.run();
+  // a 0-1, b 1-2; d waits for a and for c's slot on `comm`: c runs 2-12 on the 10 B/s link, d
+  // 12-13 on the 100 B/s one.
+  CHECK(r.timings[static_cast<size_t>(tb)].end_seconds == doctest::Approx(2.0));
+  CHECK(r.timings[static_cast<size_t>(tc)].end_seconds == doctest::Approx(12.0));
+  CHECK(r.timings[static_cast<size_t>(td)].start_seconds == doctest::Approx(12.0));
+  CHECK(r.timings[static_cast<size_t>(td)].end_seconds == doctest::Approx(13.0));
+  struct Expected {
+    double time_seconds;
+    int tag;
+    double delta_bytes;
+  };
+  const Expected expected[] = {{0, 1, 10}, {0, 2, 20}, {1, 1, -10}, {12, 3, 5}, {12, 4, 7}, {13, 4, -7}, {13, 2, -20}};
+  REQUIRE(r.memory.size() == std::size(expected));
+  for (std::size_t i = 0; i < std::size(expected); ++i) {
+    CAPTURE(i);
+    CHECK(r.memory[i].time_seconds == doctest::Approx(expected[i].time_seconds));
+    CHECK(r.memory[i].tag == expected[i].tag);
+    CHECK(r.memory[i].delta_bytes == expected[i].delta_bytes);
+  }
+  CHECK(r.timings[static_cast<size_t>(ta)].end_seconds == doctest::Approx(1.0));
 }
 
 TEST_CASE("a flow over a dead link is reported, not hung") {
