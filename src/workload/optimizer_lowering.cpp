@@ -50,9 +50,7 @@ void Builder::optimizer_step(StageState& st) {
   for (const auto& [k, dep] : last_of) opt.deps.push_back(dep);
   release_pending_reduce(st);
   // Optimizer in backward: the step of the largest parameter, its gradient alive meanwhile.
-  int layers = 0;
-  for (int c = 0; c < s_.v; ++c) layers += chunk_layers(c * s_.pp + stage);
-  if (const double g = largest_param_grad_bytes(m_, p_, j_, stage, layers); g > 0) {
+  if (const double g = largest_param_grad_bytes(m_, p_, j_, stage, stage_layers(stage)); g > 0) {
     opt.at_start.push_back({MemoryTerm::grads, g});
     opt.at_end.push_back({MemoryTerm::grads, -g});
   }

@@ -44,13 +44,12 @@ int Builder::chain(Op&& op, int& prev, int& first, std::vector<int>& pending_dep
 }
 
 StageParams Builder::stage_params_of(int stage) const {
-  int layers = 0, dense = 0, mtp = 0;
+  int dense = 0, mtp = 0;
   for (int c = 0; c < s_.v; ++c) {
-    layers += chunk_layers(c * s_.pp + stage);
     dense += dense_layers_in(m_, chunk_first(c * s_.pp + stage), chunk_layers(c * s_.pp + stage));
     if (c * s_.pp + stage == s_.mtp_chunk) mtp = s_.n_mtp;
   }
-  return stage_params(m_, p_, stage, layers, dense, mtp);
+  return stage_params(m_, p_, stage, stage_layers(stage), dense, mtp);
 }
 
 void Builder::set_up_step() {
@@ -135,9 +134,7 @@ StepProgram Builder::build() {
   // simulation holds, and one too small doubles it). Per layer, as stages may hold unequal layers.
   lower_stage(0);
   const std::size_t first = prog_.ops.size();
-  int stage0_layers = 0;
-  for (int c = 0; c < s_.v; ++c) stage0_layers += chunk_layers(c * s_.pp);
-  const std::size_t first_layers = static_cast<std::size_t>(std::max(1, stage0_layers));
+  const std::size_t first_layers = static_cast<std::size_t>(std::max(1, stage_layers(0)));
   const std::size_t all_layers = static_cast<std::size_t>(std::max(1, m_.n_layers + m_.n_mtp_layers));
   prog_.ops.reserve(std::max(first * static_cast<std::size_t>(s_.pp), first * all_layers / first_layers) * 17 / 16 + 64);
   for (int stage = 1; stage < s_.pp; ++stage) lower_stage(stage);

@@ -276,6 +276,12 @@ private:
   StageParams stage_params_of(int stage) const;
   double stage_params_total(int stage) const { return stage_params_of(stage).total(); }
   int chunk_layers(int vstage) const { return s_.chunk_layers[static_cast<std::size_t>(vstage)]; }
+  // Decoder layers on pipeline stage `stage`, over all its chunks.
+  int stage_layers(int stage) const {
+    int layers = 0;
+    for (int c = 0; c < s_.v; ++c) layers += chunk_layers(c * s_.pp + stage);
+    return layers;
+  }
   int chunk_first(int vstage) const { return s_.chunk_first[static_cast<std::size_t>(vstage)]; }
   // The chunk's blocks: its decoder layers and, on the chunk holding them, the MTP modules' blocks.
   int chunk_blocks(int vstage) const { return chunk_layers(vstage) + (vstage == s_.mtp_chunk ? s_.n_mtp : 0); }
