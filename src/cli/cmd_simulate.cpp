@@ -96,6 +96,7 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
   so.keep_timeline = !o.trace.empty();
   so.full = o.full;
   so.exact = o.exact;
+  so.parallel_fold = true;  // one step simulated: both cores on its fold
   if (o.full && in.run.n_gpus > limits::kMaxFullSimGpus)
     throw InputError("", "--full",
                      fmt::format("instantiates every rank and is limited to {} GPUs (docs/limits.md); this run has {}",

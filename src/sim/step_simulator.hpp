@@ -23,6 +23,9 @@ struct SimOptions {
   // Every micro-batch simulated, never folded at the periodic steady state (sim/periodic_fold.hpp);
   // keep_timeline implies it, since a trace holds every event.
   bool exact = false;
+  // The fold's three shorter steps on two threads (the largest on the caller's): for a caller that
+  // simulates one step, not for those that already run one step per core (plan, validate).
+  bool parallel_fold = false;
 };
 
 struct SimulatedStep {
