@@ -13,7 +13,10 @@
 # (only MoE runs with the trained router's dropless routing move with it). The NCCL tables' pipeline
 # ramp is fitted to a committed nccl-tests series, not to runs (a minimax fit of the busbw error;
 # docs/collectives.md "Pipeline ramp"): `meshplan calibrate --nccl-tests
-# hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv`.
+# hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv`. cuBLAS's stream-K threshold is fitted
+# to the GEMMs the lent H200 timed by shape (least squared log error over those whose schedule it
+# sets; docs/compute.md): `meshplan calibrate --gemm-shapes tests/cost/measured_h200_shapes.csv
+# --cluster h200-141gb`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -31,7 +34,8 @@ fit_json="$(mktemp)"
 clock_json="$(mktemp)"
 moe_json="$(mktemp)"
 ramp_json="$(mktemp)"
-trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json"' EXIT
+stream_k_json="$(mktemp)"
+trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json" "$stream_k_json"' EXIT
 # The element-wise fraction and the Megatron-DeepSpeed host factor, jointly: both move every dev
 # set's small-model rows (docs/validation.md "Fitted parameters").
 "$bin" calibrate "${runs[@]}" --params elementwise_fraction,deepspeed_op_factor --json > "$fit_json"
@@ -43,7 +47,8 @@ trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json"' EXIT
 # move with it.
 "$bin" calibrate --runs "$shared/validation/dev-moe.csv" --params moe_router_load_cv --json > "$moe_json"
 "$bin" calibrate --nccl-tests hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv --json > "$ramp_json"
-python3 - "$check" "$ramp_json" "$fit_json" "$clock_json" "$moe_json" <<'PY'
+"$bin" calibrate --gemm-shapes tests/cost/measured_h200_shapes.csv --cluster h200-141gb --json > "$stream_k_json"
+python3 - "$check" "$ramp_json" "$stream_k_json" "$fit_json" "$clock_json" "$moe_json" <<'PY'
 import json, re, sys, tomllib
 from pathlib import Path
 
@@ -71,8 +76,12 @@ for path in sorted(Path("hardware_profiles/nccl").glob("*.toml")):
 print(f"regen_fits: pipeline ramp small_message_efficiency = {ramp['small_message_efficiency']:.4f}, "
       f"half_ramp_bytes = {ramp['half_ramp_bytes']:.0f} (largest busbw error {100 * ramp['max_abs_relative_error']:.2f} %, "
       f"{ramp['points_used']} points)")
-fit = {"parameters": [p for f in sys.argv[3:] for p in json.load(open(f))["parameters"]]}
+stream_k = json.load(open(sys.argv[3]))
+print(f"regen_fits: gemm_stream_k_min_saving = {stream_k['gemm_stream_k_min_saving']:.4f} "
+      f"(interval {stream_k['interval'][0]:.4f}..{stream_k['interval'][1]:.4f}, {stream_k['points_used']} GEMMs)")
+fit = {"parameters": [p for f in sys.argv[4:] for p in json.load(open(f))["parameters"]]}
 values = {p["profile_key"]: p for p in fit["parameters"] if p["identifiable"]}
+values["gpu.gemm_stream_k_min_saving"] = {"name": "gemm_stream_k_min_saving", "value": stream_k["gemm_stream_k_min_saving"]}
 for path in sorted(Path("hardware_profiles").glob("*.toml")):
     if path.name == "aliases.toml":
         continue

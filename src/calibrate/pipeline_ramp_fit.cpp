@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "calibrate/csv_row.hpp"
 #include "spec/error.hpp"
 #include "spec/input_file.hpp"
 
@@ -16,38 +17,6 @@ namespace meshplan::calibrate {
 namespace {
 
 constexpr std::string_view kHeader = "cluster,op,nodes,gpus_per_node,launch,host_cpu,bytes,busbw_gbps";
-
-std::vector<std::string> split_commas(const std::string& line) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = line.find(',', start);
-    out.push_back(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
-struct RowReader {
-  const std::string& file;
-  int line;
-  [[noreturn]] void fail(const std::string& column, const std::string& reason) const {
-    throw InputError(file, fmt::format("line {}: {}", line, column), reason);
-  }
-  double number(const std::string& text, const std::string& column, double lo, double hi) const {
-    char* end = nullptr;
-    const double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
-      fail(column, fmt::format("'{}' is not a number", text));
-    if (v <= lo || v > hi) fail(column, fmt::format("{} is outside ({}, {}]", text, lo, hi));
-    return v;
-  }
-  int count(const std::string& text, const std::string& column, int hi) const {
-    const double v = number(text, column, 0, hi);
-    if (v != std::floor(v)) fail(column, fmt::format("'{}' is not a whole number", text));
-    return static_cast<int>(v);
-  }
-};
 
 NcclTestsPoint read_point(const std::string& file, int line_no, const std::string& line) {
   const RowReader r{file, line_no};
@@ -91,19 +60,9 @@ double predicted_busbw(const NcclTestsPoint& p, const ClusterSpec& c, const Nccl
 std::vector<NcclTestsPoint> read_nccl_tests_series(const std::string& path) {
   InputFile in(path, InputKind::nccl_tests_series, "--nccl-tests");
   std::vector<NcclTestsPoint> out;
-  std::string line;
-  int line_no = 0;
-  bool header = false;
-  while (in.getline(line)) {
-    ++line_no;
-    if (line.empty() || line[0] == '#') continue;
-    if (!header) {
-      if (line != kHeader) throw InputError(path, fmt::format("line {}", line_no), fmt::format("the header must be {}", kHeader));
-      header = true;
-      continue;
-    }
+  const bool header = for_each_series_row(in, kHeader, [&](int line_no, const std::string& line) {
     out.push_back(read_point(path, line_no, line));
-  }
+  });
   if (out.empty()) throw InputError(path, "--nccl-tests", header ? "no points after the header" : "empty: no header row");
   return out;
 }

@@ -17,6 +17,7 @@
 #include "calibrate/fit_profile.hpp"
 #include "calibrate/measurements.hpp"
 #include "calibrate/pipeline_ramp_fit.hpp"
+#include "calibrate/stream_k_fit.hpp"
 #include "calibrate/profile_writer.hpp"
 #include "cli/command.hpp"
 #include "cli/output_path.hpp"
@@ -49,6 +50,8 @@ struct CalibrateArgs {
   std::int64_t gpus = 0;
   std::string nccl_tests;    // --nccl-tests SERIES.csv
   std::string nccl_version;  // with --nccl-tests: the table whose ramp is fitted
+  std::string gemm_shapes;   // --gemm-shapes SERIES.csv
+  std::vector<std::string> gemm_series{"gemm_wave", "gemm_square"};
   bool json = false;
 };
 
@@ -232,6 +235,66 @@ int run_nccl_tests_fit(const CalibrateArgs& a) {
   return 0;
 }
 
+// --gemm-shapes SERIES.csv --cluster GPU: cuBLAS's stream-K threshold fitted to GEMMs that GPU
+// timed by shape (calibrate/stream_k_fit.hpp). Prints the value; tests/regen_fits.sh writes it
+// into every profile that declares it fitted.
+int run_gemm_shapes_fit(const CalibrateArgs& a) {
+  if (!a.fit.empty() || !a.runs.empty() || !a.out.empty() || !a.nccl_tests.empty())
+    throw InputError("", "--gemm-shapes",
+                     "--gemm-shapes fits the stream-K threshold on its own (no --fit, --runs, --nccl-tests or --out)");
+  if (a.cluster.empty())
+    throw InputError("", "--gemm-shapes", "needs --cluster, the hardware profile of the GPU that timed the GEMMs");
+  const ClusterSpec gpu = load_cluster(a.cluster);
+  const auto tag = gpu.sources.find("gpu.gemm_stream_k_min_saving");
+  const auto bounds = tag == gpu.sources.end() ? gpu.fitted_bounds.end() : gpu.fitted_bounds.find(tag->second);
+  if (bounds == gpu.fitted_bounds.end())
+    throw InputError(gpu.source_file, "gpu.gemm_stream_k_min_saving",
+                     "is not declared fitted (a [sources] tag of kind \"fitted\" with bounds and fit)");
+  const calibrate::StreamKFit fit =
+      calibrate::fit_stream_k_min_saving(calibrate::read_gemm_shapes(a.gemm_shapes, a.gemm_series), gpu, bounds->second);
+  if (a.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const calibrate::StreamKPoint& p : fit.points)
+      rows.push_back({{"series", p.point.series},
+                      {"label", p.point.label},
+                      {"m", p.point.shape.m},
+                      {"n", p.point.shape.n},
+                      {"k", p.point.shape.k},
+                      {"measured_seconds", p.point.seconds},
+                      {"whole_tiles_seconds", p.whole_tiles_seconds},
+                      {"stream_k_seconds", p.stream_k_seconds},
+                      {"stream_k_saving", p.saving},
+                      {"measured_stream_k", p.measured_stream_k},
+                      {"reproduced", (fit.min_saving < p.saving) == p.measured_stream_k}});
+    fmt::print("{}\n", nlohmann::json{{"series", a.gemm_shapes},
+                                      {"cluster", a.cluster},
+                                      {"gemm_stream_k_min_saving", fit.min_saving},
+                                      {"interval", {fit.lo, fit.hi}},
+                                      {"points_read", fit.points_read},
+                                      {"points_used", fit.points.size()},
+                                      {"squared_log_error", fit.squared_log_error},
+                                      {"misclassified", fit.misclassified},
+                                      {"points", rows}}
+                           .dump(2));
+    return 0;
+  }
+  fmt::print("calibrate --gemm-shapes {}: stream-K threshold on {} ({} of {} GEMMs take their schedule from it)\n",
+             a.gemm_shapes,
+             a.cluster, fit.points.size(), fit.points_read);
+  fmt::print("  gemm_stream_k_min_saving = {:.4f}   # least squared log error {:.4f} for every value in ({:.4f}, {:.4f})\n",
+             fit.min_saving, fit.squared_log_error, fit.lo, fit.hi);
+  fmt::print("  {} of {} priced with the schedule their time is nearer to\n",
+             static_cast<int>(fit.points.size()) - fit.misclassified, fit.points.size());
+  fmt::print("  {:<14} {:>6} {:>6} {:>6}  {:>9} {:>9} {:>9}  {:>7}  {}\n", "series", "m", "n", "k", "measured", "tiles",
+             "stream-K", "saving", "ran");
+  for (const calibrate::StreamKPoint& p : fit.points)
+    fmt::print("  {:<14} {:>6} {:>6} {:>6}  {:>7.1f}us {:>7.1f}us {:>7.1f}us  {:>6.1f}%  {}{}\n", p.point.series,
+               p.point.shape.m, p.point.shape.n, p.point.shape.k, p.point.seconds * 1e6, p.whole_tiles_seconds * 1e6,
+               p.stream_k_seconds * 1e6, 100 * p.saving, p.measured_stream_k ? "stream-K" : "whole tiles",
+               (fit.min_saving < p.saving) == p.measured_stream_k ? "" : "  (priced with the other)");
+  return 0;
+}
+
 int run_measure(const CalibrateArgs& a) {
   // Exit 2 like any input the command cannot act on: measuring needs a machine it is not on.
   if (const auto reason = calibrate::backend_unavailable_reason()) {
@@ -293,7 +356,8 @@ Command add_calibrate_command(CLI::App& root) {
   app->add_option("--cluster-dir", args->cluster_dirs, "with --runs: folder of extra hardware profiles (NAME.toml)");
   app->add_option("--config", args->config,
                   "with --runs LOG: the config the logged run ran (torchtitan TOML, llm-foundry YAML, Megatron args)");
-  app->add_option("--cluster", args->cluster, "with --runs LOG --config: the run's hardware profile");
+  app->add_option("--cluster", args->cluster,
+                  "with --runs LOG --config: the run's hardware profile; with --gemm-shapes: the GPU that timed them");
   app->add_option("--gpus", args->gpus, "with --runs LOG --config: the run's GPU count (default: the config's or the log's)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app->add_option("--nccl-tests", args->nccl_tests,
@@ -302,8 +366,17 @@ Command add_calibrate_command(CLI::App& root) {
                   "(hardware_profiles/nccl/series/; docs/collectives.md, Pipeline ramp)");
   add_nccl_version_option(*app, args->nccl_version)->description(
       "with --nccl-tests: the NCCL table whose ramp is fitted, a version in hardware_profiles/nccl/ or a TOML path");
+  app->add_option("--gemm-shapes", args->gemm_shapes,
+                  "fit cuBLAS's stream-K threshold (gpu.gemm_stream_k_min_saving) to GEMMs timed by shape on the GPU "
+                  "of --cluster instead: a CSV with the header series,label,dtype,m,n,k,groups,flops,seconds "
+                  "(tests/cost/measured_h200_shapes.csv; docs/compute.md, GEMM time from the shape)");
+  app->add_option("--gemm-series", args->gemm_series,
+                  "with --gemm-shapes: the series whose bf16 GEMMs are fitted, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
   app->add_flag("--json", args->json, "print what was written (and the fit's residuals) as JSON on stdout");
   return {app, [args]() {
+            if (!args->gemm_shapes.empty()) return run_gemm_shapes_fit(*args);
             if (!args->nccl_tests.empty()) return run_nccl_tests_fit(*args);
             if (!args->nccl_version.empty())
               throw InputError("", "--nccl-version", "goes with --nccl-tests (the table whose pipeline ramp is fitted)");

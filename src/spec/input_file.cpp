@@ -27,7 +27,7 @@ constexpr std::uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
 // 9 KB of memory per mapped row): 128 MiB, some 220,000 rows, keeps them under 2 GB.
 // A training log is read line by line and keeps one record per logged step: 1 GiB is months of
 // per-step lines; a listing of runs is a few lines per run.
-constexpr std::array<InputKindInfo, 13> kKinds = {{
+constexpr std::array<InputKindInfo, 14> kKinds = {{
     {InputKind::model_toml, "a model TOML", 1 * kMiB},
     {InputKind::hf_config, "a Hugging Face config.json", 4 * kMiB},
     {InputKind::run_config, "a training config", 4 * kMiB},
@@ -41,6 +41,7 @@ constexpr std::array<InputKindInfo, 13> kKinds = {{
     {InputKind::runs_listing, "a listing of measured runs", 1 * kMiB},
     {InputKind::validated_mfu, "the validated MFU envelope", 1 * kMiB},
     {InputKind::nccl_tests_series, "an nccl-tests series", 1 * kMiB},
+    {InputKind::gemm_shapes, "a series of GEMMs timed by shape", 1 * kMiB},
 }};
 
 std::string bytes_text(std::uint64_t n) {
@@ -85,7 +86,7 @@ std::string describe_non_regular(const std::string& path) {
 
 InputFile::InputFile(const std::string& path, InputKind kind, std::string key)
     : path_(path), key_(std::move(key)), info_(&input_kind_info(kind)) {
-  static_assert(kKinds.size() == static_cast<std::size_t>(InputKind::nccl_tests_series) + 1);
+  static_assert(kKinds.size() == static_cast<std::size_t>(InputKind::gemm_shapes) + 1);
   if (path.empty()) throw InputError(path, key_, "empty file name");
   // stat before open: opening a FIFO for reading blocks until a writer appears.
   struct stat st {};

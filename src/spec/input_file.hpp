@@ -25,6 +25,7 @@ enum class InputKind {
   runs_listing,      // calibrate --runs runs.toml: logs, configs and clusters
   validated_mfu,     // plans/validated_mfu.toml: the MFU the published runs reached
   nccl_tests_series,  // calibrate --nccl-tests: measured nccl-tests points (CSV)
+  gemm_shapes,        // calibrate --gemm-shapes: GEMMs timed by shape (CSV)
 };
 
 struct InputKindInfo {

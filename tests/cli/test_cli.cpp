@@ -271,6 +271,34 @@ TEST_CASE("calibrate --nccl-tests: the shipped series gives the shipped ramp; --
   CHECK(both.err.find("--nccl-tests fits the NCCL table's ramp on its own") != std::string::npos);
 }
 
+TEST_CASE("calibrate --gemm-shapes: the H200 series gives the shipped stream-K threshold; --json fields; misuse is exit 2") {
+  const std::string shapes = (data_root() / "tests" / "cost" / "measured_h200_shapes.csv").string();
+  const Run r = run("calibrate --gemm-shapes " + shapes + " --cluster h200-141gb --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("gemm_stream_k_min_saving").get<double>() == doctest::Approx(0.235).epsilon(0.005));
+  CHECK(j.at("interval").at(0).get<double>() < 0.235);
+  CHECK(j.at("interval").at(1).get<double>() > 0.235);
+  CHECK(j.at("points_read").get<int>() == 30);
+  CHECK(j.at("points_used").get<int>() == 24);
+  for (const char* k : {"m", "n", "k", "measured_seconds", "whole_tiles_seconds", "stream_k_seconds", "stream_k_saving",
+                        "measured_stream_k", "reproduced"})
+    CHECK(j.at("points").at(0).contains(k));
+  // Only the square series: fewer GEMMs, the same threshold's interval still holds it.
+  const Run squares = run("calibrate --gemm-shapes " + shapes + " --cluster h200-141gb --gemm-series gemm_square --json");
+  REQUIRE(squares.exit_code == 0);
+  CHECK(nlohmann::json::parse(squares.out).at("points_read").get<int>() == 13);
+  const Run no_cluster = run("calibrate --gemm-shapes " + shapes);
+  CHECK(no_cluster.exit_code == 2);
+  CHECK(no_cluster.err.find("--gemm-shapes: needs --cluster") != std::string::npos);
+  const Run both = run("calibrate --gemm-shapes " + shapes + " --cluster h200-141gb --out x.toml");
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("fits the stream-K threshold on its own") != std::string::npos);
+  const Run missing = run("calibrate --gemm-shapes /nonexistent/shapes.csv --cluster h200-141gb");
+  CHECK(missing.exit_code == 2);
+  CHECK(std::count(missing.err.begin(), missing.err.end(), '\n') == 1);
+}
+
 TEST_CASE("collective --explain: NCCL's tuner line, then the terms that add up to the reported time") {
   const std::string args = "collective --cluster a100-80gb --gpus 8 --sizes 1M:64M";
   const Run plain = run(args + " --json");

@@ -309,7 +309,7 @@ TEST_CASE("InputFile reads lines and whole files; its size table is the one docs
   std::ifstream d(meshplan::test::data_root() / "docs" / "limits.md");
   const std::string doc{std::istreambuf_iterator<char>(d), std::istreambuf_iterator<char>()};
   REQUIRE_FALSE(doc.empty());
-  CHECK(input_kinds().size() == 13);
+  CHECK(input_kinds().size() == 14);
   for (const auto& k : input_kinds()) {
     CAPTURE(k.what);
     CHECK(&input_kind_info(k.kind) == &k);
