@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <queue>
 #include <stdexcept>
 #include <utility>
@@ -92,18 +93,20 @@ struct Running {
   double remaining = 0;    // seconds of work, seconds of latency, or bytes
   double rate = 0;         // per second
   double updated_at = 0;
-  std::uint32_t version = 0;
+  std::uint32_t version = 0;  // the issue number of the task's latest event (0: none yet)
   Phase phase = Phase::waiting;
 };
 static_assert(sizeof(Running) == 32);
 
+// 16 bytes, so the heap's sifts move half of what they did. An event whose number is not its
+// task's latest is stale; numbers rise in issue order and break ties in time deterministically.
 struct Event {
   double time;
-  std::uint64_t seq;  // issue order breaks ties deterministically
+  std::uint32_t seq;
   TaskId task;
-  std::uint32_t version;
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
+static_assert(sizeof(Event) == 16);
 
 }  // namespace
 
@@ -130,7 +133,7 @@ public:
       const Event ev = heap_.top();
       heap_.pop();
       Running& r = st_[static_cast<std::size_t>(ev.task)];
-      if (ev.version != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
+      if (ev.seq != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
       ++result_.events_processed;
       now_ = ev.time;
       const StoredTask& t = e_.tasks_[static_cast<std::size_t>(ev.task)];
@@ -140,7 +143,7 @@ public:
         r.phase = Phase::active;  // latency paid; now the bytes move
         r.remaining = t.amount;
         r.rate = 0;
-        ++r.version;
+        r.version = next_seq();  // no event until the share sets its rate
         activate_flow(ev.task);
       } else {
         finish(ev.task);
@@ -185,6 +188,12 @@ private:
     }
   }
 
+  std::uint32_t next_seq() {
+    if (seq_ > std::numeric_limits<std::uint32_t>::max())
+      throw std::logic_error("simulation too long: over 2^32 engine events in one step");
+    return static_cast<std::uint32_t>(seq_++);
+  }
+
   void advance(TaskId id) {
     Running& r = st_[static_cast<std::size_t>(id)];
     r.remaining = std::max(0.0, r.remaining - r.rate * (now_ - r.updated_at));
@@ -193,9 +202,9 @@ private:
 
   void schedule(TaskId id) {
     Running& r = st_[static_cast<std::size_t>(id)];
-    ++r.version;
+    r.version = next_seq();
     if (r.rate <= 0) return;  // stalled: rescheduled when rates change
-    heap_.push({now_ + r.remaining / r.rate, seq_++, id, r.version});
+    heap_.push({now_ + r.remaining / r.rate, r.version, id});
   }
 
   void set_rate(TaskId id, double rate) {
@@ -294,8 +303,10 @@ private:
         start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
       }
     }
-    std::sort(candidates_.begin(), candidates_.end());
-    candidates_.erase(std::unique(candidates_.begin(), candidates_.end()), candidates_.end());
+    if (candidates_.size() > 1) {  // mostly the task's own stream alone
+      std::sort(candidates_.begin(), candidates_.end());
+      candidates_.erase(std::unique(candidates_.begin(), candidates_.end()), candidates_.end());
+    }
     for (StreamId s : candidates_) try_start(s);
   }
 
@@ -327,6 +338,23 @@ private:
   // Every flow reachable from a dirty link through shared links, re-shared by max-min; `queue_`
   // ends up holding each link seen once, so it also says which marks to clear.
   void share_dirty_components() {
+    // The common event: one flow started or ended on one link, which it leaves empty or holds
+    // alone (MaxMinShare's one-flow case, the same operations in the same order).
+    if (dirty_links_.size() == 1) {
+      const auto& on_link = flows_on_link_[static_cast<std::size_t>(dirty_links_.front())];
+      if (on_link.empty()) return;
+      if (on_link.size() == 1) {
+        const StoredTask& t = e_.tasks_[static_cast<std::size_t>(on_link.front())];
+        const auto task_links = e_.links_of(t);
+        if (task_links.size() == 1) {
+          constexpr double inf = std::numeric_limits<double>::infinity();
+          double level = std::min(inf, e_.links_[static_cast<std::size_t>(task_links.front())].bandwidth_bytes_per_s / 1);
+          level = std::min(level, t.max_rate_bytes_per_s);
+          set_rate(on_link.front(), level == inf ? inf : std::max(level, 0.0));
+          return;
+        }
+      }
+    }
     component_.clear();
     queue_.assign(dirty_links_.begin(), dirty_links_.end());
     for (LinkId l : queue_) link_seen_[static_cast<std::size_t>(l)] = 1;
@@ -381,7 +409,7 @@ private:
   std::vector<int> owner_flows_;                    // flows (any phase) per owner
   std::vector<std::vector<TaskId>> owner_work_;     // running work tasks per owner
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
-  std::uint64_t seq_ = 0;
+  std::uint64_t seq_ = 1;  // 0 is no event
   double now_ = 0;
   std::size_t finished_ = 0;
   std::vector<LinkId> dirty_links_;
