@@ -1,8 +1,10 @@
 // One simulated optimizer step at three scales (issue targets: 16,384 GPUs in <= 50 ms).
 #include <benchmark/benchmark.h>
 
+#include "import/config_loader.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
+#include "spec/data_root.hpp"
 #include "spec/model_loader.hpp"
 
 using namespace meshplan;
@@ -110,3 +112,33 @@ static void BM_Step_GPT3_175B_128xH100_Exact(benchmark::State& state) {
   run(state, "gpt3-175b", gpt3_175b_128(), Job{2048, 256, 1, 128}, exact);
 }
 BENCHMARK(BM_Step_GPT3_175B_128xH100_Exact)->Unit(benchmark::kMillisecond);
+
+// Issue 33's bundle row and its --full row: a shipped bundle's config as `simulate` runs it (the
+// fold's three shorter steps on two threads, SimOptions::parallel_fold), on the profile it names.
+namespace {
+void bundle(benchmark::State& state, const char* dir, const char* config, bool full) {
+  RunConfig rc = load_run_config((data_root() / "plans" / dir / config).string());
+  resolve_layout(rc, rc.plan.mesh.world());
+  const ClusterSpec c = load_cluster(rc.cluster.empty() ? "h100-sxm-80gb" : rc.cluster);
+  SimOptions options;
+  options.parallel_fold = true;
+  options.full = full;
+  std::int64_t tasks = 0;
+  for (auto _ : state) {
+    const SimulatedStep s = simulate_step(rc.model, rc.plan, rc.job, c, options);
+    tasks = s.result.n_tasks;
+    benchmark::DoNotOptimize(s.result.step_time_s);
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+}
+}  // namespace
+
+static void BM_Simulate_Bundle_Llama405B_1024xH100(benchmark::State& state) {
+  bundle(state, "llama3.1-405b-1024xh100", "llama3.1-405b.toml", false);
+}
+BENCHMARK(BM_Simulate_Bundle_Llama405B_1024xH100)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+static void BM_Simulate_Bundle_Llama70B_256xH100_Full(benchmark::State& state) {
+  bundle(state, "llama3.1-70b-256xh100", "llama3.1-70b.toml", true);
+}
+BENCHMARK(BM_Simulate_Bundle_Llama70B_256xH100_Full)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
