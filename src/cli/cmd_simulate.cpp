@@ -96,7 +96,9 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
   so.keep_timeline = !o.trace.empty();
   so.full = o.full;
   so.exact = o.exact;
-  so.parallel_fold = true;  // one step simulated: both cores on its fold
+  // One step simulated: both cores on its fold, except under --full, where two of its steps at
+  // once would hold 1.6x the memory (994 against 629 MB for the 70B bundle on 256 GPUs).
+  so.parallel_fold = !o.full;
   if (o.full && in.run.n_gpus > limits::kMaxFullSimGpus)
     throw InputError("", "--full",
                      fmt::format("instantiates every rank and is limited to {} GPUs (docs/limits.md); this run has {}",

@@ -114,14 +114,15 @@ static void BM_Step_GPT3_175B_128xH100_Exact(benchmark::State& state) {
 BENCHMARK(BM_Step_GPT3_175B_128xH100_Exact)->Unit(benchmark::kMillisecond);
 
 // Issue 33's bundle row and its --full row: a shipped bundle's config as `simulate` runs it (the
-// fold's three shorter steps on two threads, SimOptions::parallel_fold), on the profile it names.
+// fold's three shorter steps on two threads, SimOptions::parallel_fold, except under --full), on
+// the profile it names.
 namespace {
 void bundle(benchmark::State& state, const char* dir, const char* config, bool full) {
   RunConfig rc = load_run_config((data_root() / "plans" / dir / config).string());
   resolve_layout(rc, rc.plan.mesh.world());
   const ClusterSpec c = load_cluster(rc.cluster.empty() ? "h100-sxm-80gb" : rc.cluster);
   SimOptions options;
-  options.parallel_fold = true;
+  options.parallel_fold = !full;
   options.full = full;
   std::int64_t tasks = 0;
   for (auto _ : state) {
