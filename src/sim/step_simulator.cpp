@@ -270,7 +270,8 @@ public:
       : engine_(engine), prog_(prog), mesh_(p.mesh), options_(options), ranks_(ranks), R_(R),
         gpn_(std::max(1, c.node.gpus_per_node)), n_ops_(prog.ops.size()),
         compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}, prog.works.size()),
-        collective_costs_(c), first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
+        collective_costs_(c), comm_price_(2 * prog.works.size(), nullptr), comm_priced_(2 * prog.works.size(), 0),
+        first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
 
   GpuTasks add() {
     // Each op is a GPU task (its dependencies and the host's issue of it) and a host task (the
@@ -342,15 +343,26 @@ private:
     return *slot;
   }
 
-  void communication(sim::Task& t, const StepOp& op, const OpWork& w, std::size_t i, std::size_t k, const Links& l) {
+  // The price of op's communication, looked up once per work (and per p2p / collective use of it):
+  // nullptr for a group of one.
+  const PricedCollective* communication_price(const StepOp& op, const OpWork& w) {
+    const std::size_t slot = 2 * static_cast<std::size_t>(op.work) + (op.kind == OpKind::p2p ? 1 : 0);
+    if (comm_priced_[slot]) return comm_price_[slot];
+    comm_priced_[slot] = 1;
     const GroupPlacement gp = op.kind == OpKind::p2p ? GroupPlacement{2, placement(GroupKind::pp).ranks_per_node}
                                                      : placement(w.group);
-    if (gp.n_ranks <= 1) {
+    if (gp.n_ranks <= 1) return nullptr;
+    const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : w.collective;
+    return comm_price_[slot] = &collective_costs_.estimate(cop, w.bytes, gp, w.a2a_dedup_top_k, w.a2a_dedup_experts);
+  }
+
+  void communication(sim::Task& t, const StepOp& op, const OpWork& w, std::size_t i, std::size_t k, const Links& l) {
+    const PricedCollective* priced = communication_price(op, w);
+    if (priced == nullptr) {
       t.kind = sim::TaskKind::work;  // a group of one moves nothing
       return;
     }
-    const CollectiveOp cop = op.kind == OpKind::p2p ? CollectiveOp::send_recv : w.collective;
-    const PricedCollective& est = collective_costs_.estimate(cop, w.bytes, gp, w.a2a_dedup_top_k, w.a2a_dedup_experts);
+    const PricedCollective& est = *priced;
     t.kind = sim::TaskKind::flow;
     t.latency_seconds = est.latency_seconds;
     // Bus bytes are what each rank moves over all its hops. Across NVLink domains a ring or
@@ -401,6 +413,9 @@ private:
   const std::size_t n_ops_;
   ComputeCosts compute_costs_;
   CollectiveCosts collective_costs_;
+  // By 2 x work + (p2p): the cached price (std::map nodes do not move), and whether it was looked up.
+  std::vector<const PricedCollective*> comm_price_;
+  std::vector<char> comm_priced_;
   std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of_;
   std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of_;  // (op, first member)
   const sim::TaskId first_barrier_;
