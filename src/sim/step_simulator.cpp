@@ -256,8 +256,21 @@ struct GpuTasks {
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
   std::array<bool, kOpCategories> has_comm_bytes{};
-  // Full mode's barriers, added after the host tasks (their ids follow every other task's).
-  std::vector<sim::Task> barriers;
+  // Full mode's barriers, added after the host tasks (their ids follow every other task's): barrier
+  // b waits on barrier_deps[barrier_begin[b] .. barrier_begin[b + 1]) and belongs to barrier_owner[b].
+  std::vector<int> barrier_owner;
+  std::vector<std::uint32_t> barrier_begin{0};
+  std::vector<sim::TaskId> barrier_deps;
+
+  void add_barriers(sim::Engine& engine) const {
+    sim::Task b;
+    b.stream = sim::kNoStream;
+    for (std::size_t i = 0; i < barrier_owner.size(); ++i) {
+      b.owner = barrier_owner[i];
+      b.deps.assign(barrier_deps.begin() + barrier_begin[i], barrier_deps.begin() + barrier_begin[i + 1]);
+      engine.add_task(b);
+    }
+  }
 };
 
 // The program's ops as engine tasks, R per op (op i of rank k is task i * R + k), each priced by
@@ -327,13 +340,32 @@ private:
   // GPU task, so ids are known before they are added).
   sim::TaskId host_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>((n_ops_ + op) * R_ + k); }
 
-  // Members of the group of kind g around rank k of a stage, as indices within that stage
-  // (pp is the outermost rank dimension, so a stage's ranks are one contiguous block).
-  std::vector<std::size_t> members(std::size_t stage, std::size_t k, GroupKind g) const {
-    std::vector<std::size_t> out;
-    for (std::int64_t r : group_members(mesh_, mesh_group(g), static_cast<std::int64_t>(stage * R_ + k)))
-      out.push_back(static_cast<std::size_t>(r) % R_);
-    return out;
+  // The groups of kind g within a stage, the same in every stage (pp is the outermost rank
+  // dimension, so a stage's ranks are one contiguous block): each rank's group instance, and each
+  // instance's members as indices within the stage. Worked out once per kind.
+  struct StageGroups {
+    std::vector<std::uint32_t> instance_of;           // by rank within the stage
+    std::vector<std::vector<std::size_t>> members;    // by instance
+  };
+  const StageGroups& stage_groups(GroupKind g) {
+    auto& slot = groups_of_[static_cast<std::size_t>(g)];
+    if (slot) return *slot;
+    StageGroups out;
+    out.instance_of.assign(R_, 0);
+    std::vector<char> seen(R_, 0);
+    for (std::size_t k = 0; k < R_; ++k) {
+      if (seen[k]) continue;
+      std::vector<std::size_t> group;
+      for (std::int64_t r : group_members(mesh_, mesh_group(g), static_cast<std::int64_t>(k)))
+        group.push_back(static_cast<std::size_t>(r) % R_);
+      for (std::size_t mk : group) {
+        seen[mk] = 1;
+        out.instance_of[mk] = static_cast<std::uint32_t>(out.members.size());
+      }
+      out.members.push_back(std::move(group));
+    }
+    slot = std::move(out);
+    return *slot;
   }
 
   // Placement per group kind, worked out the first time an op needs it.
@@ -385,22 +417,25 @@ private:
     if (options_.full && op.kind == OpKind::collective) t.deps = {barrier(t, op, w.group, i, k)};
   }
 
-  // Every member must be ready: one barrier per group instance gates all members.
+  // Every member must be ready: one barrier per group instance gates all members. An op's ranks
+  // are instantiated one after another, so its instances' barriers are looked up in a slot per
+  // instance, reset when the op changes.
   sim::TaskId barrier(const sim::Task& t, const StepOp& op, GroupKind g, std::size_t i, std::size_t k) {
-    const auto group = members(static_cast<std::size_t>(op.stage), k, g);
-    auto [it, inserted] = barrier_of_.try_emplace({i, group.front()}, 0);
-    if (inserted) {
-      sim::Task b;
-      b.stream = sim::kNoStream;
-      b.owner = t.owner;
-      for (std::size_t mk : group) {
-        for (int d : op.deps) b.deps.push_back(task_id(static_cast<std::size_t>(d), mk));
-        b.deps.push_back(host_id(i, mk));
-      }
-      it->second = first_barrier_ + static_cast<sim::TaskId>(out_.barriers.size());
-      out_.barriers.push_back(std::move(b));
+    const StageGroups& groups = stage_groups(g);
+    if (barrier_op_ != i) {
+      barrier_op_ = i;
+      barrier_of_instance_.assign(groups.members.size(), -1);
     }
-    return it->second;
+    sim::TaskId& id = barrier_of_instance_[groups.instance_of[k]];
+    if (id >= 0) return id;
+    id = first_barrier_ + static_cast<sim::TaskId>(out_.barrier_owner.size());
+    out_.barrier_owner.push_back(t.owner);
+    for (std::size_t mk : groups.members[groups.instance_of[k]]) {
+      for (int d : op.deps) out_.barrier_deps.push_back(task_id(static_cast<std::size_t>(d), mk));
+      out_.barrier_deps.push_back(host_id(i, mk));
+    }
+    out_.barrier_begin.push_back(static_cast<std::uint32_t>(out_.barrier_deps.size()));
+    return id;
   }
 
   sim::Engine& engine_;
@@ -417,7 +452,9 @@ private:
   std::vector<const PricedCollective*> comm_price_;
   std::vector<char> comm_priced_;
   std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of_;
-  std::map<std::pair<std::size_t, std::size_t>, sim::TaskId> barrier_of_;  // (op, first member)
+  std::array<std::optional<StageGroups>, kGroupKinds> groups_of_;
+  std::size_t barrier_op_ = static_cast<std::size_t>(-1);  // the op whose barriers are below
+  std::vector<sim::TaskId> barrier_of_instance_;          // -1: none yet
   const sim::TaskId first_barrier_;
   GpuTasks out_;
 };
@@ -711,7 +748,7 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
     const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
     gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add();
     host_tasks = add_host_tasks(engine, prog, host_model(c, p), ranks.host_streams, R);
-    for (const auto& b : gpu.barriers) engine.add_task(b);
+    gpu.add_barriers(engine);
     // The engine holds what the run needs: the program's ops (the largest array a simulation
     // holds) go before the run's own state is allocated, unless a trace will show them.
     if (!options.keep_timeline) std::vector<StepOp>().swap(prog.ops);
