@@ -45,6 +45,8 @@ void Engine::reserve_tasks(const Sizes& n) {
   dep_pool_.reserve(n.deps);
   link_pool_.reserve(n.links);
   memory_pool_.reserve(n.memory_changes);
+  issues_.reserve(n.issues);
+  released_pool_.reserve(n.issues);
 }
 
 TaskId Engine::add_task(const Task& task) {
@@ -79,6 +81,35 @@ TaskId Engine::add_task(const Task& task) {
   return id;
 }
 
+ThreadId Engine::add_issue_thread() {
+  threads_.emplace_back(kNoIssue, kNoIssue);
+  return static_cast<ThreadId>(threads_.size() - 1);
+}
+
+void Engine::add_issue(ThreadId th, double seconds, std::span<const TaskId> released, std::span<const TaskId> waits) {
+  if (th < 0 || static_cast<std::size_t>(th) >= threads_.size()) throw std::logic_error("an issue names an unknown thread");
+  Issue issue;
+  issue.seconds = seconds;
+  issue.thread = th;
+  issue.next = kNoIssue;
+  issue.released_begin = static_cast<std::uint32_t>(released_pool_.size());
+  if (!waits.empty()) {
+    Task gate;
+    gate.stream = kNoStream;
+    gate.kind = TaskKind::gate;
+    gate.deps.assign(waits.begin(), waits.end());
+    issue.gate = add_task(gate);
+    gate_issue_.emplace_back(issue.gate, static_cast<std::uint32_t>(issues_.size()));
+  }
+  released_pool_.insert(released_pool_.end(), released.begin(), released.end());
+  const auto id = static_cast<std::uint32_t>(issues_.size());
+  auto& [first, last] = threads_[static_cast<std::size_t>(th)];
+  if (last == kNoIssue) first = id;
+  else issues_[last].next = id;
+  last = id;
+  issues_.push_back(issue);
+}
+
 std::string Engine::name_of(TaskId id) const {
   auto it = std::lower_bound(names_.begin(), names_.end(), id, [](const auto& n, TaskId i) { return n.first < i; });
   return it != names_.end() && it->first == id ? it->second : std::string();
@@ -86,7 +117,8 @@ std::string Engine::name_of(TaskId id) const {
 
 namespace {
 
-enum class Phase : std::uint8_t { waiting, latency, active, done };
+// sleeping: ready but for its issue, which ends later (an event wakes it then).
+enum class Phase : std::uint8_t { waiting, sleeping, latency, active, done };
 
 // One per task (two per op of a step): 32 bytes.
 struct Running {
@@ -118,24 +150,36 @@ public:
   explicit Run(const Engine& e)
       : e_(e), n_(e.tasks_.size()), st_(n_), unfinished_deps_(n_, 0), dependents_begin_(n_ + 1, 0),
         stream_head_(e.stream_tasks_.size(), 0), flows_on_link_(e.links_.size()), link_seen_(e.links_.size(), 0),
-        collected_(n_, 0), slowed_(1.0 / (1.0 + e.options_.interference_factor)) {
+        collected_(n_, 0), not_before_(n_, 0.0), thread_(e.threads_.size()),
+        slowed_(1.0 / (1.0 + e.options_.interference_factor)) {
     result_.timings.assign(n_, {});
+    result_.issue_timings.assign(e.issues_.size(), {});
+    for (std::size_t th = 0; th < e.threads_.size(); ++th) thread_[th].cursor = e.threads_[th].first;
     result_.memory.reserve(e.memory_pool_.size());
     index_dependents();
   }
 
   RunResult run() {
+    for (std::size_t th = 0; th < thread_.size(); ++th) walk(th);
     for (std::size_t s = 0; s < e_.stream_tasks_.size(); ++s) try_start(static_cast<StreamId>(s));
     for (TaskId id : e_.floating_)
-      if (unfinished_deps_[static_cast<std::size_t>(id)] == 0) start(id);
+      if (unfinished_deps_[static_cast<std::size_t>(id)] == 0 && st_[static_cast<std::size_t>(id)].phase == Phase::waiting)
+        start_floating(id);
     update_rates();
     while (!heap_.empty()) {
       const Event ev = heap_.top();
       heap_.pop();
       Running& r = st_[static_cast<std::size_t>(ev.task)];
-      if (ev.seq != r.version || (r.phase != Phase::latency && r.phase != Phase::active)) continue;
+      if (ev.seq != r.version || (r.phase != Phase::latency && r.phase != Phase::active && r.phase != Phase::sleeping))
+        continue;
       ++result_.events_processed;
       now_ = ev.time;
+      if (r.phase == Phase::sleeping) {  // its issue is over: it starts
+        r.phase = Phase::waiting;
+        start(ev.task);
+        update_rates();
+        continue;
+      }
       const StoredTask& t = e_.tasks_[static_cast<std::size_t>(ev.task)];
       r.remaining = 0;
       r.updated_at = now_;
@@ -168,6 +212,11 @@ private:
         ++unfinished_deps_[i];
         ++dependents_begin_[static_cast<std::size_t>(d) + 1];
       }
+    }
+    // An issue releases its tasks: one more dependency each, which the thread's walk counts off.
+    for (TaskId r : e_.released_pool_) {
+      if (r < 0 || static_cast<std::size_t>(r) >= n_) throw std::logic_error("an issue releases an unknown task");
+      ++unfinished_deps_[static_cast<std::size_t>(r)];
     }
     for (std::size_t i = 0; i < n_; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
     dependents_.resize(e_.dep_pool_.size());
@@ -266,7 +315,72 @@ private:
     // The small dependency counts first: most looks find the head still waiting on one.
     if (unfinished_deps_[static_cast<std::size_t>(id)] > 0 || st_[static_cast<std::size_t>(id)].phase != Phase::waiting)
       return;
-    start(id);
+    start_when_issued(id);
+  }
+
+  // A task with nothing left to wait for but its issue's end: starts now, or sleeps until then.
+  void start_when_issued(TaskId id) {
+    const auto u = static_cast<std::size_t>(id);
+    if (not_before_[u] <= now_) {
+      start(id);
+      return;
+    }
+    Running& r = st_[u];
+    r.phase = Phase::sleeping;
+    r.version = next_seq();
+    heap_.push({not_before_[u], r.version, id});
+  }
+
+  // A floating task: a gate opens (and its thread walks on), anything else starts when issued.
+  void start_floating(TaskId id) {
+    const StoredTask& t = e_.tasks_[static_cast<std::size_t>(id)];
+    if (t.kind != TaskKind::gate) {
+      start_when_issued(id);
+      return;
+    }
+    Running& r = st_[static_cast<std::size_t>(id)];
+    r.phase = Phase::done;
+    result_.timings[static_cast<std::size_t>(id)] = {now_, now_};
+    ++finished_;
+    const auto it = std::lower_bound(e_.gate_issue_.begin(), e_.gate_issue_.end(), id,
+                                     [](const auto& g, TaskId v) { return g.first < v; });
+    const std::uint32_t issue = it->second;
+    const auto th = static_cast<std::size_t>(e_.issues_[issue].thread);
+    if (thread_[th].cursor == issue) walk(th);  // the thread was waiting on it
+  }
+
+  // Thread th issues on from where it is, as far as its gates let it: each issue starts when the
+  // one before it ended, or when its gate opened if that was later, and lasts its seconds.
+  void walk(std::size_t th) {
+    ThreadState& s = thread_[th];
+    while (s.cursor != kNoIssue) {
+      const Issue& issue = e_.issues_[s.cursor];
+      if (issue.gate >= 0) {
+        const auto g = static_cast<std::size_t>(issue.gate);
+        if (st_[g].phase != Phase::done) return;  // its opening walks on
+        s.clock = std::max(s.clock, result_.timings[g].end_seconds);
+      }
+      TaskTiming& timing = result_.issue_timings[s.cursor];
+      timing.start_seconds = s.clock;
+      s.clock = s.clock + issue.seconds / 1.0;
+      timing.end_seconds = s.clock;
+      for (std::uint32_t k = issue.released_begin, end = released_end(s.cursor); k < end; ++k) {
+        const TaskId r = e_.released_pool_[k];
+        const auto u = static_cast<std::size_t>(r);
+        not_before_[u] = std::max(not_before_[u], s.clock);
+        if (--unfinished_deps_[u] > 0) continue;
+        const StreamId stream = e_.tasks_[u].stream;
+        if (stream != kNoStream) try_start(stream);
+        else start_floating(r);
+      }
+      s.cursor = issue.next;
+    }
+  }
+
+  // Where issue i's released tasks end in the pool: where the next issue's begin.
+  std::uint32_t released_end(std::uint32_t i) const {
+    return i + 1 < e_.issues_.size() ? e_.issues_[i + 1].released_begin
+                                     : static_cast<std::uint32_t>(e_.released_pool_.size());
   }
 
   // A task done: its end, its frees, and a look at the streams it and its dependents sit on.
@@ -300,7 +414,7 @@ private:
       if (stream != kNoStream) {
         candidates_.push_back(stream);
       } else {
-        start(d);  // a floating task (e.g. a collective's barrier) needs no stream slot
+        start_floating(d);  // a floating task (a collective's barrier, a gate) needs no stream slot
       }
     }
     if (candidates_.size() > 1) {  // mostly the task's own stream alone
@@ -421,6 +535,12 @@ private:
   std::vector<TaskId> component_;
   std::vector<char> link_seen_;
   std::vector<char> collected_;
+  std::vector<double> not_before_;  // when the issues releasing a task are past
+  struct ThreadState {
+    std::uint32_t cursor = kNoIssue;  // the next issue
+    double clock = 0;                 // when the issue before it ended
+  };
+  std::vector<ThreadState> thread_;
   std::vector<LinkId> queue_;
   const double slowed_;
 };

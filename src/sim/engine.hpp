@@ -16,6 +16,7 @@ namespace meshplan::sim {
 using TaskId = std::int32_t;
 using StreamId = std::int32_t;
 using LinkId = std::int32_t;
+using ThreadId = std::int32_t;
 
 // A task on no stream starts as soon as its dependencies finish (barriers, joins).
 constexpr StreamId kNoStream = -1;
@@ -34,6 +35,7 @@ struct MemoryChange {
 enum class TaskKind {
   work,  // `work_seconds` at unit speed; slowed while the owner's communication runs
   flow,  // `bytes` over `links`, after `latency_seconds`
+  gate,  // made by add_issue for what an issue waits on: opens when its dependencies finish
 };
 
 // What a caller describes; the engine copies it into flat arrays, so one Task can be refilled
@@ -78,6 +80,7 @@ struct MemoryEvent {
 struct RunResult {
   double makespan_seconds = 0;
   std::vector<TaskTiming> timings;     // indexed by TaskId
+  std::vector<TaskTiming> issue_timings;  // by issue, in the order add_issue was called
   std::vector<MemoryEvent> memory;     // in time order
   std::int64_t events_processed = 0;
 };
@@ -88,7 +91,7 @@ public:
 
   // Sizes the flat task arrays once: tasks, and their dependencies, links and memory changes in all.
   struct Sizes {
-    std::size_t tasks = 0, deps = 0, links = 0, memory_changes = 0;
+    std::size_t tasks = 0, deps = 0, links = 0, memory_changes = 0, issues = 0;
   };
   void reserve_tasks(const Sizes& n);
   LinkId add_link(Link link);
@@ -98,6 +101,16 @@ public:
   TaskId add_task(const Task& task);
 
   const std::vector<std::string>& stream_names() const { return stream_names_; }
+
+  // An issuing thread (a host thread launching kernels): it spends each issue's seconds in turn,
+  // and what an issue releases may start only once the thread is past it. No engine event is
+  // spent on an issue: the thread's clock runs ahead of the tasks, and a released task that is
+  // otherwise ready before its issue ends sleeps until then.
+  ThreadId add_issue_thread();
+  // Appends an issue to thread th: once the thread is past the issues before it and every task in
+  // `waits` has finished, it spends `seconds`; then each task in `released` may start (a task
+  // released by several issues, once the last of them is past).
+  void add_issue(ThreadId th, double seconds, std::span<const TaskId> released, std::span<const TaskId> waits);
 
   // Runs every task to completion. Throws std::logic_error on a dependency cycle (deadlock).
   RunResult run();
@@ -149,6 +162,21 @@ private:
   std::vector<TaskId> dep_pool_;
   std::vector<MemoryChange> memory_pool_;
   std::vector<std::pair<TaskId, std::string>> names_;  // ascending TaskId
+  // Issue threads: each issue's seconds, its gate (the task its waits open; -1 none), its thread,
+  // the next issue of that thread, and what it releases (released_pool_ from released_begin to
+  // the next issue's).
+  struct Issue {
+    double seconds = 0;
+    TaskId gate = -1;
+    ThreadId thread = 0;
+    std::uint32_t next = 0;  // kNoIssue at the thread's last
+    std::uint32_t released_begin = 0;
+  };
+  static constexpr std::uint32_t kNoIssue = 0xffffffffu;
+  std::vector<Issue> issues_;
+  std::vector<TaskId> released_pool_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> threads_;  // first and last issue
+  std::vector<std::pair<TaskId, std::uint32_t>> gate_issue_;      // ascending gate TaskId
 };
 
 }  // namespace meshplan::sim

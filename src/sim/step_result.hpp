@@ -51,7 +51,7 @@ struct StepResult {
   std::int64_t n_events = 0;
   // A step folded at its periodic steady state (sim/periodic_fold.hpp): the period in micro-batches
   // and how many periods were extrapolated rather than simulated; 0 when simulated whole. n_tasks
-  // and n_events are then the whole step's, extrapolated alike.
+  // and n_events are then the whole step's, extrapolated alike (n_events, a diagnostic, unchecked).
   std::int64_t folded_period_microbatches = 0;
   std::int64_t folded_periods = 0;
 };

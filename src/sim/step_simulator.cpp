@@ -159,19 +159,15 @@ struct HostTasks {
   std::map<std::size_t, std::vector<int>> sync_deps;  // for those ops: what it waited for
 };
 
-// The host thread of every simulated rank issues that rank's ops in program order, each after
-// the host time it costs; a synchronizing op first waits for everything issued before it. Added
-// right after the GPU tasks: op i of rank k is task (n_ops + i) * R + k.
-HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const HostModel& host,
-                         const std::vector<sim::StreamId>& host_streams, std::size_t R) {
+// What the host thread of every simulated rank does for each op of its stage, in program order:
+// the host time the op costs, and for a synchronizing op the GPU ops it first waits for.
+HostTasks plan_host(const StepProgram& prog, const HostModel& host) {
   const std::size_t n_ops = prog.ops.size();
-  const std::size_t n_slots = host_streams.size();
   HostTasks out{std::vector<double>(n_ops, 0.0), std::vector<char>(n_ops, 0), {}};
   // Per stage, the last op issued on each stream: stream order makes it stand for the others.
   std::vector<std::array<int, kStreamKinds>> issued(static_cast<std::size_t>(prog.n_stages));
   for (auto& a : issued) a.fill(-1);
   std::size_t next_pass = 0;
-  sim::Task t;
   std::vector<int> waits;
   for (std::size_t i = 0; i < n_ops; ++i) {
     const StepOp& op = prog.ops[i];
@@ -194,25 +190,33 @@ HostTasks add_host_tasks(sim::Engine& engine, const StepProgram& prog, const Hos
       waits.assign(op.deps.begin(), op.deps.end());
     }
     if (!waits.empty()) out.sync_deps[i] = waits;
-    for (std::size_t k = 0; k < R; ++k) {
-      const std::size_t slot = static_cast<std::size_t>(op.stage) * R + k;
-      t.reset();
-      t.stream = host_streams[slot];
-      t.owner = static_cast<int>(n_slots + slot);  // no NCCL kernel slows the CPU
-      t.work_seconds = out.seconds[i];
-      for (int j : waits) t.deps.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
-      engine.add_task(t);
-    }
     last[static_cast<std::size_t>(op.stream)] = static_cast<int>(i);
   }
   return out;
+}
+
+// Each simulated rank's host thread as an engine issue thread: op i of rank k is issue i * R + k,
+// releasing `releases[i * R + k]` (the op's GPU task, or in full mode its collective's barrier).
+void add_host_issues(sim::Engine& engine, const StepProgram& prog, const HostTasks& host,
+                     const std::vector<sim::ThreadId>& threads, const std::vector<sim::TaskId>& releases, std::size_t R) {
+  std::vector<sim::TaskId> waits;
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+    const auto sync = host.sync_deps.find(i);
+    for (std::size_t k = 0; k < R; ++k) {
+      waits.clear();
+      if (sync != host.sync_deps.end())
+        for (int j : sync->second) waits.push_back(static_cast<sim::TaskId>(static_cast<std::size_t>(j) * R + k));
+      const std::size_t slot = static_cast<std::size_t>(prog.ops[i].stage) * R + k;
+      engine.add_issue(threads[slot], host.seconds[i], std::span(&releases[i * R + k], 1), waits);
+    }
+  }
 }
 
 // The engine's resources of every simulated rank: its links, its GPU streams and its host thread.
 struct RankResources {
   std::vector<Links> links;
   std::vector<std::array<sim::StreamId, kStreamKinds>> streams;
-  std::vector<sim::StreamId> host_streams;
+  std::vector<sim::ThreadId> host_threads;
 };
 
 // Ranks simulated per stage (R): one representative (symmetric mode), or every rank (`full`),
@@ -236,7 +240,7 @@ RankResources add_rank_resources(sim::Engine& engine, const ClusterSpec& c, std:
         ids[static_cast<std::size_t>(kind)] =
             engine.add_stream(fmt::format("{}.{}", rank, to_string(static_cast<StreamKind>(kind))));
       out.streams.push_back(ids);
-      out.host_streams.push_back(engine.add_stream(rank + ".host"));
+      out.host_threads.push_back(engine.add_issue_thread());
     }
   return out;
 }
@@ -256,7 +260,10 @@ struct GpuTasks {
   // Per report category, summed in op order (as a map keyed by name would, without the lookups).
   std::array<double, kOpCategories> comm_bytes{};
   std::array<bool, kOpCategories> has_comm_bytes{};
-  // Full mode's barriers, added after the host tasks (their ids follow every other task's): barrier
+  // What the host's issue of op i on rank k releases, at i * R + k: the op's GPU task, or in full
+  // mode a collective's barrier.
+  std::vector<sim::TaskId> releases;
+  // Full mode's barriers, added right after the GPU tasks (their ids follow those): barrier
   // b waits on barrier_deps[barrier_begin[b] .. barrier_begin[b + 1]) and belongs to barrier_owner[b].
   std::vector<int> barrier_owner;
   std::vector<std::uint32_t> barrier_begin{0};
@@ -284,19 +291,24 @@ public:
         gpn_(std::max(1, c.node.gpus_per_node)), n_ops_(prog.ops.size()),
         compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}, prog.works.size()),
         collective_costs_(c), comm_price_(2 * prog.works.size(), nullptr), comm_priced_(2 * prog.works.size(), 0),
-        first_barrier_(static_cast<sim::TaskId>(2 * n_ops_ * R)) {}
+        first_barrier_(static_cast<sim::TaskId>(n_ops_ * R)) {}
 
-  GpuTasks add() {
-    // Each op is a GPU task (its dependencies and the host's issue of it) and a host task (the
-    // previous op its host issued, and what a synchronizing op waits for); a collective crosses a
-    // link or a few.
-    sim::Engine::Sizes sizes{.tasks = 2 * n_ops_ * R_, .links = n_ops_ * R_};
+  GpuTasks add(const HostTasks& host) {
+    // Each op is a GPU task (its dependencies; the host's issue of it releases it) and, where the
+    // host synchronizes, a gate on what it waits for; a collective crosses a link or a few.
+    sim::Engine::Sizes sizes{.tasks = n_ops_ * R_, .links = n_ops_ * R_, .issues = n_ops_ * R_};
     for (const StepOp& op : prog_.ops) {
-      sizes.deps += (2 * op.deps.size() + 2) * R_;
+      sizes.deps += op.deps.size() * R_;
       sizes.memory_changes += (op.at_start.size() + op.at_end.size()) * R_;
+      if (options_.full && op.kind == OpKind::collective) sizes.tasks += R_;  // at most a barrier per rank
+    }
+    for (const auto& [op, waits] : host.sync_deps) {
+      sizes.tasks += R_;
+      sizes.deps += waits.size() * R_;
     }
     engine_.reserve_tasks(sizes);
     out_.brief.resize(n_ops_);
+    out_.releases.resize(n_ops_ * R_);
     sim::Task t;  // names stay in the program; the engine only needs indices
     for (std::size_t i = 0; i < n_ops_; ++i) {
       const StepOp& op = prog_.ops[i];
@@ -309,7 +321,7 @@ public:
         t.reset();
         t.stream = ranks_.streams[slot][static_cast<std::size_t>(op.stream)];
         for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
-        t.deps.push_back(host_id(i, k));  // never before the host has issued it
+        out_.releases[i * R_ + k] = task_id(i, k);  // never before the host has issued it
         t.owner = static_cast<int>(slot);
         for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
         for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
@@ -336,9 +348,6 @@ public:
 
 private:
   sim::TaskId task_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>(op * R_ + k); }
-  // The host thread's issue of op `op` on rank k: a task on that rank's host stream (after every
-  // GPU task, so ids are known before they are added).
-  sim::TaskId host_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>((n_ops_ + op) * R_ + k); }
 
   // The groups of kind g within a stage, the same in every stage (pp is the outermost rank
   // dimension, so a stage's ranks are one contiguous block): each rank's group instance, and each
@@ -414,7 +423,11 @@ private:
       out_.comm_bytes[static_cast<std::size_t>(op.category)] += w.bytes;
       out_.has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
     }
-    if (options_.full && op.kind == OpKind::collective) t.deps = {barrier(t, op, w.group, i, k)};
+    if (options_.full && op.kind == OpKind::collective) {
+      // Every member's issue releases the barrier, which the collective on each member waits on.
+      t.deps = {barrier(t, op, w.group, i, k)};
+      out_.releases[i * R_ + k] = t.deps.front();
+    }
   }
 
   // Every member must be ready: one barrier per group instance gates all members. An op's ranks
@@ -430,10 +443,8 @@ private:
     if (id >= 0) return id;
     id = first_barrier_ + static_cast<sim::TaskId>(out_.barrier_owner.size());
     out_.barrier_owner.push_back(t.owner);
-    for (std::size_t mk : groups.members[groups.instance_of[k]]) {
+    for (std::size_t mk : groups.members[groups.instance_of[k]])
       for (int d : op.deps) out_.barrier_deps.push_back(task_id(static_cast<std::size_t>(d), mk));
-      out_.barrier_deps.push_back(host_id(i, mk));
-    }
     out_.barrier_begin.push_back(static_cast<std::uint32_t>(out_.barrier_deps.size()));
     return id;
   }
@@ -474,7 +485,7 @@ RankZero rank_zero(const sim::RunResult& full_run, std::size_t n_ops, std::size_
   run.timings.resize(n_ops);
   for (std::size_t i = 0; i < n_ops; ++i) run.timings[i] = full_run.timings[i * R];
   out.host_timings.resize(n_ops);
-  for (std::size_t i = 0; i < n_ops; ++i) out.host_timings[i] = full_run.timings[(n_ops + i) * R];
+  for (std::size_t i = 0; i < n_ops; ++i) out.host_timings[i] = full_run.issue_timings[i * R];
   for (const auto& ev : full_run.memory)
     if (static_cast<std::size_t>(ev.owner) % R == 0) {
       sim::MemoryEvent e = ev;
@@ -746,9 +757,11 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
   {
     sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
     const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
-    gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add();
-    host_tasks = add_host_tasks(engine, prog, host_model(c, p), ranks.host_streams, R);
+    host_tasks = plan_host(prog, host_model(c, p));
+    gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add(host_tasks);
     gpu.add_barriers(engine);
+    add_host_issues(engine, prog, host_tasks, ranks.host_threads, gpu.releases, R);
+    std::vector<sim::TaskId>().swap(gpu.releases);
     // The engine holds what the run needs: the program's ops (the largest array a simulation
     // holds) go before the run's own state is allocated, unless a trace will show them.
     if (!options.keep_timeline) std::vector<StepOp>().swap(prog.ops);
