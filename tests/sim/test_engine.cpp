@@ -195,3 +195,69 @@ TEST_CASE("same inputs, same schedule") {
   REQUIRE(r1.timings.size() == r2.timings.size());
   for (size_t i = 0; i < r1.timings.size(); ++i) CHECK(r1.timings[i].end_seconds == r2.timings[i].end_seconds);
 }
+
+TEST_CASE("an issue thread releases each task once its issue is past: host-bound kernels wait for it") {
+  // Issues of 1 s each release kernels of 0.5 s on one stream: kernel i starts when issue i ends
+  // (i + 1 s), not when its stream frees (i + 0.5 s); the thread never waits for the GPU.
+  Engine e;
+  const auto s = e.add_stream("compute");
+  const auto th = e.add_issue_thread();
+  std::vector<TaskId> kernels;
+  for (int i = 0; i < 3; ++i) kernels.push_back(e.add_task(work(s, 0.5)));
+  for (TaskId k : kernels) e.add_issue(th, 1.0, std::span(&k, 1), {});
+  const auto r = e.run();
+  REQUIRE(r.issue_timings.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(r.issue_timings[i].start_seconds == doctest::Approx(static_cast<double>(i)));
+    CHECK(r.issue_timings[i].end_seconds == doctest::Approx(static_cast<double>(i) + 1));
+    CHECK(r.timings[static_cast<std::size_t>(kernels[i])].start_seconds == doctest::Approx(static_cast<double>(i) + 1));
+  }
+  CHECK(r.makespan_seconds == doctest::Approx(3.5));
+}
+
+TEST_CASE("an issue thread runs ahead of a slow GPU and waits only at a blocking point") {
+  // Kernels of 2 s issued in 0.25 s each: the thread is done with the first two by 0.5 s, while
+  // they run 0.25-2.25 s and 2.25-4.25 s. Its third issue blocks until both have finished (4.25 s),
+  // then takes 0.25 s: the third kernel runs 4.5-6.5 s. The fourth issue of the thread ends at
+  // 5 s, after the other thread's at 3 s: the join they both release starts at 5 s.
+  Engine e;
+  const auto s = e.add_stream("compute");
+  const auto th = e.add_issue_thread();
+  const auto other = e.add_issue_thread();
+  const auto k0 = e.add_task(work(s, 2.0));
+  const auto k1 = e.add_task(work(s, 2.0));
+  const auto k2 = e.add_task(work(s, 2.0));
+  Task join;
+  join.stream = kNoStream;
+  join.work_seconds = 0.5;
+  const auto j = e.add_task(join);
+  e.add_issue(th, 0.25, std::span(&k0, 1), {});
+  e.add_issue(th, 0.25, std::span(&k1, 1), {});
+  const std::vector<TaskId> both{k0, k1};
+  e.add_issue(th, 0.25, std::span(&k2, 1), both);
+  e.add_issue(other, 3.0, std::span(&j, 1), {});
+  e.add_issue(th, 0.5, std::span(&j, 1), {});
+  const auto r = e.run();
+  CHECK(r.issue_timings[1].end_seconds == doctest::Approx(0.5));
+  CHECK(r.timings[static_cast<std::size_t>(k0)].start_seconds == doctest::Approx(0.25));
+  CHECK(r.timings[static_cast<std::size_t>(k1)].start_seconds == doctest::Approx(2.25));
+  CHECK(r.issue_timings[2].start_seconds == doctest::Approx(4.25));
+  CHECK(r.timings[static_cast<std::size_t>(k2)].start_seconds == doctest::Approx(4.5));
+  CHECK(r.issue_timings[3].end_seconds == doctest::Approx(3.0));
+  CHECK(r.issue_timings[4].end_seconds == doctest::Approx(5.0));  // after the blocking issue
+  CHECK(r.timings[static_cast<std::size_t>(j)].start_seconds == doctest::Approx(5.0));
+  CHECK(r.makespan_seconds == doctest::Approx(6.5));
+}
+
+TEST_CASE("an issue waiting on what a later issue of its own thread releases is a deadlock") {
+  Engine e;
+  const auto s = e.add_stream("compute");
+  const auto th = e.add_issue_thread();
+  const auto a = e.add_task(work(s, 1.0));
+  const auto b = e.add_task(work(s, 1.0));
+  e.add_issue(th, 0.1, std::span(&a, 1), std::span(&b, 1));
+  e.add_issue(th, 0.1, std::span(&b, 1), {});
+  CHECK_THROWS_AS(e.run(), std::logic_error);
+  Engine bad;
+  CHECK_THROWS_AS(bad.add_issue(0, 1.0, {}, {}), std::logic_error);  // no such thread
+}
