@@ -50,6 +50,11 @@ void Engine::reserve_tasks(const Sizes& n) {
 }
 
 TaskId Engine::add_task(const Task& task) {
+  if (task.kind == TaskKind::gate) throw std::logic_error("task '" + task.name + "': gates are made by add_issue");
+  return append_task(task);
+}
+
+TaskId Engine::append_task(const Task& task) {
   if (task.stream < kNoStream || task.stream >= static_cast<StreamId>(stream_tasks_.size()))
     throw std::logic_error("task '" + task.name + "' names an unknown stream");
   const auto id = static_cast<TaskId>(tasks_.size());
@@ -98,7 +103,7 @@ void Engine::add_issue(ThreadId th, double seconds, std::span<const TaskId> rele
     gate.stream = kNoStream;
     gate.kind = TaskKind::gate;
     gate.deps.assign(waits.begin(), waits.end());
-    issue.gate = add_task(gate);
+    issue.gate = append_task(gate);
     gate_issue_.emplace_back(issue.gate, static_cast<std::uint32_t>(issues_.size()));
   }
   released_pool_.insert(released_pool_.end(), released.begin(), released.end());
@@ -120,7 +125,7 @@ namespace {
 // sleeping: ready but for its issue, which ends later (an event wakes it then).
 enum class Phase : std::uint8_t { waiting, sleeping, latency, active, done };
 
-// One per task (two per op of a step): 32 bytes.
+// One per task (one per op and simulated rank of a step, and its gates and barriers): 32 bytes.
 struct Running {
   double remaining = 0;    // seconds of work, seconds of latency, or bytes
   double rate = 0;         // per second

@@ -117,7 +117,8 @@ public:
 
 private:
   class Run;  // one run's state (engine.cpp)
-  // A task as the engine keeps it (56 bytes; a step holds two per op): its lists are ranges of
+  TaskId append_task(const Task& task);  // add_task without its check (add_issue's gates)
+  // A task as the engine keeps it (56 bytes; a step holds one per op and rank): its lists are ranges of
   // the shared pools below, appended in task order, so each list is stored as where it begins
   // and ends where the next task's (or the pool) begins.
   struct StoredTask {

@@ -260,4 +260,7 @@ TEST_CASE("an issue waiting on what a later issue of its own thread releases is 
   CHECK_THROWS_AS(e.run(), std::logic_error);
   Engine bad;
   CHECK_THROWS_AS(bad.add_issue(0, 1.0, {}, {}), std::logic_error);  // no such thread
+  Task gate;
+  gate.kind = TaskKind::gate;  // only add_issue makes them
+  CHECK_THROWS_AS(bad.add_task(gate), std::logic_error);
 }
