@@ -17,20 +17,28 @@ namespace {
 
 constexpr std::string_view kHeader = "series,label,dtype,m,n,k,groups,flops,seconds";
 
-// The model's price of g with the threshold at `min_saving`, at the clock its measured length ran.
-KernelEstimate priced(ClusterSpec c, const GemmShapePoint& p, double min_saving) {
-  if (p.seconds < kSustainedKernelSeconds) c.gpu.sustained_clock_fraction = 1;
-  c.gpu.gemm_stream_k_min_saving = min_saving;
-  return gemm_time(c, p.shape, Dtype::bf16);
-}
+// The model's price of a point with the threshold at `min_saving`, at the clock its measured length
+// ran: the profile copied once at each clock, its threshold set per call.
+class Pricer {
+public:
+  explicit Pricer(const ClusterSpec& gpu) : sustained_(gpu), burst_(gpu) { burst_.gpu.sustained_clock_fraction = 1; }
+  KernelEstimate operator()(const GemmShapePoint& p, double min_saving) {
+    ClusterSpec& c = p.seconds < kSustainedKernelSeconds ? burst_ : sustained_;
+    c.gpu.gemm_stream_k_min_saving = min_saving;
+    return gemm_time(c, p.shape, Dtype::bf16);
+  }
+
+private:
+  ClusterSpec sustained_, burst_;
+};
 
 // The threshold below which the model takes stream-K for p: where its choice flips (bisection on
 // the choice itself, so it is the model's own comparison, whatever else the schedule weighs).
-double flip_point(const ClusterSpec& c, const GemmShapePoint& p) {
+double flip_point(Pricer& priced, const GemmShapePoint& p) {
   double below = -1, above = 1;  // stream-K at `below`, whole tiles at `above`
   for (int i = 0; i < 80 && above - below > 1e-15; ++i) {
     const double mid = 0.5 * (below + above);
-    (priced(c, p, mid).gemm_stream_k ? below : above) = mid;
+    (priced(p, mid).gemm_stream_k ? below : above) = mid;
   }
   return above;
 }
@@ -65,16 +73,17 @@ StreamKFit fit_stream_k_min_saving(const std::vector<GemmShapePoint>& points, co
                                    std::pair<double, double> bounds) {
   StreamKFit fit;
   fit.points_read = static_cast<int>(points.size());
+  Pricer priced(gpu);
   for (const GemmShapePoint& p : points) {
     // Where the 128x128 tile beats both, or stream-K is no pick at all, the threshold moves nothing.
-    if (!priced(gpu, p, -1).gemm_stream_k) continue;
+    if (!priced(p, -1).gemm_stream_k) continue;
     StreamKPoint s;
     s.point = p;
-    s.saving = flip_point(gpu, p);
+    s.saving = flip_point(priced, p);
     // Each schedule's price just either side of the flip: the per-tile rate the profile's curve
     // implies is read under the same threshold, so the two are priced as the fit would price them.
-    s.stream_k_seconds = priced(gpu, p, s.saving - 1e-9).seconds;
-    s.whole_tiles_seconds = priced(gpu, p, s.saving + 1e-9).seconds;
+    s.stream_k_seconds = priced(p, s.saving - 1e-9).seconds;
+    s.whole_tiles_seconds = priced(p, s.saving + 1e-9).seconds;
     if (s.stream_k_seconds == s.whole_tiles_seconds) continue;
     s.measured_stream_k = std::abs(std::log(p.seconds / s.stream_k_seconds)) <
                           std::abs(std::log(p.seconds / s.whole_tiles_seconds));
@@ -96,7 +105,7 @@ StreamKFit fit_stream_k_min_saving(const std::vector<GemmShapePoint>& points, co
     double error = 0;
     int wrong = 0;
     for (const StreamKPoint& s : fit.points) {
-      const double log_ratio = std::log(priced(gpu, s.point, mid).seconds / s.point.seconds);
+      const double log_ratio = std::log(priced(s.point, mid).seconds / s.point.seconds);
       error += log_ratio * log_ratio;
       wrong += (mid < s.saving) != s.measured_stream_k ? 1 : 0;
     }

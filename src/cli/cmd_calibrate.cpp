@@ -245,13 +245,12 @@ int run_gemm_shapes_fit(const CalibrateArgs& a) {
   if (a.cluster.empty())
     throw InputError("", "--gemm-shapes", "needs --cluster, the hardware profile of the GPU that timed the GEMMs");
   const ClusterSpec gpu = load_cluster(a.cluster);
-  const auto tag = gpu.sources.find("gpu.gemm_stream_k_min_saving");
-  const auto bounds = tag == gpu.sources.end() ? gpu.fitted_bounds.end() : gpu.fitted_bounds.find(tag->second);
-  if (bounds == gpu.fitted_bounds.end())
+  const auto bounds = gpu.declared_fitted_bounds("gpu.gemm_stream_k_min_saving");
+  if (!bounds)
     throw InputError(gpu.source_file, "gpu.gemm_stream_k_min_saving",
                      "is not declared fitted (a [sources] tag of kind \"fitted\" with bounds and fit)");
   const calibrate::StreamKFit fit =
-      calibrate::fit_stream_k_min_saving(calibrate::read_gemm_shapes(a.gemm_shapes, a.gemm_series), gpu, bounds->second);
+      calibrate::fit_stream_k_min_saving(calibrate::read_gemm_shapes(a.gemm_shapes, a.gemm_series), gpu, *bounds);
   if (a.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const calibrate::StreamKPoint& p : fit.points)

@@ -367,7 +367,7 @@ private:
       }
       TaskTiming& timing = result_.issue_timings[s.cursor];
       timing.start_seconds = s.clock;
-      s.clock = s.clock + issue.seconds / 1.0;
+      s.clock += issue.seconds;
       timing.end_seconds = s.clock;
       for (std::uint32_t k = issue.released_begin, end = released_end(s.cursor); k < end; ++k) {
         const TaskId r = e_.released_pool_[k];
@@ -458,7 +458,7 @@ private:
   // ends up holding each link seen once, so it also says which marks to clear.
   void share_dirty_components() {
     // The common event: one flow started or ended on one link, which it leaves empty or holds
-    // alone (MaxMinShare's one-flow case, the same operations in the same order).
+    // alone (MaxMinShare's one-flow case).
     if (dirty_links_.size() == 1) {
       const auto& on_link = flows_on_link_[static_cast<std::size_t>(dirty_links_.front())];
       if (on_link.empty()) return;
@@ -466,10 +466,8 @@ private:
         const StoredTask& t = e_.tasks_[static_cast<std::size_t>(on_link.front())];
         const auto task_links = e_.links_of(t);
         if (task_links.size() == 1) {
-          constexpr double inf = std::numeric_limits<double>::infinity();
-          double level = std::min(inf, e_.links_[static_cast<std::size_t>(task_links.front())].bandwidth_bytes_per_s / 1);
-          level = std::min(level, t.max_rate_bytes_per_s);
-          set_rate(on_link.front(), level == inf ? inf : std::max(level, 0.0));
+          set_rate(on_link.front(),
+                   lone_flow_rate(&e_.links_[static_cast<std::size_t>(task_links.front())], t.max_rate_bytes_per_s));
           return;
         }
       }

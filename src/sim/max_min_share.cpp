@@ -12,6 +12,14 @@ void max_min_share(const std::vector<Link>& links, const std::vector<FlowDemand>
   solver.solve(links, rates);
 }
 
+double lone_flow_rate(const Link* link, double cap_bytes_per_s) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  double level = inf;
+  if (link != nullptr) level = std::min(level, link->bandwidth_bytes_per_s / 1);
+  level = std::min(level, cap_bytes_per_s);
+  return level == inf ? inf : std::max(level, 0.0);
+}
+
 void MaxMinShare::add_flow(std::span<const LinkId> links, double cap_bytes_per_s) {
   flow_links_.push_back(links);
   caps_.push_back(cap_bytes_per_s);
@@ -22,14 +30,8 @@ void MaxMinShare::solve(const std::vector<Link>& links, std::vector<double>& rat
   rates.assign(nf, 0.0);
   if (nf == 0) return;
   if (nf == 1 && flow_links_[0].size() <= 1) {
-    // The common event: one flow alone on its link. The first round of the filling below, with
-    // the same operations in the same order, and it always freezes the flow.
-    constexpr double inf = std::numeric_limits<double>::infinity();
-    double level = inf;
-    for (LinkId l : flow_links_[0])
-      level = std::min(level, links[static_cast<std::size_t>(l)].bandwidth_bytes_per_s / 1);
-    level = std::min(level, caps_[0]);
-    rates[0] = level == inf ? inf : std::max(level, 0.0);
+    rates[0] = lone_flow_rate(flow_links_[0].empty() ? nullptr : &links[static_cast<std::size_t>(flow_links_[0][0])],
+                              caps_[0]);
   } else {
     index_links(links);
     fill(rates);

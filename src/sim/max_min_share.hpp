@@ -20,6 +20,11 @@ struct FlowDemand {
 void max_min_share(const std::vector<Link>& links, const std::vector<FlowDemand>& flows,
                    std::vector<double>& rates);
 
+// The share of one flow alone on at most one link (nullptr: none), capped at its own cap: the
+// first round of the progressive filling, which always freezes it, with the same operations in
+// the same order. The common event, which the engine answers without the solver's arrays.
+double lone_flow_rate(const Link* link, double cap_bytes_per_s);
+
 // The same solver with its working arrays kept between problems: the engine solves one at
 // almost every event, and allocating them each time cost more than the solve itself.
 class MaxMinShare {

@@ -4,8 +4,10 @@
 // SI units throughout: bytes, seconds, FLOP/s, bytes/s per direction.
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spec/dtype.hpp"
@@ -184,6 +186,16 @@ struct ClusterSpec {
   std::map<std::string, std::pair<double, double>> fitted_bounds;
   std::vector<std::string> warnings;       // e.g. alias resolution ("a100-unknown")
   std::string source_file;                 // the profile TOML this spec was read from
+
+  // The bounds the profile declares for a fitted key ("gpu.gemm_stream_k_min_saving"), or nullopt
+  // when the key's source is not of kind `fitted`.
+  std::optional<std::pair<double, double>> declared_fitted_bounds(std::string_view key) const {
+    const auto tag = sources.find(std::string(key));
+    if (tag == sources.end()) return std::nullopt;
+    const auto b = fitted_bounds.find(tag->second);
+    if (b == fitted_bounds.end()) return std::nullopt;
+    return b->second;
+  }
 
   // Block-scaled FP8 (fp8_block, mxfp8) issues the same FP8 tensor-core MMAs (on Blackwell the
   // block-scaled tcgen05 MMA has the FP8 dense rate): the fp8 peak unless the profile names one.

@@ -7,15 +7,6 @@
 namespace meshplan {
 namespace {
 
-// The declared bounds of `key` in `profile`, or nullopt when the key is not fitted there.
-std::optional<std::pair<double, double>> declared_bounds(const ClusterSpec& profile, std::string_view key) {
-  const auto tag = profile.sources.find(std::string(key));
-  if (tag == profile.sources.end()) return std::nullopt;
-  const auto b = profile.fitted_bounds.find(tag->second);
-  if (b == profile.fitted_bounds.end()) return std::nullopt;
-  return b->second;
-}
-
 // A parameter that is its profile key's value, where the profile declares the key fitted; `field`
 // maps a profile (const or not) to the value.
 template <class Field>
@@ -23,11 +14,11 @@ FittedParameter direct(std::string_view name, std::string_view key, std::string_
   FittedParameter p{name, key, meaning, {}, {}, {}, {}};
   p.key_value = [field](const ClusterSpec& c) { return field(c); };
   p.read = [key, get = p.key_value](const ClusterSpec& c) -> std::optional<double> {
-    if (!declared_bounds(c, key)) return std::nullopt;
+    if (!c.declared_fitted_bounds(key)) return std::nullopt;
     return get(c);
   };
   p.write = [field](ClusterSpec& c, double v) { field(c) = v; };
-  p.bounds = [key](const ClusterSpec& c) { return *declared_bounds(c, key); };
+  p.bounds = [key](const ClusterSpec& c) { return *c.declared_fitted_bounds(key); };
   return p;
 }
 
@@ -39,14 +30,14 @@ FittedParameter elementwise_fraction() {
   FittedParameter p{"elementwise_fraction", key,
                     "element-wise kernels' rate as a fraction of the profile's STREAM copy rate", {}, {}, {}, {}};
   p.read = [key](const ClusterSpec& c) -> std::optional<double> {
-    if (!declared_bounds(c, key) || !(c.gpu.hbm_efficiency > 0)) return std::nullopt;
+    if (!c.declared_fitted_bounds(key) || !(c.gpu.hbm_efficiency > 0)) return std::nullopt;
     return c.gpu.elementwise_efficiency / c.gpu.hbm_efficiency;
   };
   p.write = [](ClusterSpec& c, double fraction) { c.gpu.elementwise_efficiency = fraction * c.gpu.hbm_efficiency; };
   p.key_value = [](const ClusterSpec& c) { return c.gpu.elementwise_efficiency; };
   // No element-wise kernel beats a plain copy: the fraction stays at or below 1.
   p.bounds = [key](const ClusterSpec& c) {
-    const auto b = *declared_bounds(c, key);
+    const auto b = *c.declared_fitted_bounds(key);
     return std::pair{b.first / c.gpu.hbm_efficiency, std::min(1.0, b.second / c.gpu.hbm_efficiency)};
   };
   return p;
