@@ -16,6 +16,7 @@
 #include "report/chrome_trace.hpp"
 #include "report/simulate_report.hpp"
 #include "sim/gpu_speeds.hpp"
+#include "sim/rank_classes.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
@@ -56,9 +57,10 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
   app.add_flag("--json", o.json, "machine-readable output");
   app.add_option("--trace", o.trace, "write a Chrome trace-event JSON (open in ui.perfetto.dev)");
   app.add_flag("--full", o.full,
-               fmt::format("simulate every rank with its own links and streams (up to {} GPUs) instead of one "
-                           "representative rank per pipeline stage",
-                           limits::kMaxFullSimGpus));
+               fmt::format("simulate every rank with its own links, streams and host thread instead of one "
+                           "representative rank per pipeline stage; ranks that provably run alike (same speeds, "
+                           "groups of the same kinds of rank) are simulated once, up to {} distinct ranks",
+                           limits::kMaxFullSimRanks));
   app.add_flag("--exact", o.exact,
                "simulate every micro-batch; by default a long step is simulated at three shorter lengths a "
                "pipeline period apart and, where every figure moves alike each period, extrapolated "
@@ -82,6 +84,13 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
       ->check(in_range("simulate", "--seed"));
 }
 
+// Under --full: how many ranks stand for the cluster's (one per class of ranks that run alike, per stage).
+struct FullRanks {
+  std::int64_t gpus = 0;
+  std::int64_t classes = 0;
+  std::int64_t simulated = 0;
+};
+
 // With per-GPU speeds: the step without them, the rank that sets the pace and how many are slow.
 struct Stragglers {
   StepResult ideal;
@@ -91,7 +100,8 @@ struct Stragglers {
 };
 
 // The simulation asked for; with --straggler / --gpu-speeds also the same step at full speed.
-SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std::optional<Stragglers>& stragglers) {
+SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std::optional<FullRanks>& full,
+                              std::optional<Stragglers>& stragglers) {
   SimOptions so;
   so.keep_timeline = !o.trace.empty();
   so.full = o.full;
@@ -99,18 +109,27 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
   // One step simulated: both cores on its fold, except under --full, where two of its steps at
   // once would hold 1.6x the memory (994 against 629 MB for the 70B bundle on 256 GPUs).
   so.parallel_fold = !o.full;
-  if (o.full && in.run.n_gpus > limits::kMaxFullSimGpus)
-    throw InputError("", "--full",
-                     fmt::format("instantiates every rank and is limited to {} GPUs (docs/limits.md); this run has {}",
-                                 limits::kMaxFullSimGpus, in.run.n_gpus));
   if (!o.straggler.empty()) check_straggler(o.straggler);
   const bool speeds = !o.straggler.empty() || !o.gpu_speeds.empty();
   if (speeds && !o.full)
     throw InputError("", o.straggler.empty() ? "--gpu-speeds" : "--straggler",
                      "per-GPU speeds need --full (every rank simulated at its own speed)");
+  if (speeds)
+    so.rank_speed = o.straggler.empty() ? load_gpu_speeds(o.gpu_speeds, in.run.n_gpus)
+                                        : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o.straggler), o.seed);
+  if (o.full) {
+    const Mesh& mesh = in.run.plan.mesh;
+    FullRanks f{in.run.n_gpus, static_cast<std::int64_t>(rank_classes(mesh, so.rank_speed).size()), 0};
+    f.simulated = f.classes * std::max(1, mesh.pp);
+    if (f.simulated > limits::kMaxFullSimRanks)
+      throw InputError("", "--full",
+                       fmt::format("the {} GPUs' speeds leave {} distinct ranks per stage x {} stages = {} to simulate, "
+                                   "over the limit of {} (docs/limits.md); fewer distinct speeds, or slow GPUs in fewer "
+                                   "stages, simulate fewer",
+                                   f.gpus, f.classes, std::max(1, mesh.pp), f.simulated, limits::kMaxFullSimRanks));
+    full = f;
+  }
   if (!speeds) return so;
-  so.rank_speed = o.straggler.empty() ? load_gpu_speeds(o.gpu_speeds, in.run.n_gpus)
-                                      : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o.straggler), o.seed);
   SimOptions plain = so;
   plain.rank_speed.clear();
   plain.keep_timeline = false;
@@ -124,10 +143,15 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
 }
 
 void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepResult& result,
-                    const std::optional<Diagnosis>& gap, const std::optional<Stragglers>& slow) {
+                    const std::optional<Diagnosis>& gap, const std::optional<FullRanks>& full,
+                    const std::optional<Stragglers>& slow) {
   if (o.json) {
     nlohmann::json j = simulate_json(in.run, in.cluster, result);
     if (gap) j["diagnosis"] = diagnosis_json(*gap);
+    if (full) {
+      j["full_rank_classes"] = full->classes;
+      j["full_simulated_ranks"] = full->simulated;
+    }
     if (slow) {
       j["step_time_ideal_s"] = slow->ideal.step_time_s;
       j["straggler_slowdown_fraction"] = result.step_time_s / slow->ideal.step_time_s - 1;
@@ -140,6 +164,11 @@ void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepRes
   }
   fmt::print("{}", simulate_text(in.run, in.cluster, result));
   if (gap) fmt::print("{}", diagnosis_text(*gap));
+  if (full)
+    fmt::print("\n--full: {} GPUs simulated as {} distinct rank{} per stage x {} stage{} (ranks of equal speeds in groups "
+               "of the same kinds of rank run alike)\n",
+               full->gpus, full->classes, full->classes == 1 ? "" : "s", full->simulated / full->classes,
+               full->simulated / full->classes == 1 ? "" : "s");
   if (slow)
     fmt::print("\nper-GPU speeds: {} of {} ranks below 1; rank {} (speed {:g}) sets the pace of the synchronous step\n"
                "  step time {:.4f} s with them, {:.4f} s without ({:+.2f} %)\n",
@@ -164,8 +193,9 @@ double logged_tokens_per_s(const std::string& log_path, const RunConfig& run) {
 int run_simulate(const SimulateOptions& o) {
   const RunInputs in = load_run_inputs(o.in);
   check_output_path(o.trace, "--trace");
+  std::optional<FullRanks> full;
   std::optional<Stragglers> stragglers;
-  const SimOptions so = simulation_options(o, in, stragglers);
+  const SimOptions so = simulation_options(o, in, full, stragglers);
   const SimulatedStep step = simulate_step(in.run.model, in.run.plan, in.run.job, in.cluster, so);
   if (!o.trace.empty()) {
     write_file_atomic(o.trace, chrome_trace_text(step.program, step.timings, step.host_timings), "--trace");
@@ -173,7 +203,7 @@ int run_simulate(const SimulateOptions& o) {
   std::optional<Diagnosis> gap;
   const double observed = o.log.empty() ? o.observed_tokens_per_s : logged_tokens_per_s(o.log, in.run);
   if (observed > 0) gap = diagnose_gap(run_source(o.in), in.run, in.cluster, step.result, observed);
-  print_simulate(o, in, step.result, gap, stragglers);
+  print_simulate(o, in, step.result, gap, full, stragglers);
   return simulated_fit(in.cluster, step.result).fits ? 0 : 3;  // 3: does not fit, as `memory`
 }
 

@@ -18,26 +18,10 @@
 #include "cost/compute_cost.hpp"
 #include "cost/host_cost.hpp"
 #include "sim/periodic_fold.hpp"
+#include "sim/rank_classes.hpp"
 #include "spec/placement.hpp"
 
 namespace meshplan {
-
-namespace {
-// The workload names process groups by what they do; placement knows where their ranks sit.
-MeshGroup mesh_group(GroupKind g) {
-  switch (g) {
-    case GroupKind::tp: return MeshGroup::tp;
-    case GroupKind::cp: return MeshGroup::cp;
-    case GroupKind::fsdp: return MeshGroup::fsdp;
-    case GroupKind::dp_replicate: return MeshGroup::dp_replicate;
-    case GroupKind::dp: return MeshGroup::dp;
-    case GroupKind::ep: return MeshGroup::ep;
-    case GroupKind::pp: return MeshGroup::pp;
-    case GroupKind::stage: return MeshGroup::stage;
-  }
-  return MeshGroup::dp;
-}
-}  // namespace
 
 GroupPlacement group_placement(const Mesh& mesh, GroupKind g, int gpus_per_node) {
   const GroupShape shape = group_shape(mesh, mesh_group(g));
@@ -219,10 +203,12 @@ struct RankResources {
   std::vector<sim::ThreadId> host_threads;
 };
 
-// Ranks simulated per stage (R): one representative (symmetric mode), or every rank (`full`),
-// each with its own links and streams.
-RankResources add_rank_resources(sim::Engine& engine, const ClusterSpec& c, std::size_t n_st, std::size_t R,
-                                 bool full) {
+// Ranks simulated per stage: one representative (symmetric mode), or in full mode one per class
+// of ranks that run alike (sim/rank_classes.hpp), each with its own links and streams, named for
+// the rank that represents it.
+RankResources add_rank_resources(sim::Engine& engine, const ClusterSpec& c, std::size_t n_st,
+                                 const RankClasses* classes) {
+  const std::size_t R = classes ? classes->size() : 1;
   const int gpn = std::max(1, c.node.gpus_per_node);
   RankResources out;
   const double nic_per_gpu = c.node.nics_per_node * c.node.nic_bandwidth_bytes_per_s *
@@ -231,7 +217,9 @@ RankResources add_rank_resources(sim::Engine& engine, const ClusterSpec& c, std:
                         (c.node.nvlink_efficiency > 0 ? c.node.nvlink_efficiency : 1.0);
   for (std::size_t s = 0; s < n_st; ++s)
     for (std::size_t k = 0; k < R; ++k) {
-      const std::string rank = full ? fmt::format("rank{}", s * R + k) : fmt::format("stage{}", s);
+      const std::string rank =
+          classes ? fmt::format("rank{}", static_cast<std::int64_t>(s) * classes->ranks_per_stage + classes->representative[k])
+                  : fmt::format("stage{}", s);
       out.links.push_back({engine.add_link({rank + ".nvlink", nvlink}), engine.add_link({rank + ".nic", nic_per_gpu}),
                            engine.add_link({rank + ".h2d", c.node.host_h2d_bytes_per_s}),
                            engine.add_link({rank + ".d2h", c.node.host_d2h_bytes_per_s})});
@@ -286,12 +274,13 @@ struct GpuTasks {
 class GpuTaskAdder {
 public:
   GpuTaskAdder(sim::Engine& engine, const StepProgram& prog, const Plan& p, const ClusterSpec& c,
-               const SimOptions& options, const RankResources& ranks, std::size_t R)
-      : engine_(engine), prog_(prog), mesh_(p.mesh), options_(options), ranks_(ranks), R_(R),
+               const SimOptions& options, const RankResources& ranks, const RankClasses* classes)
+      : engine_(engine), prog_(prog), mesh_(p.mesh), options_(options), ranks_(ranks), classes_(classes),
+        R_(classes ? classes->size() : 1),
         gpn_(std::max(1, c.node.gpus_per_node)), n_ops_(prog.ops.size()),
         compute_costs_(c, {p.compute_dtype, low_precision_gemm_dtype(p.fp8), fp8_attention_dtype(p.fp8)}, prog.works.size()),
         collective_costs_(c), comm_price_(2 * prog.works.size(), nullptr), comm_priced_(2 * prog.works.size(), 0),
-        first_barrier_(static_cast<sim::TaskId>(n_ops_ * R)) {}
+        first_barrier_(static_cast<sim::TaskId>(n_ops_ * R_)) {}
 
   GpuTasks add(const HostTasks& host) {
     // Each op is a GPU task (its dependencies; the host's issue of it releases it) and, where the
@@ -299,7 +288,7 @@ public:
     sim::Engine::Sizes sizes{.tasks = n_ops_ * R_, .links = n_ops_ * R_, .issues = n_ops_ * R_};
     for (const StepOp& op : prog_.ops) {
       sizes.deps += op.deps.size() * R_;
-      sizes.memory_changes += (op.at_start.size() + op.at_end.size()) * R_;
+      sizes.memory_changes += op.at_start.size() + op.at_end.size();  // rank 0's alone
       if (options_.full && op.kind == OpKind::collective) sizes.tasks += R_;  // at most a barrier per rank
     }
     for (const auto& [op, waits] : host.sync_deps) {
@@ -323,14 +312,17 @@ public:
         for (int d : op.deps) t.deps.push_back(task_id(static_cast<std::size_t>(d), k));
         out_.releases[i * R_ + k] = task_id(i, k);  // never before the host has issued it
         t.owner = static_cast<int>(slot);
-        for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
-        for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
+        // The report follows rank 0 of each stage: no other rank's memory is logged.
+        if (k == 0) {
+          for (const auto& [term, bytes] : op.at_start) t.at_start.push_back({static_cast<int>(term), bytes});
+          for (const auto& [term, bytes] : op.at_end) t.at_end.push_back({static_cast<int>(term), bytes});
+        }
         const Links& l = ranks_.links[slot];
         switch (op.kind) {
           case OpKind::compute:
             t.kind = sim::TaskKind::work;
             t.work_seconds = compute_costs_.seconds(op.work, w);
-            if (options_.full && slot < options_.rank_speed.size()) t.work_seconds /= options_.rank_speed[slot];
+            if (classes_ != nullptr) t.work_seconds /= speed_of(op.stage, k);
             break;
           case OpKind::collective:
           case OpKind::p2p: communication(t, op, w, i, k, l); break;
@@ -349,32 +341,10 @@ public:
 private:
   sim::TaskId task_id(std::size_t op, std::size_t k) const { return static_cast<sim::TaskId>(op * R_ + k); }
 
-  // The groups of kind g within a stage, the same in every stage (pp is the outermost rank
-  // dimension, so a stage's ranks are one contiguous block): each rank's group instance, and each
-  // instance's members as indices within the stage. Worked out once per kind.
-  struct StageGroups {
-    std::vector<std::uint32_t> instance_of;           // by rank within the stage
-    std::vector<std::vector<std::size_t>> members;    // by instance
-  };
-  const StageGroups& stage_groups(GroupKind g) {
-    auto& slot = groups_of_[static_cast<std::size_t>(g)];
-    if (slot) return *slot;
-    StageGroups out;
-    out.instance_of.assign(R_, 0);
-    std::vector<char> seen(R_, 0);
-    for (std::size_t k = 0; k < R_; ++k) {
-      if (seen[k]) continue;
-      std::vector<std::size_t> group;
-      for (std::int64_t r : group_members(mesh_, mesh_group(g), static_cast<std::int64_t>(k)))
-        group.push_back(static_cast<std::size_t>(r) % R_);
-      for (std::size_t mk : group) {
-        seen[mk] = 1;
-        out.instance_of[mk] = static_cast<std::uint32_t>(out.members.size());
-      }
-      out.members.push_back(std::move(group));
-    }
-    slot = std::move(out);
-    return *slot;
+  // The speed factor of class k's representative in `stage`.
+  double speed_of(int stage, std::size_t k) const {
+    const auto rank = static_cast<std::size_t>(stage * classes_->ranks_per_stage + classes_->representative[k]);
+    return rank < options_.rank_speed.size() ? options_.rank_speed[rank] : 1.0;
   }
 
   // Placement per group kind, worked out the first time an op needs it.
@@ -434,7 +404,7 @@ private:
   // are instantiated one after another, so its instances' barriers are looked up in a slot per
   // instance, reset when the op changes.
   sim::TaskId barrier(const sim::Task& t, const StepOp& op, GroupKind g, std::size_t i, std::size_t k) {
-    const StageGroups& groups = stage_groups(g);
+    const ClassGroups& groups = classes_->groups[static_cast<std::size_t>(g)];
     if (barrier_op_ != i) {
       barrier_op_ = i;
       barrier_of_instance_.assign(groups.members.size(), -1);
@@ -443,7 +413,7 @@ private:
     if (id >= 0) return id;
     id = first_barrier_ + static_cast<sim::TaskId>(out_.barrier_owner.size());
     out_.barrier_owner.push_back(t.owner);
-    for (std::size_t mk : groups.members[groups.instance_of[k]])
+    for (std::uint32_t mk : groups.members[groups.instance_of[k]])
       for (int d : op.deps) out_.barrier_deps.push_back(task_id(static_cast<std::size_t>(d), mk));
     out_.barrier_begin.push_back(static_cast<std::uint32_t>(out_.barrier_deps.size()));
     return id;
@@ -454,6 +424,7 @@ private:
   const Mesh& mesh_;
   const SimOptions& options_;
   const RankResources& ranks_;
+  const RankClasses* classes_;  // full mode: the simulated ranks stand for their classes
   const std::size_t R_;
   const int gpn_;
   const std::size_t n_ops_;
@@ -463,7 +434,6 @@ private:
   std::vector<const PricedCollective*> comm_price_;
   std::vector<char> comm_priced_;
   std::array<std::optional<GroupPlacement>, kGroupKinds> placement_of_;
-  std::array<std::optional<StageGroups>, kGroupKinds> groups_of_;
   std::size_t barrier_op_ = static_cast<std::size_t>(-1);  // the op whose barriers are below
   std::vector<sim::TaskId> barrier_of_instance_;          // -1: none yet
   const sim::TaskId first_barrier_;
@@ -747,8 +717,10 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
   SimulatedStep out;
   StepProgram prog =
       lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
-  const int per_stage = options.full ? static_cast<int>(p.mesh.world() / std::max(1, p.mesh.pp)) : 1;
-  const auto R = static_cast<std::size_t>(per_stage);
+  std::optional<RankClasses> classes;
+  if (options.full) classes = rank_classes(p.mesh, options.rank_speed);
+  const RankClasses* ranks_of = classes ? &*classes : nullptr;
+  const std::size_t R = classes ? classes->size() : 1;
   const std::size_t n_ops = prog.ops.size();
   const OpDeps deps(prog);
   GpuTasks gpu;
@@ -756,9 +728,9 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
   RankZero rank0;
   {
     sim::Engine engine(sim::EngineOptions{c.gpu.comm_interference_factor});
-    const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), R, options.full);
+    const RankResources ranks = add_rank_resources(engine, c, static_cast<std::size_t>(prog.n_stages), ranks_of);
     host_tasks = plan_host(prog, host_model(c, p));
-    gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, R).add(host_tasks);
+    gpu = GpuTaskAdder(engine, prog, p, c, options, ranks, ranks_of).add(host_tasks);
     gpu.add_barriers(engine);
     add_host_issues(engine, prog, host_tasks, ranks.host_threads, gpu.releases, R);
     std::vector<sim::TaskId>().swap(gpu.releases);

@@ -33,8 +33,9 @@ inline constexpr std::int64_t kMaxKernelDim = std::int64_t{1} << 24;  // kernel 
 // A per-GPU speed factor (--straggler SPEED, --gpu-speeds): a hundredth of the fleet's speed to a
 // hundred times it. Past that it is no longer a straggler but a typo, and 1e-300 made a step of
 // 300 digits.
-// `simulate --full` instantiates every rank with its own links and streams.
-inline constexpr std::int64_t kMaxFullSimGpus = 512;
+// `simulate --full` instantiates every distinct rank (one per class of ranks that run alike, in
+// every stage: sim/rank_classes.hpp) with its own links and streams.
+inline constexpr std::int64_t kMaxFullSimRanks = 512;
 inline constexpr double kMinSpeedFactor = 0.01;
 inline constexpr double kMaxSpeedFactor = 100;
 

@@ -47,6 +47,20 @@ std::string_view to_string(StreamKind s) { return name_of(kStreamNames, s); }
 std::string_view to_string(OpCategory c) { return name_of(kCategoryNames, c); }
 std::string_view to_string(GroupKind g) { return name_of(kGroupNames, g); }
 
+MeshGroup mesh_group(GroupKind g) {
+  switch (g) {
+    case GroupKind::tp: return MeshGroup::tp;
+    case GroupKind::cp: return MeshGroup::cp;
+    case GroupKind::fsdp: return MeshGroup::fsdp;
+    case GroupKind::dp_replicate: return MeshGroup::dp_replicate;
+    case GroupKind::dp: return MeshGroup::dp;
+    case GroupKind::ep: return MeshGroup::ep;
+    case GroupKind::pp: return MeshGroup::pp;
+    case GroupKind::stage: return MeshGroup::stage;
+  }
+  return MeshGroup::dp;
+}
+
 bool is_communication(OpCategory c) {
   return c != OpCategory::compute && c != OpCategory::recompute && c != OpCategory::optimizer &&
          c != OpCategory::offload;

@@ -13,6 +13,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include "spec/model_spec.hpp"
+#include "spec/placement.hpp"
 #include "spec/plan.hpp"
 #include "workload/collective_kind.hpp"
 #include "workload/kernel_shapes.hpp"
@@ -41,6 +42,8 @@ enum class GroupKind { tp, cp, fsdp, dp_replicate, dp, ep, pp, stage };
 constexpr int kGroupKinds = 8;
 static_assert(static_cast<int>(GroupKind::stage) + 1 == kGroupKinds);
 std::string_view to_string(GroupKind g);
+// The workload names process groups by what they do; placement knows where their ranks sit.
+MeshGroup mesh_group(GroupKind g);
 
 enum class OpKind { compute, collective, p2p, host_copy };
 

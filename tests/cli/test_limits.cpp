@@ -433,14 +433,20 @@ TEST_CASE("numbers that are not numbers, or are out of range, are refused: FLAG:
 TEST_CASE("docs/limits.md lists the flag range table row by row") {
   const std::string doc = read(data_root() / "docs" / "limits.md");
   REQUIRE_FALSE(doc.empty());
-  // Finding 7: the --full cap is documented, and the refusal cites the page.
-  CHECK(doc.find("| GPUs of a `simulate --full` run") != std::string::npos);
-  const Run full = run("simulate --config " + write("full1024.toml", replaced(replaced(replaced(kPlan, "gpus = 8", "gpus = 1024"),
-                                                                            "dp_shard = 8", "dp_shard = 1024"),
-                                                                   "global_batch = 16", "global_batch = 1024")) +
-                       " --full");
+  // Finding 7: the --full cap is documented, and the refusal cites the page. The cap is on the
+  // distinct ranks simulated: 1,024 FSDP GPUs at one speed are one; each at a speed of its own, 1,024.
+  CHECK(doc.find("| distinct ranks of a `simulate --full` run") != std::string::npos);
+  const std::string plan1024 = write("full1024.toml", replaced(replaced(replaced(kPlan, "gpus = 8", "gpus = 1024"),
+                                                                       "dp_shard = 8", "dp_shard = 1024"),
+                                                              "global_batch = 16", "global_batch = 1024"));
+  const Run alike = run("simulate --config " + plan1024 + " --full --json");
+  REQUIRE(alike.exit_code == 0);
+  CHECK(nlohmann::json::parse(alike.out).at("full_simulated_ranks").get<int>() == 1);
+  std::string speeds;
+  for (int r = 0; r < 1024; ++r) speeds += std::to_string(r) + " " + std::to_string(0.5 + r / 4096.0) + "\n";
+  const Run full = run("simulate --config " + plan1024 + " --full --gpu-speeds " + write("speeds1024.txt", speeds));
   CHECK(full.exit_code == 2);
-  CHECK(full.err.find("limited to 512 GPUs (docs/limits.md)") != std::string::npos);
+  CHECK(full.err.find("1024 to simulate, over the limit of 512 (docs/limits.md)") != std::string::npos);
   for (const auto& r : meshplan::cli::flag_ranges()) {
     CAPTURE(r.flag);
     CAPTURE(r.command);
