@@ -2,6 +2,7 @@
 #include <benchmark/benchmark.h>
 
 #include "import/config_loader.hpp"
+#include "sim/gpu_speeds.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/data_root.hpp"
@@ -117,13 +118,14 @@ BENCHMARK(BM_Step_GPT3_175B_128xH100_Exact)->Unit(benchmark::kMillisecond);
 // fold's three shorter steps on two threads, SimOptions::parallel_fold, except under --full), on
 // the profile it names.
 namespace {
-void bundle(benchmark::State& state, const char* dir, const char* config, bool full) {
+void bundle(benchmark::State& state, const char* dir, const char* config, bool full, StragglerSpec slow = {}) {
   RunConfig rc = load_run_config((data_root() / "plans" / dir / config).string());
   resolve_layout(rc, rc.plan.mesh.world());
   const ClusterSpec c = load_cluster(rc.cluster.empty() ? "h100-sxm-80gb" : rc.cluster);
   SimOptions options;
   options.parallel_fold = !full;
   options.full = full;
+  if (slow.fraction > 0) options.rank_speed = sample_straggler_speeds(rc.plan.mesh.world(), slow, 1);
   std::int64_t tasks = 0;
   for (auto _ : state) {
     const SimulatedStep s = simulate_step(rc.model, rc.plan, rc.job, c, options);
@@ -143,3 +145,10 @@ static void BM_Simulate_Bundle_Llama70B_256xH100_Full(benchmark::State& state) {
   bundle(state, "llama3.1-70b-256xh100", "llama3.1-70b.toml", true);
 }
 BENCHMARK(BM_Simulate_Bundle_Llama70B_256xH100_Full)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+
+// --full past 512 GPUs: the 16,384-GPU bundle with two slow GPUs (--straggler 0.0001:0.9, seed 1),
+// 10 distinct ranks per stage (sim/rank_classes.hpp).
+static void BM_Simulate_Full_Llama405B_16384xH100_TwoSlowGpus(benchmark::State& state) {
+  bundle(state, "llama3.1-405b-16384xh100", "llama3.1-405b.toml", true, StragglerSpec{0.0001, 0.9});
+}
+BENCHMARK(BM_Simulate_Full_Llama405B_16384xH100_TwoSlowGpus)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
