@@ -88,7 +88,8 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
 struct FullRanks {
   std::int64_t gpus = 0;
   std::int64_t classes = 0;
-  std::int64_t simulated = 0;
+  int stages = 1;
+  std::int64_t simulated() const { return classes * stages; }
 };
 
 // With per-GPU speeds: the step without them, the rank that sets the pace and how many are slow.
@@ -119,14 +120,14 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
                                         : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o.straggler), o.seed);
   if (o.full) {
     const Mesh& mesh = in.run.plan.mesh;
-    FullRanks f{in.run.n_gpus, static_cast<std::int64_t>(rank_classes(mesh, so.rank_speed).size()), 0};
-    f.simulated = f.classes * std::max(1, mesh.pp);
-    if (f.simulated > limits::kMaxFullSimRanks)
+    const FullRanks f{in.run.n_gpus, static_cast<std::int64_t>(rank_classes(mesh, so.rank_speed).size()),
+                      std::max(1, mesh.pp)};
+    if (f.simulated() > limits::kMaxFullSimRanks)
       throw InputError("", "--full",
                        fmt::format("the {} GPUs' speeds leave {} distinct ranks per stage x {} stages = {} to simulate, "
                                    "over the limit of {} (docs/limits.md); fewer distinct speeds, or slow GPUs in fewer "
                                    "stages, simulate fewer",
-                                   f.gpus, f.classes, std::max(1, mesh.pp), f.simulated, limits::kMaxFullSimRanks));
+                                   f.gpus, f.classes, f.stages, f.simulated(), limits::kMaxFullSimRanks));
     full = f;
   }
   if (!speeds) return so;
@@ -150,7 +151,7 @@ void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepRes
     if (gap) j["diagnosis"] = diagnosis_json(*gap);
     if (full) {
       j["full_rank_classes"] = full->classes;
-      j["full_simulated_ranks"] = full->simulated;
+      j["full_simulated_ranks"] = full->simulated();
     }
     if (slow) {
       j["step_time_ideal_s"] = slow->ideal.step_time_s;
@@ -167,8 +168,7 @@ void print_simulate(const SimulateOptions& o, const RunInputs& in, const StepRes
   if (full)
     fmt::print("\n--full: {} GPUs simulated as {} distinct rank{} per stage x {} stage{} (ranks of equal speeds in groups "
                "of the same kinds of rank run alike)\n",
-               full->gpus, full->classes, full->classes == 1 ? "" : "s", full->simulated / full->classes,
-               full->simulated / full->classes == 1 ? "" : "s");
+               full->gpus, full->classes, full->classes == 1 ? "" : "s", full->stages, full->stages == 1 ? "" : "s");
   if (slow)
     fmt::print("\nper-GPU speeds: {} of {} ranks below 1; rank {} (speed {:g}) sets the pace of the synchronous step\n"
                "  step time {:.4f} s with them, {:.4f} s without ({:+.2f} %)\n",

@@ -289,7 +289,7 @@ public:
     for (const StepOp& op : prog_.ops) {
       sizes.deps += op.deps.size() * R_;
       sizes.memory_changes += op.at_start.size() + op.at_end.size();  // rank 0's alone
-      if (options_.full && op.kind == OpKind::collective) sizes.tasks += R_;  // at most a barrier per rank
+      if (classes_ != nullptr && op.kind == OpKind::collective) sizes.tasks += R_;  // at most a barrier per rank
     }
     for (const auto& [op, waits] : host.sync_deps) {
       sizes.tasks += R_;
@@ -393,7 +393,7 @@ private:
       out_.comm_bytes[static_cast<std::size_t>(op.category)] += w.bytes;
       out_.has_comm_bytes[static_cast<std::size_t>(op.category)] = true;
     }
-    if (options_.full && op.kind == OpKind::collective) {
+    if (classes_ != nullptr && op.kind == OpKind::collective) {
       // Every member's issue releases the barrier, which the collective on each member waits on.
       t.deps = {barrier(t, op, w.group, i, k)};
       out_.releases[i * R_ + k] = t.deps.front();
@@ -712,15 +712,14 @@ void track_memory(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j
 }
 
 
+// `ranks_of`: full mode's classes of ranks that run alike (the layout's, the same for every length
+// of the step); nullptr in the symmetric mode.
 SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
-                             const SimOptions& options) {
+                             const SimOptions& options, const RankClasses* ranks_of) {
   SimulatedStep out;
   StepProgram prog =
       lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
-  std::optional<RankClasses> classes;
-  if (options.full) classes = rank_classes(p.mesh, options.rank_speed);
-  const RankClasses* ranks_of = classes ? &*classes : nullptr;
-  const std::size_t R = classes ? classes->size() : 1;
+  const std::size_t R = ranks_of ? ranks_of->size() : 1;
   const std::size_t n_ops = prog.ops.size();
   const OpDeps deps(prog);
   GpuTasks gpu;
@@ -759,9 +758,12 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
 
 SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
                             SimOptions options) {
+  std::optional<RankClasses> classes;
+  if (options.full) classes = rank_classes(p.mesh, options.rank_speed);
+  const RankClasses* ranks_of = classes ? &*classes : nullptr;
   if (!options.exact && !options.keep_timeline)
     for (const FoldPlan& f : fold_plans(p, j)) {
-      auto step_of = [&](int k) { return simulate_whole(m, p, f.at(k), c, options).result; };
+      auto step_of = [&](int k) { return simulate_whole(m, p, f.at(k), c, options, ranks_of).result; };
       // The longest first: the shorter ones then reuse its pages rather than fault in their own.
       // On two threads the longest (m1 + 2P micro-batches) runs against the other two (2 m1 + P).
       StepResult a, b, d;
@@ -783,7 +785,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         return out;
       }
     }
-  return simulate_whole(m, p, j, c, options);
+  return simulate_whole(m, p, j, c, options, ranks_of);
 }
 
 }  // namespace meshplan
