@@ -90,18 +90,20 @@ AttentionShape parse_attention(const std::string& text) {
     else if (key == "seq_q") a.seq_q = parse_count(value, "--attention", what);
     else if (key == "seq_kv") a.seq_kv = parse_count(value, "--attention", what);
     else if (key == "head_dim") a.head_dim = parse_count(value, "--attention", what);
+    else if (key == "window") a.window = parse_count(value, "--attention", what);
     else if (key == "causal") {
       if (value != "0" && value != "1")
         throw InputError("", "--attention", fmt::format("causal must be 0 or 1, got '{}'", value));
       a.causal = value == "1";
     } else {
       throw InputError("", "--attention",
-                       fmt::format("unknown key '{}' (b, heads, kv_heads, seq, seq_q, seq_kv, head_dim, causal)", key));
+                       fmt::format("unknown key '{}' (b, heads, kv_heads, seq, seq_q, seq_kv, head_dim, causal, window)", key));
     }
   }
   if (!heads_set) throw InputError("", "--attention", "heads= is required");
   if (a.seq_q == 0 || a.seq_kv == 0) throw InputError("", "--attention", "seq= (or seq_q= and seq_kv=) is required");
   if (!kv_heads_set) a.kv_heads = a.heads;
+  if (a.window > 0 && !a.causal) throw InputError("", "--attention", "window= is a causal sliding window: it needs causal=1");
   return a;
 }
 
@@ -181,7 +183,7 @@ void add_kernel_options(CLI::App& app, KernelOptions& o) {
   auto* gemm = app.add_option("--gemm", o.gemm, "GEMM shape MxNxK (or BATCHxMxNxK): C[M,N] = A[M,K] B[K,N]");
   auto* attention = app.add_option(
       "--attention", o.attention,
-      "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv)");
+      "fused attention, e.g. b=1,heads=32,seq=8192,head_dim=128,causal=1 (also kv_heads, seq_q, seq_kv, and window=W: a causal sliding window of W keys)");
   auto* memory = app.add_option("--memory-bytes", o.memory_bytes, "bytes read + written by a memory-bound kernel")
                      ->check(in_range("kernel", "--memory-bytes"));
   auto* grouped = app.add_option("--grouped-gemm", o.grouped_gemm,

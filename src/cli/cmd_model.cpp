@@ -98,6 +98,8 @@ json model_json(const ModelSpec& m) {
   j["attention"] = std::string(to_string(m.attention));
   j["qk_norm"] = m.qk_norm;
   j["n_mtp_layers"] = m.n_mtp_layers;
+  j["sliding_window"] = m.sliding_window;
+  j["full_attention_every"] = m.full_attention_every;
   if (m.attention == AttentionKind::mla)
     j["mla"] = json{{"q_lora_rank", m.mla.q_lora_rank},
                     {"kv_lora_rank", m.mla.kv_lora_rank},
@@ -115,8 +117,13 @@ std::string attention_text(const ModelSpec& m) {
   if (m.n_kv_heads == m.n_heads) kind = "multi-head";
   else if (m.n_kv_heads == 1) kind = "multi-query";
   else kind = fmt::format("grouped-query, {} query heads per kv head", m.n_heads / m.n_kv_heads);
-  return fmt::format("{} heads, {} kv heads ({}), head_dim {}{}", m.n_heads, m.n_kv_heads, kind, m.head_dim,
-                     m.qk_norm ? ", QK-norm" : "");
+  std::string window;
+  if (m.sliding_window > 0)
+    window = m.full_attention_every > 0
+                 ? fmt::format(", a {}-token window (one layer in {} full)", m.sliding_window, m.full_attention_every)
+                 : fmt::format(", a {}-token window on every layer", m.sliding_window);
+  return fmt::format("{} heads, {} kv heads ({}), head_dim {}{}{}", m.n_heads, m.n_kv_heads, kind, m.head_dim,
+                     m.qk_norm ? ", QK-norm" : "", window);
 }
 
 std::string mlp_text(const ModelSpec& m) {

@@ -152,6 +152,11 @@ void emit_attention(const RunConfig& rc, ArgList& a) {
   }
   if (model.qk_norm) a.flag("--qk-layernorm");
   if (model.n_mtp_layers > 0) a.arg("--mtp-num-layers", model.n_mtp_layers);
+  // Without the window the launched run would train a different model; meshplan has no source
+  // for the arguments that set it in each Megatron release, so it emits none rather than guess.
+  if (model.sliding_window > 0)
+    refuse(kRt, "model.sliding_window",
+           fmt::format("sliding-window attention ({} tokens) is not emitted for Megatron-LM", model.sliding_window));
 }
 
 // The MLP: dense, or the experts with their dispatcher; its activation.

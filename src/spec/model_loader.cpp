@@ -41,12 +41,12 @@ std::string lower(std::string_view s) {
 // ---------------------------------------------------------------------------------------------
 // Model TOML (schema in docs/models.md). Strict: every key is known, every value has its type.
 
-constexpr std::array<std::string_view, 25> kTopKeys = {
+constexpr std::array<std::string_view, 27> kTopKeys = {
     "name",        "n_layers",  "d_model",         "n_heads",         "n_kv_heads",
     "head_dim",    "mlp",       "ffn_hidden",      "vocab",           "tied_embeddings",
     "pos_emb",     "max_seq_len", "norm",          "norm_bias",       "linear_bias",
     "n_params_published", "n_params_source", "moe", "attention", "qk_norm", "n_mtp_layers", "mla",
-    "rope_theta", "rope_scaling", "norm_eps"};
+    "rope_theta", "rope_scaling", "norm_eps", "sliding_window", "full_attention_every"};
 constexpr std::array<std::string_view, 5> kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                                               "original_max_position"};
 constexpr std::array<std::string_view, 6> kMoeKeys = {"n_experts", "top_k", "expert_ffn",
@@ -199,6 +199,10 @@ void read_attention(const toml::table& root, const std::string& file, const Toml
     m.attention = r.req_enum<AttentionKind>("attention", parse_attention_kind, "\"gqa\", \"mla\"");
   m.qk_norm = r.opt_bool("qk_norm").value_or(false);
   m.n_mtp_layers = static_cast<int>(r.opt_int("n_mtp_layers", 0, kIntMax).value_or(0));
+  m.sliding_window = r.opt_int("sliding_window", 0, kSizeMax).value_or(0);
+  m.full_attention_every = static_cast<int>(r.opt_int("full_attention_every", 0, kIntMax).value_or(0));
+  if (m.full_attention_every > 0 && m.sliding_window == 0)
+    throw r.error("full_attention_every", "given without a sliding_window: every layer already attends in full");
   const toml::node* mla_node = root.get("mla");
   if (mla_node == nullptr) {
     if (m.attention == AttentionKind::mla)
@@ -333,6 +337,7 @@ public:
     return &*it;
   }
   bool has(std::string_view k) const { return get(k) != nullptr; }
+  bool written(std::string_view k) const { return j_.find(k) != j_.end(); }  // even as null
 
   // Sizes are strictly positive: a zero width or head count is never a real model.
   std::optional<std::int64_t> opt_size(std::string_view k) const {
@@ -491,6 +496,41 @@ bool one_bias_flag(const JsonReader& r, bool attn_bias, bool mlp_bias, std::stri
   return attn_bias;
 }
 
+// transformers' sliding window: `sliding_window` tokens (null: none) on the layers `layer_types`
+// marks "sliding_attention" (absent: every layer, or every layer but each `full_every`-th, the
+// family's default pattern), as ModelSpec's pattern (every N-th layer full); another pattern is an
+// error naming layer_types.
+void read_sliding_window(const JsonReader& r, ModelSpec& m, std::optional<std::int64_t> default_window, int full_every) {
+  m.sliding_window = r.opt_size("sliding_window").value_or(r.written("sliding_window") ? 0 : default_window.value_or(0));
+  m.full_attention_every = full_every;
+  const json* types = r.get("layer_types");
+  if (types == nullptr) {
+    if (m.sliding_window == 0) m.full_attention_every = 0;
+    return;
+  }
+  if (!types->is_array() || static_cast<int>(types->size()) != m.n_layers)
+    throw r.error("layer_types", fmt::format("expected an array of {} layer kinds (num_hidden_layers)", m.n_layers));
+  std::vector<bool> windowed;
+  for (const json& t : *types) {
+    if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+      throw r.error("layer_types", "expected \"sliding_attention\" or \"full_attention\" for each layer");
+    windowed.push_back(t == "sliding_attention");
+  }
+  const auto first_full = std::find(windowed.begin(), windowed.end(), false);
+  const bool any_windowed = std::find(windowed.begin(), windowed.end(), true) != windowed.end();
+  if (!any_windowed || m.sliding_window == 0) {
+    m.sliding_window = 0;
+    m.full_attention_every = 0;
+    return;
+  }
+  m.full_attention_every = first_full == windowed.end() ? 0 : static_cast<int>(first_full - windowed.begin()) + 1;
+  for (int layer = 0; layer < m.n_layers; ++layer)
+    if (m.is_windowed_layer(layer) != windowed[static_cast<std::size_t>(layer)])
+      throw r.error("layer_types", fmt::format("layer {} breaks the pattern of one full layer every {} (only periodic "
+                                               "patterns ending each period with the full layer are modelled)",
+                                               layer, m.full_attention_every));
+}
+
 // Llama, Mistral, Mixtral: gated (SwiGLU-shaped) MLP whatever hidden_act says, RMSNorm, RoPE.
 ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view model_type) {
   ModelSpec m;
@@ -528,6 +568,8 @@ ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view mo
   if (auto eps = r.opt_positive_number("rms_norm_eps")) m.norm_eps = *eps;
   m.linear_bias = one_bias_flag(r, r.opt_bool("attention_bias").value_or(false),
                                 r.opt_bool("mlp_bias").value_or(false), "mlp_bias");
+  // Mistral 7B v0.1 windows every layer (4096); later Mistral and Mixtral configs write null.
+  if (model_type != "qwen3") read_sliding_window(r, m, std::nullopt, 0);
 
   const std::int64_t ffn = r.req_size("intermediate_size");
   const bool has_experts = r.has("num_local_experts") || r.has("num_experts");
@@ -550,6 +592,10 @@ ModelSpec import_llama(const JsonReader& r, bool is_mixtral, std::string_view mo
 ModelSpec import_qwen3(const JsonReader& r, std::string_view model_type) {
   ModelSpec m = import_llama(r, false, "qwen3");
   m.qk_norm = true;
+  // Qwen3 writes a sliding_window it leaves off (use_sliding_window false); on, it windows the
+  // layers from max_window_layers on, a pattern not modelled.
+  if (r.opt_bool("use_sliding_window").value_or(false))
+    throw r.error("use_sliding_window", "Qwen's windowed layers from max_window_layers on are not modelled");
   m.max_seq_len = r.opt_size("max_position_embeddings").value_or(32768);
   // Qwen3MoeConfig's defaults: 128 experts, top-8, moe_intermediate_size 768, every layer sparse.
   const bool moe = model_type == "qwen3_moe" || r.has("moe_intermediate_size");
@@ -631,6 +677,8 @@ ModelSpec import_gpt_oss(const JsonReader& r) {
     throw r.error("num_experts_per_tok", fmt::format("{} exceeds num_local_experts {}", m.moe.top_k, m.moe.n_experts));
   m.moe.expert_ffn = r.req_size("intermediate_size");
   m.ffn_hidden = m.moe.expert_ffn;
+  // GptOssConfig: a 128-token window on every second layer, from layer 0.
+  read_sliding_window(r, m, 128, 2);
   return m;
 }
 

@@ -79,6 +79,15 @@ struct ModelSpec {
   // Multi-token prediction modules after the last layer (DeepSeek-V3: 1), each a projection of
   // [norm(h), norm(emb)] (2d -> d) and one more block sharing the embedding and head; 0: none.
   int n_mtp_layers = 0;
+  // Sliding-window attention (Mistral 7B v0.1, Gemma, gpt-oss): a windowed layer's queries attend
+  // to the last `sliding_window` tokens, not the whole causal prefix; 0: no layer is windowed.
+  // With full_attention_every = N > 0 every N-th layer (N - 1, 2N - 1, ...) attends in full and
+  // the others are windowed (gpt-oss: 2, from a windowed layer 0); 0: every layer is windowed.
+  std::int64_t sliding_window = 0;
+  int full_attention_every = 0;
+  bool is_windowed_layer(int layer) const {
+    return sliding_window > 0 && (full_attention_every <= 0 || (layer + 1) % full_attention_every != 0);
+  }
   std::optional<std::int64_t> n_params_published;
   std::string n_params_source;   // where the published count comes from
 };

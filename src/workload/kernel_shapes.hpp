@@ -40,6 +40,10 @@ struct AttentionShape {
   AttentionKernel kernel = AttentionKernel::framework;
   // cuDNN release the run uses (parse_library_version); 0 = the newest the profile measured.
   int cudnn_version = 0;
+  // A causal sliding window (ModelSpec::sliding_window): each query attends to at most this many
+  // keys, itself included; 0 (or a window no shorter than seq_kv): the whole causal prefix.
+  std::int64_t window = 0;
+  bool windowed() const { return causal && window > 0 && window < seq_kv; }
   friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
 };
 
@@ -61,12 +65,20 @@ struct NormWork {
 constexpr double kAttentionBackwardOverForward = 2.5;
 
 // FLOPs the fused (FlashAttention-style) kernel executes. Forward: S = Q K^T and O = P V,
-// 2 x (2 b h s_q s_kv d); a causal mask skips half the tiles. Backward: kAttentionBackwardOverForward
-// times that.
+// 2 x (2 b h s_q s_kv d); a causal mask skips half the tiles. A sliding window of w keys over a
+// sequence of s: the first w queries see the causal triangle (w^2 / 2 pairs), every later one w
+// keys, s w - w^2 / 2 pairs in all (s^2 / 2 at w = s), of which a rank holding s_q of the s
+// queries (context parallelism's balanced chunks) does its share s_q / s. Backward:
+// kAttentionBackwardOverForward times the forward.
 inline double attention_flops(const AttentionShape& a, Pass pass) {
-  double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
-               static_cast<double>(a.seq_kv) * static_cast<double>(a.head_dim);
-  if (a.causal) fwd *= 0.5;
+  const double per_pair = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
+  double fwd = per_pair * static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv);
+  if (a.windowed()) {
+    const double w = static_cast<double>(a.window), s = static_cast<double>(a.seq_kv);
+    fwd = per_pair * static_cast<double>(a.seq_q) * (w - w * w / (2 * s));
+  } else if (a.causal) {
+    fwd *= 0.5;
+  }
   return pass == Pass::forward ? fwd : kAttentionBackwardOverForward * fwd;
 }
 

@@ -57,16 +57,23 @@ struct Builder::LayerChain {
   }
 };
 
-double Builder::add_core_attention(Op& op, Pass pass) const {
+AttentionShape Builder::attention_of(int layer) const {
+  AttentionShape a = k_.attention;
+  if (m_.is_windowed_layer(layer)) a.window = m_.sliding_window;
+  return a;
+}
+
+double Builder::add_core_attention(Op& op, Pass pass, int layer) const {
   if (k_.fused_attention) {
-    op.attention = {k_.attention};
+    const AttentionShape a = attention_of(layer);
+    op.attention = {a};
     op.attention_pass = pass;
     if (p_.fp8_attention && low_precision()) {
       op.low_precision_attention = true;
-      op.cast_bytes += attention_cast_bytes(k_.attention, pass, d_.e, quant_recipe(p_.fp8));
+      op.cast_bytes += attention_cast_bytes(a, pass, d_.e, quant_recipe(p_.fp8));
       op.kernels += kAttentionCastKernelsPerPass;
     }
-    return attention_flops(k_.attention, pass);
+    return attention_flops(a, pass);
   }
   double flops = 0;
   for (const GemmShape& g : k_.score_gemms) {
@@ -150,8 +157,9 @@ Op Builder::tp_collective(int stage, std::string name, CollectiveOp c, double by
 // The attention half of a forward after the QKV op `pre`: with CP the K/V all-gather splits it
 // from the core attention and output projection; overlapped TP makes the core attention an op of
 // its own; otherwise QKV, attention and output projection are one op.
-void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const std::string& tag, OpCategory cat,
-                                std::int64_t mb, bool overlap, double flops_scale) {
+void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int layer, const std::string& tag,
+                                OpCategory cat, std::int64_t mb, bool overlap, double flops_scale) {
+  const double model_attention_flops = attention_flops(attention_of(layer), Pass::forward);
   // The output projection (with the core attention before it, unless that is an op of its own).
   auto projection = [&](const char* suffix, bool with_attention) {
     Op op = compute_op(stage, sub_name(tag, suffix), cat);
@@ -161,8 +169,8 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
     op.kernels = k_.attn_kernels;
     quantize_forward(op, k_.post_attention, mb);
     const double flops = gemm_flops(op.gemms);
-    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::forward) : 0.0);
-    op.model_flops = flops_scale * (flops + (with_attention ? attention_flops(k_.attention, Pass::forward) : 0.0));
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::forward, layer) : 0.0);
+    op.model_flops = flops_scale * (flops + (with_attention ? model_attention_flops : 0.0));
     if (overlap) chunk_for_overlap(op);
     return op;
   };
@@ -177,8 +185,8 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
     // projection, so the attention kernel between them is an op of its own.
     chain_of.compute(std::move(pre));
     Op core = compute_op(stage, sub_name(tag, ".attn"), cat);
-    core.hardware_flops = add_core_attention(core, Pass::forward);
-    core.model_flops = flops_scale * attention_flops(k_.attention, Pass::forward);
+    core.hardware_flops = add_core_attention(core, Pass::forward, layer);
+    core.model_flops = flops_scale * model_attention_flops;
     chain_of.compute(std::move(core));
     chain_of.compute(projection(".proj", false));
   } else {
@@ -188,8 +196,8 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, const
     pre.kernels += k_.attn_kernels;
     quantize_forward(pre, k_.post_attention, mb);
     const double flops = gemm_flops(pre.gemms);
-    pre.hardware_flops = flops + add_core_attention(pre, Pass::forward);
-    pre.model_flops = flops_scale * (flops + attention_flops(k_.attention, Pass::forward));
+    pre.hardware_flops = flops + add_core_attention(pre, Pass::forward, layer);
+    pre.model_flops = flops_scale * (flops + model_attention_flops);
     chain_of.compute(std::move(pre));
   }
 }
@@ -285,7 +293,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   };
   Op pre = linears_op(".qkv", k_.pre_attention, k_.pre_attention_bytes, k_.pre_kernels);
   add_layernorm(pre, Pass::forward, 1);
-  forward_attention(chain_of, std::move(pre), stage, tag, cat, mb, overlap, flops_scale);
+  forward_attention(chain_of, std::move(pre), stage, layer, tag, cat, mb, overlap, flops_scale);
   const bool sp_shard_moe = moe_on_sp_shard(layer);
   if (tp && full_tp) {
     comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"),
@@ -327,9 +335,9 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
     if (suffix != std::string_view(".mlp")) add_layernorm(op, Pass::backward, 1);
     op.kernels = kernels;
     const double flops = gemm_flops(op.gemms);
-    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward) : 0.0);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward, layer) : 0.0);
     op.model_flops =
-        flops + (with_attention ? kAttentionModelBackwardOverForward * attention_flops(k_.attention, Pass::forward) : 0.0);
+        flops + (with_attention ? kAttentionModelBackwardOverForward * attention_flops(attention_of(layer), Pass::forward) : 0.0);
     quantize_backward(op, linears);
     if (chain_of.overlap) chunk_for_overlap(op);
     return op;

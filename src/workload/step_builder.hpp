@@ -163,11 +163,14 @@ private:
   bool moe_on_sp_shard(int layer) const {
     return m_.moe.is_moe_layer(layer) && d_.moe_skips_tp_gather && m_.moe.n_shared_experts == 0;
   }
-  void forward_attention(LayerChain& chain, Op&& pre, int stage, const std::string& tag, OpCategory cat,
+  void forward_attention(LayerChain& chain, Op&& pre, int stage, int layer, const std::string& tag, OpCategory cat,
                          std::int64_t mb, bool overlap, double flops_scale);
-  // Adds the core attention (the fused kernel, or the unfused batched GEMMs and softmax) to `op`;
-  // returns the FLOPs the GPU executes for it.
-  double add_core_attention(Op& op, Pass pass) const;
+  // The fused attention kernel of `layer`: the block's, with the model's sliding window where the
+  // layer is a windowed one.
+  AttentionShape attention_of(int layer) const;
+  // Adds `layer`'s core attention (the fused kernel, or the unfused batched GEMMs and softmax,
+  // which compute every score a window would mask) to `op`; returns the FLOPs the GPU executes.
+  double add_core_attention(Op& op, Pass pass, int layer) const;
   // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
   // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
   void add_layernorm(Op& op, Pass pass, int norms) const;

@@ -1,5 +1,6 @@
 #include "workload/step_program.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -75,8 +76,11 @@ double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len) {
                           : static_cast<double>(m.head_dim);
   // Multi-token prediction: N counts each module's block and projection (ParamCounts::mtp), the
   // attention counts its block as a layer, and the shared head runs once more per module (6 d V).
-  const double layers = static_cast<double>(m.n_layers + m.n_mtp_layers);
-  const double attention = 12.0 * layers * static_cast<double>(m.n_heads) * head * seq_len;
+  // A windowed layer's token attends to `sliding_window` keys, not `seq_len`.
+  double keys = 0;
+  for (int layer = 0; layer < m.n_layers + m.n_mtp_layers; ++layer)
+    keys += static_cast<double>(layer < m.n_layers && m.is_windowed_layer(layer) ? std::min(m.sliding_window, seq_len) : seq_len);
+  const double attention = 12.0 * static_cast<double>(m.n_heads) * head * keys;
   const double mtp_logits = 6.0 * m.n_mtp_layers * static_cast<double>(m.d_model) * static_cast<double>(m.vocab);
   return 6.0 * non_embedding + attention + mtp_logits;
 }

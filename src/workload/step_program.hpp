@@ -151,7 +151,8 @@ struct LowerOptions {
 StepProgram lower_step(const ModelSpec& m, const Plan& p, const Job& j, LowerOptions options = {});
 
 // Model FLOPs per token: 6 * (N - input embeddings) + 12 * L * (heads * head_dim) * seq
-// (PaLM appendix B / torchtitan's count: attention counted without the causal discount).
+// (PaLM appendix B / torchtitan's count: attention counted without the causal discount; a
+// windowed layer's keys are its window, not seq).
 double model_flops_per_token(const ModelSpec& m, std::int64_t seq_len);
 
 }  // namespace meshplan

@@ -211,6 +211,8 @@ TEST_CASE("catalogued bad inputs: exit 2, one line naming the file or flag, the 
       {"kernel --cluster h100-sxm-80gb --gemm 8x99999999999999999999x8", {"--gemm", "N", "maximum"}},
       {"kernel --cluster h100-sxm-80gb --attention b=1,heads=99999999999,seq=8192,head_dim=128",
        {"--attention", "maximum"}},
+      {"kernel --cluster h100-sxm-80gb --attention b=1,heads=8,seq=8192,head_dim=128,causal=0,window=128",
+       {"--attention", "window", "causal=1"}},
       {"memory --config " + plan + " --gpus 99999999999", {"--gpus", "maximum"}},
       {"simulate --config " + plan + " --gpus 2000000", {"--gpus", "maximum"}},
       // ---- plan TOML (findings 3, 7, 8, 9)

@@ -280,6 +280,51 @@ TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA chan
   CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), gqa, Pass::forward, Dtype::bf16), InputError);
 }
 
+TEST_CASE("sliding-window attention: FLOPs of the window, rate of its masked blocks") {
+  AttentionShape a;
+  a.batch = 1;
+  a.heads = 1;
+  a.kv_heads = 1;
+  a.seq_q = a.seq_kv = 4096;
+  a.head_dim = 64;
+  a.window = 128;
+  // 128 x 129 / 2 pairs for the first 128 queries and 128 for each later one, s w - w^2 / 2 in
+  // the continuous count the causal one uses: 4096 x 128 - 8192 = 516,096 pairs of 4 d FLOPs.
+  CHECK(attention_flops(a, Pass::forward) == doctest::Approx(4.0 * 64 * 516096));
+  CHECK(attention_flops(a, Pass::backward) == doctest::Approx(2.5 * 4.0 * 64 * 516096));
+  AttentionShape wide = a;
+  wide.window = 4096;  // a window as long as the sequence is the causal mask
+  CHECK_FALSE(wide.windowed());
+  AttentionShape causal = a;
+  causal.window = 0;
+  CHECK(attention_flops(wide, Pass::forward) == attention_flops(causal, Pass::forward));
+  // A context-parallel rank's quarter of the queries does a quarter of the window's pairs.
+  AttentionShape cp = a;
+  cp.seq_q = 1024;
+  CHECK(attention_flops(cp, Pass::forward) == doctest::Approx(attention_flops(a, Pass::forward) / 4));
+  AttentionShape bidirectional = a;
+  bidirectional.causal = false;
+  CHECK_THROWS_AS(attention_time(profile("h100-sxm-80gb"), bidirectional, Pass::forward, Dtype::bf16), InputError);
+
+  // cudnn-frontend's gpt-oss preset (head_dim 64, window 128, causal, bf16; NVIDIA/cudnn-frontend
+  // @3929da2 sdpa_benchmark_training results, unmasked pairs counted) runs at 150-190 TFLOP/s on
+  // GB200. Burst clocks, as the benchmark ran; batch 2 x 64 query heads over 8 kv heads, 8k tokens.
+  ClusterSpec gb200 = profile("gb200");
+  gb200.gpu.sustained_clock_fraction = 1.0;
+  gb200.gpu.attention_sustained_clock_fraction = 0;
+  AttentionShape oss{2, 64, 8, 8192, 8192, 64, true};
+  oss.backend = AttentionBackend::transformer_engine;
+  oss.window = 128;
+  const KernelEstimate w = attention_time(gb200, oss, Pass::forward, Dtype::bf16);
+  const double tflops = w.flops / w.seconds / 1e12;
+  CHECK(tflops > 150);
+  CHECK(tflops < 190);
+  // The same kernel without the window runs the causal curve at 8k, over four times the rate.
+  oss.window = 0;
+  const KernelEstimate full = attention_time(gb200, oss, Pass::forward, Dtype::bf16);
+  CHECK(full.flops / full.seconds / 1e12 > 4 * tflops);
+}
+
 TEST_CASE("memory-bound kernels run at 0.627 of the STREAM copy bandwidth (Azure BabelStream)") {
   // Eager element-wise kernels reach 0.627 of STREAM copy: the profiles' elementwise_efficiency,
   // the shipped joint fit of tests/regen_fits.sh over the dev sets (docs/validation.md).

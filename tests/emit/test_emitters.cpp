@@ -700,6 +700,7 @@ TEST_CASE("megatron refuses what it cannot express") {
   refuse_with([](RunConfig& r) { r.plan.mesh.dp_shard = 4; r.plan.mesh.tp = 2; r.plan.tp_style = TpStyle::mlp_only; }, "tp_style");
   refuse_with([](RunConfig& r) { r.plan.act_offload = true; }, "act_offload");
   refuse_with([](RunConfig& r) { r.model = load_model("mpt-7b"); r.model.pos_emb = PosEmb::alibi; }, "model");
+  refuse_with([](RunConfig& r) { r.model.sliding_window = 4096; }, "model.sliding_window");
 }
 
 TEST_CASE("megatron: Megatron-FSDP for ZeRO-2/3 and the pipeline split rules") {

@@ -404,8 +404,44 @@ TEST_CASE("HF import: Qwen3-MoE, DeepSeek-V3 and gpt-oss config.json fields") {
     "hidden_size": 2880, "intermediate_size": 2880, "max_position_embeddings": 131072,
     "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
     "num_local_experts": 128, "sliding_window": 128, "tie_word_embeddings": false, "vocab_size": 201088})");
-  CHECK(meshplan::n_params(meshplan::import_hf_config(oss, "gpt-oss/config.json")) ==
-        meshplan::n_params(meshplan::load_model("gpt-oss-120b")));
+  const ModelSpec o = meshplan::import_hf_config(oss, "gpt-oss/config.json");
+  const ModelSpec shipped = meshplan::load_model("gpt-oss-120b");
+  CHECK(meshplan::n_params(o) == meshplan::n_params(shipped));
+  // GptOssConfig's default layer_types: sliding at even layers, full at odd ones.
+  CHECK(o.sliding_window == 128);
+  CHECK(o.full_attention_every == 2);
+  CHECK(shipped.sliding_window == 128);
+  CHECK(shipped.full_attention_every == 2);
+  CHECK(o.is_windowed_layer(0));
+  CHECK_FALSE(o.is_windowed_layer(1));
+  CHECK(o.is_windowed_layer(34));
+  CHECK_FALSE(o.is_windowed_layer(35));
+  // The written layer_types agree; null sliding_window switches the window off.
+  json typed = oss;
+  typed["layer_types"] = json::array();
+  for (int i = 0; i < 36; ++i) typed["layer_types"].push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  CHECK(meshplan::import_hf_config(typed, "x.json").full_attention_every == 2);
+  json off = oss;
+  off["sliding_window"] = nullptr;
+  CHECK(meshplan::import_hf_config(off, "x.json").sliding_window == 0);
+  // Gemma-3-style five windowed layers then a full one: every 6th full.
+  typed["layer_types"] = json::array();
+  for (int i = 0; i < 36; ++i) typed["layer_types"].push_back(i % 6 == 5 ? "full_attention" : "sliding_attention");
+  CHECK(meshplan::import_hf_config(typed, "x.json").full_attention_every == 6);
+  // A pattern that is not one full layer every N is refused, naming the key.
+  typed["layer_types"][7] = "sliding_attention";
+  typed["layer_types"][8] = "full_attention";
+  CHECK(expect_input_error([&] { (void)meshplan::import_hf_config(typed, "x.json"); }, "x.json", "layer_types")
+            .find("layer 8") != std::string::npos);
+  typed["layer_types"] = json::array({"sliding_attention"});
+  CHECK(expect_input_error([&] { (void)meshplan::import_hf_config(typed, "x.json"); }, "x.json", "layer_types")
+            .find("36") != std::string::npos);
+  // Qwen3 writes a window it leaves off; turned on, its pattern is not modelled.
+  json qwen_window = qwen;
+  qwen_window["sliding_window"] = 4096;
+  CHECK(meshplan::import_hf_config(qwen_window, "x.json").sliding_window == 0);
+  qwen_window["use_sliding_window"] = true;
+  CHECK_THROWS_AS(meshplan::import_hf_config(qwen_window, "x.json"), InputError);
 }
 
 TEST_CASE("HF import: Llama-3.1-8B") {
@@ -636,6 +672,14 @@ TEST_CASE("bad model TOML: each error names the file and the key") {
   {
     auto [path, f] = load("enum", replace_line(kGoodToml, "mlp", "mlp = \"silu\""));
     CHECK(expect_input_error(f, path, "mlp").find("swiglu") != std::string::npos);
+  }
+  {
+    auto [path, f] = load("window", kGoodToml + "full_attention_every = 2\n");
+    CHECK(expect_input_error(f, path, "full_attention_every").find("sliding_window") != std::string::npos);
+  }
+  {
+    auto [path, f] = load("window_negative", kGoodToml + "sliding_window = -1\n");
+    expect_input_error(f, path, "sliding_window");
   }
   {
     auto [path, f] = load("normbias", replace_line(kGoodToml, "norm_bias", "norm_bias = true"));

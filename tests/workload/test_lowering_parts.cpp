@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "spec/model_loader.hpp"
 #include "spec/runtime_traits.hpp"
 #include "spec/units.hpp"
 #include "workload/kernel_shapes.hpp"
@@ -158,4 +159,31 @@ TEST_CASE("names: every stream, category and group has its own name") {
   for (int i = 0; i < kOpCategories; ++i) CHECK(to_string(static_cast<OpCategory>(i)) != "?");
   for (int i = 0; i < kGroupKinds; ++i) CHECK(to_string(static_cast<GroupKind>(i)) != "?");
   CHECK(kGiB == 1073741824.0);
+}
+
+TEST_CASE("gpt-oss's windowed layers: each does the window's attention, by hand") {
+  const ModelSpec windowed = load_model("gpt-oss-120b");
+  ModelSpec full = windowed;
+  full.sliding_window = 0;
+  full.full_attention_every = 0;
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.sharding = Sharding::none;
+  p.param_dtype = p.compute_dtype = Dtype::bf16;
+  p.reduce_dtype = Dtype::fp32;
+  p.ac = AcMode::none;
+  const Job j{4096, 1, 1, 1};
+  const StepProgram a = lower_step(full, p, j), b = lower_step(windowed, p, j);
+  // 18 of the 36 layers windowed: 64 heads of 64 attend to 128 keys each instead of the causal
+  // prefix, 4096^2 / 2 - (4096 x 128 - 128^2 / 2) = 7,872,512 fewer pairs of 4 x 64 x 64 FLOPs
+  // forward; the MFU count takes the backward as twice the forward (3x), the GPU runs 2.5x (3.5x).
+  const double saved_forward = 18 * 4.0 * 64 * 64 * 7872512;
+  CHECK(a.model_flops_per_step - b.model_flops_per_step == doctest::Approx(3 * saved_forward).epsilon(1e-9));
+  double hardware_a = 0, hardware_b = 0;
+  for (const Op& op : a.expanded()) hardware_a += op.hardware_flops;
+  for (const Op& op : b.expanded()) hardware_b += op.hardware_flops;
+  CHECK(hardware_a - hardware_b == doctest::Approx(3.5 * saved_forward).epsilon(1e-9));
+  // Per token (no causal discount): a windowed layer's keys are 128, not 4096.
+  CHECK(model_flops_per_token(full, 4096) - model_flops_per_token(windowed, 4096) ==
+        doctest::Approx(12.0 * 64 * 64 * (4096 - 128) * 18).epsilon(1e-12));
 }
