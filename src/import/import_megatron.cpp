@@ -332,7 +332,8 @@ bool same_shape(const ModelSpec& a, const ModelSpec& b, bool compare_vocab) {
          a.attention == b.attention &&
          a.mla.q_lora_rank == b.mla.q_lora_rank && a.mla.kv_lora_rank == b.mla.kv_lora_rank &&
          a.mla.rope_head_dim == b.mla.rope_head_dim && a.mla.v_head_dim == b.mla.v_head_dim &&
-         a.qk_norm == b.qk_norm && a.n_mtp_layers == b.n_mtp_layers;
+         a.qk_norm == b.qk_norm && a.n_mtp_layers == b.n_mtp_layers && a.sliding_window == b.sliding_window &&
+         a.full_attention_every == b.full_attention_every;
 }
 
 // --moe-layer-freq: an int k (every k-th layer is MoE) or a Python list expression such as

@@ -26,13 +26,14 @@ const std::vector<std::string> kModelKeys = {
     "ffn_hidden", "mlp", "vocab", "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias",
     "max_seq_len", "moe_experts", "moe_top_k", "moe_expert_ffn", "moe_shared_experts",
     "n_params_published", "n_params_source", "moe_dense_layers", "moe_capacity_factor", "moe_force_balance", "qk_norm", "attention",
-    "mla_q_lora_rank", "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
+    "mla_q_lora_rank", "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers", "sliding_window",
+    "full_attention_every"};
 const std::vector<std::string> kShapeKeys = {
     "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "mlp", "vocab",
     "tied_embeddings", "pos_emb", "norm", "linear_bias", "norm_bias", "max_seq_len", "moe_experts",
     "moe_top_k", "moe_expert_ffn", "moe_shared_experts", "n_params_published", "n_params_source",
     "moe_dense_layers", "moe_capacity_factor", "moe_force_balance", "qk_norm", "attention", "mla_q_lora_rank",
-    "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers"};
+    "mla_kv_lora_rank", "mla_rope_head_dim", "mla_v_head_dim", "n_mtp_layers", "sliding_window", "full_attention_every"};
 const std::vector<std::string> kClusterKeys = {"profile", "gpus"};
 const std::vector<std::string> kLayoutKeys = {"pp", "vpp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp",
                                               "tp_style", "sequence_parallel", "async_tp", "loss_parallel", "schedule",
@@ -158,6 +159,10 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
   i64("mla_rope_head_dim", spec.mla.rope_head_dim, limits::kMaxHeadDim, "the head dimension");
   i64("mla_v_head_dim", spec.mla.v_head_dim, limits::kMaxHeadDim, "the head dimension");
   i32("n_mtp_layers", spec.n_mtp_layers, limits::kMaxLayers, "layers");
+  i64("sliding_window", spec.sliding_window, limits::kMaxSeqLen, "the sequence length");
+  i32("full_attention_every", spec.full_attention_every, limits::kMaxLayers, "layers");
+  if (spec.full_attention_every > 0 && spec.sliding_window == 0)
+    m.fail("full_attention_every", "given without a sliding_window: every layer already attends in full");
   spec.mlp = get_enum(m, "mlp", spec.mlp, parse_mlp_kind, "gelu, swiglu, relu2");
   spec.pos_emb = get_enum(m, "pos_emb", spec.pos_emb, parse_pos_emb, "rope, learned, alibi, none");
   spec.norm = get_enum(m, "norm", spec.norm, parse_norm_kind, "rmsnorm, layernorm");
@@ -498,6 +503,8 @@ void write_model(TomlLines& t, const ModelSpec& m) {
     t.line(fmt::format("mla_v_head_dim = {}", m.mla.v_head_dim));
   }
   if (m.n_mtp_layers > 0) t.line(fmt::format("n_mtp_layers = {}", m.n_mtp_layers));
+  if (m.sliding_window > 0) t.line(fmt::format("sliding_window = {}", m.sliding_window));
+  if (m.full_attention_every > 0) t.line(fmt::format("full_attention_every = {}", m.full_attention_every));
   if (m.n_params_published) t.line(fmt::format("n_params_published = {}", *m.n_params_published));
   if (!m.n_params_source.empty()) t.line("n_params_source = " + quote(m.n_params_source));
 }

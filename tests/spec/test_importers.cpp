@@ -510,6 +510,8 @@ TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   RunConfig rc = megatron_mixtral("a100-80gb", 32);
   rc.plan.mesh = Mesh{.pp = 2, .vpp = 2, .dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2, .ep = 4};
   rc.model.moe.force_balance = true;
+  rc.model.sliding_window = 4096;
+  rc.model.full_attention_every = 3;
   rc.plan.sharding = Sharding::zero1;
   rc.plan.reshard_after_forward = false;
   rc.plan.backward_prefetch = BackwardPrefetch::none;
@@ -542,6 +544,8 @@ TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   CHECK(back.plan.mesh.ep == 4);
   CHECK(back.model.moe.n_experts == 8);
   CHECK(back.model.moe.force_balance);
+  CHECK(back.model.sliding_window == 4096);
+  CHECK(back.model.full_attention_every == 3);
   resolve_layout(back, std::nullopt);
   CHECK(back.job.grad_accum == 16);
 }
