@@ -18,6 +18,7 @@
 #include "spec/error.hpp"
 #include "spec/placement.hpp"
 #include "spec/topology.hpp"
+#include "spec/topology_graph.hpp"
 
 namespace meshplan::cli {
 namespace {
@@ -73,7 +74,7 @@ std::string mesh_text(const Mesh& m) {
 
 std::string path_text(const Topology& t, const Route& r) {
   std::string s;
-  for (const auto v : r.path) s += (s.empty() ? "" : " > ") + t.graph[v].name;
+  for (const auto v : r.path) s += (s.empty() ? "" : " > ") + t.graph->adjacency[v].name;
   return s;
 }
 
@@ -98,13 +99,13 @@ json counts_json(const Topology& t) {
               {"spine_vertices", t.n_spine_vertices},
               {"leaf_oversubscription", t.leaf_oversubscription},
               {"spine_oversubscription", t.spine_oversubscription},
-              {"graph_vertices", boost::num_vertices(t.graph)},
-              {"graph_edges", boost::num_edges(t.graph)}};
+              {"graph_vertices", boost::num_vertices(t.graph->adjacency)},
+              {"graph_edges", boost::num_edges(t.graph->adjacency)}};
 }
 
 json route_json(const Topology& t, const Route& r) {
   json path = json::array();
-  for (const auto v : r.path) path.push_back(t.graph[v].name);
+  for (const auto v : r.path) path.push_back(t.graph->adjacency[v].name);
   return json{{"bottleneck_bytes_per_s", r.bottleneck_bytes_per_s},
               {"latency_seconds", r.latency_seconds},
               {"switch_hops", r.switch_hops},
@@ -164,7 +165,7 @@ void print_text(const Topology& t, const Mesh* mesh) {
   } else {
     row("fabric", "none beyond the NVLink domain (fabric.kind = nvl_domain)");
   }
-  row("graph", fmt::format("{} vertices, {} edges", boost::num_vertices(t.graph), boost::num_edges(t.graph)));
+  row("graph", fmt::format("{} vertices, {} edges", boost::num_vertices(t.graph->adjacency), boost::num_edges(t.graph->adjacency)));
 
   fmt::print("\nbandwidth per direction (line rate)\n  {:<8}{:>14}{:>14}{:>16}   route (latency, switch hops, per-rank bottleneck)\n",
              "tier", "per GPU", "per node", "bisection");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "spec/error.hpp"
+#include "spec/topology_graph.hpp"
 
 namespace meshplan {
 
@@ -39,11 +40,11 @@ namespace {
 
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-TopoVertexId add_vertex(TopoGraph& g, VertexKind kind, int index, std::string name) {
+TopoVertexId add_vertex(TopoGraph::Adjacency& g, VertexKind kind, int index, std::string name) {
   return boost::add_vertex(TopoVertex{kind, index, std::move(name)}, g);
 }
 
-void add_link(TopoGraph& g, TopoVertexId a, TopoVertexId b, double bytes_per_s, double latency_s,
+void add_link(TopoGraph::Adjacency& g, TopoVertexId a, TopoVertexId b, double bytes_per_s, double latency_s,
               double gpus_sharing) {
   boost::add_edge(a, b, TopoEdge{bytes_per_s, latency_s, gpus_sharing}, g);
 }
@@ -70,7 +71,7 @@ int spine_count(int n_leaves, int up_ports, int radix) {
 // are GPUs, NICs and switches up to their level (no NVLink shortcuts: those pairs are rail-aligned
 // by the caller, as NCCL's PXN makes them).
 struct TierFilter {
-  const TopoGraph* g = nullptr;
+  const TopoGraph::Adjacency* g = nullptr;
   Tier tier = Tier::nvlink;
   bool operator()(TopoVertexId v) const {
     switch ((*g)[v].kind) {
@@ -90,7 +91,7 @@ Route find_route(const Topology& t, int gpu_from, int gpu_to) {
   r.gpu_from = gpu_from;
   r.gpu_to = gpu_to;
   if (gpu_from < 0 || gpu_to < 0 || gpu_from >= t.n_gpus || gpu_to >= t.n_gpus) return r;
-  const TopoGraph& g = t.graph;
+  const TopoGraph::Adjacency& g = t.graph->adjacency;
   const auto n = boost::num_vertices(g);
   std::vector<TopoVertexId> pred(n);
   std::vector<double> dist(n, std::numeric_limits<double>::infinity());
@@ -100,7 +101,7 @@ Route find_route(const Topology& t, int gpu_from, int gpu_to) {
   const bool same_domain = t.domain_of_gpu(gpu_from) == t.domain_of_gpu(gpu_to);
   for (const Tier tier : kNetworkTiers) {
     if (tier == Tier::nvlink && !same_domain) continue;
-    const boost::filtered_graph<TopoGraph, boost::keep_all, TierFilter> sub(g, boost::keep_all(), TierFilter{&g, tier});
+    const boost::filtered_graph<TopoGraph::Adjacency, boost::keep_all, TierFilter> sub(g, boost::keep_all(), TierFilter{&g, tier});
     boost::dijkstra_shortest_paths(
         sub, src,
         boost::weight_map(boost::get(&TopoEdge::latency_seconds, g))
@@ -177,7 +178,7 @@ Topology topology_figures(const ClusterSpec& c, std::int64_t n_gpus) {
 // domain with the GPU's full NVLink bandwidth on its edge. Per-link latency is the profile's
 // per-hop value; GPU -> switch -> GPU is two hops, as in ASTRA-sim's validated HGX-H100 Switch.
 void add_scaleup(Topology& t, double nvl_lat) {
-  TopoGraph& g = t.graph;
+  TopoGraph::Adjacency& g = t.graph->adjacency;
   const int D = t.domain_gpus;
   if (t.scaleup_kind == "nvlink-mesh") {
     // Direct mesh: each GPU's links are split evenly over its domain peers.
@@ -202,7 +203,7 @@ void add_scaleup(Topology& t, double nvl_lat) {
 // j * G / nics. NIC latency is end to end (both NICs and the wire), half on each GPU-NIC edge.
 // Returns the NIC vertices, node-major.
 std::vector<TopoVertexId> add_nics(Topology& t, double nic_latency_s) {
-  TopoGraph& g = t.graph;
+  TopoGraph::Adjacency& g = t.graph->adjacency;
   const int G = t.gpus_per_node, nics = t.nics_per_node;
   const double half_nic_lat = nic_latency_s / 2;
   std::vector<TopoVertexId> nic_vertex;
@@ -227,7 +228,7 @@ std::vector<TopoVertexId> add_nics(Topology& t, double nic_latency_s) {
 // to its one leaf. A switch hop's latency is split over the two edges touching the switch.
 // Returns the leaf vertices, group-major.
 std::vector<TopoVertexId> add_leaves(Topology& t, double hop, const std::vector<TopoVertexId>& nic_vertex) {
-  TopoGraph& g = t.graph;
+  TopoGraph::Adjacency& g = t.graph->adjacency;
   const int nics = t.nics_per_node;
   t.leaves_per_group = t.rail_optimized ? nics : 1;
   t.n_leaves = t.n_leaf_groups * t.leaves_per_group;
@@ -260,8 +261,8 @@ void add_spines(Topology& t, double hop, const std::vector<TopoVertexId>& leaf_v
   const double edge_bytes_per_s = t.leaf_uplink_bytes_per_s / (t.spine_oversubscription * t.n_spine_vertices);
   const double leaf_gpus = static_cast<double>(t.leaf_down_ports) * t.gpus_per_nic;
   for (int s = 0; s < t.n_spine_vertices; ++s) {
-    const auto sv = add_vertex(t.graph, VertexKind::spine, s, "spine" + std::to_string(s));
-    for (const auto lv : leaf_vertex) add_link(t.graph, lv, sv, edge_bytes_per_s, hop, leaf_gpus / t.n_spine_vertices);
+    const auto sv = add_vertex(t.graph->adjacency, VertexKind::spine, s, "spine" + std::to_string(s));
+    for (const auto lv : leaf_vertex) add_link(t.graph->adjacency, lv, sv, edge_bytes_per_s, hop, leaf_gpus / t.n_spine_vertices);
   }
 }
 
@@ -288,9 +289,10 @@ void add_tier_routes(Topology& t) {
 
 Topology build_topology(const ClusterSpec& c, std::int64_t n_gpus) {
   Topology t = topology_figures(c, n_gpus);
+  t.graph = std::make_shared<TopoGraph>();
   t.gpu_vertex.reserve(static_cast<std::size_t>(t.n_gpus));
   for (int i = 0; i < t.n_gpus; ++i)
-    t.gpu_vertex.push_back(add_vertex(t.graph, VertexKind::gpu, i, "gpu" + std::to_string(i)));
+    t.gpu_vertex.push_back(add_vertex(t.graph->adjacency, VertexKind::gpu, i, "gpu" + std::to_string(i)));
   add_scaleup(t, c.node.nvlink_latency_seconds);
   const std::vector<TopoVertexId> nic_vertex = add_nics(t, c.fabric.nic_latency_seconds);
   if (t.has_fabric) {

@@ -13,6 +13,7 @@
 #include "spec/error.hpp"
 #include "spec/placement.hpp"
 #include "spec/topology.hpp"
+#include "spec/topology_graph.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -97,12 +98,12 @@ TEST_CASE("1024 H100: 128 nodes, 128 NVSwitch domains of 8, 1024 NICs, 4 SUs x 8
 
   // Graph: 1024 GPUs + 128 NVSwitch + 1024 NICs + 32 leaves + 16 spines; edges: 1024 GPU-NVSwitch,
   // 1024 GPU-NIC, 1024 NIC-leaf, 32 x 16 leaf-spine.
-  CHECK(boost::num_vertices(t.graph) == 1024 + 128 + 1024 + 32 + 16);
-  CHECK(boost::num_edges(t.graph) == 1024 + 1024 + 1024 + 32 * 16);
+  CHECK(boost::num_vertices(t.graph->adjacency) == 1024 + 128 + 1024 + 32 + 16);
+  CHECK(boost::num_edges(t.graph->adjacency) == 1024 + 1024 + 1024 + 32 * 16);
   int spines = 0;
-  for (auto [v, end] = boost::vertices(t.graph); v != end; ++v) spines += t.graph[*v].kind == VertexKind::spine;
+  for (auto [v, end] = boost::vertices(t.graph->adjacency); v != end; ++v) spines += t.graph->adjacency[*v].kind == VertexKind::spine;
   CHECK(spines == 16);
-  CHECK(t.graph[t.gpu_vertex[1023]].name == "gpu1023");
+  CHECK(t.graph->adjacency[t.gpu_vertex[1023]].name == "gpu1023");
 }
 
 TEST_CASE("spine counts follow the SuperPOD RA Table 4 (1, 2, 3, 4 SUs -> 4, 8, 16, 16)") {
@@ -129,7 +130,7 @@ TEST_CASE("tier routes on 1024 H100") {
   const Route& leaf = t.route(Tier::leaf);
   REQUIRE(leaf.present);
   CHECK(leaf.switch_hops == 1);  // gpu > nic > leaf > nic > gpu
-  CHECK(t.graph[leaf.path[2]].kind == VertexKind::leaf);
+  CHECK(t.graph->adjacency[leaf.path[2]].kind == VertexKind::leaf);
   CHECK(leaf.bottleneck_bytes_per_s == doctest::Approx(kNicBytesPerS).epsilon(kRel));
   CHECK(leaf.latency_seconds == doctest::Approx(nic + sw).epsilon(kRel));
 
@@ -258,7 +259,7 @@ TEST_CASE("direct NVLink mesh and PCIe scale-up") {
   ClusterSpec mesh_node = h100();
   mesh_node.node.scaleup_kind = "nvlink-mesh";
   const Topology m = build_topology(mesh_node, 16);
-  CHECK(boost::num_edges(m.graph) == 2 * 28 + 16 + 16 + 8 * 4);  // 28 pairs per node, NICs, leaves->spines
+  CHECK(boost::num_edges(m.graph->adjacency) == 2 * 28 + 16 + 16 + 8 * 4);  // 28 pairs per node, NICs, leaves->spines
   const Route& nv = m.route(Tier::nvlink);
   CHECK(nv.switch_hops == 0);
   CHECK(nv.path.size() == 2);
@@ -271,7 +272,7 @@ TEST_CASE("direct NVLink mesh and PCIe scale-up") {
   const Topology p = build_topology(pcie, 32);
   CHECK(p.domain_gpus == 8);
   CHECK(p.n_domains == 4);
-  CHECK(p.graph[p.route(Tier::nvlink).path[1]].kind == VertexKind::pcie_switch);
+  CHECK(p.graph->adjacency[p.route(Tier::nvlink).path[1]].kind == VertexKind::pcie_switch);
   CHECK(route_group(p, mesh(1, 1, 2, 1, 16), MeshGroup::tp).tier == Tier::leaf);
 }
 
