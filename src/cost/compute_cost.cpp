@@ -720,8 +720,8 @@ constexpr std::int64_t kAttentionKeyBlockTokens = 128;
 // one on average t0 + (s / B + 1) t / 2 + t_mask (its one diagonal block masked). The full curve
 // at two lengths gives t0 and t, the causal one t_mask. A window of w keys walks ceil(w / B) + 1
 // key blocks of which the two at its ends are masked: t0 + (ceil(w / B) + 1) t + 2 t_mask for
-// B w useful pairs. At w = 128, head_dim 64 this is 182 TFLOP/s on GB200 (burst) against
-// cudnn-frontend's gpt-oss preset, 150-190 (tests/cost).
+// B w useful pairs. At w = 128, head_dim 64 this is 179 TFLOP/s forward on GB200 at burst clocks
+// against cudnn-frontend's gpt-oss preset, 150-190 (tests/cost).
 AttentionRate windowed_attention_rate(const ClusterSpec& c, const AttentionShape& a, Pass pass, Dtype dtype) {
   const std::int64_t b = kAttentionKeyBlockTokens;
   const std::int64_t blocks = (a.window + b - 1) / b + 1;

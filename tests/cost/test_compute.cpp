@@ -281,12 +281,7 @@ TEST_CASE("attention FLOP conventions: causal halves, backward is 2.5x, GQA chan
 }
 
 TEST_CASE("sliding-window attention: FLOPs of the window, rate of its masked blocks") {
-  AttentionShape a;
-  a.batch = 1;
-  a.heads = 1;
-  a.kv_heads = 1;
-  a.seq_q = a.seq_kv = 4096;
-  a.head_dim = 64;
+  AttentionShape a{1, 1, 1, 4096, 4096, 64, true};  // one head of 64 over 4096 tokens, causal
   a.window = 128;
   // 128 x 129 / 2 pairs for the first 128 queries and 128 for each later one, s w - w^2 / 2 in
   // the continuous count the causal one uses: 4096 x 128 - 8192 = 516,096 pairs of 4 d FLOPs.
