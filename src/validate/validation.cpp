@@ -163,8 +163,10 @@ class ClusterCache {
 public:
   ClusterCache(std::vector<std::filesystem::path> dirs, ParameterValues parameters, std::string nccl_version)
       : dirs_(std::move(dirs)), parameters_(std::move(parameters)), nccl_version_(std::move(nccl_version)) {}
-  const ClusterSpec& get(const std::string& name, std::optional<int> gpus_per_node) {
-    const std::string key = name + "#" + std::to_string(gpus_per_node.value_or(0));
+  const ClusterSpec& get(const std::string& name, std::optional<int> gpus_per_node,
+                         const std::optional<StatedNetwork>& network = std::nullopt) {
+    const std::string key = name + "#" + std::to_string(gpus_per_node.value_or(0)) +
+                            (network ? fmt::format("#{}x{}", network->nics_per_node, network->nic_gbit_per_s) : "");
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     ClusterSpec c = load_cluster_search(name, dirs_);
@@ -174,6 +176,10 @@ public:
       // A node of another size: the NVLink domain is the node unless the profile spans nodes (NVL72).
       if (c.node.nvlink_domain_gpus == c.node.gpus_per_node) c.node.nvlink_domain_gpus = *gpus_per_node;
       c.node.gpus_per_node = *gpus_per_node;
+    }
+    if (network) {
+      c.node.nics_per_node = network->nics_per_node;
+      c.node.nic_bandwidth_bytes_per_s = network->nic_gbit_per_s * 1e9 / 8;
     }
     return cache_.emplace(key, std::move(c)).first->second;
   }
@@ -638,7 +644,7 @@ std::vector<ValidationRowResult> run_cases(const std::vector<ValidationCase>& ca
     to_run.push_back(i);
     if (!cases[i].skipped.empty()) continue;
     try {
-      specs[i] = &clusters.get(cases[i].cluster, cases[i].gpus_per_node);
+      specs[i] = &clusters.get(cases[i].cluster, cases[i].gpus_per_node, cases[i].network);
     } catch (const InputError& e) {
       cluster_errors[i] = e.what();
     }
@@ -777,7 +783,7 @@ ValidationRowRun validation_row_run(const CsvTable& table, const std::string& id
   ValidationRowRun out{map_validation_row(table, i, profile_names_in(options.cluster_dirs)), {}};
   if (!out.vc.skipped.empty()) throw InputError(table.file, "row " + id, "skipped: " + out.vc.skipped);
   ClusterCache clusters(options.cluster_dirs, options.parameters, options.nccl_version);
-  out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node);
+  out.cluster = clusters.get(out.vc.cluster, out.vc.gpus_per_node, out.vc.network);
   const RuntimeChoices choices = resolve_runtime_choices(out.vc.run, out.cluster);
   if (!choices.no_fit.empty()) throw InputError(table.file, "row " + id, "skipped: " + choices.no_fit);
   out.vc.assumptions.insert(out.vc.assumptions.end(), choices.assumptions.begin(), choices.assumptions.end());

@@ -308,6 +308,13 @@ struct Skip {
 const std::set<std::string, std::less<>> kUnfusedAttentionSources = {"megatron-sc21", "korthikanti2022",
                                                                      "bloom-176b", "opt-175b"};
 
+// Sources whose documented inter-node network is not the GPU profile's. BLOOM-176B trained on
+// Jean Zay, whose A100 nodes are linked by 4 Omni-Path links per node (bigscience tr11-176B-ml
+// README; Intel Omni-Path runs 100 Gb/s per link): a quarter of a DGX A100's 8 x 200 Gb/s HDR.
+// llm-foundry's "1600 Gbps node-node interconnect" is the DGX A100 figure; the other sources
+// state none.
+const std::map<std::string, StatedNetwork, std::less<>> kStatedNetworks = {{"bloom-176b", {4, 100}}};
+
 class Reader {
 public:
   explicit Reader(const CsvRow& r) : r_(r) {}
@@ -669,6 +676,11 @@ void map_hardware(const CsvRow& row, const Reader& r, const std::vector<std::str
   if (auto g = r.opt_count("gpus_per_node", limits::kMaxGpusPerNode)) {
     if (*g <= 0) throw Skip{fmt::format("gpus_per_node: must be positive, got {}", *g)};
     vc.gpus_per_node = static_cast<int>(*g);
+  }
+  if (const auto it = kStatedNetworks.find(vc.source); it != kStatedNetworks.end()) {
+    vc.network = it->second;
+    notes.push_back(fmt::format("network: {} NICs of {:g} Gb/s per node, as the source documents (not the profile's)",
+                                it->second.nics_per_node, it->second.nic_gbit_per_s));
   }
 }
 

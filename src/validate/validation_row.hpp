@@ -95,6 +95,14 @@ struct Measured {
 };
 
 // One row mapped onto what the simulator takes.
+// The inter-node network a source documents where it is not the GPU profile's (a DGX-class fabric
+// of one 200-400 Gb/s NIC per GPU): NICs per node and their line rate.
+struct StatedNetwork {
+  int nics_per_node = 0;
+  double nic_gbit_per_s = 0;
+  friend bool operator==(const StatedNetwork&, const StatedNetwork&) = default;
+};
+
 struct ValidationCase {
   std::string id;
   std::string source;
@@ -103,6 +111,7 @@ struct ValidationCase {
   std::string gpu;           // the `gpu` column as written ("" in some memory.csv rows)
   std::string cluster;       // hardware profile name looked up for `gpu`
   std::optional<int> gpus_per_node;  // override of the profile's node size
+  std::optional<StatedNetwork> network;  // override of the profile's NICs
   RunConfig run;             // model, plan and job; n_gpus set; resolve_layout already applied
   Measured measured;
   std::vector<std::string> assumptions;  // every empty cell filled from a default, and why

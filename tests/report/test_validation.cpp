@@ -272,9 +272,20 @@ TEST_CASE("real rows mapped field by field" * SKIP_UNLESS_SHARED("validation")) 
     CHECK(vc.run.n_gpus == 64);
     CHECK(vc.cluster == "a100-80gb");
     CHECK_FALSE(vc.gpus_per_node.has_value());
+    CHECK_FALSE(vc.network.has_value());  // "1600 Gbps node-node": the profile's 8 x 200 Gb/s
     CHECK(vc.measured.tokens_per_s_per_gpu == doctest::Approx(410));
     CHECK(vc.measured.mfu_pct == doctest::Approx(53.33));
     CHECK(vc.throughput_not_modeled.empty());
+  }
+  SUBCASE("BLOOM-176B on Jean Zay: the network its source documents, 4 Omni-Path links per node") {
+    const ValidationCase vc = map_validation_row(dev, row_index(dev, "bloom176b-gbs2048-mbs2"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    REQUIRE(vc.network.has_value());
+    CHECK(vc.network->nics_per_node == 4);
+    CHECK(vc.network->nic_gbit_per_s == 100);
+    CHECK(std::any_of(vc.assumptions.begin(), vc.assumptions.end(),
+                      [](const std::string& a) { return a.find("4 NICs of 100 Gb/s") != std::string::npos; }));
+    CHECK_FALSE(vc.run.plan.flash_attention);
   }
   SUBCASE("NeMo GPT-3 175B: vocab default, interleaved PP, fp8 linears compared on throughput") {
     const ValidationCase vc = map_validation_row(dev, row_index(dev, "nemo2407-gpt3-175b-128g"));

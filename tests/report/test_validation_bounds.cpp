@@ -43,7 +43,10 @@ namespace {
 // Issue 15's acceptance: the overall dev.csv MAPE stays within 6.5 % once unpublished settings are
 // resolved. Measured 2026-12-02 with every branch merged (usable device memory, one memory model,
 // resolution, measured profiles): 6.38 % over 184 rows (the 185th, opt175b, publishes no batch).
-constexpr double kDevTokensMapeBoundPct = 6.3;
+// 2026-12-07: BLOOM-176B's rows on the network their source documents (Jean Zay: 4 Omni-Path links
+// of 100 Gb/s per node, not the A100 profile's 8 x 200 Gb/s; validation_row.cpp kStatedNetworks):
+// dev.csv 5.86 -> 5.50 %, tightened 6.3 -> 5.6.
+constexpr double kDevTokensMapeBoundPct = 5.6;
 constexpr int kDevRowsCompared = 184;
 constexpr int kDevUnresolvedSkipsBound = 0;
 // Per source. bloom-176b (3 rows, two of them bubble-bound at the start of the batch ramp-up) is
@@ -75,9 +78,11 @@ constexpr int kDevUnresolvedSkipsBound = 0;
 // (bias -2.7 %: too slow, as the element-wise fraction's refit conflict says, docs/validation.md);
 // dev-vtrain 9.75 -> 9.46 %, bias +1.9 -> +1.7 % with the DeepSpeed factor refitted 7.773 ->
 // 7.684; dev-moe 15.38 -> 15.33 %; memory.csv 9.06 % unchanged.
+// 2026-12-07: bloom-176b on its documented network (Omni-Path, a quarter of the profile's NIC
+// bandwidth): +12.5 / +78.4 / +46.9 -> +5.3 / +41.6 / +24.6 %, MAPE 45.9 -> 23.8, tightened 51 -> 24.
 const std::map<std::string, double> kDevSourceMapeBoundPct = {
     {"llm-foundry", 5.5},       {"korthikanti2022", 4.5}, {"megatron-sc21", 4.3},
-    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 9.2},      {"bloom-176b", 51.0},
+    {"megatron-lm-h100", 11.0}, {"nemo-24.07", 9.2},      {"bloom-176b", 24.0},
 };
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
 constexpr double kMemoryMapeBoundPct = 10.0;
@@ -169,7 +174,9 @@ constexpr double kMoeMapeBoundPct = 12.9;
 // sample 8.6, shipped 8.6); vtrain 9.6 -> 10.1 (its fold's element-wise fraction 0.586 -> 0.558,
 // pulled by the two MoE rows now too fast), megatron-moe-modelzoo 13.2 -> 12.9 (12.8 with the
 // dispatcher the notes name). Within the bound.
-constexpr double kCrossValidatedMapeBoundPct = 9.8;
+// 2026-12-07: BLOOM-176B on its documented network: held out 8.9 % (in sample 8.5, shipped 8.5;
+// bloom-176b 23.9). Tightened to 9.0.
+constexpr double kCrossValidatedMapeBoundPct = 9.0;
 constexpr int kCrossValidatedRowsCompared = 921;
 // The shipped value of every parameter tests/regen_fits.sh refits equals what the fit gives.
 constexpr double kShippedFitRelativeTolerance = 0.005;
