@@ -107,7 +107,15 @@ CsvTable csv_row_with_id(const std::string& path, const std::string& id) {
 void write_row_files(const ValidateOptions& o, const ValidationOptions& opts) {
   const CsvTable table = csv_row_with_id(o.file, o.rows.front());
   const ValidationRowRun row = validation_row_run(table, o.rows.front(), opts);
-  if (!o.export_plan.empty()) write_file_atomic(o.export_plan, to_plan_toml(row.vc.run), "--export-plan");
+  if (!o.export_plan.empty()) {
+    write_file_atomic(o.export_plan, to_plan_toml(row.vc.run), "--export-plan");
+    // A plan names a profile; the network a source documents (validation_row.hpp) is not in it.
+    if (row.vc.network)
+      fmt::print(stderr,
+                 "validate: warning: {} ran on {} NICs of {:g} Gb/s per node, which {} names only through its profile "
+                 "'{}'; simulate it with --cluster a profile that has them to reproduce the row\n",
+                 row.vc.id, row.vc.network->nics_per_node, row.vc.network->nic_gbit_per_s, o.export_plan, row.vc.cluster);
+  }
   if (!o.trace.empty()) {
     // A large row (3,072 GPUs: ~20 s, a 222 MB trace) says what it is doing, on a terminal
     // only: a log or a pipe gets the result, not the chatter.

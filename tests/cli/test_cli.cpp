@@ -374,6 +374,31 @@ TEST_CASE("validate --row/--trace/--export-plan: one row looked into, and the ex
   check_one_line_error("validate " + dev + " --row no-such-row", "no-such-row");
   check_one_line_error("validate " + dev + " --trace " + trace, "--row");
   check_one_line_error("validate " + dev + " --row " + id + " --row sc21-a100-gpt1.7b-32g --export-plan " + plan, "exactly one");
+
+  // A row whose source documents its own network (BLOOM-176B's 4 Omni-Path links of 100 Gb/s per
+  // node): the export warns that the plan's profile lacks it, and a profile that has it gives the
+  // row's step again.
+  const std::string bloom = "bloom176b-gbs16-mbs2";
+  const Run b = run("validate " + dev + " --row " + bloom + " --export-plan " + plan + " --json");
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.err.find("4 NICs of 100 Gb/s per node") != std::string::npos);
+  const double bloom_step_s = nlohmann::json::parse(b.out).at("rows")[0].at("step_time_s").get<double>();
+  std::ifstream in(data_root() / "hardware_profiles" / "a100-80gb.toml");
+  std::stringstream profile;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("nics_per_node = ", 0) == 0) line = "nics_per_node = 4";
+    if (line.rfind("nic_gbit_per_s = ", 0) == 0) line = "nic_gbit_per_s = 100";
+    profile << line << '\n';
+  }
+  const fs::path jean_zay = dir / "a100-80gb-omnipath.toml";
+  std::ofstream(jean_zay) << profile.str();
+  const Run on_profile = run("simulate --config " + plan + " --json");
+  const Run on_network = run("simulate --config " + plan + " --cluster " + jean_zay.string() + " --json");
+  REQUIRE(on_profile.exit_code == 0);
+  REQUIRE(on_network.exit_code == 0);
+  CHECK(nlohmann::json::parse(on_network.out).at("step_time_s").get<double>() ==
+        doctest::Approx(bloom_step_s).epsilon(1e-9));
+  CHECK(nlohmann::json::parse(on_profile.out).at("step_time_s").get<double>() < 0.9 * bloom_step_s);
 }
 
 TEST_CASE("plan --json: each row names its equivalent settings (itself first); dropped plans have reasons") {
