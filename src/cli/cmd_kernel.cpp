@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -90,7 +91,8 @@ AttentionShape parse_attention(const std::string& text) {
     else if (key == "seq_q") a.seq_q = parse_count(value, "--attention", what);
     else if (key == "seq_kv") a.seq_kv = parse_count(value, "--attention", what);
     else if (key == "head_dim") a.head_dim = parse_count(value, "--attention", what);
-    else if (key == "window") a.window = parse_count(value, "--attention", what);
+    // parse_count caps a count at limits::kMaxKernelDim (2^24), which 32 bits hold.
+    else if (key == "window") a.window = static_cast<std::int32_t>(parse_count(value, "--attention", what));
     else if (key == "causal") {
       if (value != "0" && value != "1")
         throw InputError("", "--attention", fmt::format("causal must be 0 or 1, got '{}'", value));

@@ -42,7 +42,7 @@ struct AttentionShape {
   int cudnn_version = 0;
   // A causal sliding window (ModelSpec::sliding_window): each query attends to at most this many
   // keys, itself included; 0 (or a window no shorter than seq_kv): the whole causal prefix.
-  std::int64_t window = 0;
+  std::int32_t window = 0;  // 32 bits: it fits the struct's padding (OpWork keeps its size)
   bool windowed() const { return causal && window > 0 && window < seq_kv; }
   friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
 };

@@ -4,6 +4,8 @@
 // parallelism's K/V exchange and expert parallelism's all-to-alls. FP8/FP4 quantization and
 // overlapped (asynchronous) TP shape the same ops.
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "workload/step_builder.hpp"
 
@@ -59,7 +61,9 @@ struct Builder::LayerChain {
 
 AttentionShape Builder::attention_of(int layer) const {
   AttentionShape a = k_.attention;
-  if (m_.is_windowed_layer(layer)) a.window = m_.sliding_window;
+  // A window as long as the keys is no window (AttentionShape::windowed), so clamping keeps it in 32 bits.
+  if (m_.is_windowed_layer(layer))
+    a.window = static_cast<std::int32_t>(std::min({m_.sliding_window, a.seq_kv, std::int64_t{std::numeric_limits<std::int32_t>::max()}}));
   return a;
 }
 
