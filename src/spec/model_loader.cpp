@@ -201,8 +201,7 @@ void read_attention(const toml::table& root, const std::string& file, const Toml
   m.n_mtp_layers = static_cast<int>(r.opt_int("n_mtp_layers", 0, kIntMax).value_or(0));
   m.sliding_window = r.opt_int("sliding_window", 0, kSizeMax).value_or(0);
   m.full_attention_every = static_cast<int>(r.opt_int("full_attention_every", 0, kIntMax).value_or(0));
-  if (m.full_attention_every > 0 && m.sliding_window == 0)
-    throw r.error("full_attention_every", "given without a sliding_window: every layer already attends in full");
+  if (const char* why = sliding_window_conflict(m)) throw r.error("full_attention_every", why);
   const toml::node* mla_node = root.get("mla");
   if (mla_node == nullptr) {
     if (m.attention == AttentionKind::mla)

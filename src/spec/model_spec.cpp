@@ -84,6 +84,12 @@ std::int64_t mla_params(const ModelSpec& m) {
 }
 }  // namespace
 
+const char* sliding_window_conflict(const ModelSpec& m) {
+  return m.full_attention_every > 0 && m.sliding_window == 0
+             ? "given without a sliding_window: every layer already attends in full"
+             : nullptr;
+}
+
 ParamCounts param_counts(const ModelSpec& m) {
   const std::int64_t d = m.d_model;
   const std::int64_t q = static_cast<std::int64_t>(m.n_heads) * m.head_dim;

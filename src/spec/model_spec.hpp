@@ -125,6 +125,10 @@ struct ParamCounts {
   }
 };
 
+// Why a model's sliding-window settings contradict each other, or nullptr: full layers every N
+// mean something only beside a window (each loader reports it against its own key).
+const char* sliding_window_conflict(const ModelSpec& m);
+
 ParamCounts param_counts(const ModelSpec& m);
 std::int64_t n_params(const ModelSpec& m);
 // Parameters touched per token (MoE: only top_k experts), for FLOP counts.

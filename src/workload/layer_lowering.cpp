@@ -67,9 +67,8 @@ AttentionShape Builder::attention_of(int layer) const {
   return a;
 }
 
-double Builder::add_core_attention(Op& op, Pass pass, int layer) const {
+double Builder::add_core_attention(Op& op, Pass pass, const AttentionShape& a) const {
   if (k_.fused_attention) {
-    const AttentionShape a = attention_of(layer);
     op.attention = {a};
     op.attention_pass = pass;
     if (p_.fp8_attention && low_precision()) {
@@ -163,7 +162,8 @@ Op Builder::tp_collective(int stage, std::string name, CollectiveOp c, double by
 // its own; otherwise QKV, attention and output projection are one op.
 void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int layer, const std::string& tag,
                                 OpCategory cat, std::int64_t mb, bool overlap, double flops_scale) {
-  const double model_attention_flops = attention_flops(attention_of(layer), Pass::forward);
+  const AttentionShape attention = attention_of(layer);
+  const double model_attention_flops = attention_flops(attention, Pass::forward);
   // The output projection (with the core attention before it, unless that is an op of its own).
   auto projection = [&](const char* suffix, bool with_attention) {
     Op op = compute_op(stage, sub_name(tag, suffix), cat);
@@ -173,7 +173,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int l
     op.kernels = k_.attn_kernels;
     quantize_forward(op, k_.post_attention, mb);
     const double flops = gemm_flops(op.gemms);
-    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::forward, layer) : 0.0);
+    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::forward, attention) : 0.0);
     op.model_flops = flops_scale * (flops + (with_attention ? model_attention_flops : 0.0));
     if (overlap) chunk_for_overlap(op);
     return op;
@@ -189,7 +189,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int l
     // projection, so the attention kernel between them is an op of its own.
     chain_of.compute(std::move(pre));
     Op core = compute_op(stage, sub_name(tag, ".attn"), cat);
-    core.hardware_flops = add_core_attention(core, Pass::forward, layer);
+    core.hardware_flops = add_core_attention(core, Pass::forward, attention);
     core.model_flops = flops_scale * model_attention_flops;
     chain_of.compute(std::move(core));
     chain_of.compute(projection(".proj", false));
@@ -200,7 +200,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int l
     pre.kernels += k_.attn_kernels;
     quantize_forward(pre, k_.post_attention, mb);
     const double flops = gemm_flops(pre.gemms);
-    pre.hardware_flops = flops + add_core_attention(pre, Pass::forward, layer);
+    pre.hardware_flops = flops + add_core_attention(pre, Pass::forward, attention);
     pre.model_flops = flops_scale * (flops + model_attention_flops);
     chain_of.compute(std::move(pre));
   }
@@ -339,9 +339,12 @@ std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t m
     if (suffix != std::string_view(".mlp")) add_layernorm(op, Pass::backward, 1);
     op.kernels = kernels;
     const double flops = gemm_flops(op.gemms);
-    op.hardware_flops = flops + (with_attention ? add_core_attention(op, Pass::backward, layer) : 0.0);
-    op.model_flops =
-        flops + (with_attention ? kAttentionModelBackwardOverForward * attention_flops(attention_of(layer), Pass::forward) : 0.0);
+    op.hardware_flops = op.model_flops = flops;
+    if (with_attention) {
+      const AttentionShape attention = attention_of(layer);
+      op.hardware_flops += add_core_attention(op, Pass::backward, attention);
+      op.model_flops += kAttentionModelBackwardOverForward * attention_flops(attention, Pass::forward);
+    }
     quantize_backward(op, linears);
     if (chain_of.overlap) chunk_for_overlap(op);
     return op;

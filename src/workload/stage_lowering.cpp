@@ -382,7 +382,7 @@ int Builder::selective_recompute(int stage, int layer, std::int64_t mb, const st
     rc.hardware_flops = gemm_flops(rc.gemms);
     quantize_forward(rc, rc.gemms, mb);
   } else {
-    rc.hardware_flops = add_core_attention(rc, Pass::forward, layer);
+    rc.hardware_flops = add_core_attention(rc, Pass::forward, attention_of(layer));
   }
   rc.deps.assign(deps.begin(), deps.end());
   rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, s_.mbs)});

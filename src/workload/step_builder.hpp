@@ -168,9 +168,10 @@ private:
   // The fused attention kernel of `layer`: the block's, with the model's sliding window where the
   // layer is a windowed one.
   AttentionShape attention_of(int layer) const;
-  // Adds `layer`'s core attention (the fused kernel, or the unfused batched GEMMs and softmax,
-  // which compute every score a window would mask) to `op`; returns the FLOPs the GPU executes.
-  double add_core_attention(Op& op, Pass pass, int layer) const;
+  // Adds a layer's core attention to `op`: the fused kernel of shape `a` (attention_of), or the
+  // unfused batched GEMMs and softmax, which compute every score a window would mask; returns the
+  // FLOPs the GPU executes.
+  double add_core_attention(Op& op, Pass pass, const AttentionShape& a) const;
   // The block linears run in the plan's FP8/FP4 recipe (attention and the LM head stay in the
   // compute dtype, as Transformer Engine and torchao's float8 conversion leave them).
   void add_layernorm(Op& op, Pass pass, int norms) const;
