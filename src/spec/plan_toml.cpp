@@ -161,6 +161,9 @@ ModelSpec read_model(const std::string& path, const TomlView& m) {
   i32("n_mtp_layers", spec.n_mtp_layers, limits::kMaxLayers, "layers");
   i64("sliding_window", spec.sliding_window, limits::kMaxSeqLen, "the sequence length");
   i32("full_attention_every", spec.full_attention_every, limits::kMaxLayers, "layers");
+  // Switching a preset's window off switches its pattern of full layers off with it; a pattern
+  // the plan gives without a window is its own mistake.
+  if (spec.sliding_window == 0 && !m.has("full_attention_every")) spec.full_attention_every = 0;
   if (const char* why = sliding_window_conflict(spec)) m.fail("full_attention_every", why);
   spec.mlp = get_enum(m, "mlp", spec.mlp, parse_mlp_kind, "gelu, swiglu, relu2");
   spec.pos_emb = get_enum(m, "pos_emb", spec.pos_emb, parse_pos_emb, "rope, learned, alibi, none");

@@ -546,6 +546,22 @@ TEST_CASE("plan TOML round trip of a hand-built RunConfig") {
   CHECK(back.model.moe.force_balance);
   CHECK(back.model.sliding_window == 4096);
   CHECK(back.model.full_attention_every == 3);
+  // A plan that turns a preset's window off turns its full-layer pattern off too; a pattern
+  // given without a window is refused, naming the key.
+  const std::string off = write_temp("window_off.toml", std::string("[model]\npreset = \"gpt-oss-120b\"\nname = \"oss\"\n"
+                                                                    "sliding_window = 0\n\n[cluster]\ngpus = 8\n\n[batch]\nseq_len = 4096\nglobal_batch = 8\nmicro_batch = 1\n"));
+  const RunConfig no_window = load_run_config(off);
+  CHECK(no_window.model.sliding_window == 0);
+  CHECK(no_window.model.full_attention_every == 0);
+  const std::string bad = write_temp("window_bad.toml", std::string("[model]\npreset = \"gpt-oss-120b\"\nname = \"oss\"\n"
+                                                                    "sliding_window = 0\nfull_attention_every = 2\n\n"
+                                                                    "[cluster]\ngpus = 8\n\n[batch]\nseq_len = 4096\nglobal_batch = 8\nmicro_batch = 1\n"));
+  try {
+    (void)load_run_config(bad);
+    FAIL("a full-layer pattern without a window loaded");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("model.full_attention_every") != std::string::npos);
+  }
   resolve_layout(back, std::nullopt);
   CHECK(back.job.grad_accum == 16);
 }
