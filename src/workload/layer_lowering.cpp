@@ -270,6 +270,18 @@ std::pair<int, int> Builder::recompute_modules(int stage, int layer, std::int64_
 
 std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
                                            std::vector<int> first_deps) {
+  const BlockPass pass = recompute ? BlockPass::recompute : BlockPass::forward;
+  return block_from_template(block_key(stage, layer, mb, pass, first_deps.size()), std::move(first_deps),
+                             [&](std::vector<int>&& deps) { return lower_layer_forward(stage, layer, mb, recompute, std::move(deps)); });
+}
+
+std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
+  return block_from_template(block_key(stage, layer, mb, BlockPass::backward, first_deps.size()), std::move(first_deps),
+                             [&](std::vector<int>&& deps) { return lower_layer_backward(stage, layer, mb, std::move(deps)); });
+}
+
+std::pair<int, int> Builder::lower_layer_forward(int stage, int layer, std::int64_t mb, bool recompute,
+                                                 std::vector<int> first_deps) {
   const OpCategory cat = recompute ? OpCategory::recompute : OpCategory::compute;
   const std::string tag = op_name("{}L{}.mb{}", recompute ? "recompute." : "fwd.", layer, mb);
   const bool tp = p_.mesh.tp > 1;
@@ -320,7 +332,7 @@ std::pair<int, int> Builder::layer_forward(int stage, int layer, std::int64_t mb
   return chain_of.finish(stage, sub_name(tag, ".tp_join"), cat);
 }
 
-std::pair<int, int> Builder::layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
+std::pair<int, int> Builder::lower_layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps) {
   const std::string tag = op_name("bwd.L{}.mb{}", layer, mb);
   const bool tp = p_.mesh.tp > 1;
   const bool full_tp = p_.tp_style == TpStyle::full;

@@ -2,6 +2,7 @@
 // The lowering's builder, shared by the files that lower one concern each (internal to
 // src/workload; lower_step() in step_program.hpp is the interface):
 //   layer_lowering.cpp      one block's forward/backward with its TP/SP/CP/EP collectives
+//   block_templates.cpp     a block lowered once per kind and stage, copied for the others
 //   stage_lowering.cpp      a stage's schedule: embedding, blocks, head, recompute, offload
 //   fsdp_lowering.cpp       FSDP/ZeRO-3: unit all-gathers, copy-out, reshard, reduce-scatters
 //   grad_sync_lowering.cpp  DDP / ZeRO-1/2 buckets, Megatron's param gather, DeepSpeed's fp32 sync
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <unordered_map>
@@ -149,9 +151,33 @@ private:
 
   // --- layer_lowering.cpp: one block, TP/SP/CP/EP -----------------------------------------
   // A layer's forward (or its recompute) as compute segments with TP/CP/EP collectives between.
-  // Returns {first, last} op indices; `first_deps` gate the first op.
+  // Returns {first, last} op indices; `first_deps` gate the first op. Copied from the block's
+  // template where one of the same key was lowered before (block_templates.cpp).
   std::pair<int, int> layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
   std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+  std::pair<int, int> lower_layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
+  std::pair<int, int> lower_layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+
+  // --- block_templates.cpp: a block lowered once per kind, copied after ---------------------
+  // A block's ops depend on its stage, its pass, the kind of layer (MoE or dense, windowed or full
+  // attention) and whether its micro-batch is the step's first (weight casts that are cached
+  // after it), not on which layer or micro-batch it otherwise is: a second block of the same key
+  // is the first one's ops again with their dependencies moved. Off when ops are named (the names
+  // carry the layer and micro-batch).
+  enum class BlockPass : std::uint8_t { forward, recompute, backward };
+  struct BlockTemplate {
+    bool usable = false;      // false: a block of this key reached outside its first_deps
+    std::vector<StepOp> ops;  // a dep d >= 0: the template's op d; d < 0: first_deps[-1 - d]
+    int first = 0, last = 0;  // as indices into ops
+  };
+  std::uint64_t block_key(int stage, int layer, std::int64_t mb, BlockPass pass, std::size_t n_first_deps) const;
+  // The ops of the block of `key` appended from its template: {first, last}, or nullopt where
+  // there is no usable template; `lower` lowers it then, and the first time keeps its template.
+  template <typename Lower>
+  std::pair<int, int> block_from_template(std::uint64_t key, std::vector<int>&& first_deps, Lower&& lower);
+  std::pair<int, int> copy_block(const BlockTemplate& t, const std::vector<int>& first_deps);
+  // The ops from `begin` on, which the block's lowering has just added, as the template `t`.
+  void keep_block(BlockTemplate& t, std::size_t begin, const std::vector<int>& first_deps, std::pair<int, int> ends) const;
   // Megatron --recompute-modules other than core attention, before the layer's backward: the
   // norms' and the experts' activation (memory-bound), or the whole MoE block with its all-to-alls.
   // Returns {first, last} ops, or {-1, -1} when nothing is recomputed.
@@ -303,7 +329,21 @@ private:
   PipelineLinks links_;
   StepProgram prog_;
   std::unordered_map<std::uint64_t, SmallVector<std::uint32_t, 2>> works_by_hash_;  // into prog_.works
+  std::unordered_map<std::uint64_t, BlockTemplate> block_templates_;
   int n_vstages_ = 1;
 };
+
+template <typename Lower>
+std::pair<int, int> Builder::block_from_template(std::uint64_t key, std::vector<int>&& first_deps, Lower&& lower) {
+  if (options_.op_names) return lower(std::move(first_deps));
+  auto [it, fresh] = block_templates_.try_emplace(key);
+  BlockTemplate& t = it->second;  // references into an unordered_map outlive its rehashing
+  if (!fresh) return t.usable ? copy_block(t, first_deps) : lower(std::move(first_deps));
+  const std::size_t begin = prog_.ops.size();
+  const std::vector<int> deps = first_deps;
+  const std::pair<int, int> ends = lower(std::move(first_deps));
+  keep_block(t, begin, deps, ends);
+  return ends;
+}
 
 }  // namespace meshplan::lowering

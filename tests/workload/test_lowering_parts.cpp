@@ -2,16 +2,22 @@
 // pipeline schedule's order, the shared attention FLOPs and the enum name tables.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "import/config_loader.hpp"
 #include "spec/model_loader.hpp"
+#include "spec/pipeline_split.hpp"
 #include "spec/runtime_traits.hpp"
 #include "spec/units.hpp"
 #include "workload/kernel_shapes.hpp"
 #include "workload/pipeline_schedule.hpp"
 #include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
+#include "test_paths.hpp"
 
 using namespace meshplan;
 
@@ -186,4 +192,90 @@ TEST_CASE("gpt-oss's windowed layers: each does the window's attention, by hand"
   // Per token (no causal discount): a windowed layer's keys are 128, not 4096.
   CHECK(model_flops_per_token(full, 4096) - model_flops_per_token(windowed, 4096) ==
         doctest::Approx(12.0 * 64 * 64 * (4096 - 128) * 18).epsilon(1e-12));
+}
+
+namespace {
+
+// Whether two lowerings of one step are the same program, op for op: schedules, dependencies,
+// memory changes and works. Returns the first op that differs, or -1.
+long first_difference(const StepProgram& a, const StepProgram& b) {
+  if (a.ops.size() != b.ops.size() || a.works != b.works || a.pass_first_ops != b.pass_first_ops) return 0;
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    const StepOp &x = a.ops[i], &y = b.ops[i];
+    if (x.stage != y.stage || x.stream != y.stream || x.category != y.category || x.kind != y.kind ||
+        x.host_sync != y.host_sync || x.deps != y.deps || x.at_start != y.at_start || x.at_end != y.at_end ||
+        x.work != y.work)
+      return static_cast<long>(i);
+  }
+  return -1;
+}
+
+void check_templates_change_nothing(const ModelSpec& m, const Plan& p, const Job& j) {
+  // Names turn the block templates off (block_templates.cpp): the named lowering is every block
+  // lowered afresh.
+  const StepProgram named = lower_step(m, p, j, LowerOptions{.op_names = true});
+  const StepProgram plain = lower_step(m, p, j, LowerOptions{.op_names = false});
+  CHECK(named.ops.size() > 0);
+  CHECK(first_difference(named, plain) == -1);
+}
+
+}  // namespace
+
+TEST_CASE("block templates: a step lowered from them is the step lowered block by block, on every shipped config") {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> configs;
+  for (const auto& dir : fs::directory_iterator(test::data_root() / "plans")) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(dir.path())) {
+      const std::string ext = f.path().extension().string();
+      if (ext == ".toml" || ext == ".yaml" || ext == ".args") configs.push_back(f.path());
+    }
+  }
+  std::sort(configs.begin(), configs.end());
+  int checked = 0;
+  for (const fs::path& path : configs) {
+    CAPTURE(path.string());
+    RunConfig rc = load_run_config(path.string());
+    // The GPU count where the file leaves it to the launcher: the one its name gives (64xh100, 32gpu).
+    std::smatch gpus;
+    const std::string file = path.parent_path().filename().string() + "/" + path.filename().string();
+    const bool named = std::regex_search(file, gpus, std::regex("-([0-9]+)(xh100|gpu)"));
+    resolve_layout(rc, named ? std::optional<std::int64_t>(std::stoll(gpus[1].str())) : std::nullopt);
+    // A long step lowers in seconds: two pipeline rounds hold every kind of block the step has.
+    rc.job.grad_accum = std::min<std::int64_t>(rc.job.grad_accum, 2 * std::max(1, rc.plan.mesh.pp * chunks_per_stage(rc.plan)));
+    rc.job.global_batch = rc.job.grad_accum * rc.job.micro_batch * rc.plan.mesh.dp_replicate * rc.plan.mesh.dp_shard;
+    check_templates_change_nothing(rc.model, rc.plan, rc.job);
+    // The same with what changes a block's ops: overlapped TP, FP8 with cached weight casts, and
+    // full recompute.
+    Plan variant = rc.plan;
+    variant.async_tp = variant.mesh.tp > 1;
+    variant.fp8 = Fp8Recipe::te_delayed;
+    variant.ac = AcMode::full;
+    check_templates_change_nothing(rc.model, variant, rc.job);
+    ++checked;
+  }
+  CHECK(checked >= 15);
+}
+
+TEST_CASE("block templates: MoE models with dense and multi-token-prediction blocks and windowed attention") {
+  for (const std::string name : {"gpt-oss-120b", "deepseek-v3", "qwen3-30b-a3b"}) {
+    CAPTURE(name);
+    const ModelSpec m = load_model(name);
+    Plan p;
+    p.runtime = Runtime::megatron;
+    p.sharding = Sharding::zero1;
+    p.mesh.tp = 2;
+    p.mesh.pp = 4;
+    p.mesh.ep = 8;
+    p.mesh.dp_shard = 8;
+    p.sequence_parallel = true;
+    const auto split = megatron_split_for(m.n_layers, p.mesh.pp, 1, m.n_mtp_layers);
+    REQUIRE(split);
+    p.pipeline_split = *split;
+    const Job j{4096, 8 * 8, 1, 8};
+    check_templates_change_nothing(m, p, j);
+    p.recompute_modules.moe_act = true;
+    p.recompute_modules.norms = true;
+    check_templates_change_nothing(m, p, j);
+  }
 }
