@@ -288,7 +288,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     }
     // Saved activations are allocated as the layer's forward completes.
     StepOp& end = op_at(e);
-    const double saved = saved_block_bytes(m_, p_, s_.mbs, layer);
+    const double saved = s_.saved(layer);
     end.at_end.push_back({MemoryTerm::activations, saved});
     if (s_.fsdp && s_.reshard && ag >= 0 && !kept_gathered(layer))
       end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});
@@ -385,7 +385,7 @@ int Builder::selective_recompute(int stage, int layer, std::int64_t mb, const st
     rc.hardware_flops = add_core_attention(rc, Pass::forward, attention_of(layer));
   }
   rc.deps.assign(deps.begin(), deps.end());
-  rc.at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, s_.mbs)});
+  rc.at_start.push_back({MemoryTerm::recompute, s_.recompute_working});
   return add(std::move(rc));
 }
 
@@ -421,7 +421,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   const bool selective = p_.ac == AcMode::selective_op || (p_.ac == AcMode::selective_attn && !p_.flash_attention);
   if (checkpointed) {
     auto [rf, re] = layer_forward(stage, layer, mb, true, deps);
-    op_at(rf).at_start.push_back({MemoryTerm::recompute, recompute_working_bytes(m_, p_, s_.mbs)});
+    op_at(rf).at_start.push_back({MemoryTerm::recompute, s_.recompute_working});
     mark_first(rf);
     deps = {re};
   } else if (selective) {
@@ -437,15 +437,15 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
     }
   }
   // Recomputed submodules hold their outputs again until the block's backward consumes them.
-  const double modules_bytes = checkpointed ? 0.0 : recompute_modules_freed_bytes(m_, p_, s_.mbs);
+  const double modules_bytes = checkpointed ? 0.0 : s_.modules_freed;
   auto [bf, be] = layer_backward(stage, layer, mb, deps);
   mark_first(bf);
   if (modules_bytes > 0) op_at(bf).at_start.push_back({MemoryTerm::recompute, modules_bytes});
   // The block's own gradient tensors live while its backward runs.
   op_at(bf).at_start.push_back({MemoryTerm::activations, s_.block_grads});
   StepOp& end = op_at(be);
-  end.at_end.push_back({MemoryTerm::activations, -saved_block_bytes(m_, p_, s_.mbs, layer) - s_.block_grads});
-  if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -recompute_working_bytes(m_, p_, s_.mbs)});
+  end.at_end.push_back({MemoryTerm::activations, -s_.saved(layer) - s_.block_grads});
+  if (checkpointed || selective) end.at_end.push_back({MemoryTerm::recompute, -s_.recompute_working});
   if (modules_bytes > 0) end.at_end.push_back({MemoryTerm::recompute, -modules_bytes});
   if (s_.fsdp && (!defers_fsdp_sync() || run_last))
     end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});  // resharded after backward

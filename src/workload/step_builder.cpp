@@ -99,6 +99,11 @@ void Builder::set_up_step() {
   s.block_grads = block_backward_working_bytes(m_, p_, s.mbs);
   s.stage_output = pipeline_boundary_bytes(m_, p_, s.mbs, 1.0);
   s.logits_upcast = loss_forward_peak_bytes(m_, p_, s.mbs) - loss_saved_bytes(m_, p_, s.mbs);
+  s.recompute_working = recompute_working_bytes(m_, p_, s.mbs);
+  s.modules_freed = recompute_modules_freed_bytes(m_, p_, s.mbs);
+  s.saved_of_block.resize(static_cast<std::size_t>(m_.n_layers + m_.n_mtp_layers));
+  for (int layer = 0; layer < m_.n_layers + m_.n_mtp_layers; ++layer)
+    s.saved_of_block[static_cast<std::size_t>(layer)] = saved_block_bytes(m_, p_, s.mbs, layer);
   s.autocast_cache_per_layer = autocast_fp32_weights(p_) ? d_.e * s.unit : 0.0;
   s.act_p2p = d_.e * static_cast<double>(d_.tokens) * static_cast<double>(d_.h) / d_.sp_split;
   s.state = state_bytes_per_param(p_, j_);

@@ -67,6 +67,11 @@ struct StepShape {
   MicroBatchShape mbs;
   // Transient memory terms of one micro-batch (the same for every layer and micro-batch).
   double block_grads = 0, stage_output = 0, logits_upcast = 0;
+  // A recomputed block's working set, what recomputing submodules holds again, and what each
+  // block (decoder layers, then MTP blocks) keeps for its backward: the same every micro-batch.
+  double recompute_working = 0, modules_freed = 0;
+  std::vector<double> saved_of_block;
+  double saved(int layer) const { return saved_of_block[static_cast<std::size_t>(layer)]; }
   // fp32 weights under autocast: each layer's linears leave a low-precision copy of their weights
   // in autocast's cache until the forward ends (memory_estimate's end-of-forward phase).
   double autocast_cache_per_layer = 0;
