@@ -59,8 +59,9 @@ void add_simulate_options(CLI::App& app, SimulateOptions& o) {
   app.add_flag("--full", o.full,
                fmt::format("simulate every rank with its own links, streams and host thread instead of one "
                            "representative rank per pipeline stage; ranks that provably run alike (same speeds, "
-                           "groups of the same kinds of rank) are simulated once, up to {} distinct ranks",
-                           limits::kMaxFullSimRanks));
+                           "groups of the same kinds of rank) are simulated once, up to {:.0f} million engine tasks "
+                           "(the step's ops x the distinct ranks per stage)",
+                           static_cast<double>(limits::kMaxFullSimTasks) / 1e6));
   app.add_flag("--exact", o.exact,
                "simulate every micro-batch; by default a long step is simulated at three shorter lengths a "
                "pipeline period apart and, where every figure moves alike each period, extrapolated "
@@ -89,7 +90,9 @@ struct FullRanks {
   std::int64_t gpus = 0;
   std::int64_t classes = 0;
   int stages = 1;
+  std::int64_t ops = 0;  // of the lowered step, every stage's
   std::int64_t simulated() const { return classes * stages; }
+  std::int64_t tasks() const { return classes * ops; }  // each op once per distinct rank of its stage
 };
 
 // With per-GPU speeds: the step without them, the rank that sets the pace and how many are slow.
@@ -120,14 +123,17 @@ SimOptions simulation_options(const SimulateOptions& o, const RunInputs& in, std
                                         : sample_straggler_speeds(in.run.n_gpus, parse_straggler(o.straggler), o.seed);
   if (o.full) {
     const Mesh& mesh = in.run.plan.mesh;
+    const auto ops = lower_step(in.run.model, in.run.plan, in.run.job, LowerOptions{.op_names = false}).ops.size();
     const FullRanks f{in.run.n_gpus, static_cast<std::int64_t>(rank_classes(mesh, so.rank_speed).size()),
-                      std::max(1, mesh.pp)};
-    if (f.simulated() > limits::kMaxFullSimRanks)
+                      std::max(1, mesh.pp), static_cast<std::int64_t>(ops)};
+    if (f.tasks() > limits::kMaxFullSimTasks)
       throw InputError("", "--full",
-                       fmt::format("the {} GPUs' speeds leave {} distinct ranks per stage x {} stages = {} to simulate, "
-                                   "over the limit of {} (docs/limits.md); fewer distinct speeds, or slow GPUs in fewer "
-                                   "stages, simulate fewer",
-                                   f.gpus, f.classes, f.stages, f.simulated(), limits::kMaxFullSimRanks));
+                       fmt::format("the {} GPUs' speeds leave {} distinct ranks per stage x {} stages to simulate: {} "
+                                   "ops x {} = {:.1f} million engine tasks, over the limit of {:.0f} million (about 2 GiB; "
+                                   "docs/limits.md); fewer distinct speeds, slow GPUs in fewer stages or fewer "
+                                   "micro-batches simulate fewer",
+                                   f.gpus, f.classes, f.stages, f.ops, f.classes, static_cast<double>(f.tasks()) / 1e6,
+                                   static_cast<double>(limits::kMaxFullSimTasks) / 1e6));
     full = f;
   }
   if (!speeds) return so;

@@ -30,12 +30,15 @@ inline constexpr double kMinDeadlineDays = 1.0 / 1440;  // one minute
 inline constexpr double kMaxDeadlineDays = 36525;       // a century
 inline constexpr double kMaxSizeBytes = 1125899906842624.0;  // 2^50 B = 1 PiB (collective sizes)
 inline constexpr std::int64_t kMaxKernelDim = std::int64_t{1} << 24;  // kernel --gemm / --attention
+// `simulate --full` instantiates every distinct rank (one per class of ranks that run alike, in
+// every stage: sim/rank_classes.hpp) with its own links and streams: the step's ops times the
+// distinct ranks per stage are its engine tasks, about 220 bytes and 1 us each (405B on 16,384
+// H100 with 244 distinct ranks per stage: 33.6M tasks, 7.5 GB, 42 s), so this many keep a run
+// under 2 GiB and about 10 s.
+inline constexpr std::int64_t kMaxFullSimTasks = 8'000'000;
 // A per-GPU speed factor (--straggler SPEED, --gpu-speeds): a hundredth of the fleet's speed to a
 // hundred times it. Past that it is no longer a straggler but a typo, and 1e-300 made a step of
 // 300 digits.
-// `simulate --full` instantiates every distinct rank (one per class of ranks that run alike, in
-// every stage: sim/rank_classes.hpp) with its own links and streams.
-inline constexpr std::int64_t kMaxFullSimRanks = 512;
 inline constexpr double kMinSpeedFactor = 0.01;
 inline constexpr double kMaxSpeedFactor = 100;
 

@@ -152,3 +152,22 @@ static void BM_Simulate_Full_Llama405B_16384xH100_TwoSlowGpus(benchmark::State& 
   bundle(state, "llama3.1-405b-16384xh100", "llama3.1-405b.toml", true, StragglerSpec{0.0001, 0.9});
 }
 BENCHMARK(BM_Simulate_Full_Llama405B_16384xH100_TwoSlowGpus)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+
+// Issue 33's --full row at its scale: 1 % slow GPUs (0.9x, seed 1) among 4,096 running Llama-3.1-70B
+// (pp 4, tp 8, FSDP 128, full recompute, 8 micro-batches of one 8,192-token sequence): 208
+// distinct ranks per stage, 2.6 M engine tasks.
+static void BM_Simulate_Full_Llama70B_4096xH100_OnePercentSlow(benchmark::State& state) {
+  Plan p;
+  p.runtime = Runtime::torchtitan_fsdp2;
+  p.mesh.pp = 4;
+  p.mesh.tp = 8;
+  p.mesh.dp_shard = 128;
+  p.sequence_parallel = true;
+  p.reshard_after_forward = false;
+  p.ac = AcMode::full;
+  SimOptions options;
+  options.full = true;
+  options.rank_speed = sample_straggler_speeds(4096, StragglerSpec{0.01, 0.9}, 1);
+  run(state, "llama3.1-70b", p, Job{8192, 1024, 1, 8}, options);
+}
+BENCHMARK(BM_Simulate_Full_Llama70B_4096xH100_OnePercentSlow)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

@@ -436,8 +436,10 @@ TEST_CASE("docs/limits.md lists the flag range table row by row") {
   const std::string doc = read(data_root() / "docs" / "limits.md");
   REQUIRE_FALSE(doc.empty());
   // Finding 7: the --full cap is documented, and the refusal cites the page. The cap is on the
-  // distinct ranks simulated: 1,024 FSDP GPUs at one speed are one; each at a speed of its own, 1,024.
-  CHECK(doc.find("| distinct ranks of a `simulate --full` run") != std::string::npos);
+  // engine tasks, the step's ops times the distinct ranks per stage: 1,024 FSDP GPUs at one speed
+  // are one rank; each at a speed of its own, 1,024, which one micro-batch fits (4.4 M tasks at 16
+  // micro-batches, 0.8 s and 260 MB) and 64 do not (17 M).
+  CHECK(doc.find("| engine tasks of a `simulate --full` run") != std::string::npos);
   const std::string plan1024 = write("full1024.toml", replaced(replaced(replaced(kPlan, "gpus = 8", "gpus = 1024"),
                                                                        "dp_shard = 8", "dp_shard = 1024"),
                                                               "global_batch = 16", "global_batch = 1024"));
@@ -446,9 +448,15 @@ TEST_CASE("docs/limits.md lists the flag range table row by row") {
   CHECK(nlohmann::json::parse(alike.out).at("full_simulated_ranks").get<int>() == 1);
   std::string speeds;
   for (int r = 0; r < 1024; ++r) speeds += std::to_string(r) + " " + std::to_string(0.5 + r / 4096.0) + "\n";
-  const Run full = run("simulate --config " + plan1024 + " --full --gpu-speeds " + write("speeds1024.txt", speeds));
+  const std::string speeds1024 = write("speeds1024.txt", speeds);
+  const Run each = run("simulate --config " + plan1024 + " --full --json --gpu-speeds " + speeds1024);
+  REQUIRE(each.exit_code == 0);
+  CHECK(nlohmann::json::parse(each.out).at("full_simulated_ranks").get<int>() == 1024);
+  const std::string long1024 = write("full1024long.toml", replaced(read(plan1024), "global_batch = 1024", "global_batch = 65536"));
+  const Run full = run("simulate --config " + long1024 + " --full --gpu-speeds " + speeds1024);
   CHECK(full.exit_code == 2);
-  CHECK(full.err.find("1024 to simulate, over the limit of 512 (docs/limits.md)") != std::string::npos);
+  CHECK(full.err.find("1024 distinct ranks per stage x 1 stages to simulate") != std::string::npos);
+  CHECK(full.err.find("over the limit of 8 million (about 2 GiB; docs/limits.md)") != std::string::npos);
   for (const auto& r : meshplan::cli::flag_ranges()) {
     CAPTURE(r.flag);
     CAPTURE(r.command);
