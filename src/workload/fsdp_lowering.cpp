@@ -41,8 +41,8 @@ int Builder::fsdp_gather_forward(StageState& st, int layer, int issuing_layer, s
   // i + k) waits until unit i-2's forward is done: 2 + k units gathered at most. FSDP2 and
   // Megatron-FSDP keep two by their own design; without the limiter the gathers run as far ahead
   // as the host issues them.
-  auto two_back = st.fwd_end_of_layer.find({issuing_layer - 2, mb});
-  if (s_.limit_gathers && two_back != st.fwd_end_of_layer.end()) g.deps.push_back(two_back->second);
+  const int two_back = st.fwd_end_of_layer.find(st.row(issuing_layer - 2), mb);
+  if (s_.limit_gathers && two_back >= 0) g.deps.push_back(two_back);
   if (st.prev_ag >= 0) g.deps.push_back(st.prev_ag);
   g.at_start.push_back({MemoryTerm::unsharded_params, s_.unit_gathered});
   const int ag = add(std::move(g));
@@ -57,8 +57,7 @@ void Builder::fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, i
   // BACKWARD_PRE / FSDP2 prefetch one unit ahead (two gathered; FSDP1 without its rate limiter
   // backward_prefetch_limit ahead); POST/none gather on use.
   const int window = s_.bwd_window;
-  auto it = st.bwd_end_of_layer.find({layer + window, mb});
-  if (it != st.bwd_end_of_layer.end()) g.deps.push_back(it->second);
+  if (const int end = st.bwd_end_of_layer.find(st.row(layer + window), mb); end >= 0) g.deps.push_back(end);
   else if (last >= 0 && !s_.prefetch_two) g.deps.push_back(last);
   // The first gathers of backward are issued by the pre-backward hook, once the loss's backward
   // has produced the gradient of the stage's output.
@@ -74,8 +73,7 @@ void Builder::fsdp_gather_backward(StageState& st, int layer, std::int64_t mb, i
 // reduce-scatters are slower than backward.
 void Builder::fsdp_wait_previous_reduce(const StageState& st, int layer, std::int64_t mb, std::vector<int>& deps) const {
   if (!traits_.fsdp_one_reduce_scatter_in_flight) return;
-  auto it = st.rs_of_layer.find({layer + 2, mb});
-  if (it != st.rs_of_layer.end()) deps.push_back(it->second);
+  if (const int rs = st.rs_of_layer.find(st.row(layer + 2), mb); rs >= 0) deps.push_back(rs);
 }
 
 void Builder::fsdp_reduce(StageState& st, int layer, std::int64_t mb, int backward_first, int backward_end) {
@@ -89,7 +87,7 @@ void Builder::fsdp_reduce(StageState& st, int layer, std::int64_t mb, int backwa
   const int rs_id = add(std::move(rs));
   hold_reduce_buffer(st, backward_end, rs_id, buffer);
   add_grads(rs_id, s_.unit);
-  st.rs_of_layer[{layer, mb}] = rs_id;
+  st.rs_of_layer.set(st.row(layer), mb, rs_id);
   if (s_.hsdp) {
     Op ar = collective_op(st.stage, op_name("hsdp_ar.L{}.mb{}", layer, mb), StreamKind::fsdp_reduce_scatter,
                           OpCategory::dp_all_reduce, CollectiveOp::all_reduce, GroupKind::dp_replicate,

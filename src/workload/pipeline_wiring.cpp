@@ -24,14 +24,12 @@ int Builder::send(StageState& st, Op&& op) {
 // A chunk's forward waits for the previous chunk's activations, its backward for the next
 // chunk's gradients.
 void Builder::wire_pipeline() {
-  for (const auto& [key, first] : links_.fwd_first) {
-    const auto [vstage, mb] = key;
-    if (vstage > 0) op_at(first).deps.push_back(links_.fwd_send.at({vstage - 1, mb}));
-  }
-  for (const auto& [key, first] : links_.bwd_first) {
-    const auto [vstage, mb] = key;
-    if (vstage < n_vstages_ - 1) op_at(first).deps.push_back(links_.bwd_send.at({vstage + 1, mb}));
-  }
+  links_.fwd_first.for_each([&](int vstage, std::int64_t mb, int first) {
+    if (vstage > 0) op_at(first).deps.push_back(links_.fwd_send.at(vstage - 1, mb));
+  });
+  links_.bwd_first.for_each([&](int vstage, std::int64_t mb, int first) {
+    if (vstage < n_vstages_ - 1) op_at(first).deps.push_back(links_.bwd_send.at(vstage + 1, mb));
+  });
 }
 
 }  // namespace meshplan::lowering

@@ -86,6 +86,15 @@ void Builder::lower_stage(int stage) {
   StageState st;
   st.stage = stage;
   st.begin = prog_.ops.size();
+  st.row_of_layer.assign(static_cast<std::size_t>(m_.n_layers + s_.n_mtp), -1);
+  int rows = 0;
+  for (int c = 0; c < s_.v; ++c) {
+    const int vstage = c * s_.pp + stage;
+    for (int k = 0; k < chunk_blocks(vstage); ++k)  // blocks from n_layers on: MTP modules'
+      st.row_of_layer[static_cast<std::size_t>(chunk_first(vstage) + k)] = rows++;
+  }
+  for (OpTable* t : {&st.fwd_end_of_layer, &st.bwd_end_of_layer, &st.rs_of_layer, &st.offload_d2h_of_layer})
+    *t = OpTable(rows, s_.microbatches);
   st.first = stage == 0;
   st.last = stage == s_.pp - 1;
   const std::vector<Step> order = stage_steps(p_, stage, s_.microbatches, s_.per_run);
@@ -146,9 +155,9 @@ void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector
     for (const int old : issue) names.push_back(std::move(prog_.names[static_cast<std::size_t>(old)]));
     std::move(names.begin(), names.end(), prog_.names.begin() + begin);
   }
-  for (ChunkOps* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
-                          &links_.bwd_send})
-    for (auto& entry : *links) renumber(entry.second);
+  for (OpTable* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
+                         &links_.bwd_send})
+    links->for_each_op(renumber);
 }
 
 double Builder::loss_vocab() const {
@@ -239,7 +248,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     op_at(id).deps.insert(op_at(id).deps.end(), gathered.begin(), gathered.end());
     if (!s_.root.one_root && s_.reshard) fsdp_release_group(st, kEmbed, id);
     entry_deps.push_back(id);
-    links_.fwd_first[{vstage, mb}] = id;
+    links_.fwd_first.set(vstage, mb, id);
   }
   int last = -1;
   // All-gathers FSDP1's forward_prefetch issued ahead of their unit: the gather and what the
@@ -251,8 +260,8 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     entry_deps.clear();
     if (last >= 0) deps.push_back(last);
     if (li == 0) after_blocking_send(st, deps);
-    if (auto it = st.offload_d2h_of_layer.find({layer - 2, mb}); it != st.offload_d2h_of_layer.end() && s_.offload_stream)
-      deps.push_back(it->second);
+    if (const int d2h = st.offload_d2h_of_layer.find(st.row(layer - 2), mb); d2h >= 0 && s_.offload_stream)
+      deps.push_back(d2h);
     // FULL_SHARD gathers before every forward; SHARD_GRAD_OP too, since it frees the
     // gathered unit after each backward.
     int ag = -1;
@@ -277,11 +286,11 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     if (layer >= m_.n_layers) {
       // The module's input projection runs before its block.
       const auto [pf, pe] = mtp_input_forward(stage, layer, mb, std::move(deps));
-      if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = pf;
+      if (!links_.fwd_first.contains(vstage, mb)) links_.fwd_first.set(vstage, mb, pf);
       deps = {pe};
     }
     auto [f, e] = layer_forward(stage, layer, mb, false, deps);
-    if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = f;
+    if (!links_.fwd_first.contains(vstage, mb)) links_.fwd_first.set(vstage, mb, f);
     if (s_.autocast_cache_per_layer > 0) {
       op_at(f).at_start.push_back({MemoryTerm::unsharded_params, s_.autocast_cache_per_layer});
       autocast_cached += s_.autocast_cache_per_layer;
@@ -292,7 +301,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
     end.at_end.push_back({MemoryTerm::activations, saved});
     if (s_.fsdp && s_.reshard && ag >= 0 && !kept_gathered(layer))
       end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});
-    st.fwd_end_of_layer[{layer, mb}] = e;
+    st.fwd_end_of_layer.set(st.row(layer), mb, e);
     last = e;
     if (p_.act_offload) {
       // The saved tensors (or the listed submodules' share) move to pinned host memory: freed on
@@ -303,7 +312,7 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
       d2h.at_end.push_back({MemoryTerm::activations, -moved});
       d2h.at_end.push_back({MemoryTerm::host, moved});
       const int id = add(std::move(d2h));
-      st.offload_d2h_of_layer[{layer, mb}] = id;
+      st.offload_d2h_of_layer.set(st.row(layer), mb, id);
       // save_on_cpu's pack is a blocking copy: the next layer waits for it. On its own stream the
       // copy overlaps the next layer, and the one after waits for it (two layers in flight).
       if (!s_.offload_stream) last = id;
@@ -313,15 +322,15 @@ void Builder::forward_chunk(StageState& st, const Step& step) {
   // A chunk that holds only the embedding ends with it.
   if (last < 0 && !entry_deps.empty()) last = entry_deps.back();
   if (st.last && step.chunk == s_.v - 1) last = forward_head(st, mb, last, autocast_cached);
-  if (!links_.fwd_first.count({vstage, mb})) links_.fwd_first[{vstage, mb}] = last;
+  if (!links_.fwd_first.contains(vstage, mb)) links_.fwd_first.set(vstage, mb, last);
   // autocast's weight cache is cleared when the forward's autocast region exits.
   if (autocast_cached > 0) op_at(last).at_end.push_back({MemoryTerm::unsharded_params, -autocast_cached});
-  links_.fwd_last[{vstage, mb}] = last;
+  links_.fwd_last.set(vstage, mb, last);
   if (vstage < n_vstages_ - 1) {
     // The chunk's output is kept until its backward (0 under Megatron).
     op_at(last).at_end.push_back({MemoryTerm::activations, s_.stage_output});
-    links_.fwd_send[{vstage, mb}] =
-        send(st, p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, mb), p2p_bytes(vstage, true), last));
+    links_.fwd_send.set(vstage, mb,
+                        send(st, p2p_send(stage, op_name("pp.send_act.v{}.mb{}", vstage, mb), p2p_bytes(vstage, true), last)));
   }
 }
 
@@ -344,7 +353,7 @@ int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
     head.hardware_flops = gemm_flops(head.gemms);
     head.model_flops = head.hardware_flops;
     if (depth == 0) {
-      head.deps = {links_.fwd_last.at({vstage, mb})};
+      head.deps = {links_.fwd_last.at(vstage, mb)};
       after_blocking_send(st, head.deps);
       std::vector<int> gathered;
       fsdp_gather_group(st, group, mb, true, gathered);
@@ -357,7 +366,7 @@ int Builder::backward_head(StageState& st, int vstage, std::int64_t mb) {
     id = add(std::move(head));
     if (first < 0) first = id;
   }
-  links_.bwd_first[{vstage, mb}] = first;
+  links_.bwd_first.set(vstage, mb, first);
   st.root_bwd_first = first;
   // The root unit's backward ends with the embedding's (on a stage that has it).
   const bool group_done = group == kHead || !st.first;
@@ -395,7 +404,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   const bool last_mb = mb == s_.microbatches - 1;
   const bool run_last = mb % s_.per_run == s_.per_run - 1 || last_mb;
   auto mark_first = [&](int id) {
-    if (links_.bwd_first.find({vstage, mb}) == links_.bwd_first.end()) links_.bwd_first[{vstage, mb}] = id;
+    if (!links_.bwd_first.contains(vstage, mb)) links_.bwd_first.set(vstage, mb, id);
   };
   std::vector<int> deps;
   if (last >= 0) deps.push_back(last);
@@ -406,7 +415,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
     Op h2d = host_copy(stage, op_name("offload.h2d.L{}.mb{}", layer, mb), true, saved);
     if (s_.offload_stream) {
       // One layer of look-ahead: the copy back waits until the layer two later is done.
-      if (auto it = st.bwd_end_of_layer.find({layer + 2, mb}); it != st.bwd_end_of_layer.end()) h2d.deps = {it->second};
+      if (const int end = st.bwd_end_of_layer.find(st.row(layer + 2), mb); end >= 0) h2d.deps = {end};
       else if (st.bwd_gate >= 0) h2d.deps = {st.bwd_gate};
     } else if (last >= 0) {
       h2d.deps = {last};
@@ -449,7 +458,7 @@ void Builder::backward_layer(StageState& st, const Step& step, int vstage, int l
   if (modules_bytes > 0) end.at_end.push_back({MemoryTerm::recompute, -modules_bytes});
   if (s_.fsdp && (!defers_fsdp_sync() || run_last))
     end.at_end.push_back({MemoryTerm::unsharded_params, -s_.unit_gathered});  // resharded after backward
-  st.bwd_end_of_layer[{layer, mb}] = be;
+  st.bwd_end_of_layer.set(st.row(layer), mb, be);
   last = be;
   // Gradient reduction of this unit.
   const bool sync = fsdp_syncs(mb);
@@ -482,7 +491,7 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
     } else {
       // A chunk that holds only the embedding: its backward starts with the embedding's.
       after_blocking_send(st, op_at(id).deps);
-      links_.bwd_first[{vstage, mb}] = id;
+      links_.bwd_first.set(vstage, mb, id);
     }
     op_at(id).deps.insert(op_at(id).deps.end(), gathered.begin(), gathered.end());
     if (!defers_fsdp_sync() || fsdp_run_last(mb)) fsdp_release_group(st, group, id);
@@ -490,12 +499,12 @@ void Builder::backward_chunk(StageState& st, const Step& step) {
     last = id;
   }
   if (traits_.fp32_grad_accumulation) last = hp_grad_accumulate(stage, vstage, mb, n_chunk_layers, last);
-  links_.bwd_last[{vstage, mb}] = last;
+  links_.bwd_last.set(vstage, mb, last);
   release_pending_reduce(st);
   if (vstage < n_vstages_ - 1) op_at(last).at_end.push_back({MemoryTerm::activations, -s_.stage_output});
   if (vstage > 0)
-    links_.bwd_send[{vstage, mb}] =
-        send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), p2p_bytes(vstage, false), last));
+    links_.bwd_send.set(vstage, mb,
+                        send(st, p2p_send(stage, op_name("pp.send_grad.v{}.mb{}", vstage, mb), p2p_bytes(vstage, false), last)));
 }
 
 }  // namespace meshplan::lowering

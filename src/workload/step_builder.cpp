@@ -136,6 +136,9 @@ StepProgram Builder::build() {
   // The first stage's ops per layer size the array for every stage (ops per layer and micro-batch
   // range from 8 to over 40 with the recipe, so no fixed guess fits; the array is the largest a
   // simulation holds, and one too small doubles it). Per layer, as stages may hold unequal layers.
+  for (OpTable* t : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
+                     &links_.bwd_send})
+    *t = OpTable(n_vstages_, s_.microbatches);
   lower_stage(0);
   const std::size_t first = prog_.ops.size();
   const std::size_t first_layers = static_cast<std::size_t>(std::max(1, stage_layers(0)));
@@ -143,8 +146,8 @@ StepProgram Builder::build() {
   prog_.ops.reserve(std::max(first * static_cast<std::size_t>(s_.pp), first * all_layers / first_layers) * 17 / 16 + 64);
   for (int stage = 1; stage < s_.pp; ++stage) lower_stage(stage);
   wire_pipeline();
-  for (const auto* firsts : {&links_.fwd_first, &links_.bwd_first})
-    for (const auto& [key, first] : *firsts) prog_.pass_first_ops.push_back(first);
+  for (const OpTable* firsts : {&links_.fwd_first, &links_.bwd_first})
+    firsts->for_each([&](int, std::int64_t, int first) { prog_.pass_first_ops.push_back(first); });
   std::sort(prog_.pass_first_ops.begin(), prog_.pass_first_ops.end());
   for (const auto& o : prog_.ops) prog_.model_flops_per_step += prog_.work(o).model_flops;
   return std::move(prog_);

@@ -29,16 +29,13 @@
 #include "workload/activation_memory.hpp"
 #include "workload/layer_kernels.hpp"
 #include "workload/memory_estimate.hpp"
+#include "workload/op_table.hpp"
 #include "workload/pipeline_schedule.hpp"
 #include "workload/stage_params.hpp"
 #include "workload/step_program.hpp"
 
 namespace meshplan::lowering {
 
-// (virtual stage, micro-batch) -> op index.
-using ChunkOps = std::map<std::pair<int, std::int64_t>, int>;
-// (layer, micro-batch) -> op index.
-using LayerOps = std::map<std::pair<int, std::int64_t>, int>;
 
 // Figures of the step that every stage reads, computed once.
 struct StepShape {
@@ -93,10 +90,10 @@ struct StepShape {
   bool offload_stream = false;
 };
 
-// The first and last ops of each chunk's forward and backward and its sends, per micro-batch:
-// what the pipeline wiring connects once every stage is lowered.
+// The first and last ops of each chunk's forward and backward and its sends, per micro-batch
+// (rows: virtual stages): what the pipeline wiring connects once every stage is lowered.
 struct PipelineLinks {
-  ChunkOps fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
+  OpTable fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
 };
 
 // One stage's bookkeeping while its ops are added.
@@ -104,7 +101,13 @@ struct StageState {
   int stage = 0;
   std::size_t begin = 0;  // this stage's ops are those from here on
   bool first = false, last = false;
-  LayerOps fwd_end_of_layer, bwd_end_of_layer, rs_of_layer;
+  // Per layer of this stage and micro-batch (rows: row_of_layer): where its forward and backward
+  // end, its FSDP reduce-scatter, its activations' copy to the host.
+  std::vector<int> row_of_layer;  // -1 for another stage's layers
+  int row(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(row_of_layer.size()) ? row_of_layer[static_cast<std::size_t>(layer)] : -1;
+  }
+  OpTable fwd_end_of_layer, bwd_end_of_layer, rs_of_layer, offload_d2h_of_layer;
   int prev_ag = -1;       // the stage's last FSDP all-gather (all-gathers run in order)
   std::map<int, int> param_gather_of_layer;
   int blocking_send = -1; // DeepSpeed: the send the next compute op waits for
@@ -115,7 +118,6 @@ struct StageState {
   std::map<int, bool> group_gathered;
   int bwd_gate = -1;
   int root_bwd_first = -1;
-  LayerOps offload_d2h_of_layer;
   // FSDP2 keeps a reduce-scatter's input until the next group's post-backward waits on it.
   double pending_reduce_free = 0;
   int pending_reduce_scatter = -1;
