@@ -48,16 +48,22 @@ static void BM_Step_Llama70B_1024xH100(benchmark::State& state) {
 }
 BENCHMARK(BM_Step_Llama70B_1024xH100)->Unit(benchmark::kMillisecond);
 
-static void BM_Step_Llama405B_16384xH100(benchmark::State& state) {
+// torchtitan's 3-D layout at scale: TP 8 with sequence parallel, PP, FSDP kept gathered between
+// forward and backward (as under PP), full recompute.
+static Plan torchtitan_3d(int pp, int dp_shard) {
   Plan p;
   p.runtime = Runtime::torchtitan_fsdp2;
   p.mesh.tp = 8;
-  p.mesh.pp = 16;
-  p.mesh.dp_shard = 128;
+  p.mesh.pp = pp;
+  p.mesh.dp_shard = dp_shard;
   p.sequence_parallel = true;
   p.reshard_after_forward = false;
   p.ac = AcMode::full;
-  run(state, "llama3.1-405b", p, Job{8192, 2048, 1, 16});
+  return p;
+}
+
+static void BM_Step_Llama405B_16384xH100(benchmark::State& state) {
+  run(state, "llama3.1-405b", torchtitan_3d(16, 128), Job{8192, 2048, 1, 16});
 }
 BENCHMARK(BM_Step_Llama405B_16384xH100)->Unit(benchmark::kMillisecond);
 
@@ -157,17 +163,9 @@ BENCHMARK(BM_Simulate_Full_Llama405B_16384xH100_TwoSlowGpus)->Unit(benchmark::kM
 // (pp 4, tp 8, FSDP 128, full recompute, 8 micro-batches of one 8,192-token sequence): 208
 // distinct ranks per stage, 2.6 M engine tasks.
 static void BM_Simulate_Full_Llama70B_4096xH100_OnePercentSlow(benchmark::State& state) {
-  Plan p;
-  p.runtime = Runtime::torchtitan_fsdp2;
-  p.mesh.pp = 4;
-  p.mesh.tp = 8;
-  p.mesh.dp_shard = 128;
-  p.sequence_parallel = true;
-  p.reshard_after_forward = false;
-  p.ac = AcMode::full;
   SimOptions options;
   options.full = true;
   options.rank_speed = sample_straggler_speeds(4096, StragglerSpec{0.01, 0.9}, 1);
-  run(state, "llama3.1-70b", p, Job{8192, 1024, 1, 8}, options);
+  run(state, "llama3.1-70b", torchtitan_3d(4, 128), Job{8192, 1024, 1, 8}, options);
 }
 BENCHMARK(BM_Simulate_Full_Llama70B_4096xH100_OnePercentSlow)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
