@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <utility>
 #include <unordered_map>
@@ -35,7 +34,6 @@
 #include "workload/step_program.hpp"
 
 namespace meshplan::lowering {
-
 
 // Figures of the step that every stage reads, computed once.
 struct StepShape {
@@ -165,26 +163,6 @@ private:
   std::pair<int, int> lower_layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
   std::pair<int, int> lower_layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
 
-  // --- block_templates.cpp: a block lowered once per kind, copied after ---------------------
-  // A block's ops depend on its stage, its pass, the kind of layer (MoE or dense, windowed or full
-  // attention) and whether its micro-batch is the step's first (weight casts that are cached
-  // after it), not on which layer or micro-batch it otherwise is: a second block of the same key
-  // is the first one's ops again with their dependencies moved. Off when ops are named (the names
-  // carry the layer and micro-batch).
-  enum class BlockPass : std::uint8_t { forward, recompute, backward };
-  struct BlockTemplate {
-    bool usable = false;      // false: a block of this key reached outside its first_deps
-    std::vector<StepOp> ops;  // a dep d >= 0: the template's op d; d < 0: first_deps[-1 - d]
-    int first = 0, last = 0;  // as indices into ops
-  };
-  std::uint64_t block_key(int stage, int layer, std::int64_t mb, BlockPass pass, std::size_t n_first_deps) const;
-  // The ops of the block of `key` appended from its template: {first, last}, or nullopt where
-  // there is no usable template; `lower` lowers it then, and the first time keeps its template.
-  template <typename Lower>
-  std::pair<int, int> block_from_template(std::uint64_t key, std::vector<int>&& first_deps, Lower&& lower);
-  std::pair<int, int> copy_block(const BlockTemplate& t, const std::vector<int>& first_deps);
-  // The ops from `begin` on, which the block's lowering has just added, as the template `t`.
-  void keep_block(BlockTemplate& t, std::size_t begin, const std::vector<int>& first_deps, std::pair<int, int> ends) const;
   // Megatron --recompute-modules other than core attention, before the layer's backward: the
   // norms' and the experts' activation (memory-bound), or the whole MoE block with its all-to-alls.
   // Returns {first, last} ops, or {-1, -1} when nothing is recomputed.
@@ -217,6 +195,27 @@ private:
   // One direction of the EP all-to-all (dispatch, combine, or either's backward).
   Op ep_all_to_all_op(int stage, std::string name) const;
   void moe_mlp_forward(LayerChain& chain, int stage, int layer, const std::string& tag, Op&& mlp);
+
+  // --- block_templates.cpp: a block lowered once per kind, copied after ---------------------
+  // A block's ops depend on its stage, its pass, the kind of layer (MoE or dense, windowed or full
+  // attention) and whether its micro-batch is the step's first (weight casts that are cached
+  // after it), not on which layer or micro-batch it otherwise is: a second block of the same key
+  // is the first one's ops again with their dependencies moved. Off when ops are named (the names
+  // carry the layer and micro-batch).
+  enum class BlockPass : std::uint8_t { forward, recompute, backward };
+  struct BlockTemplate {
+    bool usable = false;      // false: a block of this key reached outside its first_deps
+    std::vector<StepOp> ops;  // a dep d >= 0: the template's op d; d < 0: first_deps[-1 - d]
+    int first = 0, last = 0;  // as indices into ops
+  };
+  std::uint64_t block_key(int stage, int layer, std::int64_t mb, BlockPass pass, std::size_t n_first_deps) const;
+  // The block of `key`, {first, last}: copied from its template, or where there is none usable
+  // lowered by `lower(first_deps)` (the first block of a key is then kept as its template).
+  template <typename Lower>
+  std::pair<int, int> block_from_template(std::uint64_t key, std::vector<int>&& first_deps, Lower&& lower);
+  std::pair<int, int> copy_block(const BlockTemplate& t, const std::vector<int>& first_deps);
+  // The ops from `begin` on, which the block's lowering has just added, as the template `t`.
+  void keep_block(BlockTemplate& t, std::size_t begin, const std::vector<int>& first_deps, std::pair<int, int> ends) const;
 
   // --- stage_lowering.cpp: a stage's compute order ----------------------------------------
   void lower_stage(int stage);
