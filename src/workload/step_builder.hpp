@@ -160,6 +160,7 @@ private:
   // template where one of the same key was lowered before (block_templates.cpp).
   std::pair<int, int> layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
   std::pair<int, int> layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
+  // The lowering itself, for a block whose key has no template yet (or none usable).
   std::pair<int, int> lower_layer_forward(int stage, int layer, std::int64_t mb, bool recompute, std::vector<int> first_deps);
   std::pair<int, int> lower_layer_backward(int stage, int layer, std::int64_t mb, std::vector<int> first_deps);
 
