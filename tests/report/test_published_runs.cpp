@@ -53,9 +53,10 @@ double tokens_per_s_per_gpu(const std::string& float8, const ClusterSpec& c) {
 // device: torchtitan's H100s are Meta's 500 W 96 GB part, h100-sxm-96gb). bf16 is met within 5 %
 // of both; the order of the recipes is right: rowwise casts the output gradient twice and reduces
 // its column-wise casts in passes of their own, tensorwise with the float8 all-gather casts only
-// each rank's weight shard and gathers FP8. Not yet met: rowwise is predicted 9-15 % too fast and
-// tensorwise 1-8 % (7,392 and 7,738 tokens/s; 13-19 % and 4-12 % before this part's FP8 GEMMs took
-// the lower sustained clock of FP8 under its power cap), docs/compute.md, "Not modelled": the
+// each rank's weight shard and gathers FP8. Not yet met: rowwise is predicted 7-13 % too fast and
+// tensorwise 5.3 % above torchtitan's figure (7,236 and 7,568 tokens/s; 9-15 % and 1-8 % with the
+// part's FP8/BF16 clock ratio taken at 0.78 / 0.86, 13-19 % and 4-12 % before FP8 GEMMs took the
+// lower sustained clock of FP8 under its power cap), docs/compute.md, "Not modelled": the
 // rowwise scaled-mm of those releases.
 TEST_CASE("torchtitan Llama-3-8B on 8 H100: bf16 within 5 %, tensorwise within 5 % of torchao's; float8 tensorwise with the float8 all-gather > rowwise > bf16") {
   const ClusterSpec c = load_cluster("h100-sxm-96gb");
@@ -66,6 +67,7 @@ TEST_CASE("torchtitan Llama-3-8B on 8 H100: bf16 within 5 %, tensorwise within 5
   CHECK(bf16 == doctest::Approx(5760).epsilon(0.05));
   CHECK(bf16 == doctest::Approx(6150).epsilon(0.05));
   CHECK(tensorwise == doctest::Approx(7689.5).epsilon(0.05));  // torchao's README, torch 2.7
+  CHECK(tensorwise == doctest::Approx(7186).epsilon(0.06));    // torchtitan's: 5.3 % above, not yet 5
   CHECK(rowwise / bf16 > 1.05);
   CHECK(tensorwise / rowwise > 1.03);
   CHECK(tensorwise / bf16 < 1.51);

@@ -155,9 +155,13 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // -22.7 -> -10.3 %, GB300 MXFP8 -9.1 -> +17.8 %): MAPE 12.9 %, bias -3.6 -> +0.7 %. Tightened
 // 14.5 -> 13.0. Then the dispatcher the notes name (the pp 32 row's plain all-to-all, priced as
 // DeepEP's deduplicated dispatch before: +18.4 -> +17.2 %): MAPE 12.82 %. Tightened 13.0 -> 12.9.
+// 2026-12-07: the Blackwell sustained clocks carried between power caps with power ~ f^3
+// (GB200's BF16 work 0.86 -> 0.914 at 1200 W, GB300's attention 0.86 -> 0.962 at 1400 W): the
+// GB200 rows -3.8 / -10.3 / -19.8 -> -0.4 / -9.4 / -15.9 %, the GB300 row +17.8 -> +19.9 %:
+// MAPE 12.46 %, bias +1.2 %. Tightened 12.9 -> 12.5.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 12.9;
+constexpr double kMoeMapeBoundPct = 12.5;
 
 // Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
 // declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
