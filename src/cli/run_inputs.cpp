@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <future>
 #include <optional>
 
 #include "cli/flag_ranges.hpp"
@@ -77,6 +78,11 @@ void check_nccl_version(const std::string& value) {
 
 RunInputs load_run_inputs(const RunInputOptions& o) {
   check_nccl_version(o.nccl_version);
+  // The shipped NCCL table is a third of a simulation's start-up (parsing its TOML): read beside the
+  // config and the profile, which every run reads first. Joined before returning, so an error in it
+  // surfaces here, after any in the config or the profile.
+  std::future<void> nccl_table;
+  if (o.nccl_version.empty()) nccl_table = std::async(std::launch::async, [] { (void)default_nccl_table(); });
   RunInputs in;
   // The override goes to the importer, not over its result: a config naming a model meshplan
   // does not ship (an llm-foundry HF id, a torchtitan flavor) imports only with it.
@@ -122,6 +128,7 @@ RunInputs load_run_inputs(const RunInputOptions& o) {
   }
   if (!choices.no_fit.empty())
     in.run.warnings.push_back(fmt::format("{}; modeled with the whole device batch", choices.no_fit));
+  if (nccl_table.valid()) nccl_table.get();
   return in;
 }
 
