@@ -68,6 +68,11 @@ struct RuntimeTraits {
   // Megatron frees a sent stage output's data (deallocate_pipeline_outputs) and keeps only its
   // autograd node; DeepSpeed's pipe buffers and torch.distributed.pipelining keep it.
   bool frees_sent_pipeline_outputs = false;
+  // Async TP's matmul + reduce-scatter leaves the tp partial chunks a rank received stacked and
+  // sums them in one reduction kernel on the compute stream once the copies are in (torch's
+  // micro-pipelined TP, symm_mem fused_matmul_reduce_scatter); Transformer Engine's userbuffers
+  // reduce inside the communication kernels.
+  bool async_tp_sums_partials = false;
 
   // --- DeepSpeed's engine (Megatron-DeepSpeed) ---------------------------------------------
   // The pipeline engine sends and receives on the compute stream: the next instruction waits.

@@ -65,6 +65,7 @@ constexpr RuntimeTraits torchtitan_traits() {
   t.unsharded_without_shard_dim = true;
   t.sequence_parallel_with_tp = true;
   t.any_stage_layers = true;
+  t.async_tp_sums_partials = true;
   return t;
 }
 

@@ -44,7 +44,12 @@ struct Builder::LayerChain {
     } else {
       const auto producer_deps = b.op_at(prev).deps;
       op.deps.assign(producer_deps.begin(), producer_deps.end());
+      const int stage = op.stage;
+      const double full_bytes = op.bytes;
+      std::string sum_name = op.name.empty() ? std::string() : op.name + ".sum";
       pending.push_back(b.add(std::move(op)));
+      if (b.traits_.async_tp_sums_partials)
+        compute(b.partial_sum_op(stage, std::move(sum_name), b.op_at(prev).category, full_bytes));
     }
   }
   // The layer ends when its overlapped collectives do.
@@ -151,6 +156,16 @@ void Builder::chunk_for_overlap(Op& op) const {
   }
   op.kernels += static_cast<int>(chunked.size() - op.gemms.size());
   op.gemms = std::move(chunked);
+}
+
+// torch's micro-pipelined matmul + reduce-scatter ends with the tp partial chunks of this rank's
+// slice stacked in one buffer and summed by one reduction kernel: it reads the whole tensor the
+// reduce-scatter took (tp chunks of 1/tp each) and writes the rank's 1/tp.
+Op Builder::partial_sum_op(int stage, std::string name, OpCategory cat, double full_bytes) const {
+  Op op = compute_op(stage, std::move(name), cat);
+  op.memory_bound_bytes = full_bytes * (1.0 + 1.0 / p_.mesh.tp);
+  op.kernels = 1;
+  return op;
 }
 
 Op Builder::tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const {

@@ -192,6 +192,7 @@ private:
   void quantize_backward(Op& op, const Gemms& linears) const;
   bool fp8_weights_gathered() const;  // FSDP float8 all-gather: weights cast per shard, gathered in FP8
   void chunk_for_overlap(Op& op) const;
+  Op partial_sum_op(int stage, std::string name, OpCategory cat, double full_bytes) const;
   Op tp_collective(int stage, std::string name, CollectiveOp c, double bytes) const;
   // One direction of the EP all-to-all (dispatch, combine, or either's backward).
   Op ep_all_to_all_op(int stage, std::string name) const;

@@ -1,7 +1,9 @@
 // The lowered step: the shapes and bytes of one layer's ops, hand-derived.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "workload/step_program.hpp"
 
@@ -320,4 +322,50 @@ TEST_CASE("Megatron-DeepSpeed: blocking pipeline sends, fp32 accumulation per mi
   const int sent = index_of(dsp, "pp.send_act.v0.mb0");
   CHECK(depends_on(find(dsp, "fwd.embed.mb1"), sent));
   CHECK_FALSE(depends_on(find(mg, "fwd.embed.mb1"), index_of(mg, "pp.send_act.v0.mb0")));
+}
+
+// An async-TP matmul of tp 8, by hand: the output projection of a sequence-parallel block (the
+// attention's 1024 wide output over 8 ranks, 128 input columns each) runs as 8 GEMMs of 4096 / 8
+// rows, one per ring step, beside its reduce-scatter of the whole 4096 x 1024 tensor. torch's
+// micro-pipelined TP (torchtitan) then sums the 8 partial chunks a rank received, stacked, in one
+// reduction kernel: e t h bytes read (8 chunks of t h / 8) and e t h / 8 written. Transformer Engine's userbuffers
+// (Megatron) reduce inside the communication kernels: no such op.
+TEST_CASE("async TP of tp 8: the projection as 8 row chunks beside its reduce-scatter; torch sums the partials") {
+  const ModelSpec m = gpt(PosEmb::learned);
+  for (const Runtime rt : {Runtime::megatron, Runtime::torchtitan_fsdp2}) {
+    CAPTURE(rt);
+    Plan p = single_gpu();
+    p.runtime = rt;
+    p.mesh.tp = 8;
+    p.sequence_parallel = true;
+    p.async_tp = true;
+    const StepProgram prog = lower_step(m, p, kJob, LowerOptions{.op_names = true});
+    const Op proj = find(prog, "fwd.L0.mb0.proj");
+    const double tokens = kSeq * kBatch;
+    REQUIRE(proj.gemms.size() == 8);
+    for (const GemmShape& g : proj.gemms) {
+      CHECK(g.m == tokens / 8);
+      CHECK(g.n == kHidden);
+      CHECK(g.k == kHidden / 8);
+    }
+    const Op rs = find(prog, "fwd.L0.mb0.tp_attn_out");
+    CHECK(rs.bytes == doctest::Approx(2 * tokens * kHidden));
+    bool summed = false;
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) summed = summed || prog.name(i) == "fwd.L0.mb0.tp_attn_out.sum";
+    CHECK(summed == (rt == Runtime::torchtitan_fsdp2));
+    if (!summed) continue;
+    const Op sum = find(prog, "fwd.L0.mb0.tp_attn_out.sum");
+    CHECK(sum.memory_bound_bytes == doctest::Approx(2 * tokens * kHidden * (1 + 1.0 / 8)));
+    CHECK(sum.kernels == 1);
+    CHECK(sum.stream == StreamKind::compute);
+    // It waits for the reduce-scatter (the copies) and the MLP's all-gather follows it.
+    const auto ix = [&](const char* name) {
+      for (std::size_t i = 0; i < prog.ops.size(); ++i)
+        if (prog.name(i) == name) return static_cast<int>(i);
+      return -1;
+    };
+    const std::vector<int> deps(sum.deps.begin(), sum.deps.end());
+    CHECK(std::find(deps.begin(), deps.end(), ix("fwd.L0.mb0.tp_attn_out")) != deps.end());
+    CHECK(std::find(deps.begin(), deps.end(), ix("fwd.L0.mb0.proj")) != deps.end());
+  }
 }
