@@ -12,8 +12,8 @@ if [ ! -f "$TORCHTITAN_DIR/torchtitan/train.py" ]; then
 fi
 cd "$TORCHTITAN_DIR"
 export PYTORCH_ALLOC_CONF="expandable_segments:True"
-# The plan checkpoints every 459 steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.
-CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every 459 steps)}"
+# The plan checkpoints every 430 steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every 430 steps)}"
 mkdir -p "$CHECKPOINT_DIR"
 export CHECKPOINT_DIR
 NODE_RANK="${NODE_RANK:?set NODE_RANK (0..7)}"

@@ -10,8 +10,8 @@ if [ ! -f "$TORCHTITAN_DIR/torchtitan/train.py" ]; then
 fi
 cd "$TORCHTITAN_DIR"
 export PYTORCH_ALLOC_CONF="expandable_segments:True"
-# The plan checkpoints every 4665 steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.
-CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every 4665 steps)}"
+# The plan checkpoints every 4468 steps (plan.md) into CHECKPOINT_DIR: a folder every node can write.
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a folder on shared storage (checkpoints every 4468 steps)}"
 mkdir -p "$CHECKPOINT_DIR"
 export CHECKPOINT_DIR
 torchrun --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint="localhost:0" \

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cost/collective_cost.hpp"
+#include "cost/compute_cost.hpp"
 #include "plan/step_fingerprint.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/numerics.hpp"
@@ -25,6 +26,7 @@
 #include "spec/runtimes.hpp"
 #include "spec/units.hpp"
 #include "spec/validated_mfu.hpp"
+#include "workload/eager_ops.hpp"
 #include "workload/memory_estimate.hpp"
 #include "workload/step_program.hpp"
 
@@ -163,6 +165,23 @@ double ep_seconds(const ModelSpec& m, const Plan& p, const Job& j, const Cluster
   return per_layer * moe_layers * static_cast<double>(j.grad_accum);
 }
 
+// torch's ring attention merges each step's block output and accumulates the gradients in fp32
+// (workload/eager_ops.hpp): the element-wise passes of one step on a stage, forward (twice under
+// full recompute) and backward, at the memory-bound rate.
+double cp_merge_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  if (p.mesh.cp <= 1 || !runtime_traits(p).ring_attention_merges_eagerly) return 0;
+  const double tokens = static_cast<double>(j.seq_len / p.mesh.cp) * static_cast<double>(j.micro_batch);
+  const double head_dim = static_cast<double>(m.head_dim > 0 ? m.head_dim : m.d_model / m.n_heads);
+  const double q = tokens * static_cast<double>(m.n_heads) / p.mesh.tp * head_dim;
+  const double kv = tokens * static_cast<double>(m.n_kv_heads) / p.mesh.tp * head_dim;
+  const double e = bytes_per_element(p.compute_dtype);
+  const double forwards = p.ac == AcMode::full ? 2 : 1;
+  const double per_layer = forwards * ring_attention_merge(q, kv, p.mesh.cp, e, false, p.compile).bytes +
+                           ring_attention_merge(q, kv, p.mesh.cp, e, true, p.compile).bytes;
+  const double layers_per_stage = static_cast<double>(m.n_layers) / p.mesh.pp;
+  return memory_bound_time(c, per_layer).seconds * layers_per_stage * static_cast<double>(j.grad_accum);
+}
+
 // FSDP gathers and reduce-scatters of one step that the stage's compute cannot hide.
 double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c, double compute) {
   const std::int64_t shard = static_cast<std::int64_t>(p.mesh.dp_shard) * p.mesh.cp;
@@ -192,7 +211,7 @@ double fsdp_exposed_seconds(const ModelSpec& m, const Plan& p, const Job& j, con
 }
 
 // A rough step time for pruning: compute at a nominal efficiency, blocking TP communication,
-// the FSDP gathers that compute cannot hide, and the pipeline bubble.
+// ring attention's merges, the FSDP gathers that compute cannot hide, and the pipeline bubble.
 double closed_form_step_seconds(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
   const double world = static_cast<double>(p.mesh.world());
   const double tokens_per_gpu = static_cast<double>(j.global_batch) * static_cast<double>(j.seq_len) / world;
@@ -206,7 +225,7 @@ double closed_form_step_seconds(const ModelSpec& m, const Plan& p, const Job& j,
     const double v = std::max(1, p.mesh.vpp);
     bubble = (p.mesh.pp - 1) / (v * static_cast<double>(j.grad_accum) + p.mesh.pp - 1);
   }
-  return (compute + tp_seconds(m, p, j, c) + ep_seconds(m, p, j, c)) / (1 - bubble) +
+  return (compute + tp_seconds(m, p, j, c) + ep_seconds(m, p, j, c) + cp_merge_seconds(m, p, j, c)) / (1 - bubble) +
          fsdp_exposed_seconds(m, p, j, c, compute);
 }
 

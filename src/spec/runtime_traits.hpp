@@ -73,6 +73,10 @@ struct RuntimeTraits {
   // micro-pipelined TP, symm_mem fused_matmul_reduce_scatter); Transformer Engine's userbuffers
   // reduce inside the communication kernels.
   bool async_tp_sums_partials = false;
+  // Context parallelism merges each ring step's attention output into an fp32 accumulator op by op
+  // and accumulates dQ, dK and dV in fp32 per step (torch's context_parallel ring attention);
+  // Transformer Engine corrects its outputs with fused kernels (workload/eager_ops.hpp).
+  bool ring_attention_merges_eagerly = false;
 
   // --- DeepSpeed's engine (Megatron-DeepSpeed) ---------------------------------------------
   // The pipeline engine sends and receives on the compute stream: the next instruction waits.

@@ -66,6 +66,7 @@ constexpr RuntimeTraits torchtitan_traits() {
   t.sequence_parallel_with_tp = true;
   t.any_stage_layers = true;
   t.async_tp_sums_partials = true;
+  t.ring_attention_merges_eagerly = true;
   return t;
 }
 

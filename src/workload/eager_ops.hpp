@@ -42,4 +42,36 @@ inline ElementwiseCost eager_swiglu_extra(double e) {
   return {2 * e, 3 * e, 1, 2};
 }
 
+// HBM bytes and kernels per attention call that torch's ring attention (context_parallel under
+// DTensor: _templated_ring_attention and its backward) adds around the cp kernel calls of one
+// rank, eagerly and in fp32. Forward (_SDPAMerger, per element of the rank's output): the first
+// block's output cast to fp32 (e + 4); each of the cp - 1 later blocks cast (e + 4) and merged,
+// out - sigmoid(lse_b - lse) * (out - out_b): a difference (12), a scaled product (8) and a
+// difference (12); the result cast back (4 + e). Backward, per step: dQ += block dQ in fp32
+// (e + 8 per query element), dK and dV likewise (per key/value element of the rank's chunk) and
+// concatenated into the buffer rotated to the next rank (8 each); zero-filled fp32 accumulators
+// before (4 each) and casts back after (4 + e). The log-sum-exp updates are per row, not per
+// element: only their launches count. Load balancing's half-block steps move half the elements
+// and copy the other half back (torch's _partial_update): counted as whole steps.
+// Under torch.compile the ring attention is traced with the block (its collectives are functional)
+// and Inductor fuses each step's merge into one pass: read the accumulator and the block output,
+// write the accumulator (e + 8 per element, with the log-sum-exp update a second launch), and each
+// fp32 gradient accumulation into one read-add-write (e + 8) that writes dK and dV straight into
+// the rotated buffer.
+struct RingMergeCost {
+  double bytes = 0;
+  int kernels = 0;
+};
+// `q_elements`: the rank's query (and output) elements; `kv_elements`: one key chunk's.
+inline RingMergeCost ring_attention_merge(double q_elements, double kv_elements, int cp, double e, bool backward,
+                                          bool compiled) {
+  const double steps = cp;
+  const double merge = compiled ? e + 8 : e + 36;
+  if (!backward)
+    return {((e + 4) + (steps - 1) * merge + (4 + e)) * q_elements, 2 + (compiled ? 2 : 9) * (cp - 1) + 2};
+  const double per_q = 4 + steps * (e + 8) + (4 + e);
+  const double per_kv = 4 + steps * (e + (compiled ? 8 : 16)) + (4 + e);  // each of dK and dV
+  return {per_q * q_elements + 2 * per_kv * kv_elements, 3 + (compiled ? 3 : 4) * cp + 3};
+}
+
 }  // namespace meshplan

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "workload/step_builder.hpp"
+#include "workload/eager_ops.hpp"
 
 namespace meshplan::lowering {
 
@@ -80,6 +81,14 @@ double Builder::add_core_attention(Op& op, Pass pass, const AttentionShape& a) c
       op.low_precision_attention = true;
       op.cast_bytes += attention_cast_bytes(a, pass, d_.e, quant_recipe(p_.fp8));
       op.kernels += kAttentionCastKernelsPerPass;
+    }
+    if (p_.mesh.cp > 1 && traits_.ring_attention_merges_eagerly) {
+      const double q_elements = static_cast<double>(a.batch * a.seq_q * a.heads * a.head_dim);
+      const double kv_elements = static_cast<double>(a.batch * a.seq_q * a.kv_heads * a.head_dim);  // a chunk: s / cp
+      const RingMergeCost merge =
+          ring_attention_merge(q_elements, kv_elements, p_.mesh.cp, d_.e, pass == Pass::backward, p_.compile);
+      op.memory_bound_bytes += merge.bytes;
+      op.kernels += merge.kernels;
     }
     return attention_flops(a, pass);
   }

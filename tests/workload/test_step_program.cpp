@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "workload/eager_ops.hpp"
 #include "workload/step_program.hpp"
 
 using namespace meshplan;
@@ -367,5 +368,47 @@ TEST_CASE("async TP of tp 8: the projection as 8 row chunks beside its reduce-sc
     const std::vector<int> deps(sum.deps.begin(), sum.deps.end());
     CHECK(std::find(deps.begin(), deps.end(), ix("fwd.L0.mb0.tp_attn_out")) != deps.end());
     CHECK(std::find(deps.begin(), deps.end(), ix("fwd.L0.mb0.proj")) != deps.end());
+  }
+}
+
+// torch's ring attention (torchtitan's context parallelism) merges each step's block output into
+// an fp32 accumulator and accumulates dQ, dK, dV in fp32 per step. cp 8, bf16, by hand, eager:
+// forward per output element (2 + 4) + 7 (2 + 36) + (4 + 2) = 278 bytes, 2 + 7 x 9 + 2 = 67
+// launches; backward per query element 4 + 8 (2 + 8) + (4 + 2) = 90 bytes, per key/value element
+// of a chunk 4 + 8 (2 + 16) + (4 + 2) = 154 for each of dK and dV, 3 + 8 x 4 + 3 = 38 launches.
+// Compiled (each step's merge one fused pass): forward 6 + 7 (2 + 8) + 6 = 82 bytes, 2 + 7 x 2 + 2
+// = 18 launches; backward 90 and 4 + 8 (2 + 8) + 6 = 90 per key/value element, 3 + 8 x 3 + 3 = 30.
+TEST_CASE("torch's ring attention: each step's output merged in fp32, the gradients accumulated in fp32") {
+  const RingMergeCost fwd = ring_attention_merge(1000, 250, 8, 2, false, false);
+  CHECK(fwd.bytes == doctest::Approx(278 * 1000));
+  CHECK(fwd.kernels == 67);
+  const RingMergeCost bwd = ring_attention_merge(1000, 250, 8, 2, true, false);
+  CHECK(bwd.bytes == doctest::Approx(90 * 1000 + 2 * 154 * 250));
+  CHECK(bwd.kernels == 38);
+  const RingMergeCost fused_fwd = ring_attention_merge(1000, 250, 8, 2, false, true);
+  CHECK(fused_fwd.bytes == doctest::Approx(82 * 1000));
+  CHECK(fused_fwd.kernels == 18);
+  const RingMergeCost fused_bwd = ring_attention_merge(1000, 250, 8, 2, true, true);
+  CHECK(fused_bwd.bytes == doctest::Approx(90 * 1000 + 2 * 90 * 250));
+  CHECK(fused_bwd.kernels == 30);
+  // In the lowered step: torchtitan's CP attention op carries it over the rank's 2048 / 8 query
+  // tokens of its 8 heads of 128 (and the kv chunk of as many tokens); Megatron's does not.
+  ModelSpec m = gpt(PosEmb::rope);
+  m.n_kv_heads = 2;
+  auto attention_op = [&](Runtime rt, const char* name) {
+    Plan p = single_gpu();
+    p.runtime = rt;
+    p.mesh.cp = 8;
+    return find(lower_step(m, p, kJob, LowerOptions{.op_names = true}), name);
+  };
+  const double q = kBatch * kSeq / 8 * kHeads * kHeadDim, kv = kBatch * kSeq / 8 * 2 * kHeadDim;
+  for (const char* name : {"fwd.L0.mb0.attn", "bwd.L0.mb0.attn"}) {
+    CAPTURE(name);
+    const bool backward = name[0] == 'b';
+    const Op torch = attention_op(Runtime::torchtitan_fsdp2, name);
+    const Op te = attention_op(Runtime::megatron, name);
+    const RingMergeCost merge = ring_attention_merge(q, kv, 8, 2, backward, false);
+    CHECK(torch.memory_bound_bytes - te.memory_bound_bytes == doctest::Approx(merge.bytes));
+    CHECK(torch.kernels - te.kernels == merge.kernels);
   }
 }
