@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "workload/step_builder.hpp"
 #include "workload/eager_ops.hpp"
+#include "workload/step_builder.hpp"
 
 namespace meshplan::lowering {
 
