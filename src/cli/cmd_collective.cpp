@@ -40,6 +40,7 @@ struct CollectiveCliOptions {
   bool collnet = false;
   bool explain = false;
   std::string nccl;  // --nccl-version (alias --nccl); empty: the profile's nccl_version
+  std::string launch = "process-per-gpu";
   bool json = false;
 };
 
@@ -56,6 +57,13 @@ void add_collective_options(CLI::App& app, CollectiveCliOptions& o) {
                                     "collnet_direct, collnet_chain)")->delimiter(',');
   app.add_option("--proto", o.protos, "restrict protocols, like NCCL_PROTO (LL, LL128, Simple)")->delimiter(',');
   app.add_flag("--collnet", o.collnet, "the fabric has IB SHARP / CollNet (enables the CollNet algorithms)");
+  app.add_option("--launch", o.launch,
+                 "who launches and times the calls: process-per-gpu (nccl-tests under mpirun, and training), "
+                 "single-process (nccl-tests -g N: one thread launches every GPU of a node; the period is at least its "
+                 "launches), torch (torch.distributed benchmarks such as all_reduce_bench.py, CUDA events around each "
+                 "call: c10d's dispatch of the call is inside the timed span)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process-per-gpu", "single-process", "torch"}));
   add_nccl_version_option(app, o.nccl, "--nccl-version,--nccl");
   app.add_flag("--explain", o.explain,
                "after each size, the tuner's choice as NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints it (algorithm, "
@@ -88,6 +96,8 @@ CollectiveOptions restrictions(const CollectiveCliOptions& o) {
     }
   }
   opts.collnet = opts.collnet || o.collnet;
+  if (o.launch == "single-process") opts.launch_mode = LaunchMode::single_process_multi_gpu;
+  if (o.launch == "torch") opts.launch_mode = LaunchMode::torch_timed_call;
   return opts;
 }
 
@@ -134,9 +144,10 @@ nlohmann::json explain_terms(CollectiveOp op, double bytes, const CollectiveEsti
   text += fmt::format("#     run:  {} channels after shrinking; transfer {:.2f} us, of which pipeline ramp {:.2f} us; "
                       "GPU time {:.2f} us",
                       e.channels, transfer_us, e.ramp_seconds * 1e6, latency_us + transfer_us);
-  text += e.host_floor_seconds > 0 ? fmt::format("; host floor {:.2f} us{}\n", e.host_floor_seconds * 1e6,
-                                                 e.host_bound ? " (binds)" : "")
-                                   : std::string("\n");
+  if (e.host_floor_seconds > 0)
+    text += fmt::format("; host floor {:.2f} us{}", e.host_floor_seconds * 1e6, e.host_bound ? " (binds)" : "");
+  if (e.caller_seconds > 0) text += fmt::format("; + c10d's dispatch of the call {:.2f} us", e.caller_seconds * 1e6);
+  text += "\n";
   return {{"nccl_algo", tuned ? static_cast<int>(algo) : -1},
           {"nccl_proto", tuned ? static_cast<int>(proto) : -1},
           {"nccl_time_us", e.nccl_seconds * 1e6},
@@ -147,7 +158,8 @@ nlohmann::json explain_terms(CollectiveOp op, double bytes, const CollectiveEsti
           {"transfer_us", transfer_us},
           {"ramp_us", e.ramp_seconds * 1e6},
           {"host_floor_us", e.host_floor_seconds * 1e6},
-          {"host_bound", e.host_bound}};
+          {"host_bound", e.host_bound},
+          {"caller_us", e.caller_seconds * 1e6}};
 }
 
 // The group: --gpus ranks in whole nodes of --gpus-per-node.

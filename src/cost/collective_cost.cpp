@@ -9,6 +9,7 @@
 // Hot path: no allocation (the result strings fit the small-string buffer), no table lookups by
 // name; the NCCL table is loaded once.
 #include "cost/collective_cost.hpp"
+#include "cost/host_cost.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -545,6 +546,11 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
       e.seconds = e.host_floor_seconds;
       e.host_bound = true;
     }
+  } else if (options.launch_mode == LaunchMode::torch_timed_call) {
+    // The start event completes at once on the idle stream; the kernel starts only once the host
+    // has dispatched the call: the dispatch adds to the GPU time.
+    e.caller_seconds = c10d_collective_seconds(c);
+    e.seconds += e.caller_seconds;
   }
   e.bus_bytes = bus_bytes;
   e.bus_bandwidth_bytes_per_s = best.transfer_seconds > 0 ? bus_bytes / best.transfer_seconds : 0.0;

@@ -33,13 +33,20 @@ struct CollectiveEstimate {
   double nccl_seconds = 0;
   int nccl_channels = 0;
   double host_floor_seconds = 0;    // single-process launch floor (0 in one-process-per-GPU mode)
+  double caller_seconds = 0;        // torch_timed_call: c10d's dispatch, inside the timed span
   bool host_bound = false;          // `seconds` is the host floor, not the GPU time
 };
 
 // How the ranks' kernels are launched. Training runs one process per GPU; nccl-tests `-g N` drives
 // N GPUs from one host thread, which enqueues and launches their kernels one after the other, so an
 // iteration cannot be shorter than N x the per-GPU host launch cost (NCCL table, host_launch_us).
-enum class LaunchMode { one_process_per_gpu, single_process_multi_gpu };
+// How the measured or modelled caller launches its collectives. one_process_per_gpu: nccl-tests
+// with one process per GPU, and training (the simulator charges the host's issue separately);
+// single_process_multi_gpu: nccl-tests `-g N`, one host thread launching every GPU of a node;
+// torch_timed_call: torch.distributed benchmarks (all_reduce_bench.py) that time each call with
+// CUDA events recorded around it on an idle stream, so c10d's dispatch of the call precedes its
+// kernel inside the timed span.
+enum class LaunchMode { one_process_per_gpu, single_process_multi_gpu, torch_timed_call };
 
 // What NCCL is allowed to pick from (NCCL_ALGO / NCCL_PROTO / CollNet availability) and which
 // constants it uses. The defaults are NCCL's defaults: every algorithm but CollNet, every protocol.

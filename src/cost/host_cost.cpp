@@ -15,6 +15,8 @@ constexpr double kCollectiveOps = 2.0;
 
 }  // namespace
 
+double c10d_collective_seconds(const ClusterSpec& c) { return kCollectiveOps * c.host.op_seconds; }
+
 HostModel host_model(const ClusterSpec& c, const Plan& p) {
   HostModel h;
   // Megatron-DeepSpeed: the profile's fitted multiple (host.megatron_deepspeed_op_factor, docs/host.md).

@@ -21,6 +21,11 @@ struct HostModel {
 
 HostModel host_model(const ClusterSpec& c, const Plan& p);
 
+// Host time of one NCCL call through c10d on this host, as a plain torch.distributed caller pays
+// it: two dispatched ops, the collective (work object, stream event, NCCL enqueue) and the wait
+// that makes the caller's stream depend on it (docs/host.md).
+double c10d_collective_seconds(const ClusterSpec& c);
+
 // Seconds of host time to issue `op`.
 double host_seconds(const OpSchedule& op, const OpWork& work, const HostModel& h);
 inline double host_seconds(const Op& op, const HostModel& h) { return host_seconds(op, op, h); }

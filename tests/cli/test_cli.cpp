@@ -131,6 +131,7 @@ TEST_CASE("bad files and flags: one line, names the file or flag and the key, no
       {"plan --model llama3.1-8b --gpus 8 --global-batch 16 --runtime deepspeed", "--runtime"},
       {"plan --model nope --gpus 8 --global-batch 16", "nope"},
       {"collective --cluster h100-sxm-80gb --op all_smash --gpus 8 --sizes 1K:1M", "all_smash"},
+      {"collective --cluster h100-sxm-80gb --gpus 8 --launch mpirun", "--launch"},
       {"kernel --cluster h100-sxm-80gb --gemm 8192x8192 --dtype bf16", "gemm"},
       {"no-such-command", "no-such-command"},
       {"validate " + csv + " " + csv, "--cross-validate"},
@@ -322,6 +323,24 @@ TEST_CASE("collective --explain: NCCL's tuner line, then the terms that add up t
   const Run text = run(args + " --explain");
   CHECK(text.out.find("#   NCCL INFO AllReduce: 1048576 Bytes -> Algo 1 proto 0 time ") != std::string::npos);
   CHECK(text.out.find("#     NCCL: ring/LL on 12 channels = latency 15.00 us") != std::string::npos);
+}
+
+// --launch torch: a torch.distributed benchmark's timed call carries c10d's dispatch, 2 x 8 us on
+// the H200's x86 host, at every size; --launch single-process puts nccl-tests -g 8's floor under it.
+TEST_CASE("collective --launch: torch adds c10d's dispatch of each call; single-process floors small sizes") {
+  const std::string args = "collective --cluster h200-141gb --gpus 8 --sizes 32K:1G --json";
+  const auto rows = nlohmann::json::parse(run(args).out).at("rows");
+  const Run t = run(args + " --launch torch --explain");
+  REQUIRE(t.exit_code == 0);
+  const auto torch_rows = nlohmann::json::parse(t.out).at("rows");
+  REQUIRE(rows.size() == torch_rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CHECK(torch_rows[i].at("time_us").get<double>() - rows[i].at("time_us").get<double>() == doctest::Approx(16.0));
+    CHECK(torch_rows[i].at("explain").at("caller_us").get<double>() == doctest::Approx(16.0));
+  }
+  const auto g = nlohmann::json::parse(run(args + " --launch single-process").out).at("rows");
+  CHECK(g.front().at("time_us").get<double>() >= 8 * 2.625 - 1e-9);  // Intel host: 8 launches of 2.625 us
+  CHECK(g.back().at("time_us") == rows.back().at("time_us"));        // 1 GiB: GPU-bound either way
 }
 
 TEST_CASE("demo runs on built-in defaults") {
