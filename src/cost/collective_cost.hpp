@@ -37,15 +37,13 @@ struct CollectiveEstimate {
   bool host_bound = false;          // `seconds` is the host floor, not the GPU time
 };
 
-// How the ranks' kernels are launched. Training runs one process per GPU; nccl-tests `-g N` drives
-// N GPUs from one host thread, which enqueues and launches their kernels one after the other, so an
-// iteration cannot be shorter than N x the per-GPU host launch cost (NCCL table, host_launch_us).
-// How the measured or modelled caller launches its collectives. one_process_per_gpu: nccl-tests
-// with one process per GPU, and training (the simulator charges the host's issue separately);
-// single_process_multi_gpu: nccl-tests `-g N`, one host thread launching every GPU of a node;
-// torch_timed_call: torch.distributed benchmarks (all_reduce_bench.py) that time each call with
-// CUDA events recorded around it on an idle stream, so c10d's dispatch of the call precedes its
-// kernel inside the timed span.
+// How the measured or modelled caller launches its collectives. one_process_per_gpu: training (the
+// simulator charges the host's issue on its own thread) and nccl-tests with a process per GPU.
+// single_process_multi_gpu: nccl-tests `-g N`, one host thread enqueueing and launching the kernels
+// of N GPUs one after the other, so an iteration cannot be shorter than N x the per-GPU host launch
+// cost (NCCL table, host_launch_us). torch_timed_call: torch.distributed benchmarks
+// (all_reduce_bench.py) that time each call with CUDA events recorded around it on an idle stream,
+// so c10d's dispatch of the call precedes its kernel inside the timed span.
 enum class LaunchMode { one_process_per_gpu, single_process_multi_gpu, torch_timed_call };
 
 // What NCCL is allowed to pick from (NCCL_ALGO / NCCL_PROTO / CollNet availability) and which
