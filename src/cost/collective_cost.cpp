@@ -472,6 +472,31 @@ double bus_bandwidth_factor(CollectiveOp op, int n_ranks) {
   return 1.0;
 }
 
+namespace {
+
+// What the caller adds to the GPU time (LaunchMode): nothing for a process per GPU; a single-process
+// launcher's floor; a torch.distributed benchmark's dispatch of each timed call.
+void add_caller(CollectiveEstimate& e, const ClusterSpec& c, const NcclTable& table, const CollectiveOptions& options,
+                int ranks_per_node) {
+  if (options.launch_mode == LaunchMode::single_process_multi_gpu) {
+    // One host thread enqueues and launches the kernels of its node's GPUs one after the other;
+    // back-to-back iterations pipeline host and GPUs, so the period is max(GPU time, host time).
+    const double per_gpu = options.amd_host ? table.host_launch_amd_seconds : table.host_launch_intel_seconds;
+    e.host_floor_seconds = ranks_per_node * per_gpu;
+    if (e.host_floor_seconds > e.seconds) {
+      e.seconds = e.host_floor_seconds;
+      e.host_bound = true;
+    }
+  } else if (options.launch_mode == LaunchMode::torch_timed_call) {
+    // The start event completes at once on the idle stream; the kernel starts only once the host
+    // has dispatched the call: the dispatch adds to the GPU time.
+    e.caller_seconds = c10d_collective_seconds(c);
+    e.seconds += e.caller_seconds;
+  }
+}
+
+}  // namespace
+
 CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, double bytes, GroupPlacement g) {
   static const CollectiveOptions kDefaults{};
   return estimate_collective(c, op, bytes, g, kDefaults);
@@ -537,21 +562,7 @@ CollectiveEstimate estimate_collective(const ClusterSpec& c, CollectiveOp op, do
   e.channels = best.channels;
   e.nccl_seconds = best.seconds;
   e.nccl_channels = best.channels_unshrunk;
-  if (options.launch_mode == LaunchMode::single_process_multi_gpu) {
-    // One host thread enqueues and launches the kernels of its node's GPUs one after the other;
-    // back-to-back iterations pipeline host and GPUs, so the period is max(GPU time, host time).
-    const double per_gpu = options.amd_host ? table.host_launch_amd_seconds : table.host_launch_intel_seconds;
-    e.host_floor_seconds = geo.ppn * per_gpu;
-    if (e.host_floor_seconds > e.seconds) {
-      e.seconds = e.host_floor_seconds;
-      e.host_bound = true;
-    }
-  } else if (options.launch_mode == LaunchMode::torch_timed_call) {
-    // The start event completes at once on the idle stream; the kernel starts only once the host
-    // has dispatched the call: the dispatch adds to the GPU time.
-    e.caller_seconds = c10d_collective_seconds(c);
-    e.seconds += e.caller_seconds;
-  }
+  add_caller(e, c, table, options, geo.ppn);
   e.bus_bytes = bus_bytes;
   e.bus_bandwidth_bytes_per_s = best.transfer_seconds > 0 ? bus_bytes / best.transfer_seconds : 0.0;
   e.algorithm = best.direct ? std::string_view("direct") : to_string(best.algo);
