@@ -6,24 +6,13 @@
 
 namespace meshplan {
 
-namespace {
-
-// A c10d collective is two dispatched ops on the host: the collective itself (work object,
-// stream event, NCCL enqueue) and the wait that makes the compute stream depend on it.
-constexpr double kCollectiveOps = 2.0;
-
-
-}  // namespace
-
-double c10d_collective_seconds(const ClusterSpec& c) { return kCollectiveOps * c.host.op_seconds; }
-
 HostModel host_model(const ClusterSpec& c, const Plan& p) {
   HostModel h;
   // Megatron-DeepSpeed: the profile's fitted multiple (host.megatron_deepspeed_op_factor, docs/host.md).
   const double factor = p.deepspeed_engine ? c.host.megatron_deepspeed_op_factor : 1.0;
   h.op_seconds = c.host.op_seconds * factor;
   h.launch_seconds = c.gpu.kernel_launch_seconds;
-  h.collective_seconds = kCollectiveOps * h.op_seconds;
+  h.collective_seconds = kC10dOpsPerCollective * h.op_seconds;
   h.cuda_graphs = p.cuda_graphs;
   h.compiled = p.compile;
   const RuntimeTraits t = runtime_traits(p);

@@ -21,10 +21,13 @@ struct HostModel {
 
 HostModel host_model(const ClusterSpec& c, const Plan& p);
 
+// A c10d collective is two dispatched ops on the host: the collective itself (work object, stream
+// event, NCCL enqueue) and the wait that makes the caller's stream depend on it (docs/host.md).
+inline constexpr double kC10dOpsPerCollective = 2.0;
+
 // Host time of one NCCL call through c10d on this host, as a plain torch.distributed caller pays
-// it: two dispatched ops, the collective (work object, stream event, NCCL enqueue) and the wait
-// that makes the caller's stream depend on it (docs/host.md).
-double c10d_collective_seconds(const ClusterSpec& c);
+// it (header-only: the collective cost model uses it without the rest of the host model).
+inline double c10d_collective_seconds(const ClusterSpec& c) { return kC10dOpsPerCollective * c.host.op_seconds; }
 
 // Seconds of host time to issue `op`.
 double host_seconds(const OpSchedule& op, const OpWork& work, const HostModel& h);
