@@ -96,8 +96,6 @@ CollectiveOptions restrictions(const CollectiveCliOptions& o) {
     }
   }
   opts.collnet = opts.collnet || o.collnet;
-  if (o.launch == "single-process") opts.launch_mode = LaunchMode::single_process_multi_gpu;
-  if (o.launch == "torch") opts.launch_mode = LaunchMode::torch_timed_call;
   return opts;
 }
 
@@ -186,6 +184,8 @@ int run_collective(const CollectiveCliOptions& o) {
   if (!parse_collective_op(o.op, op))
     throw InputError("", "--op", "unknown collective '" + o.op + "' (known: " + std::string(kOps) + ")");
   CollectiveOptions opts = restrictions(o);
+  if (o.launch == "single-process") opts.launch_mode = LaunchMode::single_process_multi_gpu;
+  if (o.launch == "torch") opts.launch_mode = LaunchMode::torch_timed_call;
   const std::vector<double> sizes = parse_size_range(o.sizes, "--sizes");
   check_nccl_version(o.nccl);
   ClusterSpec cluster = load_cluster(o.cluster);

@@ -12,7 +12,7 @@ HostModel host_model(const ClusterSpec& c, const Plan& p) {
   const double factor = p.deepspeed_engine ? c.host.megatron_deepspeed_op_factor : 1.0;
   h.op_seconds = c.host.op_seconds * factor;
   h.launch_seconds = c.gpu.kernel_launch_seconds;
-  h.collective_seconds = kC10dOpsPerCollective * h.op_seconds;
+  h.collective_seconds = c10d_collective_seconds(c) * factor;
   h.cuda_graphs = p.cuda_graphs;
   h.compiled = p.compile;
   const RuntimeTraits t = runtime_traits(p);

@@ -155,9 +155,7 @@ void Builder::overlap_expert_all_to_alls(const StageState& st, const std::vector
     for (const int old : issue) names.push_back(std::move(prog_.names[static_cast<std::size_t>(old)]));
     std::move(names.begin(), names.end(), prog_.names.begin() + begin);
   }
-  for (OpTable* links : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
-                         &links_.bwd_send})
-    links->for_each_op(renumber);
+  for (OpTable* links : links_.tables()) links->for_each_op(renumber);
 }
 
 double Builder::loss_vocab() const {

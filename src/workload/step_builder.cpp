@@ -136,9 +136,7 @@ StepProgram Builder::build() {
   // The first stage's ops per layer size the array for every stage (ops per layer and micro-batch
   // range from 8 to over 40 with the recipe, so no fixed guess fits; the array is the largest a
   // simulation holds, and one too small doubles it). Per layer, as stages may hold unequal layers.
-  for (OpTable* t : {&links_.fwd_first, &links_.fwd_last, &links_.bwd_first, &links_.bwd_last, &links_.fwd_send,
-                     &links_.bwd_send})
-    *t = OpTable(n_vstages_, s_.microbatches);
+  for (OpTable* t : links_.tables()) *t = OpTable(n_vstages_, s_.microbatches);
   lower_stage(0);
   const std::size_t first = prog_.ops.size();
   const std::size_t first_layers = static_cast<std::size_t>(std::max(1, stage_layers(0)));

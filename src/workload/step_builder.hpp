@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <string>
 #include <utility>
@@ -92,6 +93,7 @@ struct StepShape {
 // (rows: virtual stages): what the pipeline wiring connects once every stage is lowered.
 struct PipelineLinks {
   OpTable fwd_first, fwd_last, bwd_first, bwd_last, fwd_send, bwd_send;
+  std::array<OpTable*, 6> tables() { return {&fwd_first, &fwd_last, &bwd_first, &bwd_last, &fwd_send, &bwd_send}; }
 };
 
 // One stage's bookkeeping while its ops are added.
