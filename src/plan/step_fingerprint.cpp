@@ -98,6 +98,7 @@ StepFingerprint program_fingerprint(const ModelSpec& m, const Plan& p, const Job
   // What the host thread's costs and synchronizations read (cost/host_cost.cpp).
   h.num(p.runtime), h.num(p.deepspeed_engine), h.num(p.compile), h.num(p.cuda_graphs);
   h.list(prog.pass_first_ops, [](Hasher& x, int i) { x.num(i); });
+  h.list(prog.backward_first_ops, [](Hasher& x, int i) { x.num(i); });
   h.num(j.seq_len), h.num(j.global_batch), h.num(j.micro_batch), h.num(j.grad_accum), h.num(j.pp_microbatches);
   h.num(prog.n_stages), h.num(prog.n_microbatches), h.num(prog.model_flops_per_step), h.num(prog.tokens_per_step);
   h.list(prog.works, [](Hasher& x, const OpWork& w) { add(x, w); });

@@ -15,14 +15,16 @@ namespace {
 constexpr double kFoldRelativeDrift = 1e-4;
 constexpr double kFoldAbsoluteDrift = 1e-9;
 
-// x at k periods beyond x3, when x1, x2, x3 are a period apart and move alike each period.
+// x at k periods beyond x3, when x1, x2, x3 are a period apart and move alike each period (checked
+// unless `proven`: the third step's timeline already showed it, and x1 is not simulated).
 class Line {
 public:
-  explicit Line(std::int64_t k) : k_(static_cast<double>(k)) {}
+  Line(std::int64_t k, bool proven) : k_(static_cast<double>(k)), proven_(proven) {}
   double operator()(double x1, double x2, double x3) {
     const double d1 = x2 - x1, d2 = x3 - x2;
     const double out = x3 + k_ * d2;
-    if (!(k_ * std::fabs(d2 - d1) <= kFoldRelativeDrift * std::max(std::fabs(out), std::fabs(x3)) + kFoldAbsoluteDrift))
+    if (!proven_ &&
+        !(k_ * std::fabs(d2 - d1) <= kFoldRelativeDrift * std::max(std::fabs(out), std::fabs(x3)) + kFoldAbsoluteDrift))
       ok_ = false;
     return out;
   }
@@ -58,8 +60,38 @@ public:
 
 private:
   double k_;
+  bool proven_;
   bool ok_ = true;
 };
+
+// One stage's passes in issue order: [first op, end) and whether it is a backward.
+struct PassSpan {
+  int first = 0, end = 0;
+  bool backward = false;
+};
+
+std::vector<std::vector<PassSpan>> passes_by_stage(const StepProgram& prog) {
+  std::vector<std::vector<PassSpan>> out(static_cast<std::size_t>(std::max(1, prog.n_stages)));
+  const auto& firsts = prog.pass_first_ops;
+  for (std::size_t i = 0; i < firsts.size(); ++i) {
+    const int first = firsts[i];
+    const int stage = prog.ops[static_cast<std::size_t>(first)].stage;
+    // A stage's ops are contiguous and in issue order: the pass ends where the next one starts,
+    // or with the stage (its last pass then also holds the step's tail).
+    int end = first + 1;
+    while (static_cast<std::size_t>(end) < prog.ops.size() && prog.ops[static_cast<std::size_t>(end)].stage == stage &&
+           (i + 1 >= firsts.size() || end < firsts[i + 1]))
+      ++end;
+    const bool backward = std::binary_search(prog.backward_first_ops.begin(), prog.backward_first_ops.end(), first);
+    out[static_cast<std::size_t>(stage)].push_back({first, end, backward});
+  }
+  return out;
+}
+
+bool same_schedule(const StepOp& a, const StepOp& b) {
+  return a.work == b.work && a.stream == b.stream && a.category == b.category && a.kind == b.kind &&
+         a.host_sync == b.host_sync && a.deps.size() == b.deps.size() && a.at_start == b.at_start && a.at_end == b.at_end;
+}
 
 }  // namespace
 
@@ -111,6 +143,7 @@ std::optional<FoldPlan> fine_fold_plan(const Plan& p, const Job& j) {
   const std::int64_t simulated = 3 * f.first_microbatches + 3;
   if (m < 2 * simulated) return std::nullopt;
   f.periods_beyond = m - f.first_microbatches - 2;
+  f.pass_pair_period = true;
   return f;
 }
 
@@ -121,8 +154,23 @@ std::vector<FoldPlan> fold_plans(const Plan& p, const Job& j) {
   return out;
 }
 
-std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c) {
-  Line line(f.periods_beyond);
+namespace {
+
+// Units w - 2, w - 1 and w of a stage hold the same ops in the same order (offset by offset).
+bool alike_units(const StepProgram& prog, const std::vector<std::pair<int, int>>& units, std::size_t w) {
+  const int length = units[w].second - units[w].first;
+  for (std::size_t k = w - 2; k < w; ++k)
+    if (units[k].second - units[k].first != length) return false;
+  for (int o = 0; o < length; ++o)
+    for (std::size_t k = w - 1; k <= w; ++k)
+      if (!same_schedule(prog.ops[static_cast<std::size_t>(units[k].first + o)],
+                         prog.ops[static_cast<std::size_t>(units[k - 1].first + o)]))
+        return false;
+  return true;
+}
+
+std::optional<StepResult> fold(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c, bool proven) {
+  Line line(f.periods_beyond, proven);
   StepResult r = c;
   if (a.critical_stage != c.critical_stage || b.critical_stage != c.critical_stage || a.stages.size() != c.stages.size() ||
       b.stages.size() != c.stages.size())
@@ -159,6 +207,83 @@ std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, con
   r.folded_period_microbatches = f.period_microbatches;
   r.folded_periods = f.periods_beyond;
   return r;
+}
+
+}  // namespace
+
+std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c) {
+  return fold(f, a, b, c, false);
+}
+
+std::optional<StepResult> fold_proven_steps(const FoldPlan& f, const StepResult& b, const StepResult& c) {
+  return fold(f, b, b, c, true);
+}
+
+std::optional<PeriodProbe> period_probe(const StepProgram& prog) {
+  // Units: a forward directly followed by a backward that is not the stage's last pass. Unit j of
+  // every stage runs backward j, so units of one index run at about the same time on every stage.
+  std::vector<std::vector<std::pair<int, int>>> units;
+  for (const std::vector<PassSpan>& stage : passes_by_stage(prog)) {
+    units.emplace_back();
+    for (std::size_t i = 0; i + 2 < stage.size(); ++i)
+      if (!stage[i].backward && stage[i + 1].backward) units.back().emplace_back(stage[i].first, stage[i + 1].end);
+  }
+  // The latest three alike on the stage with the fewest, while every stage is in its steady state
+  // (a later stage's last units run beside an earlier one's drain); the last unit itself may
+  // differ (1F1B's last steady unit receives no next forward).
+  std::size_t fewest = units.empty() ? 0 : units.front().size();
+  for (const auto& u : units) fewest = std::min(fewest, u.size());
+  std::optional<std::size_t> last;
+  for (std::size_t w = fewest; w-- > 2 && !last;)
+    if (std::all_of(units.begin(), units.end(), [&](const auto& u) { return alike_units(prog, u, w); })) last = w;
+  if (!last) return std::nullopt;
+  const std::size_t w = *last;
+  PeriodProbe probe;
+  for (const auto& stage_units : units) {
+    probe.stage_begin.push_back(probe.unit_ops[0].size());
+    for (int k = 0; k < 3; ++k) {
+      const auto [first, end] = stage_units[w - 2 + static_cast<std::size_t>(k)];
+      for (int op = first; op < end; ++op) probe.unit_ops[k].push_back(op);
+    }
+  }
+  probe.stage_begin.push_back(probe.unit_ops[0].size());
+  return probe;
+}
+
+bool repeats(const PeriodProbe& probe, const std::vector<sim::TaskTiming>& timings,
+             const std::vector<sim::TaskTiming>& host_timings, double tolerance_seconds) {
+  if (probe.unit_ops[0].empty()) return false;
+  auto shift_of = [&](const std::vector<sim::TaskTiming>& t, std::size_t o) {
+    return t[static_cast<std::size_t>(probe.unit_ops[1][o])].start_seconds -
+           t[static_cast<std::size_t>(probe.unit_ops[0][o])].start_seconds;
+  };
+  // Every op of every unit moves by `shift` from the unit before.
+  auto moves_by = [&](const std::vector<sim::TaskTiming>& t, std::size_t begin, std::size_t end, double shift) {
+    for (std::size_t o = begin; o < end; ++o)
+      for (int k = 1; k < 3; ++k) {
+        const sim::TaskTiming x = t[static_cast<std::size_t>(probe.unit_ops[k - 1][o])];
+        const sim::TaskTiming y = t[static_cast<std::size_t>(probe.unit_ops[k][o])];
+        if (!(std::fabs(y.start_seconds - x.start_seconds - shift) <= tolerance_seconds &&
+              std::fabs(y.end_seconds - x.end_seconds - shift) <= tolerance_seconds))
+          return false;
+      }
+    return true;
+  };
+  // The GPU's period is one for every stage. Each stage's host thread repeats with a shift of its
+  // own: its issue time per unit where it runs ahead, which must not exceed the GPU's (a host
+  // that falls behind would come to hold the GPU back later in the step: another regime).
+  const double shift = shift_of(timings, 0);
+  if (!(shift > 0) || !moves_by(timings, 0, probe.unit_ops[0].size(), shift)) return false;
+  for (std::size_t s = 0; s + 1 < probe.stage_begin.size(); ++s) {
+    const std::size_t begin = probe.stage_begin[s], end = probe.stage_begin[s + 1];
+    const double host_shift = shift_of(host_timings, begin);
+    if (!(host_shift <= shift + tolerance_seconds) || !moves_by(host_timings, begin, end, host_shift)) return false;
+  }
+  return true;
+}
+
+double period_tolerance_seconds(const FoldPlan& f, double step_seconds) {
+  return kFoldRelativeDrift * step_seconds / static_cast<double>(std::max<std::int64_t>(1, f.periods_beyond));
 }
 
 }  // namespace meshplan

@@ -4,13 +4,16 @@
 // counts a period apart shows whether the period repeats: every reported figure then moves by
 // the same amount from the first to the second as from the second to the third, and the whole
 // step is the third plus that move once per remaining period. The move is checked, figure by
-// figure, never assumed; where it does not hold, the step is simulated whole.
+// figure, never assumed; where it does not hold, the step is simulated whole. A 1F1B step shows
+// its period in its own timeline (period_probe, repeats), and then the first step need not run.
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "sim/engine.hpp"
 #include "sim/step_result.hpp"
 #include "spec/plan.hpp"
+#include "workload/step_program.hpp"
 
 namespace meshplan {
 
@@ -22,6 +25,9 @@ struct FoldPlan {
   std::int64_t periods_beyond = 0;
   Job at(int k) const;  // the step with first + k periods (k = 0, 1, 2)
   Job full;
+  // The period is one forward and one backward pass per stage (1F1B's steady state), so the third
+  // step's own timeline can show that it repeats (period_probe): then the first step need not run.
+  bool pass_pair_period = false;
 };
 
 // Whether `j` is long enough for folding to pay: the three shorter steps together hold at most 5/4
@@ -48,5 +54,35 @@ std::vector<FoldPlan> fold_plans(const Plan& p, const Job& j);
 // 1e-4 of the figure). Throughput and FLOP utilisation follow from the full step's tokens and its
 // extrapolated time.
 std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c);
+
+// The ops of the last three steady units of every stage, offset by offset: a unit is a forward
+// pass directly followed by a backward pass, as 1F1B runs its steady state. Row k holds unit
+// K - 2 + k's ops (K the last unit whose backward is not the stage's last pass, which also holds
+// the step's tail); the units of a stage hold the same work in the same order.
+struct PeriodProbe {
+  std::vector<int> unit_ops[3];
+  std::vector<std::size_t> stage_begin;  // stage s's ops are rows [stage_begin[s], stage_begin[s + 1])
+};
+
+// nullopt where some stage has fewer than three such units or they differ in what they do.
+std::optional<PeriodProbe> period_probe(const StepProgram& prog);
+
+// Whether the probed units repeat in a run: every op's start and end move by one and the same
+// shift from unit to unit on every stage, and its host issue's by its stage's host shift, no
+// larger, to within `tolerance_seconds`. Then the
+// run's state repeats each unit (the simulation is deterministic), so one more micro-batch adds
+// what the last one did, and the step's figures move by the same amount per period without a
+// third step to show it.
+bool repeats(const PeriodProbe& probe, const std::vector<sim::TaskTiming>& timings,
+             const std::vector<sim::TaskTiming>& host_timings, double tolerance_seconds);
+
+// The drift one unit's shift may have: over the periods extrapolated it stays below what
+// fold_steps allows a figure (1e-4 of the step time).
+double period_tolerance_seconds(const FoldPlan& f, double step_seconds);
+
+// The full step from the second and third steps alone, once `repeats` showed the period in the
+// third one (the same extrapolation as fold_steps, whose check the proof replaces); nullopt where
+// the two differ in shape (critical stage, stages, the keys of a figure).
+std::optional<StepResult> fold_proven_steps(const FoldPlan& f, const StepResult& b, const StepResult& c);
 
 }  // namespace meshplan

@@ -713,12 +713,15 @@ void track_memory(StepResult& r, const ModelSpec& m, const Plan& p, const Job& j
 
 
 // `ranks_of`: full mode's classes of ranks that run alike (the layout's, the same for every length
-// of the step); nullptr in the symmetric mode.
+// of the step); nullptr in the symmetric mode. With `period_of`, `*repeats` says whether the step's
+// timeline showed that fold's period repeating (periodic_fold's probe).
 SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c,
-                             const SimOptions& options, const RankClasses* ranks_of) {
+                             const SimOptions& options, const RankClasses* ranks_of,
+                             const FoldPlan* period_of = nullptr, bool* repeats_out = nullptr) {
   SimulatedStep out;
   StepProgram prog =
       lower_step(m, p, j, LowerOptions{.op_names = options.keep_timeline, .moe_router_load_cv = c.framework.moe_router_load_cv});
+  const std::optional<PeriodProbe> probe = period_of ? period_probe(prog) : std::nullopt;
   const std::size_t R = ranks_of ? ranks_of->size() : 1;
   const std::size_t n_ops = prog.ops.size();
   const OpDeps deps(prog);
@@ -739,6 +742,9 @@ SimulatedStep simulate_whole(const ModelSpec& m, const Plan& p, const Job& j, co
     rank0 = rank_zero(engine.run(), n_ops, R);
   }  // and the engine's task arrays before the report's passes
   StepResult& r = out.result;
+  if (repeats_out)
+    *repeats_out = probe && repeats(*probe, rank0.run.timings, rank0.host_timings,
+                                    period_tolerance_seconds(*period_of, rank0.run.makespan_seconds));
   headline_figures(r, m, p, j, c, prog, gpu, rank0.run);
   Breakdown(r, prog.n_stages, deps, gpu.brief, rank0, host_tasks).charge_step();
   for (std::size_t i = 0; i < n_ops; ++i)
@@ -764,22 +770,28 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
   if (!options.exact && !options.keep_timeline)
     for (const FoldPlan& f : fold_plans(p, j)) {
       auto step_of = [&](int k) { return simulate_whole(m, p, f.at(k), c, options, ranks_of).result; };
+      // A period of one forward and backward pass can show itself in the longest step's timeline
+      // (symmetric mode: one rank per stage holds the whole timeline); then the shortest step
+      // need not run.
+      const bool probe = f.pass_pair_period && ranks_of == nullptr;
+      bool repeated = false;
+      auto longest = [&] {
+        return simulate_whole(m, p, f.at(2), c, options, ranks_of, probe ? &f : nullptr, &repeated).result;
+      };
       // The longest first: the shorter ones then reuse its pages rather than fault in their own.
-      // On two threads the longest (m1 + 2P micro-batches) runs against the other two (2 m1 + P).
+      // On two threads the longest (m1 + 2P micro-batches) runs against the others.
       StepResult a, b, d;
       if (options.parallel_fold) {
-        std::future<void> shorter = std::async(std::launch::async, [&] {
-          b = step_of(1);
-          a = step_of(0);
-        });
-        d = step_of(2);
+        std::future<void> shorter = std::async(std::launch::async, [&] { b = step_of(1); });
+        d = longest();
         shorter.get();
       } else {
-        d = step_of(2);
+        d = longest();
         b = step_of(1);
-        a = step_of(0);
       }
-      if (std::optional<StepResult> folded = fold_steps(f, a, b, d)) {
+      std::optional<StepResult> folded = repeated ? fold_proven_steps(f, b, d) : std::nullopt;
+      if (!folded) folded = fold_steps(f, step_of(0), b, d);
+      if (folded) {
         SimulatedStep out;
         out.result = std::move(*folded);
         return out;

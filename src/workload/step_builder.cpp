@@ -147,6 +147,8 @@ StepProgram Builder::build() {
   for (const OpTable* firsts : {&links_.fwd_first, &links_.bwd_first})
     firsts->for_each([&](int, std::int64_t, int first) { prog_.pass_first_ops.push_back(first); });
   std::sort(prog_.pass_first_ops.begin(), prog_.pass_first_ops.end());
+  links_.bwd_first.for_each([&](int, std::int64_t, int first) { prog_.backward_first_ops.push_back(first); });
+  std::sort(prog_.backward_first_ops.begin(), prog_.backward_first_ops.end());
   for (const auto& o : prog_.ops) prog_.model_flops_per_step += prog_.work(o).model_flops;
   return std::move(prog_);
 }

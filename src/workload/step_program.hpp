@@ -134,6 +134,9 @@ struct StepProgram {
   // First op of every micro-batch's forward and backward of every pipeline chunk, ascending:
   // where a framework that times each pass synchronizes the host with the GPU.
   std::vector<int> pass_first_ops;
+  // Those of them that start a backward, ascending: a stage whose passes alternate forward,
+  // backward is in a pipeline's steady state (sim/periodic_fold checks that it repeats).
+  std::vector<int> backward_first_ops;
   double model_flops_per_step = 0;   // per rank, summed over ops
   double tokens_per_step = 0;        // global
 };

@@ -148,6 +148,89 @@ TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds
   check_folded_equals_whole(folded, whole);
 }
 
+TEST_CASE("period_probe and repeats: GPT-3's 12-micro-batch step shows its period in its own timeline") {
+  RunConfig rc = import_megatron_args(
+      "gpt3.args",
+      "--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 "
+      "--vocab-size 50257 --micro-batch-size 1 --global-batch-size 24 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 8 --bf16 --use-flash-attn --sequence-parallel --use-distributed-optimizer");
+  resolve_layout(rc, 128);
+  REQUIRE(rc.job.grad_accum == 12);  // pp + 4: the longest of the fine fold's steps
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions timeline;
+  timeline.keep_timeline = true;
+  const SimulatedStep step = simulate_step(rc.model, rc.plan, rc.job, c, timeline);
+  const std::optional<PeriodProbe> probe = period_probe(step.program);
+  REQUIRE(probe);
+  // 1F1B on pp 8 with 12 micro-batches: stage 0 warms up with 7 forwards, then runs 5 units of a
+  // forward and a backward, the last of which receives no next forward; units 1, 2 and 3 of every
+  // stage are probed, the same ops in each.
+  REQUIRE(probe->stage_begin.size() == 9);
+  CHECK(probe->unit_ops[0].size() == probe->unit_ops[2].size());
+  CHECK(probe->unit_ops[0].size() == probe->stage_begin.back());
+  for (std::size_t o = 0; o < probe->unit_ops[0].size(); ++o) {
+    CHECK(step.program.ops[static_cast<std::size_t>(probe->unit_ops[0][o])].work ==
+          step.program.ops[static_cast<std::size_t>(probe->unit_ops[2][o])].work);
+  }
+  const double tolerance = 1e-9;
+  CHECK(repeats(*probe, step.timings, step.host_timings, tolerance));
+  // The shift is the period: one more micro-batch lengthens the whole step by exactly that.
+  const double shift = step.timings[static_cast<std::size_t>(probe->unit_ops[1][0])].start_seconds -
+                       step.timings[static_cast<std::size_t>(probe->unit_ops[0][0])].start_seconds;
+  RunConfig longer = rc;
+  longer.job.global_batch += 2;
+  longer.job.grad_accum += 1;
+  SimOptions exact;
+  exact.exact = true;
+  const StepResult thirteen = simulate_step(longer.model, longer.plan, longer.job, c, exact).result;
+  CHECK(thirteen.step_time_s - step.result.step_time_s == doctest::Approx(shift).epsilon(1e-9));
+  // One op of the last unit moved by a microsecond more than the others: not periodic.
+  std::vector<sim::TaskTiming> moved = step.timings;
+  moved[static_cast<std::size_t>(probe->unit_ops[2][5])].end_seconds += 1e-6;
+  CHECK_FALSE(repeats(*probe, moved, step.host_timings, tolerance));
+  // A host thread falling behind the GPU's period would come to hold it back: refused.
+  std::vector<sim::TaskTiming> slow_host = step.host_timings;
+  for (std::size_t o = probe->stage_begin[0]; o < probe->stage_begin[1]; ++o)
+    for (int k = 1; k < 3; ++k) {
+      sim::TaskTiming& t = slow_host[static_cast<std::size_t>(probe->unit_ops[k][o])];
+      t.start_seconds += k * 2 * shift;
+      t.end_seconds += k * 2 * shift;
+    }
+  CHECK_FALSE(repeats(*probe, step.timings, slow_host, tolerance));
+  // A GPipe schedule (every forward, then every backward) has no such units.
+  RunConfig gpipe = rc;
+  gpipe.plan.schedule = PipelineSchedule::gpipe;
+  SimOptions gpipe_timeline;
+  gpipe_timeline.keep_timeline = true;
+  CHECK_FALSE(period_probe(simulate_step(gpipe.model, gpipe.plan, gpipe.job, c, gpipe_timeline).program));
+}
+
+TEST_CASE("fold_proven_steps: the second and third steps alone, once the period is shown") {
+  const auto f = fine_fold_plan(pipeline(8), job(128));
+  REQUIRE(f);
+  REQUIRE(f->pass_pair_period);
+  StepResult b, c;
+  b.step_time_s = 5.5, c.step_time_s = 6.0;  // 11 and 12 micro-batches, 0.5 s each
+  b.tokens_per_s = 22 * 4096 / 5.5, c.tokens_per_s = 24 * 4096 / 6.0;
+  b.breakdown_s = {{"compute", 5.0}, {"bubble", 0.5}};
+  c.breakdown_s = {{"compute", 5.5}, {"bubble", 0.5}};
+  b.stages = c.stages = {StageTimeline{}};
+  const auto r = fold_proven_steps(*f, b, c);
+  REQUIRE(r);
+  // 128 micro-batches: 6.0 + 116 x 0.5 = 64 s.
+  CHECK(r->folded_periods == 116);
+  CHECK(r->step_time_s == doctest::Approx(64.0));
+  CHECK(r->breakdown_s.at("compute") == doctest::Approx(63.5));
+  CHECK(r->tokens_per_s == doctest::Approx(256.0 * 4096 / 64.0));
+  // Steps of different shapes do not fold, proof or not.
+  StepResult c2 = c;
+  c2.breakdown_s["other"] = 0.1;
+  CHECK_FALSE(fold_proven_steps(*f, b, c2));
+  c2 = c;
+  c2.critical_stage = 1;
+  CHECK_FALSE(fold_proven_steps(*f, b, c2));
+}
+
 TEST_CASE("fold_steps: figures that move alike extrapolate; one that does not refuses the fold") {
   const auto f = fold_plan(pipeline(1), job(24));
   REQUIRE(f);
