@@ -779,10 +779,15 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         return simulate_whole(m, p, f.at(2), c, options, ranks_of, probe ? &f : nullptr, &repeated).result;
       };
       // The longest first: the shorter ones then reuse its pages rather than fault in their own.
-      // On two threads the longest (m1 + 2P micro-batches) runs against the others.
-      StepResult a, b, d;
+      // On two threads the longest (m1 + 2P micro-batches) runs against the others (2 m1 + P, or
+      // m1 + P where the proof may spare the shortest).
+      std::optional<StepResult> a;
+      StepResult b, d;
       if (options.parallel_fold) {
-        std::future<void> shorter = std::async(std::launch::async, [&] { b = step_of(1); });
+        std::future<void> shorter = std::async(std::launch::async, [&] {
+          b = step_of(1);
+          if (!probe) a = step_of(0);
+        });
         d = longest();
         shorter.get();
       } else {
@@ -790,7 +795,7 @@ SimulatedStep simulate_step(const ModelSpec& m, const Plan& p, const Job& j, con
         b = step_of(1);
       }
       std::optional<StepResult> folded = repeated ? fold_proven_steps(f, b, d) : std::nullopt;
-      if (!folded) folded = fold_steps(f, step_of(0), b, d);
+      if (!folded) folded = fold_steps(f, a ? *a : step_of(0), b, d);
       if (folded) {
         SimulatedStep out;
         out.result = std::move(*folded);
