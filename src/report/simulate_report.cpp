@@ -66,10 +66,15 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
                      rc.job.global_batch, rc.job.seq_len, rc.job.micro_batch, rc.job.grad_accum);
   if (r.folded_periods > 0) {
     const std::int64_t third = rc.job.grad_accum - r.folded_periods * r.folded_period_microbatches;
-    out += fmt::format("  folded      at the periodic steady state: {}, {} and {} micro-batches simulated, {} periods of {} "
-                       "extrapolated (--exact simulates every one)\n",
-                       third - 2 * r.folded_period_microbatches, third - r.folded_period_microbatches, third,
-                       r.folded_periods, r.folded_period_microbatches);
+    const std::string simulated =
+        r.folded_period_in_timeline
+            ? fmt::format("{} and {} micro-batches simulated (the longer one's timeline repeats each period)",
+                          third - r.folded_period_microbatches, third)
+            : fmt::format("{}, {} and {} micro-batches simulated", third - 2 * r.folded_period_microbatches,
+                          third - r.folded_period_microbatches, third);
+    out += fmt::format("  folded      at the periodic steady state: {}, {} periods of {} extrapolated (--exact "
+                       "simulates every one)\n",
+                       simulated, r.folded_periods, r.folded_period_microbatches);
   }
   out += fmt::format("\nstep time     {:.4f} s\n", r.step_time_s);
   out += fmt::format("tokens/s      {:.0f} total, {:.1f} per GPU\n", r.tokens_per_s, r.tokens_per_s_per_gpu);
@@ -170,7 +175,8 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["n_tasks"] = r.n_tasks;
   // The periodic steady-state fold (sim/periodic_fold.hpp): null when every micro-batch was simulated.
   j["folded"] = r.folded_periods > 0 ? nlohmann::json{{"period_microbatches", r.folded_period_microbatches},
-                                                      {"periods_extrapolated", r.folded_periods}}
+                                                      {"periods_extrapolated", r.folded_periods},
+                                                      {"period_shown_in_timeline", r.folded_period_in_timeline}}
                                      : nlohmann::json();
   return j;
 }

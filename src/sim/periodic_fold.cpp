@@ -206,6 +206,7 @@ std::optional<StepResult> fold(const FoldPlan& f, const StepResult& a, const Ste
   r.host_bound = r.breakdown_s["host_wait"] >= kHostBoundFraction * r.step_time_s;
   r.folded_period_microbatches = f.period_microbatches;
   r.folded_periods = f.periods_beyond;
+  r.folded_period_in_timeline = proven;
   return r;
 }
 

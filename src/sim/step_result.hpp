@@ -54,6 +54,9 @@ struct StepResult {
   // and n_events are then the whole step's, extrapolated alike (n_events, a diagnostic, unchecked).
   std::int64_t folded_period_microbatches = 0;
   std::int64_t folded_periods = 0;
+  // The longest folded step's own timeline showed the period repeating, so only it and the one a
+  // period shorter were simulated (periodic_fold's period_probe); else three steps were.
+  bool folded_period_in_timeline = false;
 };
 
 }  // namespace meshplan

@@ -145,6 +145,7 @@ TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds
   const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_periods == 116);
+  CHECK(folded.folded_period_in_timeline);  // 11 and 12 micro-batches simulated, the 12th's timeline the proof
   check_folded_equals_whole(folded, whole);
 }
 
@@ -272,11 +273,12 @@ TEST_CASE("folded steps of shipped plans equal the whole simulation: 1F1B, inter
     const char* config;
     std::int64_t gpus;         // what the bundle was planned for (its file does not fix it)
     std::int64_t batch_scale;  // the example's batch made longer, so that it folds
+    bool period_in_timeline;   // 1F1B shows its period of one micro-batch in its own timeline
   };
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
-  for (const Case& k : {Case{"plans/llama3.1-70b-64xh100/llama3.1-70b.toml", 64, 1},     // torchtitan 1F1B, pp 8
-                        Case{"plans/llama3.1-70b-256xh100/llama3.1-70b.toml", 256, 4},   // torchtitan interleaved
-                        Case{"plans/examples/plan-llama3.1-405b-megatron-pp16-vpp8.toml", 0, 8}}) {  // Megatron ceil split
+  for (const Case& k : {Case{"plans/llama3.1-70b-64xh100/llama3.1-70b.toml", 64, 1, true},     // torchtitan 1F1B, pp 8
+                        Case{"plans/llama3.1-70b-256xh100/llama3.1-70b.toml", 256, 4, false},   // torchtitan interleaved
+                        Case{"plans/examples/plan-llama3.1-405b-megatron-pp16-vpp8.toml", 0, 8, false}}) {  // Megatron ceil split
     const std::string config = k.config;
     CAPTURE(config);
     RunConfig rc = load_run_config((test::data_root() / k.config).string());
@@ -289,5 +291,6 @@ TEST_CASE("folded steps of shipped plans equal the whole simulation: 1F1B, inter
     const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
     const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
     check_folded_equals_whole(folded, whole);
+    CHECK(folded.folded_period_in_timeline == k.period_in_timeline);  // else three steps
   }
 }
