@@ -149,6 +149,29 @@ TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds
   check_folded_equals_whole(folded, whole);
 }
 
+TEST_CASE("a host-bound 1F1B step (Megatron-DeepSpeed, timers synchronizing every pass) proves its period too") {
+  // Llama-2-7B's shape at tp 8, pp 4, 1,024-token sequences: the host issues slower than the GPU
+  // runs, so each stage's host moves by the GPU's own shift, not less.
+  RunConfig rc = import_megatron_args(
+      "ds.args",
+      "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 11008 --swiglu "
+      "--seq-length 1024 --max-position-embeddings 4096 --vocab-size 32000 --micro-batch-size 1 "
+      "--global-batch-size 128 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --bf16 "
+      "--use-flash-attn --position-embedding-type rope --normalization RMSNorm");
+  rc.plan.deepspeed_engine = true;
+  resolve_layout(rc, 64);
+  REQUIRE(rc.job.grad_accum == 64);
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions exact;
+  exact.exact = true;
+  const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
+  const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
+  CHECK(whole.host_bound);
+  CHECK(folded.folded_period_microbatches == 1);
+  CHECK(folded.folded_period_in_timeline);
+  check_folded_equals_whole(folded, whole);
+}
+
 TEST_CASE("period_probe and repeats: GPT-3's 12-micro-batch step shows its period in its own timeline") {
   RunConfig rc = import_megatron_args(
       "gpt3.args",
