@@ -254,14 +254,16 @@ std::optional<PeriodProbe> period_probe(const StepProgram& prog) {
 bool repeats(const PeriodProbe& probe, const std::vector<sim::TaskTiming>& timings,
              const std::vector<sim::TaskTiming>& host_timings, double tolerance_seconds) {
   if (probe.unit_ops[0].empty()) return false;
-  auto shift_of = [&](const std::vector<sim::TaskTiming>& t, std::size_t o) {
-    return t[static_cast<std::size_t>(probe.unit_ops[1][o])].start_seconds -
-           t[static_cast<std::size_t>(probe.unit_ops[0][o])].start_seconds;
+  // Op o's move from unit k - 1 to unit k.
+  auto shift_of = [&](const std::vector<sim::TaskTiming>& t, std::size_t o, int k) {
+    return t[static_cast<std::size_t>(probe.unit_ops[k][o])].start_seconds -
+           t[static_cast<std::size_t>(probe.unit_ops[k - 1][o])].start_seconds;
   };
-  // Every op of every unit moves by `shift` from the unit before.
-  auto moves_by = [&](const std::vector<sim::TaskTiming>& t, std::size_t begin, std::size_t end, double shift) {
+  // Every op of rows [begin, end) moves by `shift` from unit k - 1 to unit k, for k in [first, 3).
+  auto moves_by = [&](const std::vector<sim::TaskTiming>& t, std::size_t begin, std::size_t end, int first,
+                      double shift) {
     for (std::size_t o = begin; o < end; ++o)
-      for (int k = 1; k < 3; ++k) {
+      for (int k = first; k < 3; ++k) {
         const sim::TaskTiming x = t[static_cast<std::size_t>(probe.unit_ops[k - 1][o])];
         const sim::TaskTiming y = t[static_cast<std::size_t>(probe.unit_ops[k][o])];
         if (!(std::fabs(y.start_seconds - x.start_seconds - shift) <= tolerance_seconds &&
@@ -270,15 +272,18 @@ bool repeats(const PeriodProbe& probe, const std::vector<sim::TaskTiming>& timin
       }
     return true;
   };
-  // The GPU's period is one for every stage. Each stage's host thread repeats with a shift of its
-  // own: its issue time per unit where it runs ahead, which must not exceed the GPU's (a host
-  // that falls behind would come to hold the GPU back later in the step: another regime).
-  const double shift = shift_of(timings, 0);
-  if (!(shift > 0) || !moves_by(timings, 0, probe.unit_ops[0].size(), shift)) return false;
+  // The GPU's period is one for every stage, over both moves. Each stage's host thread repeats
+  // with a shift of its own: its issue time per unit where it runs ahead, which must not exceed
+  // the GPU's (a host that falls behind would come to hold the GPU back later in the step: another
+  // regime). The host is held to the last move only: one that ran ahead through the fill may still
+  // issue the window's first ops early, before a synchronizing op (an MoE dispatch reading its
+  // token counts) ties it to the GPU, and ops issued ahead of the GPU do not bind it.
+  const double shift = shift_of(timings, 0, 1);
+  if (!(shift > 0) || !moves_by(timings, 0, probe.unit_ops[0].size(), 1, shift)) return false;
   for (std::size_t s = 0; s + 1 < probe.stage_begin.size(); ++s) {
     const std::size_t begin = probe.stage_begin[s], end = probe.stage_begin[s + 1];
-    const double host_shift = shift_of(host_timings, begin);
-    if (!(host_shift <= shift + tolerance_seconds) || !moves_by(host_timings, begin, end, host_shift)) return false;
+    const double host_shift = shift_of(host_timings, begin, 2);
+    if (!(host_shift <= shift + tolerance_seconds) || !moves_by(host_timings, begin, end, 2, host_shift)) return false;
   }
   return true;
 }

@@ -69,7 +69,7 @@ std::optional<PeriodProbe> period_probe(const StepProgram& prog);
 
 // Whether the probed units repeat in a run: every op's start and end move by one and the same
 // shift from unit to unit on every stage, and its host issue's by its stage's host shift, no
-// larger, to within `tolerance_seconds`. Then the
+// larger, from the second unit to the third, to within `tolerance_seconds`. Then the
 // run's state repeats each unit (the simulation is deterministic), so one more micro-batch adds
 // what the last one did, and the step's figures move by the same amount per period without a
 // third step to show it.
