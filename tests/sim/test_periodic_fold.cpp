@@ -11,6 +11,7 @@
 #include "sim/periodic_fold.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
+#include "spec/model_loader.hpp"
 #include "test_paths.hpp"
 
 using namespace meshplan;
@@ -167,6 +168,34 @@ TEST_CASE("a host-bound 1F1B step (Megatron-DeepSpeed, timers synchronizing ever
   const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
   const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
   CHECK(whole.host_bound);
+  CHECK(folded.folded_period_microbatches == 1);
+  CHECK(folded.folded_period_in_timeline);
+  check_folded_equals_whole(folded, whole);
+}
+
+TEST_CASE("a dropless MoE 1F1B step (the dispatch reads its token counts on the host) proves its period too") {
+  // Qwen3-30B-A3B on 64 H100: pp 4, tp 2 with SP, EP 8, 64 micro-batches. Each forward dispatch
+  // ties the host to the GPU; the host ran ahead through the fill, so the window's first op is
+  // issued early in its first unit: the host is held to the window's last move.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  Plan p;
+  p.runtime = Runtime::megatron;
+  p.mesh.pp = 4;
+  p.mesh.tp = 2;
+  p.mesh.ep = 8;
+  p.mesh.dp_replicate = 8;
+  p.sequence_parallel = true;
+  p.sharding = Sharding::zero3;  // a plan TOML's default: Megatron-FSDP, here over dp_shard 1
+  Job j;
+  j.seq_len = 4096;
+  j.micro_batch = 1;
+  j.global_batch = 512;
+  j.grad_accum = 64;
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  SimOptions exact;
+  exact.exact = true;
+  const StepResult folded = simulate_step(m, p, j, c).result;
+  const StepResult whole = simulate_step(m, p, j, c, exact).result;
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_period_in_timeline);
   check_folded_equals_whole(folded, whole);
