@@ -55,16 +55,18 @@ std::vector<FoldPlan> fold_plans(const Plan& p, const Job& j);
 // extrapolated time.
 std::optional<StepResult> fold_steps(const FoldPlan& f, const StepResult& a, const StepResult& b, const StepResult& c);
 
-// The ops of the last three steady units of every stage, offset by offset: a unit is a forward
-// pass directly followed by a backward pass, as 1F1B runs its steady state. Row k holds unit
-// K - 2 + k's ops (K the last unit whose backward is not the stage's last pass, which also holds
-// the step's tail); the units of a stage hold the same work in the same order.
+// Three consecutive steady units of every stage, offset by offset: a unit is a forward pass
+// directly followed by a backward pass (not the stage's last, which also holds the step's tail),
+// as 1F1B runs its steady state. Unit j of every stage runs backward j, so units of one index run
+// at about the same time: row k holds units w - 2 + k of every stage, w the latest index at which
+// every stage's three units hold the same work in the same order (on the stage with the fewest
+// units, the last differs: it receives no next forward).
 struct PeriodProbe {
   std::vector<int> unit_ops[3];
   std::vector<std::size_t> stage_begin;  // stage s's ops are rows [stage_begin[s], stage_begin[s + 1])
 };
 
-// nullopt where some stage has fewer than three such units or they differ in what they do.
+// nullopt where no such three units exist (GPipe has none).
 std::optional<PeriodProbe> period_probe(const StepProgram& prog);
 
 // Whether the probed units repeat in a run: every op's start and end move by one and the same
