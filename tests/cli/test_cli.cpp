@@ -229,24 +229,25 @@ TEST_CASE("simulate --json follows the contract; breakdown adds up to the step t
 }
 
 TEST_CASE("simulate says how it folded: a 1F1B bundle by its own timeline, an interleaved one by three steps") {
+  // A shipped bundle's `simulate --json` "folded" object.
+  auto folded_of = [](const std::string& bundle) {
+    const Run r = run("simulate --config " + (data_root() / bundle).string() + " --json");
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out).at("folded");
+  };
   // torchtitan 1F1B on pp 8, 512 micro-batches: pp + 3 = 11 and pp + 4 = 12 simulated, the 12's
   // timeline the proof, 512 - 12 = 500 periods of one micro-batch extrapolated.
-  const std::string tt = (data_root() / "plans/llama3.1-70b-64xh100/llama3.1-70b.toml").string();
-  const Run text = run("simulate --config " + tt);
+  const std::string tt = "plans/llama3.1-70b-64xh100/llama3.1-70b.toml";
+  const Run text = run("simulate --config " + (data_root() / tt).string());
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("11 and 12 micro-batches simulated (the longer one's timeline repeats each period), 500 periods "
                       "of 1 extrapolated") != std::string::npos);
-  const Run json = run("simulate --config " + tt + " --json");
-  REQUIRE(json.exit_code == 0);
-  const auto folded = nlohmann::json::parse(json.out).at("folded");
+  const auto folded = folded_of(tt);
   CHECK(folded.at("period_microbatches") == 1);
   CHECK(folded.at("periods_extrapolated") == 500);
   CHECK(folded.at("period_shown_in_timeline") == true);
   // Interleaved on pp 16: periods of 16 micro-batches, 32, 48 and 64 simulated, 28 more extrapolated.
-  const std::string big = (data_root() / "plans/llama3.1-405b-1024xh100/llama3.1-405b.toml").string();
-  const Run interleaved = run("simulate --config " + big + " --json");
-  REQUIRE(interleaved.exit_code == 0);
-  const auto three = nlohmann::json::parse(interleaved.out).at("folded");
+  const auto three = folded_of("plans/llama3.1-405b-1024xh100/llama3.1-405b.toml");
   CHECK(three.at("period_microbatches") == 16);
   CHECK(three.at("periods_extrapolated") == 28);
   CHECK(three.at("period_shown_in_timeline") == false);

@@ -58,6 +58,17 @@ void check_folded_equals_whole(const StepResult& folded, const StepResult& whole
   }
 }
 
+// The step as simulate_step folds it, and simulated whole (--exact).
+struct FoldedAndWhole {
+  StepResult folded, whole;
+};
+
+FoldedAndWhole folded_and_whole(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
+  SimOptions exact;
+  exact.exact = true;
+  return {simulate_step(m, p, j, c).result, simulate_step(m, p, j, c, exact).result};
+}
+
 }  // namespace
 
 TEST_CASE("fold_plan: the period, the three shorter steps and the periods extrapolated") {
@@ -140,10 +151,7 @@ TEST_CASE("GPT-3 175B on 128 GPUs (Megatron 1F1B, pp 8, 128 micro-batches) folds
   resolve_layout(rc, 128);
   REQUIRE(rc.job.grad_accum == 128);
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
-  SimOptions exact;
-  exact.exact = true;
-  const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
-  const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
+  const auto [folded, whole] = folded_and_whole(rc.model, rc.plan, rc.job, c);
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_periods == 116);
   CHECK(folded.folded_period_in_timeline);  // 11 and 12 micro-batches simulated, the 12th's timeline the proof
@@ -163,10 +171,7 @@ TEST_CASE("a host-bound 1F1B step (Megatron-DeepSpeed, timers synchronizing ever
   resolve_layout(rc, 64);
   REQUIRE(rc.job.grad_accum == 64);
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
-  SimOptions exact;
-  exact.exact = true;
-  const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
-  const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
+  const auto [folded, whole] = folded_and_whole(rc.model, rc.plan, rc.job, c);
   CHECK(whole.host_bound);
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_period_in_timeline);
@@ -192,10 +197,7 @@ TEST_CASE("a dropless MoE 1F1B step (the dispatch reads its token counts on the 
   j.global_batch = 512;
   j.grad_accum = 64;
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
-  SimOptions exact;
-  exact.exact = true;
-  const StepResult folded = simulate_step(m, p, j, c).result;
-  const StepResult whole = simulate_step(m, p, j, c, exact).result;
+  const auto [folded, whole] = folded_and_whole(m, p, j, c);
   CHECK(folded.folded_period_microbatches == 1);
   CHECK(folded.folded_period_in_timeline);
   check_folded_equals_whole(folded, whole);
@@ -338,10 +340,7 @@ TEST_CASE("folded steps of shipped plans equal the whole simulation: 1F1B, inter
     rc.job.global_batch *= k.batch_scale;
     rc.job.grad_accum *= k.batch_scale;
     if (rc.job.pp_microbatches > 0) rc.job.pp_microbatches *= k.batch_scale;
-    SimOptions exact;
-    exact.exact = true;
-    const StepResult folded = simulate_step(rc.model, rc.plan, rc.job, c).result;
-    const StepResult whole = simulate_step(rc.model, rc.plan, rc.job, c, exact).result;
+    const auto [folded, whole] = folded_and_whole(rc.model, rc.plan, rc.job, c);
     check_folded_equals_whole(folded, whole);
     CHECK(folded.folded_period_in_timeline == k.period_in_timeline);  // else three steps
   }
