@@ -22,6 +22,11 @@ struct RuntimeTraits {
   // (cost/compute_cost.hpp attention_kernel_for): Transformer Engine's DotProductAttention
   // (Megatron, NeMo), torch SDPA (torchtitan), the flash-attn package (llm-foundry).
   AttentionBackend attention_backend = AttentionBackend::flash_attn;
+  // An MoE layer runs as Megatron-Core's does: its router, token bookkeeping and permutation op by
+  // op, and one cuBLAS GEMM per local expert (Transformer Engine's GroupedLinear), each a launch
+  // the host issues (workload/moe_launches.hpp). Otherwise the router and experts are counted as
+  // a few fused kernels around one grouped GEMM.
+  bool moe_layer_op_by_op = false;
 
   // --- data-parallel sharding ------------------------------------------------------------
   // ZeRO-2/3 run as FSDP units: all-gather before use, reduce-scatter after backward. 0: the

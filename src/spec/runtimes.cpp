@@ -110,6 +110,7 @@ constexpr RuntimeTraits megatron_traits() {
   t.zero2_modelled = false;
   t.offers_cuda_graphs = true;
   t.offers_expert_a2a_overlap = true;
+  t.moe_layer_op_by_op = true;
   return t;
 }
 
@@ -214,6 +215,8 @@ RuntimeTraits runtime_traits(Runtime runtime, bool deepspeed_engine, Sharding sh
     t.fp32_grad_accumulation = true;
     t.host_syncs_every_pass = true;
   }
+  // Megatron-DeepSpeed's MoE layers are DeepSpeed-MoE's, not Megatron-Core's.
+  if (deepspeed_engine) t.moe_layer_op_by_op = false;
   if (t.fsdp_version == 2) {
     t.fsdp_copy_out = true;
     t.fsdp_always_prefetches_backward = true;

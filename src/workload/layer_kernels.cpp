@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "workload/eager_ops.hpp"
+#include "workload/moe_launches.hpp"
 #include "workload/moe_routing.hpp"
 
 namespace meshplan {
@@ -92,7 +93,7 @@ void add_unfused_attention(const Plan& p, const LayerDims& d, LayerKernels& k) {
 // The routed experts of a rank run as grouped GEMMs (one launch over its local experts, as
 // Megatron's TEGroupedMLP / GroupedMLP and torchtitan's grouped_mm do): `local_experts` groups of
 // the simulated (most-loaded) rank's mean rows, spread over its experts with expert_rows_cv.
-void add_mlp(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_layer) {
+void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels& k, bool moe_layer) {
   const double t = static_cast<double>(d.tokens);
   const int n_up = m.mlp == MlpKind::swiglu ? 2 : 1;
   const double act_io = m.mlp == MlpKind::swiglu ? 3 : 2;  // silu*mul reads 2, writes 1
@@ -120,9 +121,18 @@ void add_mlp(const ModelSpec& m, const LayerDims& d, LayerKernels& k, bool moe_l
                   4 * d.e * received * static_cast<double>(d.h) +
                   d.e * (d.routed_tokens + mt) * static_cast<double>(d.h) + 3 * d.e * mt * static_cast<double>(d.h) +
                   moe_router_bytes(m, d);
-    // router + softmax/top-k + permute + the grouped up, activation, grouped down + unpermute +
-    // combine + residual add; each shared expert as a dense MLP; the auxiliary loss.
-    k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + m.moe.n_shared_experts * (n_up + 2) + kAuxLossKernels;
+    // Each shared expert as a dense MLP. Megatron-Core: its MoE layer op by op (moe_launches.hpp).
+    // Otherwise router + softmax/top-k + permute + the grouped up, activation, grouped down +
+    // unpermute + combine + residual add, and the auxiliary loss.
+    const int shared = m.moe.n_shared_experts * (n_up + 2);
+    if (runtime_traits(p).moe_layer_op_by_op) {
+      const bool across_ranks = p.mesh.ep > 1 || (p.moe_dispatcher == MoeDispatcher::alltoall && p.mesh.tp > 1);
+      const MoeLaunches n = megatron_moe_launches(p.moe_dispatcher, across_ranks, d.local_experts);
+      k.mlp_kernels = n.forward + shared;
+      k.mlp_kernels_bwd = n.backward + static_cast<int>(kBackwardOverForward) * shared;
+      return;
+    }
+    k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + shared + kAuxLossKernels;
     return;
   }
   for (int i = 0; i < n_up; ++i) k.mlp.push_back({d.mlp_tokens, d.f_dense_local, d.h, 1});
@@ -238,13 +248,13 @@ LayerKernels layer_kernels(const ModelSpec& m, const Plan& p, const LayerDims& d
   k.post_attention_bytes = 3 * d.e * t * static_cast<double>(d.h) / d.sp_split +
                            2 * d.e * t * static_cast<double>(d.h) / d.sp_split;
   k.attn_kernels = kAttentionOutKernels;
-  add_mlp(m, d, k, moe_layer);
+  add_mlp(m, p, d, k, moe_layer);
   k.pre_attention_bytes_bwd = kBackwardOverForward * k.pre_attention_bytes;
   k.post_attention_bytes_bwd = kBackwardOverForward * k.post_attention_bytes;
   k.mlp_bytes_bwd = kBackwardOverForward * k.mlp_bytes;
   k.pre_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.pre_kernels;
   k.attn_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.attn_kernels;
-  k.mlp_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.mlp_kernels;
+  if (k.mlp_kernels_bwd == 0) k.mlp_kernels_bwd = static_cast<int>(kBackwardOverForward) * k.mlp_kernels;
   if (eager_composites(p)) {
     add_eager_composites(m, d, k, moe_layer);
     if (m.norm == NormKind::layernorm) {

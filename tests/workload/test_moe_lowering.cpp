@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cost/host_cost.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
 #include "spec/model_spec.hpp"
@@ -228,6 +229,43 @@ TEST_CASE("expert GEMMs are grouped GEMMs over the local experts; shared experts
   const LayerKernels k1 = layer_kernels(m, ep_plan(1), layer_dims(m, ep_plan(1), job(1)));
   CHECK(k1.mlp_excess_flops == 0);
   CHECK(gemm_flops(k1.mlp) == doctest::Approx(expected));
+}
+
+// Megatron-Core's unfused MoE layer (workload/moe_launches.cpp), counted by hand for 8 experts,
+// SwiGLU, no shared expert. With the all-to-all dispatcher and tokens crossing ranks, forward:
+// router 10 + auxiliary loss 6 + preprocess 11 + permute 8 + the probabilities' all-to-all 1 +
+// sorting into local-expert chunks and back 3 + activation 2 + unpermute 2 = 43, and fc1 and fc2
+// per local expert; backward 5 + 3 + 4 + 1 + 3 + 2 + 1 = 19, and fc1's and fc2's data and weight
+// gradients per local expert. The flex dispatcher (DeepEP, HybridEP) keeps the router, the
+// permutation and the experts but replaces the bookkeeping by its 4 metadata launches: 32 and 15.
+TEST_CASE("Megatron-Core's MoE layer, launch by launch: bookkeeping and one GEMM per local expert, by hand") {
+  const ModelSpec m = two_layer_moe();
+  auto counts = [&](const Plan& p) {
+    const LayerKernels k = layer_kernels(m, p, layer_dims(m, p, job(1)));
+    return std::pair{k.mlp_kernels, k.mlp_kernels_bwd};
+  };
+  // EP 4: 2 local experts.
+  CHECK(counts(ep_plan(4)) == std::pair{43 + 2 * 2, 19 + 4 * 2});
+  Plan deepep = ep_plan(4);
+  deepep.moe_dispatcher = MoeDispatcher::deepep;
+  CHECK(counts(deepep) == std::pair{32 + 2 * 2, 15 + 4 * 2});
+  // EP 1, TP 1: all 8 experts local, no token leaves the rank: the preprocess only counts the
+  // tokens (2 launches), no probabilities' all-to-all; 8 GEMM pairs.
+  CHECK(counts(ep_plan(1)) == std::pair{28 + 2 + 3 + 2 * 8, 15 + 3 + 4 * 8});
+  // The host issues each launch at the profile's per-op cost (8 us on x86): the EP 4 forward's 47
+  // launches hold the host 376 us per layer and micro-batch.
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const HostModel host = host_model(c, ep_plan(4));
+  OpWork w;
+  w.kernels = counts(ep_plan(4)).first;
+  CHECK(host_seconds(OpSchedule{}, w, host) == doctest::Approx(47 * 8e-6));
+  // Other runtimes count the router and experts as a few fused kernels around one grouped GEMM:
+  // router, softmax/top-k, permute, the two up GEMMs, activation, down, residual add, unpermute,
+  // combine, and the auxiliary loss's 3 (torch.compile: no eager SwiGLU composite beside them).
+  Plan titan = ep_plan(4);
+  titan.runtime = Runtime::torchtitan_fsdp2;
+  titan.compile = true;
+  CHECK(counts(titan) == std::pair{13, 26});
 }
 
 TEST_CASE("capacity factor pads the expert buffers and the all-to-all") {

@@ -1,0 +1,22 @@
+#pragma once
+// The launches of one Megatron-Core MoE layer on one rank, op by op as its unfused default paths
+// run them: the host issues each (one eager aten op or one cuBLAS call apiece), and the GPU pays
+// each one's fixed latency. Counted from Megatron-Core's transformer/moe/ (router.py,
+// moe_utils.py, token_dispatcher.py, experts.py) with --moe-grouped-gemm and
+// --moe-permute-fusion off (its default) and Transformer Engine's GroupedLinear, which issues one
+// cuBLAS GEMM per local expert (docs/host.md, "Megatron-Core's MoE layer").
+#include "spec/plan.hpp"
+
+namespace meshplan {
+
+struct MoeLaunches {
+  int forward = 0;
+  int backward = 0;
+};
+
+// Router, token bookkeeping, permutation, the experts' GEMMs and activation, unpermutation; the
+// dispatch and combine all-to-alls are ops of their own. `across_ranks`: tokens leave the rank
+// (ep > 1, or the all-to-all dispatcher's TP x EP group with tp > 1).
+MoeLaunches megatron_moe_launches(MoeDispatcher dispatcher, bool across_ranks, int local_experts);
+
+}  // namespace meshplan
