@@ -159,9 +159,14 @@ void check_no_unresolved_skips(const ValidationReport& rep, int bound = 0) {
 // (GB200's BF16 work 0.86 -> 0.914 at 1200 W, GB300's attention 0.86 -> 0.962 at 1400 W): the
 // GB200 rows -3.8 / -10.3 / -19.8 -> -0.4 / -9.4 / -15.9 %, the GB300 row +17.8 -> +19.9 %:
 // MAPE 12.46 %, bias +1.2 %. Tightened 12.9 -> 12.5.
+// 2026-12-07 (thirteenth session): Megatron-Core's MoE layer launch by launch (its unfused
+// router, token bookkeeping and permutation op by op, one cuBLAS GEMM per local expert;
+// workload/moe_launches.hpp): EP 32 + 1F1B overlap +12.7 -> +12.3 %, EP 8 x pp 32 +17.2 -> +15.9 %,
+// EP 8 x TP 4 +60.3 -> +52.2 %, every other row unchanged: MAPE 11.89 %, bias +0.6 %. Tightened
+// 12.5 -> 11.9.
 constexpr int kMoeRowsCompared = 17;
 constexpr int kMoeRowsSkippedBound = 0;
-constexpr double kMoeMapeBoundPct = 12.5;
+constexpr double kMoeMapeBoundPct = 11.9;
 
 // Issue 29's acceptance: leave one source out over dev.csv + dev-vtrain.csv + dev-moe.csv, refit the
 // declared parameters on the others, predict the source left out; row-weighted held-out MAPE <= 10 %.
