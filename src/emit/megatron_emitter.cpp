@@ -174,6 +174,8 @@ void emit_mlp(const RunConfig& rc, ArgList& a) {
       else a.arg("--moe-flex-dispatcher-backend", "hybridep");
     }
     if (p.moe_a2a_overlap) a.flag("--overlap-moe-expert-parallel-comm");
+    if (p.moe_permute_fusion) a.flag("--moe-permute-fusion");
+    if (p.moe_router_fusion) a.flag("--moe-router-fusion");
     a.arg("--moe-ffn-hidden-size", model.moe.expert_ffn);
     if (model.moe.n_shared_experts > 0)
       a.arg("--moe-shared-expert-intermediate-size", model.moe.expert_ffn * model.moe.n_shared_experts);

@@ -615,6 +615,8 @@ void read_parallelism(const Args& a, RunConfig& rc) {
     plan.moe_dispatcher = backend == "hybridep" ? MoeDispatcher::hybridep : MoeDispatcher::deepep;
   }
   plan.moe_a2a_overlap = a.has("--overlap-moe-expert-parallel-comm");
+  plan.moe_permute_fusion = a.has("--moe-permute-fusion");
+  plan.moe_router_fusion = a.has("--moe-router-fusion");
   if (a.has("--expert-tensor-parallel-size")) {
     const int etp = degree("--expert-tensor-parallel-size");
     mesh.etp = etp == mesh.tp ? 0 : etp;  // Megatron's default is tp

@@ -207,6 +207,11 @@ struct Plan {
   // under the other's attention and expert compute (workload/a2a_overlap.hpp). Needs ep > 1 and,
   // with pp > 1, the interleaved schedule.
   bool moe_a2a_overlap = false;
+  // Megatron-Core's fused MoE kernels (workload/moe_launches.hpp): --moe-permute-fusion (Transformer
+  // Engine's permute, unpermute and chunk-sort kernels) and --moe-router-fusion (its top-k with
+  // score function and auxiliary-loss kernels). Both off by default, as in Megatron-LM.
+  bool moe_permute_fusion = false;
+  bool moe_router_fusion = false;
   bool compile = false;
   // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
   // mode="reduce-overhead"): each captured region is replayed with one launch from the host.

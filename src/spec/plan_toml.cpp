@@ -56,7 +56,8 @@ const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "
                                               "flash_attention_version", "dropout", "fused_cross_entropy",
                                               "deepspeed", "cuda_graphs", "attention_kernel", "cudnn_version", "loss_kernel", "loss_chunks",
                                               "optimizer_in_backward", "optimizer_implementation",
-                                              "moe_dispatcher", "moe_a2a_overlap"};
+                                              "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",
+                                              "moe_router_fusion"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -371,6 +372,13 @@ void read_runtime(Plan& plan, const TomlView& rt) {
   plan.moe_dispatcher = get_enum(rt, "moe_dispatcher", MoeDispatcher::alltoall, parse_moe_dispatcher,
                                  "alltoall, deepep, hybridep");
   plan.moe_a2a_overlap = rt.get_bool("moe_a2a_overlap").value_or(false);
+  // Megatron-Core's fused MoE kernels; other runtimes run their own MoE code.
+  for (const auto& [key, field] : {std::pair{"moe_permute_fusion", &Plan::moe_permute_fusion},
+                                   std::pair{"moe_router_fusion", &Plan::moe_router_fusion}}) {
+    plan.*field = rt.get_bool(key).value_or(false);
+    if (plan.*field && !runtime_traits(plan.runtime, false).moe_layer_op_by_op)
+      rt.fail(key, fmt::format("is a Megatron-Core flag; runtime '{}' runs its own MoE kernels", to_string(plan.runtime)));
+  }
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -603,6 +611,8 @@ void write_runtime(TomlLines& t, const Plan& p) {
   if (p.moe_dispatcher != MoeDispatcher::alltoall)
     t.line(fmt::format("moe_dispatcher = {}", quote(std::string(to_string(p.moe_dispatcher)))));
   if (p.moe_a2a_overlap) t.line("moe_a2a_overlap = true");
+  if (p.moe_permute_fusion) t.line("moe_permute_fusion = true");
+  if (p.moe_router_fusion) t.line("moe_router_fusion = true");
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
   t.line(fmt::format("flash_attention = {}", b(p.flash_attention)));

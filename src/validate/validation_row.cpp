@@ -939,6 +939,24 @@ void map_expert_dispatch(const Reader& r, const std::string& fw, RunConfig& rc, 
                                       : "expert all-to-all overlap not stated: off (Megatron-LM's default)");
 }
 
+// Megatron-Core's fused MoE kernels (--moe-permute-fusion, --moe-router-fusion): the optional
+// columns of the same names, else the notes where they quote the run's command line; else off,
+// Megatron-LM's default (the layer is launched op by op, docs/host.md).
+void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const ModelSpec& m, std::vector<std::string>& notes) {
+  if (!m.moe.enabled() || fw != "megatron") return;
+  const std::string text = r.str("notes");
+  std::string on;
+  for (const auto& [column, flag, field] :
+       {std::tuple{"moe_permute_fusion", "--moe-permute-fusion", &Plan::moe_permute_fusion},
+        std::tuple{"moe_router_fusion", "--moe-router-fusion", &Plan::moe_router_fusion}}) {
+    const auto given = r.opt_flag(column);
+    p.*field = given ? *given : text.find(flag) != std::string::npos;
+    if (p.*field) on += on.empty() ? flag : std::string(", ") + flag;
+  }
+  notes.push_back(on.empty() ? "MoE permute and router fusion not stated: off (Megatron-LM's default)"
+                             : "Megatron-Core's fused MoE kernels: " + on);
+}
+
 // The runtime the framework names and its defaults for knobs no column carries.
 void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
@@ -1087,6 +1105,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);
     map_runtime(fw, rc, notes);
     map_expert_dispatch(r, fw, rc, notes);
+    map_moe_fusion(r, fw, rc.plan, rc.model, notes);
     map_kernels(r, fw, vc.source, rc.plan, notes);
     map_tp_overlap(tp_flags, fw, rc.plan, notes);
     map_batch(r, fw, rc.plan.mesh, rc, notes);

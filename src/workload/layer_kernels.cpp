@@ -126,8 +126,12 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
     // unpermute + combine + residual add, and the auxiliary loss.
     const int shared = m.moe.n_shared_experts * (n_up + 2);
     if (runtime_traits(p).moe_layer_op_by_op) {
-      const bool across_ranks = p.mesh.ep > 1 || (p.moe_dispatcher == MoeDispatcher::alltoall && p.mesh.tp > 1);
-      const MoeLaunches n = megatron_moe_launches(p.moe_dispatcher, across_ranks, d.local_experts);
+      const MoeLaunches n = megatron_moe_launches(
+          {.dispatcher = p.moe_dispatcher,
+           .across_ranks = p.mesh.ep > 1 || (p.moe_dispatcher == MoeDispatcher::alltoall && p.mesh.tp > 1),
+           .local_experts = d.local_experts,
+           .permute_fusion = p.moe_permute_fusion,
+           .router_fusion = p.moe_router_fusion});
       k.mlp_kernels = n.forward + shared;
       k.mlp_kernels_bwd = n.backward + static_cast<int>(kBackwardOverForward) * shared;
       return;

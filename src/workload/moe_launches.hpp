@@ -14,9 +14,16 @@ struct MoeLaunches {
   int backward = 0;
 };
 
+struct MoeLayerCode {
+  MoeDispatcher dispatcher = MoeDispatcher::alltoall;
+  bool across_ranks = false;    // tokens leave the rank (ep > 1, or the all-to-all dispatcher's TP x EP group)
+  int local_experts = 1;
+  bool permute_fusion = false;  // --moe-permute-fusion
+  bool router_fusion = false;   // --moe-router-fusion
+};
+
 // Router, token bookkeeping, permutation, the experts' GEMMs and activation, unpermutation; the
-// dispatch and combine all-to-alls are ops of their own. `across_ranks`: tokens leave the rank
-// (ep > 1, or the all-to-all dispatcher's TP x EP group with tp > 1).
-MoeLaunches megatron_moe_launches(MoeDispatcher dispatcher, bool across_ranks, int local_experts);
+// dispatch and combine all-to-alls are ops of their own.
+MoeLaunches megatron_moe_launches(const MoeLayerCode& code);
 
 }  // namespace meshplan

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "validate/validation.hpp"
@@ -575,4 +576,18 @@ TEST_CASE("dev-moe rows: the dispatcher and the all-to-all overlap their notes n
   CHECK(mapped("gb200-256g-mxfp8").moe_dispatcher == MoeDispatcher::hybridep);
   CHECK(mapped("gb200-256g-mxfp8").moe_a2a_overlap);
   CHECK_FALSE(mapped("gb200-256g-bf16").moe_a2a_overlap);
+  // No row quotes Megatron-Core's MoE fusion flags: off, Megatron-LM's default. Notes that quote
+  // one turn it on.
+  CHECK_FALSE(mapped("h100-sxm-80gb-256g-crossnode-ep32").moe_permute_fusion);
+  CHECK_FALSE(mapped("h100-sxm-80gb-256g-crossnode-ep32").moe_router_fusion);
+  std::ifstream in(test::shared_root() / "validation" / "dev-moe.csv", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string yaml = "model yaml: --use-distributed-optimizer";
+  REQUIRE(text.find(yaml) != std::string::npos);
+  text.replace(text.find(yaml), yaml.size(), "model yaml: --moe-permute-fusion, --use-distributed-optimizer");
+  const CsvTable quoted = parse_csv_table(text);
+  const ValidationCase vc = map_validation_row(quoted, 0);
+  REQUIRE(vc.skipped.empty());
+  CHECK(vc.run.plan.moe_permute_fusion);
+  CHECK_FALSE(vc.run.plan.moe_router_fusion);
 }

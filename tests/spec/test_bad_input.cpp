@@ -218,6 +218,9 @@ std::vector<Case> cases() {
        plan("pp = 2\n", "global_batch = 64\n", "gpus = 4\n",
             "[sharding]\nstrategy = \"zero3\"\n[runtime]\nname = \"megatron\"\ndeepspeed = true\n"),
        std::nullopt, "runtime.deepspeed", "ZeRO stages 0 and 1"},
+      {"plan_permute_fusion_torchtitan.toml",
+       plan("", "global_batch = 64\n", "gpus = 8\n", "[runtime]\nname = \"torchtitan\"\nmoe_permute_fusion = true\n"),
+       std::nullopt, "runtime.moe_permute_fusion", "Megatron-Core flag"},
   };
 }
 

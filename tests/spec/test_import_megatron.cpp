@@ -21,6 +21,7 @@
 #include "spec/model_loader.hpp"
 #include "spec/plan_toml.hpp"
 #include "test_paths.hpp"
+#include "workload/layer_kernels.hpp"
 #include "workload/memory_estimate.hpp"
 
 using namespace meshplan;
@@ -278,6 +279,40 @@ TEST_CASE("Megatron arguments: --overlap-moe-expert-parallel-comm round-trips an
   const std::string no_vpp =
       refusal(replaced(text, "--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2"));
   CHECK(no_vpp.find("--overlap-moe-expert-parallel-comm: needs the interleaved schedule") != std::string::npos);
+}
+
+// Megatron-Core's fused MoE kernels: read from the flags, written back, kept by the plan TOML, and
+// fewer launches per layer (workload/moe_launches.cpp).
+TEST_CASE("Megatron arguments: --moe-permute-fusion and --moe-router-fusion round-trip and cut the MoE layer's launches") {
+  RunConfig plan = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  resolve_layout(plan, std::nullopt);
+  CHECK_FALSE(plan.plan.moe_permute_fusion);
+  CHECK_FALSE(plan.plan.moe_router_fusion);
+  const std::string plain = megatron_args_text(emit_megatron_args(plan));
+  CHECK(plain.find("-fusion") == std::string::npos);
+  plan.plan.moe_permute_fusion = plan.plan.moe_router_fusion = true;
+  const std::string text = megatron_args_text(emit_megatron_args(plan));
+  CHECK(text.find("--moe-permute-fusion") != std::string::npos);
+  CHECK(text.find("--moe-router-fusion") != std::string::npos);
+  RunConfig back = import_megatron_args("fused.args", text);
+  CHECK(back.plan.moe_permute_fusion);
+  CHECK(back.plan.moe_router_fusion);
+  resolve_layout(back, 64);
+  CHECK(megatron_args_text(emit_megatron_args(back)) == text);
+  const std::string toml = to_plan_toml(back);
+  CHECK(toml.find("moe_permute_fusion = true") != std::string::npos);
+  CHECK(toml.find("moe_router_fusion = true") != std::string::npos);
+  // Mixtral's 8 experts over EP 8: one local expert, so no chunk sorting. Unfused forward: router
+  // 10 + auxiliary loss 6 + preprocess 11 + permute 8 + the probabilities' all-to-all 1 +
+  // activation 2 + unpermute 2 + fc1 and fc2 = 42; fused: 3 + 3 + 9 + 2 + 1 + 2 + 1 + 2 = 23.
+  // Backward 5 + 3 + 4 + 1 + 2 + 1 + 4 = 20 and 3 + 2 + 1 + 1 + 2 + 1 + 4 = 14.
+  auto launches = [](const RunConfig& rc) {
+    const LayerKernels k = layer_kernels(rc.model, rc.plan, layer_dims(rc.model, rc.plan, rc.job));
+    return std::pair{k.mlp_kernels, k.mlp_kernels_bwd};
+  };
+  CHECK(launches(plan) == std::pair{23, 14});
+  plan.plan.moe_permute_fusion = plan.plan.moe_router_fusion = false;
+  CHECK(launches(plan) == std::pair{42, 20});
 }
 
 TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with Megatron's defaults") {

@@ -252,6 +252,14 @@ TEST_CASE("Megatron-Core's MoE layer, launch by launch: bookkeeping and one GEMM
   // EP 1, TP 1: all 8 experts local, no token leaves the rank: the preprocess only counts the
   // tokens (2 launches), no probabilities' all-to-all; 8 GEMM pairs.
   CHECK(counts(ep_plan(1)) == std::pair{28 + 2 + 3 + 2 * 8, 15 + 3 + 4 * 8});
+  // --moe-permute-fusion: permute 8 -> 2 (backward 4 -> 1), unpermute 2 -> 1, the chunk sorting
+  // 3 -> 2 each way, and the preprocess drops its 2 chunk-order ops; --moe-router-fusion: router
+  // 10 -> 3 (backward 5 -> 3), auxiliary loss 6 -> 3 (3 -> 2).
+  Plan fused = ep_plan(4);
+  fused.moe_permute_fusion = true;
+  CHECK(counts(fused) == std::pair{43 - 6 - 1 - 1 - 2 + 2 * 2, 19 - 3 - 1 + 4 * 2});
+  fused.moe_router_fusion = true;
+  CHECK(counts(fused) == std::pair{33 - 7 - 3 + 2 * 2, 15 - 2 - 1 + 4 * 2});
   // The host issues each launch at the profile's per-op cost (8 us on x86): the EP 4 forward's 47
   // launches hold the host 376 us per layer and micro-batch.
   const ClusterSpec c = load_cluster("h100-sxm-80gb");
