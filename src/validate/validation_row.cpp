@@ -939,9 +939,27 @@ void map_expert_dispatch(const Reader& r, const std::string& fw, RunConfig& rc, 
                                       : "expert all-to-all overlap not stated: off (Megatron-LM's default)");
 }
 
+// Whether `text` sets a config field true as a recipe quotes it: `name=True`, `name: true`.
+bool field_set_true(std::string_view text, std::string_view name) {
+  for (std::size_t at = text.find(name); at != std::string_view::npos; at = text.find(name, at + 1)) {
+    std::size_t i = at + name.size();
+    auto skip_spaces = [&] {
+      while (i < text.size() && text[i] == ' ') ++i;
+    };
+    skip_spaces();
+    if (i >= text.size() || (text[i] != '=' && text[i] != ':')) continue;
+    ++i;
+    skip_spaces();
+    const std::string_view rest = text.substr(i, 4);
+    if (rest == "True" || rest == "true") return true;
+  }
+  return false;
+}
+
 // Megatron-Core's fused MoE kernels (--moe-permute-fusion, --moe-router-fusion): the optional
-// columns of the same names, else the notes where they quote the run's command line; else off,
-// Megatron-LM's default (the layer is launched op by op, docs/host.md).
+// columns of the same names, else the notes where they quote the run's command line (the flag) or
+// its recipe (`moe_permute_fusion=True`); else off, Megatron-LM's default (the layer is launched
+// op by op, docs/host.md).
 void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const ModelSpec& m, std::vector<std::string>& notes) {
   if (!m.moe.enabled() || fw != "megatron") return;
   const std::string text = r.str("notes");
@@ -950,7 +968,7 @@ void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const Model
        {std::tuple{"moe_permute_fusion", "--moe-permute-fusion", &Plan::moe_permute_fusion},
         std::tuple{"moe_router_fusion", "--moe-router-fusion", &Plan::moe_router_fusion}}) {
     const auto given = r.opt_flag(column);
-    p.*field = given ? *given : text.find(flag) != std::string::npos;
+    p.*field = given ? *given : text.find(flag) != std::string::npos || field_set_true(text, column);
     if (p.*field) on += on.empty() ? flag : std::string(", ") + flag;
   }
   notes.push_back(on.empty() ? "MoE permute and router fusion not stated: off (Megatron-LM's default)"

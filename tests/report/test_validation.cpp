@@ -590,4 +590,14 @@ TEST_CASE("dev-moe rows: the dispatcher and the all-to-all overlap their notes n
   REQUIRE(vc.skipped.empty());
   CHECK(vc.run.plan.moe_permute_fusion);
   CHECK_FALSE(vc.run.plan.moe_router_fusion);
+  // A recipe's field spelling, true or false.
+  for (const auto& [quote, on] : {std::pair{"moe_router_fusion=True, ", true}, std::pair{"moe_router_fusion: true; ", true},
+                                  std::pair{"moe_router_fusion=False, ", false}}) {
+    std::string t = text;
+    t.replace(t.find("--moe-permute-fusion, "), 22, quote);
+    const ValidationCase q = map_validation_row(parse_csv_table(t), 0);
+    REQUIRE(q.skipped.empty());
+    CHECK(q.run.plan.moe_router_fusion == on);
+    CHECK_FALSE(q.run.plan.moe_permute_fusion);
+  }
 }
