@@ -14,6 +14,7 @@ struct HostModel {
   double launch_seconds = 0;      // per raw kernel or CUDA-graph launch (compiled code, graphs)
   double collective_seconds = 0;  // per NCCL call through c10d (work object, stream events)
   bool cuda_graphs = false;       // captured regions: each compute op is one graph launch
+  bool scoped_graphs = false;     // graphs of some modules only (OpWork::graphed_kernels)
   bool compiled = false;          // torch.compile: Inductor's wrapper launches kernels directly
   bool sync_every_pass = false;        // RuntimeTraits::host_syncs_every_pass
   bool sync_before_optimizer = false;  // RuntimeTraits::host_syncs_before_optimizer

@@ -23,6 +23,11 @@ public:
     a_.push_back(std::move(f));
     a_.push_back(fmt::format("{}", v));
   }
+  // A flag that takes several values (argparse nargs='+').
+  void args(std::string f, const std::vector<std::string>& vs) {
+    a_.push_back(std::move(f));
+    a_.insert(a_.end(), vs.begin(), vs.end());
+  }
   std::vector<std::string> take() { return std::move(a_); }
 
 private:
@@ -243,7 +248,12 @@ void emit_norms_and_positions(const RunConfig& rc, ArgList& a) {
 void emit_kernels(const RunConfig& rc, ArgList& a) {
   const Plan& p = rc.plan;
   if (!p.flash_attention) refuse(kRt, "flash_attention", "Megatron plans are emitted with fused attention (Transformer Engine)");
-  if (p.cuda_graphs) a.flag("--enable-cuda-graph");  // Transformer Engine captures each layer's passes
+  if (p.cuda_graphs && p.cuda_graph_scope.full) a.flag("--enable-cuda-graph");  // each layer's passes captured
+  if (p.cuda_graphs && !p.cuda_graph_scope.full) {
+    // Scoped graphs are Transformer Engine's (core_v0.14 on).
+    a.arg("--cuda-graph-impl", "transformer_engine");
+    a.args("--cuda-graph-scope", cuda_graph_scope_names(p.cuda_graph_scope));
+  }
   if (!p.dropout) {
     a.arg("--attention-dropout", "0.0");
     a.arg("--hidden-dropout", "0.0");

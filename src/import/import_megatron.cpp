@@ -121,11 +121,11 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
           "--moe-router-group-topk", "--make-vocab-size-divisible-by", "--manual-gc-interval", "--timing-log-level",
           "--data-cache-path", "--num-workers", "--dataloader-type", "--zero-stage",
           "--num-distributed-optimizer-instances", "--pipeline-model-parallel-layout", "--mtp-loss-scaling-factor",
-          "--cuda-graph-scope", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin",
+          "--cuda-graph-impl", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin",
           "--cpu-offloading-num-layers", "--use-legacy-models", "--moe-flex-dispatcher-backend"})
       m[f] = Arity::one;
     for (const char* f : {"--recompute-modules", "--rampup-batch-size", "--data-path", "--train-data-path", "--valid-data-path",
-                          "--test-data-path", "--cuda-graph-modules", "--offload-modules"})
+                          "--test-data-path", "--cuda-graph-modules", "--offload-modules", "--cuda-graph-scope"})
       m[f] = Arity::many;
     return m;
   }();
@@ -167,7 +167,6 @@ const std::map<std::string, std::string, std::less<>>& unread_flag_defaults() {
       {"--moe-router-score-function", "softmax"},
       {"--moe-token-drop-policy", "probs"},
       {"--manual-gc-interval", "0"},
-      {"--cuda-graph-scope", "full"},
       {"--cpu-offloading-num-layers", "0"},
   };
   return k;
@@ -852,7 +851,17 @@ void read_recompute(const Args& a, RunConfig& rc) {
 void read_kernels(const Args& a, RunConfig& rc) {
   Plan& plan = rc.plan;
   plan.flash_attention = a.str("--attention-backend").value_or("auto") != "unfused";
-  plan.cuda_graphs = a.has("--enable-cuda-graph") || a.has("--external-cuda-graph");
+  // --cuda-graph-impl (core_v0.14 on) names the implementation the older switches turned on.
+  const std::string impl = a.choice("--cuda-graph-impl", {"none", "local", "transformer_engine"}).value_or("none");
+  plan.cuda_graphs = impl != "none" || a.has("--enable-cuda-graph") || a.has("--external-cuda-graph");
+  if (a.has("--cuda-graph-scope")) {
+    std::string bad;
+    const auto scope = parse_cuda_graph_scope(a.list("--cuda-graph-scope"), &bad);
+    if (!scope)
+      a.fail("--cuda-graph-scope", fmt::format("'{}' is not a scope meshplan's layers have (full, full_iteration, attn, mlp, "
+                                               "moe, moe_router, moe_preprocess)", bad));
+    plan.cuda_graph_scope = *scope;
+  }
   // Megatron's GPT defaults: hidden and attention dropout 0.1.
   const double attn_drop = a.number("--attention-dropout").value_or(0.1);
   const double hidden_drop = a.number("--hidden-dropout").value_or(0.1);

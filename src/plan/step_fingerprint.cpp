@@ -50,11 +50,12 @@ void add_changes(Hasher& h, const MemoryChanges& changes) {
 // below fail the build when one changes, as a reminder.
 void add(Hasher& h, const OpWork& w) {
 #if defined(__x86_64__) && defined(__GLIBCXX__)  // the size below is libstdc++ on x86-64's
-  static_assert(sizeof(OpWork) == 344, "OpWork changed: digest its new fields in step_fingerprint.cpp, then update this size");
+  static_assert(sizeof(OpWork) == 352, "OpWork changed: digest its new fields in step_fingerprint.cpp, then update this size");
 #endif
   h.list(w.gemms, [](Hasher& x, const GemmShape& g) { add(x, g); });
   h.list(w.attention, [](Hasher& x, const AttentionShape& a) { add(x, a); });
   h.num(w.attention_pass), h.num(w.memory_bound_bytes), h.num(w.cast_bytes), h.num(w.kernels),
+      h.num(w.graphed_kernels), h.num(w.graph_replays),
       h.num(w.layernorm.bytes), h.num(w.layernorm.width), h.num(w.layernorm.pass),
       h.num(w.low_precision_gemms), h.num(w.low_precision_attention);
   h.num(w.model_flops), h.num(w.hardware_flops);

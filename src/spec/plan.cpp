@@ -1,5 +1,9 @@
 #include "spec/plan.hpp"
 
+#include <algorithm>
+#include <array>
+#include <utility>
+
 #include "spec/name_table.hpp"
 
 namespace meshplan {
@@ -56,5 +60,44 @@ std::optional<Fp8Recipe> parse_fp8(std::string_view s) { return parse_name(kFp8,
 std::optional<Optimizer> parse_optimizer(std::string_view s) { return parse_name(kOpt, s); }
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view s) { return parse_name(kOptImpl, s); }
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) { return parse_name(kDispatcher, s); }
+
+namespace {
+// Megatron-Core's --cuda-graph-scope choices that meshplan's layers have (transformer_config.py);
+// full_iteration captures the whole step, as full does for the host.
+constexpr std::array<std::pair<bool Plan::CudaGraphScope::*, std::string_view>, 5> kGraphModules{
+    {{&Plan::CudaGraphScope::attn, "attn"},
+     {&Plan::CudaGraphScope::mlp, "mlp"},
+     {&Plan::CudaGraphScope::moe, "moe"},
+     {&Plan::CudaGraphScope::moe_router, "moe_router"},
+     {&Plan::CudaGraphScope::moe_preprocess, "moe_preprocess"}}};
+}  // namespace
+
+std::vector<std::string> cuda_graph_scope_names(const Plan::CudaGraphScope& s) {
+  if (s.full) return {"full"};
+  std::vector<std::string> out;
+  for (const auto& [field, name] : kGraphModules)
+    if (s.*field) out.emplace_back(name);
+  return out;
+}
+
+std::optional<Plan::CudaGraphScope> parse_cuda_graph_scope(const std::vector<std::string>& names, std::string* bad) {
+  Plan::CudaGraphScope s;
+  if (names.empty()) return s;
+  s.full = false;
+  for (const std::string& n : names) {
+    if (n == "full" || n == "full_iteration") {
+      s.full = true;
+      continue;
+    }
+    const auto it = std::find_if(kGraphModules.begin(), kGraphModules.end(), [&](const auto& m) { return m.second == n; });
+    if (it == kGraphModules.end()) {
+      if (bad != nullptr) *bad = n;
+      return std::nullopt;
+    }
+    s.*(it->first) = true;
+  }
+  if (s.full) return Plan::CudaGraphScope{};
+  return s;
+}
 
 }  // namespace meshplan

@@ -213,10 +213,27 @@ struct Plan {
   bool moe_permute_fusion = false;
   bool moe_router_fusion = false;
   bool compile = false;
-  // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph, torch.compile
-  // mode="reduce-overhead"): each captured region is replayed with one launch from the host.
+  // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph / --cuda-graph-impl,
+  // torch.compile mode="reduce-overhead"): each captured region is replayed with one launch from
+  // the host.
   bool cuda_graphs = false;
+  // What the graphs capture (Megatron --cuda-graph-scope): every op of the step (full, the
+  // default), or only the listed modules of each layer, the rest issued eagerly.
+  struct CudaGraphScope {
+    bool full = true;
+    bool attn = false;            // the self-attention: norm, QKV, core attention, projection
+    bool mlp = false;             // a dense layer's MLP
+    bool moe = false;             // a whole MoE layer
+    bool moe_router = false;      // the router and its auxiliary loss
+    bool moe_preprocess = false;  // the token dispatcher's bookkeeping before the dispatch
+    friend bool operator==(const CudaGraphScope&, const CudaGraphScope&) = default;
+  };
+  CudaGraphScope cuda_graph_scope;
 };
+
+// Megatron's --cuda-graph-scope names, in its order; parse_cuda_graph_scope refuses others.
+std::vector<std::string> cuda_graph_scope_names(const Plan::CudaGraphScope& s);
+std::optional<Plan::CudaGraphScope> parse_cuda_graph_scope(const std::vector<std::string>& names, std::string* bad);
 
 // fp32 weights computed under torch.autocast alone (no FSDP/Megatron mixed-precision policy):
 // the residual stream stays fp32 and autocast caches a low-precision copy of every weight it

@@ -57,7 +57,7 @@ const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "
                                               "deepspeed", "cuda_graphs", "attention_kernel", "cudnn_version", "loss_kernel", "loss_chunks",
                                               "optimizer_in_backward", "optimizer_implementation",
                                               "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",
-                                              "moe_router_fusion"};
+                                              "moe_router_fusion", "cuda_graph_scope"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -381,6 +381,14 @@ void read_runtime(Plan& plan, const TomlView& rt) {
   }
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
+  if (auto names = rt.get_string_array("cuda_graph_scope")) {
+    std::string bad;
+    const auto scope = parse_cuda_graph_scope(*names, &bad);
+    if (!scope)
+      rt.fail("cuda_graph_scope", fmt::format("'{}' is not a scope (full, attn, mlp, moe, moe_router, moe_preprocess)", bad));
+    if (!plan.cuda_graphs) rt.fail("cuda_graph_scope", "needs cuda_graphs = true");
+    plan.cuda_graph_scope = *scope;
+  }
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
   if (const auto v = rt.get_int("flash_attention_version")) {
     if (*v < 1 || *v > 3) rt.fail("flash_attention_version", fmt::format("must be 1, 2 or 3, got {}", *v));
@@ -615,6 +623,11 @@ void write_runtime(TomlLines& t, const Plan& p) {
   if (p.moe_router_fusion) t.line("moe_router_fusion = true");
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
+  if (p.cuda_graphs && !p.cuda_graph_scope.full) {
+    std::string names;
+    for (const std::string& n : cuda_graph_scope_names(p.cuda_graph_scope)) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+    t.line("cuda_graph_scope = [" + names + "]");
+  }
   t.line(fmt::format("flash_attention = {}", b(p.flash_attention)));
   if (p.flash_attention && p.flash_attention_version != 2)
     t.line(fmt::format("flash_attention_version = {}", p.flash_attention_version));

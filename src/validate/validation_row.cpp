@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -975,6 +976,40 @@ void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const Model
                              : "Megatron-Core's fused MoE kernels: " + on);
 }
 
+// Megatron's CUDA graphs where the notes quote the run's command line: --cuda-graph-impl
+// (local or transformer_engine) or the older --enable-cuda-graph / --external-cuda-graph, and the
+// modules --cuda-graph-scope lists (the words after it up to the next flag or the end of the
+// clause). Else none, Megatron-LM's default.
+void map_cuda_graphs(const Reader& r, const std::string& fw, Plan& p, std::vector<std::string>& notes) {
+  if (fw != "megatron") return;
+  const std::string text = r.str("notes");
+  p.cuda_graphs = text.find("--cuda-graph-impl local") != std::string::npos ||
+                  text.find("--cuda-graph-impl transformer_engine") != std::string::npos ||
+                  text.find("--enable-cuda-graph") != std::string::npos ||
+                  text.find("--external-cuda-graph") != std::string::npos;
+  if (!p.cuda_graphs) return;
+  constexpr std::string_view kScope = "--cuda-graph-scope";
+  std::vector<std::string> names;
+  if (const auto at = text.find(kScope); at != std::string::npos) {
+    std::size_t i = at + kScope.size();
+    while (true) {
+      while (i < text.size() && text[i] == ' ') ++i;
+      std::size_t end = i;
+      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) != 0 || text[end] == '_')) ++end;
+      if (end == i) break;  // a flag, punctuation or the end: the list is over
+      names.push_back(text.substr(i, end - i));
+      i = end;
+    }
+  }
+  std::string bad;
+  const auto scope = parse_cuda_graph_scope(names, &bad);
+  if (!scope) throw Skip{fmt::format("--cuda-graph-scope '{}' in the notes is not a scope meshplan models", bad)};
+  p.cuda_graph_scope = *scope;
+  std::string listed;
+  for (const std::string& n : cuda_graph_scope_names(*scope)) listed += (listed.empty() ? "" : " ") + n;
+  notes.push_back("CUDA graphs read from the notes, scope " + listed);
+}
+
 // The runtime the framework names and its defaults for knobs no column carries.
 void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
@@ -1124,6 +1159,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     map_runtime(fw, rc, notes);
     map_expert_dispatch(r, fw, rc, notes);
     map_moe_fusion(r, fw, rc.plan, rc.model, notes);
+    map_cuda_graphs(r, fw, rc.plan, notes);
     map_kernels(r, fw, vc.source, rc.plan, notes);
     map_tp_overlap(tp_flags, fw, rc.plan, notes);
     map_batch(r, fw, rc.plan.mesh, rc, notes);

@@ -134,6 +134,9 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
            .router_fusion = p.moe_router_fusion});
       k.mlp_kernels = n.forward + shared;
       k.mlp_kernels_bwd = n.backward + static_cast<int>(kBackwardOverForward) * shared;
+      k.router_kernels = n.router_forward;
+      k.router_kernels_bwd = n.router_backward;
+      k.preprocess_kernels = n.preprocess_forward;
       return;
     }
     k.mlp_kernels = 3 + n_up + kMlpKernelsBesideUp + 2 + shared + kAuxLossKernels;

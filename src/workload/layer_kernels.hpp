@@ -74,6 +74,9 @@ struct LayerKernels {
   // Backward of the same element-wise work (fused kernels: twice the forward's bytes).
   double pre_attention_bytes_bwd = 0, post_attention_bytes_bwd = 0, mlp_bytes_bwd = 0;
   int pre_kernels_bwd = 0, attn_kernels_bwd = 0, mlp_kernels_bwd = 0;
+  // Of an MoE block's MLP launches, its router's (forward, backward) and its dispatcher's
+  // bookkeeping (forward), where the runtime launches them apart (workload/moe_launches.hpp).
+  int router_kernels = 0, router_kernels_bwd = 0, preprocess_kernels = 0;
   // One of the block's two norms (before attention, before the MLP) where it runs as PyTorch's
   // layer_norm kernels (eager runtimes, LayerNorm models): its share of the bytes above, priced at
   // the kernel's own rate for the model width. 0 elsewhere.

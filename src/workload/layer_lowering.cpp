@@ -181,6 +181,35 @@ Op Builder::tp_collective(int stage, std::string name, CollectiveOp c, double by
   return collective_op(stage, std::move(name), StreamKind::tp, OpCategory::tp, c, GroupKind::tp, bytes);
 }
 
+void Builder::capture_in_graph(Op& op, int layer, GraphModule module, Pass pass) const {
+  const Plan::CudaGraphScope& s = p_.cuda_graph_scope;
+  if (!p_.cuda_graphs || s.full || op.kernels == 0) return;
+  auto whole = [&] {
+    op.graphed_kernels = op.kernels;
+    op.graph_replays = 1;
+  };
+  if (module == GraphModule::attention) {
+    if (s.attn) whole();
+    return;
+  }
+  if (!m_.moe.enabled() || !m_.moe.is_moe_layer(layer)) {
+    if (s.mlp) whole();
+    return;
+  }
+  if (s.moe) {
+    whole();
+    return;
+  }
+  const LayerKernels& k = kernels_of(layer);
+  auto part = [&](bool scoped, int kernels) {
+    if (!scoped || kernels == 0) return;
+    op.graphed_kernels += kernels;
+    ++op.graph_replays;
+  };
+  part(s.moe_router, pass == Pass::forward ? k.router_kernels : k.router_kernels_bwd);
+  part(s.moe_preprocess && pass == Pass::forward, k.preprocess_kernels);
+}
+
 // The attention half of a forward after the QKV op `pre`: with CP the K/V all-gather splits it
 // from the core attention and output projection; overlapped TP makes the core attention an op of
 // its own; otherwise QKV, attention and output projection are one op.
@@ -202,21 +231,25 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int l
     if (overlap) chunk_for_overlap(op);
     return op;
   };
+  auto graphed = [&](Op&& op) {
+    if (cat == OpCategory::compute) capture_in_graph(op, layer, GraphModule::attention, Pass::forward);
+    chain_of.compute(std::move(op));
+  };
   if (p_.mesh.cp > 1) {
-    chain_of.compute(std::move(pre));
+    graphed(std::move(pre));
     // torchtitan's default rotate method all-gathers K and V across the CP group.
     chain_of.comm(collective_op(stage, sub_name(tag, ".cp_ag_kv"), StreamKind::cp, OpCategory::cp,
                                 CollectiveOp::all_gather, GroupKind::cp, d_.cp_kv_bytes(p_.mesh.cp)));
-    chain_of.compute(projection(".attn", true));
+    graphed(projection(".attn", true));
   } else if (overlap) {
     // Overlapped TP pairs the all-gather with the QKV GEMM and the reduce-scatter with the output
     // projection, so the attention kernel between them is an op of its own.
-    chain_of.compute(std::move(pre));
+    graphed(std::move(pre));
     Op core = compute_op(stage, sub_name(tag, ".attn"), cat);
     core.hardware_flops = add_core_attention(core, Pass::forward, attention);
     core.model_flops = flops_scale * model_attention_flops;
-    chain_of.compute(std::move(core));
-    chain_of.compute(projection(".proj", false));
+    graphed(std::move(core));
+    graphed(projection(".proj", false));
   } else {
     pre.gemms.insert(pre.gemms.end(), k_.post_attention.begin(), k_.post_attention.end());
     pre.memory_bound_bytes += k_.post_attention_bytes;
@@ -226,7 +259,7 @@ void Builder::forward_attention(LayerChain& chain_of, Op&& pre, int stage, int l
     const double flops = gemm_flops(pre.gemms);
     pre.hardware_flops = flops + add_core_attention(pre, Pass::forward, attention);
     pre.model_flops = flops_scale * (flops + model_attention_flops);
-    chain_of.compute(std::move(pre));
+    graphed(std::move(pre));
   }
 }
 
@@ -347,6 +380,7 @@ std::pair<int, int> Builder::lower_layer_forward(int stage, int layer, std::int6
   const LayerKernels& kl = kernels_of(layer);
   Op mlp = linears_op(".mlp", kl.mlp, kl.mlp_bytes, kl.mlp_kernels);
   mlp.model_flops -= flops_scale * kl.mlp_excess_flops;  // the most-loaded rank's extra rows
+  if (!recompute) capture_in_graph(mlp, layer, GraphModule::mlp, Pass::forward);
   moe_mlp_forward(chain_of, stage, layer, tag, std::move(mlp));
   if (tp && !sp_shard_moe) {
     const bool rs = !full_tp || p_.sequence_parallel;
@@ -396,17 +430,22 @@ std::pair<int, int> Builder::lower_layer_backward(int stage, int layer, std::int
   if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_combine_bwd")));
   Op mlp = backward_op(".mlp", kl.mlp, kl.mlp_bytes_bwd, kl.mlp_kernels_bwd, false);
   mlp.model_flops -= 2 * kl.mlp_excess_flops;  // data and weight gradients of the extra rows
+  capture_in_graph(mlp, layer, GraphModule::mlp, Pass::backward);
   comm(std::move(mlp));
   if (ep_all_to_all(layer)) comm(ep_all_to_all_op(stage, sub_name(tag, ".ep_dispatch_bwd")));
   if (sp && !sp_shard_moe) comm(tp_collective(stage, sub_name(tag, ".tp_mlp_in"), CollectiveOp::reduce_scatter, act));
   else if (tp && !full_tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_batch"), CollectiveOp::reduce_scatter, act * p_.mesh.tp));
   if (sp) comm(tp_collective(stage, sub_name(tag, ".tp_attn_out"), CollectiveOp::all_gather, act));
-  comm(backward_op(".attn", k_.post_attention, k_.post_attention_bytes_bwd, k_.attn_kernels_bwd, true));
+  Op attn = backward_op(".attn", k_.post_attention, k_.post_attention_bytes_bwd, k_.attn_kernels_bwd, true);
+  capture_in_graph(attn, layer, GraphModule::attention, Pass::backward);
+  comm(std::move(attn));
   if (p_.mesh.cp > 1)
     comm(collective_op(stage, sub_name(tag, ".cp_rs_dkv"), StreamKind::cp, OpCategory::cp, CollectiveOp::reduce_scatter,
                        GroupKind::cp, d_.cp_kv_bytes(p_.mesh.cp)));
-  comm(backward_op(".qkv", k_.pre_attention, k_.pre_attention_bytes_bwd, k_.pre_kernels_bwd, false));
+  Op qkv = backward_op(".qkv", k_.pre_attention, k_.pre_attention_bytes_bwd, k_.pre_kernels_bwd, false);
+  capture_in_graph(qkv, layer, GraphModule::attention, Pass::backward);
+  comm(std::move(qkv));
   if (tp && full_tp)
     comm(tp_collective(stage, sub_name(tag, ".tp_qkv_in"),
                        p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce, act));

@@ -60,20 +60,21 @@ MoeLaunches megatron_moe_launches(const MoeLayerCode& code) {
   };
   add(code.router_fusion ? kRouterFused : kRouter);
   add(code.router_fusion ? kAuxLossFused : kAuxLoss);
+  n.router_forward = n.forward;
+  n.router_backward = n.backward;
   add(code.permute_fusion ? kPermuteFused : kPermute);
   add(kActivation);
   add(code.permute_fusion ? kUnpermuteFused : kUnpermute);
   add(kExpertGemms, code.local_experts);
   if (code.dispatcher != MoeDispatcher::alltoall) {
     add(kFlexMetadata);
+    n.preprocess_forward = kFlexMetadata.forward;
     return n;
   }
-  if (code.across_ranks) {
-    add({kAlltoAllPreprocessAcross - (code.permute_fusion ? kChunkOrder : 0), 0});
-    add(kProbsAllToAll);
-  } else {
-    add({kAlltoAllPreprocessLocal, 0});
-  }
+  n.preprocess_forward = code.across_ranks ? kAlltoAllPreprocessAcross - (code.permute_fusion ? kChunkOrder : 0)
+                                           : kAlltoAllPreprocessLocal;
+  add({n.preprocess_forward, 0});
+  if (code.across_ranks) add(kProbsAllToAll);
   if (code.local_experts > 1) add(code.permute_fusion ? kSortChunksFused : kSortChunks);
   return n;
 }

@@ -12,6 +12,10 @@ namespace meshplan {
 struct MoeLaunches {
   int forward = 0;
   int backward = 0;
+  // Of those, the router's with its auxiliary loss, and the token dispatcher's bookkeeping before
+  // the dispatch (what --cuda-graph-scope moe_router / moe_preprocess capture).
+  int router_forward = 0, router_backward = 0;
+  int preprocess_forward = 0;
 };
 
 struct MoeLayerCode {

@@ -199,6 +199,11 @@ private:
   // One direction of the EP all-to-all (dispatch, combine, or either's backward).
   Op ep_all_to_all_op(int stage, std::string name) const;
   void moe_mlp_forward(LayerChain& chain, int stage, int layer, const std::string& tag, Op&& mlp);
+  // Scoped CUDA graphs (Plan::cuda_graph_scope): marks what of a layer's op the graphs of its
+  // module replay: the whole op (the attention, a dense MLP, a whole MoE block) or, of an MoE
+  // block's op, its router's and its dispatcher's bookkeeping launches. Recompute runs eagerly.
+  enum class GraphModule : std::uint8_t { attention, mlp };
+  void capture_in_graph(Op& op, int layer, GraphModule module, Pass pass) const;
 
   // --- block_templates.cpp: a block lowered once per kind, copied after ---------------------
   // A block's ops depend on its stage, its pass, the kind of layer (MoE or dense, windowed or full

@@ -125,6 +125,7 @@ std::uint64_t work_hash(const OpWork& w) {
   mix(bits(w.model_flops));
   mix(bits(w.bytes));
   mix(static_cast<std::uint64_t>(w.kernels));
+  mix(static_cast<std::uint64_t>(w.graphed_kernels) * 64 + static_cast<std::uint64_t>(w.graph_replays));
   mix(static_cast<std::uint64_t>(w.collective) * 16 + static_cast<std::uint64_t>(w.group));
   return h;
 }

@@ -74,6 +74,10 @@ struct OpWork {
   NormWork layernorm;                // the LayerNorm kernels among them, where priced by width
   double cast_bytes = 0;             // low-precision quantize (cast) kernels' bytes read + written
   int kernels = 0;                   // launches, for the launch overhead
+  // Of those, the ones a scoped CUDA graph replays (Plan::cuda_graph_scope), in how many replays:
+  // the host issues the rest one by one and each graph with one launch.
+  int graphed_kernels = 0;
+  int graph_replays = 0;
   bool low_precision_gemms = false;  // the GEMMs are block linears run in the plan's FP8/FP4 recipe
   bool low_precision_attention = false;  // the fused attention runs in FP8 (Plan::fp8_attention)
   double model_flops = 0;            // useful FLOPs (MFU numerator; 0 for recompute)

@@ -576,6 +576,11 @@ TEST_CASE("dev-moe rows: the dispatcher and the all-to-all overlap their notes n
   CHECK(mapped("gb200-256g-mxfp8").moe_dispatcher == MoeDispatcher::hybridep);
   CHECK(mapped("gb200-256g-mxfp8").moe_a2a_overlap);
   CHECK_FALSE(mapped("gb200-256g-bf16").moe_a2a_overlap);
+  // "--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess".
+  const Plan graphs = mapped("gb200-256g-bf16");
+  CHECK(graphs.cuda_graphs);
+  CHECK(cuda_graph_scope_names(graphs.cuda_graph_scope) == std::vector<std::string>{"attn", "moe_router", "moe_preprocess"});
+  CHECK_FALSE(mapped("h100-sxm-80gb-256g-crossnode-ep32").cuda_graphs);
   // No row quotes Megatron-Core's MoE fusion flags: off, Megatron-LM's default. Notes that quote
   // one turn it on.
   CHECK_FALSE(mapped("h100-sxm-80gb-256g-crossnode-ep32").moe_permute_fusion);

@@ -221,6 +221,13 @@ std::vector<Case> cases() {
       {"plan_permute_fusion_torchtitan.toml",
        plan("", "global_batch = 64\n", "gpus = 8\n", "[runtime]\nname = \"torchtitan\"\nmoe_permute_fusion = true\n"),
        std::nullopt, "runtime.moe_permute_fusion", "Megatron-Core flag"},
+      {"plan_graph_scope_without_graphs.toml",
+       plan("", "global_batch = 64\n", "gpus = 8\n", "[runtime]\nname = \"megatron\"\ncuda_graph_scope = [\"attn\"]\n"),
+       std::nullopt, "runtime.cuda_graph_scope", "needs cuda_graphs = true"},
+      {"plan_graph_scope_unknown.toml",
+       plan("", "global_batch = 64\n", "gpus = 8\n",
+            "[runtime]\nname = \"megatron\"\ncuda_graphs = true\ncuda_graph_scope = [\"attn\", \"router\"]\n"),
+       std::nullopt, "runtime.cuda_graph_scope", "'router' is not a scope"},
   };
 }
 

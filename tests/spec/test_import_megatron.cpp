@@ -315,6 +315,42 @@ TEST_CASE("Megatron arguments: --moe-permute-fusion and --moe-router-fusion roun
   CHECK(launches(plan) == std::pair{42, 20});
 }
 
+// Megatron-Core from core_v0.14: --cuda-graph-impl names the graphs' implementation and
+// --cuda-graph-scope lists the modules they capture (argparse nargs='+').
+TEST_CASE("Megatron arguments: --cuda-graph-impl and a multi-module --cuda-graph-scope round-trip") {
+  RunConfig plan = load_run_config((test::data_root() / "plans/examples/plan-mixtral-8x7b-ep8-64gpu.toml").string());
+  resolve_layout(plan, std::nullopt);
+  const std::string text = megatron_args_text(emit_megatron_args(plan)) +
+                           " --cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess";
+  RunConfig rc = import_megatron_args("graphs.args", text);
+  CHECK(rc.plan.cuda_graphs);
+  CHECK_FALSE(rc.plan.cuda_graph_scope.full);
+  CHECK(rc.plan.cuda_graph_scope.attn);
+  CHECK(rc.plan.cuda_graph_scope.moe_router);
+  CHECK(rc.plan.cuda_graph_scope.moe_preprocess);
+  CHECK_FALSE(rc.plan.cuda_graph_scope.mlp);
+  CHECK(rc.unmodelled_settings.empty());
+  resolve_layout(rc, 64);
+  const std::string emitted = megatron_args_text(emit_megatron_args(rc));
+  CHECK(emitted.find("--cuda-graph-impl transformer_engine") != std::string::npos);
+  CHECK(emitted.find("--cuda-graph-scope attn moe_router moe_preprocess") != std::string::npos);
+  RunConfig back = import_megatron_args("graphs2.args", emitted);
+  CHECK(back.plan.cuda_graph_scope == rc.plan.cuda_graph_scope);
+  CHECK(to_plan_toml(back).find("cuda_graph_scope = [\"attn\", \"moe_router\", \"moe_preprocess\"]") != std::string::npos);
+  // The implementation alone: the whole layer, as --enable-cuda-graph.
+  RunConfig local = import_megatron_args("local.args", megatron_args_text(emit_megatron_args(plan)) + " --cuda-graph-impl local");
+  CHECK(local.plan.cuda_graphs);
+  CHECK(local.plan.cuda_graph_scope.full);
+  // A scope Megatron's layers here do not have is refused, naming the flag.
+  try {
+    import_megatron_args("bad.args", megatron_args_text(emit_megatron_args(plan)) + " --cuda-graph-impl local --cuda-graph-scope router");
+    FAIL("no error for --cuda-graph-scope router");
+  } catch (const InputError& e) {
+    CHECK(e.key() == "--cuda-graph-scope");
+    CHECK(std::string(e.what()).find("'router'") != std::string::npos);
+  }
+}
+
 TEST_CASE("Megatron arguments: a model not shipped is built from the flags, with Megatron's defaults") {
   RunConfig rc = import_text(kSmall);
   CHECK(rc.model.name == "megatron-a");

@@ -276,6 +276,57 @@ TEST_CASE("Megatron-Core's MoE layer, launch by launch: bookkeeping and one GEMM
   CHECK(counts(titan) == std::pair{13, 26});
 }
 
+// Megatron's --cuda-graph-scope: graphs of the listed modules replace their launches by one replay
+// each; the rest of the op is issued eagerly. EP 4 (2 local experts), all-to-all dispatcher:
+// forward 47 launches, of which the router's 16 (10 + auxiliary loss 6) and the preprocess's 11;
+// backward 27, of which the router's 8.
+TEST_CASE("scoped CUDA graphs: the router and the dispatcher's bookkeeping replayed, the rest eager, by hand") {
+  const ModelSpec m = two_layer_moe();
+  Plan p = ep_plan(4);
+  p.cuda_graphs = true;
+  p.cuda_graph_scope = *parse_cuda_graph_scope({"moe_router", "moe_preprocess"}, nullptr);
+  const StepProgram prog = lower_step(m, p, job(1));
+  const auto fwd = find_op(prog, "fwd.L0.mb0.mlp");
+  const auto bwd = find_op(prog, "bwd.L0.mb0.mlp");
+  const auto attn = find_op(prog, "fwd.L0.mb0.qkv");
+  REQUIRE(fwd);
+  REQUIRE(bwd);
+  REQUIRE(attn);
+  CHECK(fwd->kernels == 47);
+  CHECK(fwd->graphed_kernels == 16 + 11);
+  CHECK(fwd->graph_replays == 2);
+  CHECK(bwd->kernels == 27);
+  CHECK(bwd->graphed_kernels == 8);
+  CHECK(bwd->graph_replays == 1);
+  CHECK(attn->graphed_kernels == 0);  // attention is not in the scope
+  // The host: 20 eager launches at 8 us and 2 replays at the 4 us launch cost, where the whole-step
+  // graphs (scope full) replay the op with one launch and no graphs issue all 47.
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  CHECK(host_seconds(*fwd, *fwd, host_model(c, p)) == doctest::Approx(20 * 8e-6 + 2 * 4e-6));
+  Plan whole = p;
+  whole.cuda_graph_scope = {};
+  CHECK(host_seconds(*fwd, *fwd, host_model(c, whole)) == doctest::Approx(4e-6));
+  Plan eager = p;
+  eager.cuda_graphs = false;
+  CHECK(host_seconds(*fwd, *fwd, host_model(c, eager)) == doctest::Approx(47 * 8e-6));
+  // Scope attn: the attention ops whole, forward and backward; the MLP eager.
+  p.cuda_graph_scope = *parse_cuda_graph_scope({"attn"}, nullptr);
+  const StepProgram attn_graphs = lower_step(m, p, job(1));
+  for (const char* name : {"fwd.L1.mb0.qkv", "bwd.L1.mb0.attn", "bwd.L1.mb0.qkv"}) {
+    CAPTURE(name);
+    const auto op = find_op(attn_graphs, name);
+    REQUIRE(op);
+    CHECK(op->graphed_kernels == op->kernels);
+    CHECK(op->graph_replays == 1);
+  }
+  CHECK(find_op(attn_graphs, "fwd.L1.mb0.mlp")->graphed_kernels == 0);
+  // Names outside Megatron's scopes are refused, and full_iteration is the whole step.
+  std::string bad;
+  CHECK_FALSE(parse_cuda_graph_scope({"attn", "router"}, &bad));
+  CHECK(bad == "router");
+  CHECK(parse_cuda_graph_scope({"full_iteration"}, nullptr)->full);
+}
+
 TEST_CASE("capacity factor pads the expert buffers and the all-to-all") {
   ModelSpec m = two_layer_moe();
   m.moe.capacity_factor = 1.25;
