@@ -311,7 +311,7 @@ TEST_CASE("pruning: the verified rows are those a search simulating every plan r
 // A Megatron MoE winner with its experts spread gets Megatron-Core's expert all-to-all overlap
 // simulated beside it as a note (the search does not switch it on: the model overstates its gain,
 // docs/validation.md); a dense winner gets none.
-TEST_CASE("plan --runtime megatron: the winner's expert all-to-all overlap, simulated as a note") {
+TEST_CASE("plan --runtime megatron: the winner's expert all-to-all overlap and fused MoE kernels, simulated as notes") {
   const PlanRequest rq = qwen3_30b_on_64(Runtime::megatron);
   const PlanSearch s = search_plans(rq);
   REQUIRE_FALSE(s.ranked.empty());
@@ -330,4 +330,21 @@ TEST_CASE("plan --runtime megatron: the winner's expert all-to-all overlap, simu
   const PlanSearch dense = search_plans(megatron_8b_on_8());
   CHECK(std::none_of(dense.notes.begin(), dense.notes.end(),
                      [](const std::string& n) { return n.find("all-to-all overlap") != std::string::npos; }));
+  // Megatron-Core's fused MoE kernels likewise: fewer launches per MoE layer, the winner simulated
+  // with both; a dense winner and torchtitan's MoE (its own kernels) get no such note.
+  auto fusion_note = [](const PlanSearch& ps) {
+    return std::find_if(ps.notes.begin(), ps.notes.end(), [](const std::string& n) {
+      return n.rfind("rank 1 with Megatron-Core's fused MoE kernels", 0) == 0;
+    });
+  };
+  const auto fused_note = fusion_note(s);
+  REQUIRE(fused_note != s.notes.end());
+  Plan fused = s.ranked.front().plan;
+  fused.moe_permute_fusion = fused.moe_router_fusion = true;
+  const double fused_rate = simulate_steady_state(rq.model, fused, s.ranked.front().job, rq.cluster).tokens_per_s_per_gpu;
+  CHECK(fused_rate > s.ranked.front().result.tokens_per_s_per_gpu);
+  CHECK(fused_note->find(fmt::format("{:.1f} tokens/s/GPU", fused_rate)) != std::string::npos);
+  CHECK(fusion_note(dense) == dense.notes.end());
+  const PlanSearch titan = search_plans(qwen3_30b_on_64(Runtime::torchtitan_fsdp2));
+  CHECK(fusion_note(titan) == titan.notes.end());
 }
