@@ -218,6 +218,30 @@ void check_expert_overlap(std::vector<LintFinding>& f, const LintInputs& in) {
                    in.simulated_with(key, "true")});
 }
 
+// A host-bound Megatron MoE run that launches its MoE layers op by op without Megatron-Core's
+// fused permute and router kernels (docs/host.md, "Megatron-Core's MoE layer").
+void check_moe_fusion(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Plan& p = in.p;
+  const RunConfig& rc = in.base.run;
+  if (!in.base.ok() || !in.base.result.host_bound || !rc.model.moe.enabled() || !runtime_traits(p).moe_layer_op_by_op ||
+      (p.moe_permute_fusion && p.moe_router_fusion))
+    return;
+  const bool args = in.doc.format == ConfigFormat::megatron_args;
+  const bool plan = in.doc.format == ConfigFormat::meshplan_plan;
+  const std::string permute = args ? "--moe-permute-fusion" : plan ? "runtime.moe_permute_fusion" : "";
+  const std::string router = args ? "--moe-router-fusion" : plan ? "runtime.moe_router_fusion" : "";
+  const double wait = in.base.result.breakdown_s.count("host_wait") ? in.base.result.breakdown_s.at("host_wait") : 0.0;
+  const std::string& key = p.moe_permute_fusion ? router : permute;
+  f.push_back({key, "info",
+               fmt::format("the GPU waits {:.2f} s per step on the host, which issues each MoE layer's router, token "
+                           "bookkeeping and permutation op by op; {} and {} fuse them into a few kernels (a larger "
+                           "micro-batch or CUDA graphs scoped to moe_router / moe_preprocess also issue fewer launches "
+                           "per token)",
+                           wait, permute.empty() ? "--moe-permute-fusion" : permute,
+                           router.empty() ? "--moe-router-fusion" : router) +
+                   in.simulated_with(key, "true")});
+}
+
 // Recompute, replication and offload settings whose cost is not what their name suggests.
 void check_recompute_and_offload(std::vector<LintFinding>& f, const LintInputs& in) {
   const Plan& p = in.p;
@@ -289,6 +313,7 @@ LintReport lint_config(const RunSource& src) {
   if (in.composer1 && p.sharding != Sharding::none) check_fsdp1_knobs(f, in);
   check_recompute_and_offload(f, in);
   check_expert_overlap(f, in);
+  check_moe_fusion(f, in);
 
   std::stable_sort(f.begin(), f.end(), [](const LintFinding& a, const LintFinding& b) {
     auto rank = [](const std::string& s) { return s == "error" ? 0 : s == "warning" ? 1 : 2; };

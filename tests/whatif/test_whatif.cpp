@@ -240,6 +240,23 @@ TEST_CASE("lint finds the listed problems in hand-written configs") {
       CHECK(f["message"].is_string());
     }
   }
+  SUBCASE("a host-bound Megatron MoE step without the fused MoE kernels") {
+    // Qwen3-30B-A3B on 8 H100 as Megatron-Bridge's 8-GPU recipe lays it out (TP 4, PP 2, EP 4:
+    // 32 experts per rank, full recompute): each MoE layer issues 107 launches forward.
+    const std::string plan =
+        "[model]\nname = \"qwen3-30b-a3b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n"
+        "[layout]\npp = 2\ntp = 4\nep = 4\netp = 1\nsequence_parallel = true\nschedule = \"1f1b\"\n"
+        "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 4096\nglobal_batch = 64\nmicro_batch = 1\n"
+        "[sharding]\nstrategy = \"zero1\"\n[runtime]\nname = \"megatron\"\n";
+    const LintReport r = lint_config(source(write_temp("lint_moe.toml", plan).string(), 8, "h100-sxm-80gb"));
+    CHECK(has_finding(r, "runtime.moe_permute_fusion", "info", "op by op"));
+    CHECK(has_finding(r, "runtime.moe_permute_fusion", "info", "simulated with runtime.moe_permute_fusion=true"));
+    const LintReport fused = lint_config(source(
+        write_temp("lint_moe_fused.toml", plan + "moe_permute_fusion = true\nmoe_router_fusion = true\n").string(), 8,
+        "h100-sxm-80gb"));
+    CHECK_FALSE(has_finding(fused, "runtime.moe_permute_fusion", "info", "op by op"));
+    CHECK_FALSE(has_finding(fused, "runtime.moe_router_fusion", "info", "op by op"));
+  }
 }
 
 TEST_CASE("diagnose: the gap is the observed minus the predicted step, and causes never explain more than it") {
