@@ -650,6 +650,14 @@ KernelEstimate gemm_estimate(const ClusterSpec& c, Dtype dtype, const CurveChoic
 KernelEstimate gemm_time(const ClusterSpec& c, const GemmShape& g, Dtype dtype) {
   check_gemm(g);
   if (empty(g)) return {};  // no kernel is launched
+  if (g.group == GemmGroup::sequential) {
+    // One launch per member: each pays its own waves (a few hundred rows fill a fraction of one)
+    // and its fixed latency.
+    KernelEstimate e = gemm_time(c, {g.m, g.n, g.k, 1, GemmGroup::none, 0}, dtype);
+    const auto members = static_cast<double>(g.batch);
+    for (double* x : {&e.seconds, &e.flops, &e.bytes, &e.compute_seconds, &e.memory_seconds, &e.launch_seconds}) *x *= members;
+    return e;
+  }
   const double peak = dense_peak(c, dtype);
   const CurveChoice curve = gemm_curve_for(c, dtype);
   return gemm_estimate(c, dtype, curve, peak, price_gemm(c, g, dtype, *curve.curve, peak), g.flops(), gemm_bytes(g, dtype));

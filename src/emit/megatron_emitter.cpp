@@ -192,7 +192,7 @@ void emit_mlp(const RunConfig& rc, ArgList& a) {
       a.flag("--moe-pad-expert-input-to-capacity");
     }
     if (model.moe.force_balance) a.flag("--moe-router-force-load-balancing");
-    a.flag("--moe-grouped-gemm");  // grouped GEMMs for the experts, as the lowering prices them
+    if (p.moe_grouped_gemm) a.flag("--moe-grouped-gemm");  // without it: SequentialMLP
   } else {
     a.arg("--ffn-hidden-size", model.ffn_hidden);
   }

@@ -313,11 +313,6 @@ private:
 
 // ---------------------------------------------------------------- model
 
-// The warning (and the unmodelled setting, by its flag) of an MoE model without --moe-grouped-gemm.
-constexpr const char* kSequentialExperts =
-    "--moe-grouped-gemm: not given, so Megatron runs each local expert's GEMMs one after another "
-    "(SequentialMLP); not modelled: the experts are simulated as grouped GEMMs";
-
 // Same layers, widths, heads, experts and vocabulary: what every FLOP and byte is computed from.
 bool same_shape(const ModelSpec& a, const ModelSpec& b, bool compare_vocab) {
   const bool dense_ffn_matters = !a.moe.enabled() || a.moe.n_dense_layers > 0;
@@ -447,9 +442,6 @@ ModelSpec build_model(const Args& a, std::int64_t seq_len, std::vector<std::stri
       m.moe.n_shared_experts = static_cast<int>(*s / m.moe.expert_ffn);
     }
     if (a.has("--moe-layer-freq")) m.moe.n_dense_layers = dense_layers_from_freq(a, m.n_layers);
-    // The lowering runs a rank's experts as grouped GEMMs (layer_kernels.cpp), as --moe-grouped-gemm
-    // does; without it Megatron loops over the local experts (SequentialMLP), which is not modelled.
-    if (!a.has("--moe-grouped-gemm")) warnings.push_back(kSequentialExperts);
     // Random router scores for benchmarking (router.py, apply_random_logits): balanced on average.
     m.moe.force_balance = a.has("--moe-router-force-load-balancing");
     if (auto cf = a.number("--moe-expert-capacity-factor")) {
@@ -616,6 +608,8 @@ void read_parallelism(const Args& a, RunConfig& rc) {
   plan.moe_a2a_overlap = a.has("--overlap-moe-expert-parallel-comm");
   plan.moe_permute_fusion = a.has("--moe-permute-fusion");
   plan.moe_router_fusion = a.has("--moe-router-fusion");
+  // Without --moe-grouped-gemm Megatron loops over the local experts (SequentialMLP).
+  if (rc.model.moe.enabled()) plan.moe_grouped_gemm = a.has("--moe-grouped-gemm");
   if (a.has("--expert-tensor-parallel-size")) {
     const int etp = degree("--expert-tensor-parallel-size");
     mesh.etp = etp == mesh.tp ? 0 : etp;  // Megatron's default is tp
@@ -874,8 +868,6 @@ void read_kernels(const Args& a, RunConfig& rc) {
 
 // Every flag given is modelled above, changes nothing meshplan computes, or is named here.
 void name_unmodelled(const Args& a, RunConfig& rc) {
-  if (std::find(rc.warnings.begin(), rc.warnings.end(), kSequentialExperts) != rc.warnings.end())
-    rc.unmodelled_settings.push_back("--moe-grouped-gemm");
   for (const std::string& f : a.unread()) {
     if (no_effect_flags().count(f) != 0) continue;
     if (auto d = unread_flag_defaults().find(f); d != unread_flag_defaults().end() && a.str(f) == d->second) continue;

@@ -242,6 +242,23 @@ void check_moe_fusion(std::vector<LintFinding>& f, const LintInputs& in) {
                    in.simulated_with(key, "true")});
 }
 
+// A Megatron MoE run without --moe-grouped-gemm: SequentialMLP launches every local expert's
+// GEMMs one after another, each filling a fraction of the GPU.
+void check_grouped_experts(std::vector<LintFinding>& f, const LintInputs& in) {
+  const Plan& p = in.p;
+  const RunConfig& rc = in.base.run;
+  if (!in.base.ok() || p.moe_grouped_gemm || !rc.model.moe.enabled() || !runtime_traits(p).moe_layer_op_by_op) return;
+  const bool args = in.doc.format == ConfigFormat::megatron_args;
+  const std::string key = args ? "--moe-grouped-gemm" : in.doc.format == ConfigFormat::meshplan_plan ? "runtime.moe_grouped_gemm" : "";
+  const int local = std::max(1, rc.model.moe.n_experts / std::max(1, p.mesh.ep));
+  f.push_back({key, "info",
+               fmt::format("the {} local experts run one after another (Megatron's SequentialMLP): each expert's GEMMs "
+                           "are launches of their own over a few hundred rows; --moe-grouped-gemm runs them as "
+                           "Transformer Engine's grouped GEMMs",
+                           local) +
+                   in.simulated_with(key, "true")});
+}
+
 // Recompute, replication and offload settings whose cost is not what their name suggests.
 void check_recompute_and_offload(std::vector<LintFinding>& f, const LintInputs& in) {
   const Plan& p = in.p;
@@ -314,6 +331,7 @@ LintReport lint_config(const RunSource& src) {
   check_recompute_and_offload(f, in);
   check_expert_overlap(f, in);
   check_moe_fusion(f, in);
+  check_grouped_experts(f, in);
 
   std::stable_sort(f.begin(), f.end(), [](const LintFinding& a, const LintFinding& b) {
     auto rank = [](const std::string& s) { return s == "error" ? 0 : s == "warning" ? 1 : 2; };

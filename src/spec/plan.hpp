@@ -212,6 +212,11 @@ struct Plan {
   // score function and auxiliary-loss kernels). Both off by default, as in Megatron-LM.
   bool moe_permute_fusion = false;
   bool moe_router_fusion = false;
+  // The routed experts' GEMMs as grouped GEMMs (Megatron --moe-grouped-gemm: Transformer Engine's
+  // GroupedLinear), or, without it, one expert after another (Megatron's SequentialMLP: each
+  // expert's GEMMs their own launches and waves). Grouped in meshplan's plans; Megatron-LM's own
+  // default is sequential.
+  bool moe_grouped_gemm = true;
   bool compile = false;
   // CUDA graphs (Megatron --enable-cuda-graph / --external-cuda-graph / --cuda-graph-impl,
   // torch.compile mode="reduce-overhead"): each captured region is replayed with one launch from

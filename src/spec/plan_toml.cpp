@@ -57,7 +57,7 @@ const std::vector<std::string> kRuntimeKeys = {"name", "optimizer", "compile", "
                                               "deepspeed", "cuda_graphs", "attention_kernel", "cudnn_version", "loss_kernel", "loss_chunks",
                                               "optimizer_in_backward", "optimizer_implementation",
                                               "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",
-                                              "moe_router_fusion", "cuda_graph_scope"};
+                                              "moe_router_fusion", "moe_grouped_gemm", "cuda_graph_scope"};
 
 constexpr const char* kStrict = "meshplan plan files are strict (see docs/plan_format.md)";
 
@@ -379,6 +379,10 @@ void read_runtime(Plan& plan, const TomlView& rt) {
     if (plan.*field && !runtime_traits(plan.runtime, false).moe_layer_op_by_op)
       rt.fail(key, fmt::format("is a Megatron-Core flag; runtime '{}' runs its own MoE kernels", to_string(plan.runtime)));
   }
+  plan.moe_grouped_gemm = rt.get_bool("moe_grouped_gemm").value_or(true);
+  if (!plan.moe_grouped_gemm && !runtime_traits(plan.runtime, false).moe_layer_op_by_op)
+    rt.fail("moe_grouped_gemm",
+            fmt::format("false is Megatron's SequentialMLP; runtime '{}' runs its experts as grouped GEMMs", to_string(plan.runtime)));
   plan.compile = rt.get_bool("compile").value_or(false);
   plan.cuda_graphs = rt.get_bool("cuda_graphs").value_or(false);
   if (auto names = rt.get_string_array("cuda_graph_scope")) {
@@ -621,6 +625,7 @@ void write_runtime(TomlLines& t, const Plan& p) {
   if (p.moe_a2a_overlap) t.line("moe_a2a_overlap = true");
   if (p.moe_permute_fusion) t.line("moe_permute_fusion = true");
   if (p.moe_router_fusion) t.line("moe_router_fusion = true");
+  if (!p.moe_grouped_gemm) t.line("moe_grouped_gemm = false");
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
   if (p.cuda_graphs && !p.cuda_graph_scope.full) {

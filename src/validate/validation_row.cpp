@@ -974,6 +974,12 @@ void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const Model
   }
   notes.push_back(on.empty() ? "MoE permute and router fusion not stated: off (Megatron-LM's default)"
                              : "Megatron-Core's fused MoE kernels: " + on);
+  // Grouped expert GEMMs: the optional column, else grouped, as every Megatron-Core MoE benchmark
+  // recipe sets (--moe-grouped-gemm; Megatron-Bridge's MoE providers moe_grouped_gemm=True).
+  if (const auto grouped = r.opt_flag("moe_grouped_gemm")) {
+    p.moe_grouped_gemm = *grouped;
+    if (!*grouped) notes.push_back("experts one after another (SequentialMLP), as the moe_grouped_gemm column says");
+  }
 }
 
 // Megatron's CUDA graphs where the notes quote the run's command line: --cuda-graph-impl

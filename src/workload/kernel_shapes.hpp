@@ -9,14 +9,18 @@ namespace meshplan {
 // Which dimension of a grouped GEMM (MoE experts: one launch over `batch` groups) varies from
 // group to group: the rows (forward and data gradient: each expert's own token count) or the
 // reduction depth (weight gradient: K = each expert's token count).
-enum class GemmGroup : std::uint8_t { none, rows, depth };
+// How the `batch` members of a GEMM run: one strided batched kernel (none), one grouped kernel
+// over ragged rows or depth (rows, depth), or one launch each, one after another (sequential:
+// Megatron's SequentialMLP looping over its local experts).
+enum class GemmGroup : std::uint8_t { none, rows, depth, sequential };
 
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]
   std::int64_t batch = 1;            // batched GEMM count (grouped: the groups)
   // Grouped GEMM: `batch` groups whose `group` dimension (m or k) is the groups' mean, spread with
   // this coefficient of variation over the groups (0: every group the same). A batched GEMM
-  // (GemmGroup::none) has `batch` equal members run as one strided kernel.
+  // (GemmGroup::none) has `batch` equal members run as one strided kernel; a sequential one
+  // (GemmGroup::sequential) `batch` equal GEMMs launched one by one.
   GemmGroup group = GemmGroup::none;
   float group_cv = 0;
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }

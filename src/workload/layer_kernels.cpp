@@ -102,8 +102,13 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
     const std::int64_t pe = d.per_expert_tokens;
     const auto cv = static_cast<float>(d.expert_rows_cv);
     k.mlp.push_back({d.moe_tokens, m.moe.n_experts, d.h, 1});  // router
-    for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts, GemmGroup::rows, cv});
-    k.mlp.push_back({pe, d.h, d.f_expert_local, d.local_experts, GemmGroup::rows, cv});
+    // Megatron without --moe-grouped-gemm (SequentialMLP): each local expert's GEMMs launched one
+    // after another, at the mean rows.
+    const bool sequential = !p.moe_grouped_gemm && runtime_traits(p).moe_layer_op_by_op;
+    const GemmGroup experts = sequential ? GemmGroup::sequential : GemmGroup::rows;
+    const float spread = sequential ? 0.0F : cv;
+    for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts, experts, spread});
+    k.mlp.push_back({pe, d.h, d.f_expert_local, d.local_experts, experts, spread});
     // What the most-loaded rank's experts compute beyond the mean rank's: not model FLOPs.
     k.mlp_excess_flops = 2.0 * (static_cast<double>(pe) * d.local_experts - d.routed_tokens) *
                          static_cast<double>(d.h) * static_cast<double>(d.f_expert_local) * (n_up + 1);
@@ -131,7 +136,8 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
            .across_ranks = p.mesh.ep > 1 || (p.moe_dispatcher == MoeDispatcher::alltoall && p.mesh.tp > 1),
            .local_experts = d.local_experts,
            .permute_fusion = p.moe_permute_fusion,
-           .router_fusion = p.moe_router_fusion});
+           .router_fusion = p.moe_router_fusion,
+           .grouped_gemm = p.moe_grouped_gemm});
       k.mlp_kernels = n.forward + shared;
       k.mlp_kernels_bwd = n.backward + static_cast<int>(kBackwardOverForward) * shared;
       k.router_kernels = n.router_forward;

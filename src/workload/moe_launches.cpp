@@ -49,6 +49,9 @@ constexpr Part kActivation{2, 2};
 constexpr Part kUnpermute{2, 1}, kUnpermuteFused{1, 1};
 // GroupedLinear's GEMMs per local expert: fc1 and fc2 forward; data and weight gradient of each.
 constexpr Part kExpertGemms{2, 4};
+// experts.py SequentialMLP: per local expert its own MLP module, fc1, the weighted activation (2)
+// and fc2, and their backward; the outputs concatenated once (and split back in backward).
+constexpr Part kSequentialExpert{4, 6}, kSequentialConcat{1, 1};
 
 }  // namespace
 
@@ -63,9 +66,14 @@ MoeLaunches megatron_moe_launches(const MoeLayerCode& code) {
   n.router_forward = n.forward;
   n.router_backward = n.backward;
   add(code.permute_fusion ? kPermuteFused : kPermute);
-  add(kActivation);
   add(code.permute_fusion ? kUnpermuteFused : kUnpermute);
-  add(kExpertGemms, code.local_experts);
+  if (code.grouped_gemm) {
+    add(kActivation);
+    add(kExpertGemms, code.local_experts);
+  } else {
+    add(kSequentialExpert, code.local_experts);
+    add(kSequentialConcat);
+  }
   if (code.dispatcher != MoeDispatcher::alltoall) {
     add(kFlexMetadata);
     n.preprocess_forward = kFlexMetadata.forward;

@@ -3,8 +3,9 @@
 // run them: the host issues each (one eager aten op or one cuBLAS call apiece), and the GPU pays
 // each one's fixed latency. Counted from Megatron-Core's transformer/moe/ (router.py,
 // moe_utils.py, token_dispatcher.py, experts.py) with --moe-grouped-gemm and
-// --moe-permute-fusion off (its default) and Transformer Engine's GroupedLinear, which issues one
-// cuBLAS GEMM per local expert (docs/host.md, "Megatron-Core's MoE layer").
+// --moe-permute-fusion off (its default), and Transformer Engine's GroupedLinear, which issues one
+// cuBLAS GEMM per local expert, or without --moe-grouped-gemm SequentialMLP's expert-by-expert
+// loop (docs/host.md, "Megatron-Core's MoE layer").
 #include "spec/plan.hpp"
 
 namespace meshplan {
@@ -24,6 +25,7 @@ struct MoeLayerCode {
   int local_experts = 1;
   bool permute_fusion = false;  // --moe-permute-fusion
   bool router_fusion = false;   // --moe-router-fusion
+  bool grouped_gemm = true;     // --moe-grouped-gemm (TEGroupedMLP); else SequentialMLP
 };
 
 // Router, token bookkeeping, permutation, the experts' GEMMs and activation, unpermutation; the

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../cli/run_binary.hpp"
+#include "cost/compute_cost.hpp"
 #include "emit/bundle.hpp"
 #include "emit/megatron_emitter.hpp"
 #include "sim/step_simulator.hpp"
@@ -583,20 +584,42 @@ TEST_CASE("every Megatron flag the importer accepts is modelled, changes nothing
   CHECK(std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), "--lr") == rc.unmodelled_settings.end());
 }
 
-TEST_CASE("--moe-grouped-gemm is what the lowering prices; an MoE model without it names the flag") {
+TEST_CASE("--moe-grouped-gemm: grouped experts with it, Megatron's SequentialMLP without it, both modelled") {
   const std::string moe = kSmall + "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 ";
   auto named = [](const RunConfig& rc) {
     return std::find(rc.unmodelled_settings.begin(), rc.unmodelled_settings.end(), "--moe-grouped-gemm") !=
            rc.unmodelled_settings.end();
   };
-  // Grouped: the experts run as the lowering's grouped GEMMs; nothing to name.
-  CHECK_FALSE(named(import_text(moe + "--moe-grouped-gemm")));
-  // Without it Megatron loops over the local experts (SequentialMLP), which the model does not.
+  const RunConfig grouped = import_text(moe + "--moe-grouped-gemm");
+  CHECK(grouped.plan.moe_grouped_gemm);
+  CHECK_FALSE(named(grouped));
+  // Without it Megatron loops over the local experts (SequentialMLP, Megatron-LM's default).
   const RunConfig seq = import_text(moe);
-  CHECK(named(seq));
-  CHECK(warns(seq, "--moe-grouped-gemm: not given, so Megatron runs each local expert's GEMMs one after another"));
-  // The two import to the same plan: the flag changes the real run, not meshplan's model of it.
-  CHECK(to_plan_toml(seq) == to_plan_toml(import_text(moe + "--moe-grouped-gemm")));
+  CHECK_FALSE(seq.plan.moe_grouped_gemm);
+  CHECK_FALSE(named(seq));
+  CHECK(to_plan_toml(seq).find("moe_grouped_gemm = false") != std::string::npos);
+  CHECK(to_plan_toml(grouped).find("moe_grouped_gemm") == std::string::npos);
+  RunConfig resolved = seq;
+  resolve_layout(resolved, 8);
+  const std::string back = megatron_args_text(emit_megatron_args(resolved));
+  CHECK(back.find("--moe-grouped-gemm") == std::string::npos);
+  // The lowering: each of the 8 local experts' two GEMMs its own launch (GemmGroup::sequential)
+  // at the mean rows, and 4 launches forward per expert (fc1, the weighted activation's 2, fc2) and
+  // 6 backward, plus the concatenation, where grouped GEMMs take 2 per expert and the activation 2.
+  const LayerKernels ks = layer_kernels(seq.model, seq.plan, layer_dims(seq.model, seq.plan, seq.job));
+  const LayerKernels kg = layer_kernels(grouped.model, grouped.plan, layer_dims(grouped.model, grouped.plan, grouped.job));
+  REQUIRE(ks.mlp.size() == 3);  // router, up, down (a GELU MLP)
+  for (std::size_t i = 1; i < 3; ++i) {
+    CHECK(ks.mlp[i].group == GemmGroup::sequential);
+    CHECK(ks.mlp[i].batch == 8);
+    CHECK(kg.mlp[i].group == GemmGroup::rows);
+  }
+  CHECK(ks.mlp_kernels - kg.mlp_kernels == (4 * 8 + 1) - (2 + 2 * 8));
+  CHECK(ks.mlp_kernels_bwd - kg.mlp_kernels_bwd == (6 * 8 + 1) - (2 + 4 * 8));
+  // Sequential GEMMs cost each member's own GEMM: 8 x one GEMM of the mean rows.
+  const ClusterSpec c = load_cluster("h100-sxm-80gb");
+  const GemmShape one{ks.mlp[2].m, ks.mlp[2].n, ks.mlp[2].k, 1};
+  CHECK(gemm_time(c, ks.mlp[2], Dtype::bf16).seconds == doctest::Approx(8 * gemm_time(c, one, Dtype::bf16).seconds));
 }
 
 TEST_CASE("an unread Megatron flag given at Megatron's default is what the model assumes: not named") {

@@ -256,6 +256,12 @@ TEST_CASE("lint finds the listed problems in hand-written configs") {
         "h100-sxm-80gb"));
     CHECK_FALSE(has_finding(fused, "runtime.moe_permute_fusion", "info", "op by op"));
     CHECK_FALSE(has_finding(fused, "runtime.moe_router_fusion", "info", "op by op"));
+    // The experts one after another (SequentialMLP): named, with the grouped GEMMs simulated.
+    const LintReport seq = lint_config(
+        source(write_temp("lint_moe_seq.toml", plan + "moe_grouped_gemm = false\n").string(), 8, "h100-sxm-80gb"));
+    CHECK(has_finding(seq, "runtime.moe_grouped_gemm", "info", "32 local experts run one after another"));
+    CHECK(has_finding(seq, "runtime.moe_grouped_gemm", "info", "simulated with runtime.moe_grouped_gemm=true"));
+    CHECK_FALSE(has_finding(r, "runtime.moe_grouped_gemm", "info", "one after another"));
   }
 }
 
