@@ -818,6 +818,16 @@ double second_round_min_estimate(const std::vector<PlanCandidate>& sims, std::si
   return simulated[shown - 1] / (ratio * kSecondRoundMargin);
 }
 
+// The winner simulated with a setting changed, for a note beside it; none where that fails (the
+// winner stands as simulated; the note is an extra).
+std::optional<StepResult> winner_with(const PlanRequest& rq, const PlanCandidate& w, const Plan& with) {
+  try {
+    return simulate_steady_state(rq.model, with, w.job, rq.cluster);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 // Megatron-Core's expert all-to-all overlap for the winner, where its runtime would accept it
 // (ep > 1; pp 1 or the interleaved schedule; no full recompute): the winner simulated with it,
 // as a note, not a row. The search does not switch it on by itself: on the one published pair
@@ -828,12 +838,9 @@ std::string expert_overlap_note(const PlanRequest& rq, const PlanCandidate& w) {
   if (p.moe_a2a_overlap || !expert_a2a_overlap_refusal(p, rq.model.moe.enabled()).empty()) return "";
   Plan with = p;
   with.moe_a2a_overlap = true;
-  StepResult r;
-  try {
-    r = simulate_steady_state(rq.model, with, w.job, rq.cluster);
-  } catch (const std::exception&) {
-    return "";  // the winner stands as simulated; the note is an extra
-  }
+  const std::optional<StepResult> sim = winner_with(rq, w, with);
+  if (!sim) return "";
+  const StepResult& r = *sim;
   const double a = w.result.tokens_per_s_per_gpu, b = r.tokens_per_s_per_gpu;
   if (!(a > 0) || !(b > a)) return "";
   double peak = 0;
@@ -856,13 +863,9 @@ std::string moe_fusion_note(const PlanRequest& rq, const PlanCandidate& w) {
     return "";
   Plan with = p;
   with.moe_permute_fusion = with.moe_router_fusion = true;
-  StepResult r;
-  try {
-    r = simulate_steady_state(rq.model, with, w.job, rq.cluster);
-  } catch (const std::exception&) {
-    return "";  // the winner stands as simulated; the note is an extra
-  }
-  const double a = w.result.tokens_per_s_per_gpu, b = r.tokens_per_s_per_gpu;
+  const std::optional<StepResult> sim = winner_with(rq, w, with);
+  if (!sim) return "";
+  const double a = w.result.tokens_per_s_per_gpu, b = sim->tokens_per_s_per_gpu;
   if (!(a > 0) || !(b > a * 1.001)) return "";
   return fmt::format("rank 1 with Megatron-Core's fused MoE kernels (--moe-permute-fusion --moe-router-fusion, "
                      "runtime.moe_permute_fusion / moe_router_fusion): {:.1f} tokens/s/GPU ({:+.1f}%), fewer host "
