@@ -390,7 +390,6 @@ void read_runtime(Plan& plan, const TomlView& rt) {
     const auto scope = parse_cuda_graph_scope(*names, &bad);
     if (!scope)
       rt.fail("cuda_graph_scope", fmt::format("'{}' is not a scope (full, attn, mlp, moe, moe_router, moe_preprocess)", bad));
-    if (!plan.cuda_graphs) rt.fail("cuda_graph_scope", "needs cuda_graphs = true");
     plan.cuda_graph_scope = *scope;
   }
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -628,7 +627,7 @@ void write_runtime(TomlLines& t, const Plan& p) {
   if (!p.moe_grouped_gemm) t.line("moe_grouped_gemm = false");
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
-  if (p.cuda_graphs && !p.cuda_graph_scope.full) {
+  if (!p.cuda_graph_scope.full) {  // kept without cuda_graphs too, as Megatron keeps the flag (unused)
     std::string names;
     for (const std::string& n : cuda_graph_scope_names(p.cuda_graph_scope)) names += (names.empty() ? "\"" : ", \"") + n + "\"";
     t.line("cuda_graph_scope = [" + names + "]");
