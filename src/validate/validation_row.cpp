@@ -979,6 +979,8 @@ void map_moe_fusion(const Reader& r, const std::string& fw, Plan& p, const Model
   if (const auto grouped = r.opt_flag("moe_grouped_gemm")) {
     p.moe_grouped_gemm = *grouped;
     if (!*grouped) notes.push_back("experts one after another (SequentialMLP), as the moe_grouped_gemm column says");
+  } else {
+    notes.push_back("grouped expert GEMMs assumed (--moe-grouped-gemm, which every Megatron-Core MoE benchmark recipe sets)");
   }
 }
 
