@@ -2,10 +2,10 @@
 // The launches of one Megatron-Core MoE layer on one rank, op by op as its unfused default paths
 // run them: the host issues each (one eager aten op or one cuBLAS call apiece), and the GPU pays
 // each one's fixed latency. Counted from Megatron-Core's transformer/moe/ (router.py,
-// moe_utils.py, token_dispatcher.py, experts.py) with --moe-grouped-gemm and
-// --moe-permute-fusion off (its default), and Transformer Engine's GroupedLinear, which issues one
-// cuBLAS GEMM per local expert, or without --moe-grouped-gemm SequentialMLP's expert-by-expert
-// loop (docs/host.md, "Megatron-Core's MoE layer").
+// moe_utils.py, token_dispatcher.py, experts.py), with or without its fusions (--moe-permute-fusion,
+// --moe-router-fusion; off by default): with --moe-grouped-gemm Transformer Engine's GroupedLinear
+// issues one cuBLAS GEMM per local expert, without it SequentialMLP loops over the experts
+// (docs/host.md, "Megatron-Core's MoE layer").
 #include "spec/plan.hpp"
 
 namespace meshplan {
