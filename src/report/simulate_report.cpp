@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "report/memory_report.hpp"
+#include "spec/runtime_traits.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/validated_mfu.hpp"
 
@@ -89,9 +90,17 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
     if (std::string(k) == "exposed_comm")
       for (const auto& [kind, s] : r.exposed_comm_s) out += fmt::format("    {:<21} {:>8.4f} s\n", kind, s);
   }
+  // Megatron-Core's MoE layer has launches of its own to take away (docs/host.md).
+  std::string moe_hint;
+  if (rc.model.moe.enabled() && runtime_traits(p).moe_layer_op_by_op) {
+    if (!p.moe_grouped_gemm) moe_hint += ", --moe-grouped-gemm";
+    if (!p.moe_permute_fusion) moe_hint += ", --moe-permute-fusion";
+    if (!p.moe_router_fusion) moe_hint += ", --moe-router-fusion";
+  }
   out += fmt::format("host thread   {:.4f} s busy issuing ops{}\n", r.host_busy_s,
-                     r.host_bound ? "; HOST-BOUND: the GPU waits on the CPU (larger micro-batch, CUDA graphs or "
-                                    "compile issue fewer ops per token)"
+                     r.host_bound ? fmt::format("; HOST-BOUND: the GPU waits on the CPU (larger micro-batch, CUDA "
+                                                "graphs{} or compile issue fewer ops per token)",
+                                                moe_hint)
                                   : "");
   if (!r.comm_bytes.empty()) {
     out += "\nbytes communicated per rank per step\n";

@@ -228,6 +228,20 @@ TEST_CASE("simulate --json follows the contract; breakdown adds up to the step t
     CHECK(j.contains(k));
 }
 
+// A host-bound Megatron MoE step names what would issue fewer launches: Megatron-Core's fused MoE
+// kernels it leaves off, beside the general remedies (docs/host.md, "Megatron-Core's MoE layer").
+TEST_CASE("simulate: a host-bound Megatron MoE step names the MoE fusions it leaves off") {
+  const std::string plan =
+      "[model]\nname = \"qwen3-30b-a3b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n"
+      "[layout]\npp = 2\ntp = 4\nep = 4\netp = 1\nsequence_parallel = true\nschedule = \"1f1b\"\n"
+      "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 4096\nglobal_batch = 64\nmicro_batch = 1\n"
+      "[runtime]\nname = \"megatron\"\nmoe_router_fusion = true\n";
+  const Run r = run("simulate --config " + write_temp("host_bound_moe.toml", plan).string());
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("HOST-BOUND") != std::string::npos);
+  CHECK(r.out.find("CUDA graphs, --moe-permute-fusion or compile") != std::string::npos);  // router fusion is on
+}
+
 TEST_CASE("simulate says how it folded: a 1F1B bundle by its own timeline, an interleaved one by three steps") {
   // A shipped bundle's `simulate --json` "folded" object.
   auto folded_of = [](const std::string& bundle) {

@@ -247,7 +247,7 @@ TEST_CASE("lint finds the listed problems in hand-written configs") {
         "[model]\nname = \"qwen3-30b-a3b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n"
         "[layout]\npp = 2\ntp = 4\nep = 4\netp = 1\nsequence_parallel = true\nschedule = \"1f1b\"\n"
         "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 4096\nglobal_batch = 64\nmicro_batch = 1\n"
-        "[sharding]\nstrategy = \"zero1\"\n[runtime]\nname = \"megatron\"\n";
+        "[runtime]\nname = \"megatron\"\n";
     const LintReport r = lint_config(source(write_temp("lint_moe.toml", plan).string(), 8, "h100-sxm-80gb"));
     CHECK(has_finding(r, "runtime.moe_permute_fusion", "info", "op by op"));
     CHECK(has_finding(r, "runtime.moe_permute_fusion", "info", "simulated with runtime.moe_permute_fusion=true"));
