@@ -744,6 +744,10 @@ ModelSpec import_mpt(const JsonReader& r) {
     if (width != std::floor(width) || width < 1.0)
       throw r.error("expansion_ratio",
                     fmt::format("d_model {} x expansion_ratio {} is not a whole width", m.d_model, ratio));
+    // Checked before the conversion: a double beyond the integer range has no integer value.
+    if (width > static_cast<double>(kSizeMax))
+      throw r.error("expansion_ratio", fmt::format("d_model {} x expansion_ratio {} is wider than {} (docs/limits.md)",
+                                                   m.d_model, ratio, kSizeMax));
     m.ffn_hidden = static_cast<std::int64_t>(width);
   }
   return m;
