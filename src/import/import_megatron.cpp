@@ -852,8 +852,8 @@ void read_kernels(const Args& a, RunConfig& rc) {
     std::string bad;
     const auto scope = parse_cuda_graph_scope(a.list("--cuda-graph-scope"), &bad);
     if (!scope)
-      a.fail("--cuda-graph-scope", fmt::format("'{}' is not a scope meshplan's layers have (full, full_iteration, attn, mlp, "
-                                               "moe, moe_router, moe_preprocess)", bad));
+      a.fail("--cuda-graph-scope",
+             fmt::format("'{}' is not a scope meshplan's layers have ({})", bad, cuda_graph_scope_choices()));
     plan.cuda_graph_scope = *scope;
   }
   // Megatron's GPT defaults: hidden and attention dropout 0.1.

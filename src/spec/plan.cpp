@@ -80,6 +80,12 @@ std::vector<std::string> cuda_graph_scope_names(const Plan::CudaGraphScope& s) {
   return out;
 }
 
+std::string cuda_graph_scope_choices() {
+  std::string out = "full, full_iteration";
+  for (const auto& m : kGraphModules) out += ", " + std::string(m.second);
+  return out;
+}
+
 std::optional<Plan::CudaGraphScope> parse_cuda_graph_scope(const std::vector<std::string>& names, std::string* bad) {
   Plan::CudaGraphScope s;
   if (names.empty()) return s;

@@ -238,6 +238,8 @@ struct Plan {
 
 // Megatron's --cuda-graph-scope names, in its order; parse_cuda_graph_scope refuses others.
 std::vector<std::string> cuda_graph_scope_names(const Plan::CudaGraphScope& s);
+// Every name parse_cuda_graph_scope takes, for error messages: "full, full_iteration, attn, ...".
+std::string cuda_graph_scope_choices();
 std::optional<Plan::CudaGraphScope> parse_cuda_graph_scope(const std::vector<std::string>& names, std::string* bad);
 
 // fp32 weights computed under torch.autocast alone (no FSDP/Megatron mixed-precision policy):

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "spec/error.hpp"
 #include "spec/limits.hpp"
@@ -372,15 +373,16 @@ void read_runtime(Plan& plan, const TomlView& rt) {
   plan.moe_dispatcher = get_enum(rt, "moe_dispatcher", MoeDispatcher::alltoall, parse_moe_dispatcher,
                                  "alltoall, deepep, hybridep");
   plan.moe_a2a_overlap = rt.get_bool("moe_a2a_overlap").value_or(false);
-  // Megatron-Core's fused MoE kernels; other runtimes run their own MoE code.
+  // Megatron-Core's fused MoE kernels and SequentialMLP; other runtimes run their own MoE code.
+  const bool megatron_moe = runtime_traits(plan.runtime, false).moe_layer_op_by_op;
   for (const auto& [key, field] : {std::pair{"moe_permute_fusion", &Plan::moe_permute_fusion},
                                    std::pair{"moe_router_fusion", &Plan::moe_router_fusion}}) {
     plan.*field = rt.get_bool(key).value_or(false);
-    if (plan.*field && !runtime_traits(plan.runtime, false).moe_layer_op_by_op)
+    if (plan.*field && !megatron_moe)
       rt.fail(key, fmt::format("is a Megatron-Core flag; runtime '{}' runs its own MoE kernels", to_string(plan.runtime)));
   }
   plan.moe_grouped_gemm = rt.get_bool("moe_grouped_gemm").value_or(true);
-  if (!plan.moe_grouped_gemm && !runtime_traits(plan.runtime, false).moe_layer_op_by_op)
+  if (!plan.moe_grouped_gemm && !megatron_moe)
     rt.fail("moe_grouped_gemm",
             fmt::format("false is Megatron's SequentialMLP; runtime '{}' runs its experts as grouped GEMMs", to_string(plan.runtime)));
   plan.compile = rt.get_bool("compile").value_or(false);
@@ -389,7 +391,7 @@ void read_runtime(Plan& plan, const TomlView& rt) {
     std::string bad;
     const auto scope = parse_cuda_graph_scope(*names, &bad);
     if (!scope)
-      rt.fail("cuda_graph_scope", fmt::format("'{}' is not a scope (full, attn, mlp, moe, moe_router, moe_preprocess)", bad));
+      rt.fail("cuda_graph_scope", fmt::format("'{}' is not a scope ({})", bad, cuda_graph_scope_choices()));
     plan.cuda_graph_scope = *scope;
   }
   plan.flash_attention = rt.get_bool("flash_attention").value_or(true);
@@ -628,9 +630,7 @@ void write_runtime(TomlLines& t, const Plan& p) {
   t.line(fmt::format("compile = {}", b(p.compile)));
   if (p.cuda_graphs) t.line("cuda_graphs = true");
   if (!p.cuda_graph_scope.full) {  // kept without cuda_graphs too, as Megatron keeps the flag (unused)
-    std::string names;
-    for (const std::string& n : cuda_graph_scope_names(p.cuda_graph_scope)) names += (names.empty() ? "\"" : ", \"") + n + "\"";
-    t.line("cuda_graph_scope = [" + names + "]");
+    t.line(fmt::format("cuda_graph_scope = [\"{}\"]", fmt::join(cuda_graph_scope_names(p.cuda_graph_scope), "\", \"")));
   }
   t.line(fmt::format("flash_attention = {}", b(p.flash_attention)));
   if (p.flash_attention && p.flash_attention_version != 2)

@@ -4,6 +4,7 @@
 #include "validate/validation_row.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -1013,9 +1014,7 @@ void map_cuda_graphs(const Reader& r, const std::string& fw, Plan& p, std::vecto
   const auto scope = parse_cuda_graph_scope(names, &bad);
   if (!scope) throw Skip{fmt::format("--cuda-graph-scope '{}' in the notes is not a scope meshplan models", bad)};
   p.cuda_graph_scope = *scope;
-  std::string listed;
-  for (const std::string& n : cuda_graph_scope_names(*scope)) listed += (listed.empty() ? "" : " ") + n;
-  notes.push_back("CUDA graphs read from the notes, scope " + listed);
+  notes.push_back(fmt::format("CUDA graphs read from the notes, scope {}", fmt::join(cuda_graph_scope_names(*scope), " ")));
 }
 
 // The runtime the framework names and its defaults for knobs no column carries.

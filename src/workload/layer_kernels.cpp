@@ -104,7 +104,8 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
     k.mlp.push_back({d.moe_tokens, m.moe.n_experts, d.h, 1});  // router
     // Megatron without --moe-grouped-gemm (SequentialMLP): each local expert's GEMMs launched one
     // after another, at the mean rows.
-    const bool sequential = !p.moe_grouped_gemm && runtime_traits(p).moe_layer_op_by_op;
+    const bool op_by_op = runtime_traits(p).moe_layer_op_by_op;
+    const bool sequential = !p.moe_grouped_gemm && op_by_op;
     const GemmGroup experts = sequential ? GemmGroup::sequential : GemmGroup::rows;
     const float spread = sequential ? 0.0F : cv;
     for (int i = 0; i < n_up; ++i) k.mlp.push_back({pe, d.f_expert_local, d.h, d.local_experts, experts, spread});
@@ -130,7 +131,7 @@ void add_mlp(const ModelSpec& m, const Plan& p, const LayerDims& d, LayerKernels
     // Otherwise router + softmax/top-k + permute + the grouped up, activation, grouped down +
     // unpermute + combine + residual add, and the auxiliary loss.
     const int shared = m.moe.n_shared_experts * (n_up + 2);
-    if (runtime_traits(p).moe_layer_op_by_op) {
+    if (op_by_op) {
       const MoeLaunches n = megatron_moe_launches(
           {.dispatcher = p.moe_dispatcher,
            .across_ranks = p.mesh.ep > 1 || (p.moe_dispatcher == MoeDispatcher::alltoall && p.mesh.tp > 1),
