@@ -40,7 +40,8 @@ trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json" "$stream_k_json"'
 # set's small-model rows (docs/validation.md "Fitted parameters").
 "$bin" calibrate "${runs[@]}" --params elementwise_fraction,deepspeed_op_factor --json > "$fit_json"
 # The sustained clock of the one profile that declares it fitted (the 500 W H100 96GB): only
-# memory.csv has runs on it (torchtitan PR #165's five compiled Llama-7B runs).
+# memory.csv has runs on it (torchtitan PR #165's five compiled Llama-7B runs and torchao's three
+# float8-README Llama-3-8B runs, which validate places on Meta's fleet of this part).
 [[ -f "$shared/validation/memory.csv" ]] || { echo "regen_fits: $shared/validation/memory.csv not found" >&2; exit 2; }
 "$bin" calibrate --runs "$shared/validation/memory.csv" --params sustained_clock_fraction --json > "$clock_json"
 # The trained MoE router's load spread: only dev-moe.csv's dropless runs with the natural router

@@ -87,6 +87,10 @@ const std::map<std::string, double> kDevSourceMapeBoundPct = {
 // Issue 16's acceptance: per-run memory MAPE <= 10 % and no torchtune row beyond +-15 %.
 constexpr double kMemoryMapeBoundPct = 10.0;
 constexpr double kTorchtuneRowMemoryBoundPct = 15.0;
+// memory.csv's throughput (22 runs that publish it): 8.4 % while torchao's float8-README runs were
+// simulated on the 700 W H100 80GB (+23...+34 %); 5.0 % since validate places them on the fleet
+// torchao documents, Meta's 500 W H100 96GB (2026-12-07).
+constexpr double kMemoryTokensMapeBoundPct = 5.0;
 // Issue 14's targets for the small-model Megatron-DeepSpeed runs, where host dispatch dominates.
 constexpr double kVtrainTokensMapeBoundPct = 10.0;
 constexpr double kVtrainBiasBoundPct = 3.0;
@@ -223,6 +227,8 @@ TEST_CASE("memory.csv: peak-memory MAPE (per run) within the current bound" *
   REQUIRE(rep.summary.memory_mape_pct.has_value());
   CHECK(rep.summary.memory_rows > 0);
   CHECK(*rep.summary.memory_mape_pct <= kMemoryMapeBoundPct);
+  REQUIRE(rep.summary.mape_pct.has_value());
+  CHECK(*rep.summary.mape_pct <= kMemoryTokensMapeBoundPct);
   CHECK(rep.summary.predicted_out_of_memory == 0);
   check_no_unresolved_skips(rep);
   int torchtune_rows = 0;
@@ -292,7 +298,8 @@ TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; s
   REQUIRE(router.parameters[0].identifiable);
   CHECK(std::fabs(router.parameters[0].value - router.parameters[0].prior) <=
         kShippedFitRelativeTolerance * router.parameters[0].prior);
-  // The 500 W H100 96GB's sustained clock, fitted on the only dev runs on that part (memory.csv).
+  // The 500 W H100 96GB's sustained clock, fitted on the dev runs on that part (memory.csv: torchtitan
+  // PR #165's and torchao's float8 README's).
   MeasuredRuns memory_runs;
   memory_runs.tables.push_back(read_csv_table((test::shared_root() / "validation" / "memory.csv").string()));
   FitOptions only_clock;
@@ -300,7 +307,7 @@ TEST_CASE("dev sets cross-validated by source: held-out MAPE within the bound; s
   for (const ParameterFit& f : fit_runs(memory_runs, only_clock).parameters) {
     CAPTURE(f.parameter->name);
     REQUIRE(f.identifiable);
-    CHECK(f.runs == 5);
+    CHECK(f.runs == 8);  // torchtitan PR #165's five compiled runs, torchao's three
     CHECK(std::fabs(f.value - f.prior) <= kShippedFitRelativeTolerance * f.prior);
   }
 }
