@@ -323,6 +323,10 @@ const std::map<std::string, StatedNetwork, std::less<>> kStatedNetworks = {{"blo
 // TDP, 2.4 TB/s, with achievable GEMM rates "based on experimental observation" on it, the same
 // 95.04 GiB part torchtitan's own published runs state (PR #165). Other sources' bare "H100" is
 // the 80 GB SXM part, the one sold as "H100 SXM".
+// Megatron-family sources that document training without dropout: BLOOM-176B (its paper and the
+// bigscience tr11-176B-ml launch script set hidden and attention dropout to 0).
+const std::set<std::string, std::less<>> kNoDropoutSources = {"bloom-176b"};
+
 const std::map<std::string, std::string, std::less<>> kStatedFleets = {{"torchao-float8-readme", "h100-sxm-96gb"}};
 
 class Reader {
@@ -1032,7 +1036,7 @@ void map_cuda_graphs(const Reader& r, const std::string& fw, Plan& p, std::vecto
 }
 
 // The runtime the framework names and its defaults for knobs no column carries.
-void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
+void map_runtime(const std::string& fw, std::string_view source, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
   Mesh& mesh = p.mesh;
   if (fw == "composer-fsdp1") {
@@ -1057,10 +1061,13 @@ void map_runtime(const std::string& fw, RunConfig& rc, std::vector<std::string>&
     p.runtime = Runtime::megatron;
     p.backward_prefetch = BackwardPrefetch::none;
     p.limit_all_gathers = false;
-    // Megatron-LM's GPT defaults train with 0.1 hidden/attention dropout; NeMo's LLM recipes
-    // and BLOOM's Megatron-DeepSpeed run set it to 0.
-    p.dropout = fw == "megatron" && !rc.model.moe.enabled();
-    if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
+    // Megatron-LM's arguments default to 0.1 hidden and attention dropout, and Megatron-DeepSpeed
+    // keeps them; NeMo's LLM recipes, Megatron-Core's MoE recipes and BLOOM's run set both to 0.
+    const bool stated_off = kNoDropoutSources.count(source) != 0;
+    p.dropout = (fw == "megatron" || fw == "megatron-deepspeed") && !rc.model.moe.enabled() && !stated_off;
+    if (stated_off) notes.push_back("dropout off, as the source documents");
+    else if (fw == "megatron-deepspeed") notes.push_back("dropout not stated: 0.1 hidden and attention dropout (Megatron-DeepSpeed's default)");
+    else if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
     else if (rc.model.moe.enabled())
       notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
     // Megatron-DeepSpeed runs the Megatron model under DeepSpeed's pipeline engine and optimizer.
@@ -1177,7 +1184,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     map_recompute(row, r, fw, rc, notes);
     map_offload(row, r, rc.plan, notes);
     const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);
-    map_runtime(fw, rc, notes);
+    map_runtime(fw, vc.source, rc, notes);
     map_expert_dispatch(r, fw, rc, notes);
     map_moe_fusion(r, fw, rc.plan, rc.model, notes);
     map_cuda_graphs(r, fw, rc.plan, notes);

@@ -287,6 +287,21 @@ TEST_CASE("real rows mapped field by field" * SKIP_UNLESS_SHARED("validation")) 
     CHECK(std::any_of(vc.assumptions.begin(), vc.assumptions.end(),
                       [](const std::string& a) { return a.find("4 NICs of 100 Gb/s") != std::string::npos; }));
     CHECK_FALSE(vc.run.plan.flash_attention);
+    CHECK_FALSE(vc.run.plan.dropout);  // BLOOM documents training without dropout
+    CHECK(std::find(vc.assumptions.begin(), vc.assumptions.end(), "dropout off, as the source documents") !=
+          vc.assumptions.end());
+  }
+  SUBCASE("Megatron-DeepSpeed without a stated dropout: its default, 0.1 hidden and attention dropout") {
+    const std::filesystem::path vtrain = test::shared_root() / "validation" / "dev-vtrain.csv";
+    if (!std::filesystem::exists(vtrain)) return;
+    const CsvTable t = read_csv_table(vtrain.string());
+    const ValidationCase vc = map_validation_row(t, row_index(t, "vtrain-single-0002"));
+    REQUIRE_MESSAGE(vc.skipped.empty(), vc.skipped);
+    CHECK(vc.run.plan.deepspeed_engine);
+    CHECK(vc.run.plan.dropout);
+    CHECK(std::any_of(vc.assumptions.begin(), vc.assumptions.end(), [](const std::string& a) {
+      return a.find("Megatron-DeepSpeed's default") != std::string::npos;
+    }));
   }
   SUBCASE("NeMo GPT-3 175B: vocab default, interleaved PP, fp8 linears compared on throughput") {
     const ValidationCase vc = map_validation_row(dev, row_index(dev, "nemo2407-gpt3-175b-128g"));
