@@ -433,6 +433,15 @@ void read_runtime_across_sections(RunConfig& rc, const TomlView& rt, const TomlV
   if (plan.optimizer_in_backward && rc.job.grad_accum > 1)
     rt.fail("optimizer_in_backward", "steps the optimizer inside every backward: needs grad_accum = 1");
   plan.deepspeed_engine = rt.get_bool("deepspeed").value_or(false);
+  // An unstated strategy is the runtime's own default: Megatron-LM (and DeepSpeed's engine) run
+  // plain data parallelism unless --use-distributed-optimizer or Megatron-FSDP is asked for, and a
+  // higher stage only where that does not fit (workload/runtime_choices, once the device is
+  // known); the FSDP runtimes shard fully.
+  if (!sh.has("strategy") && runtime_info(plan).traits.sharding_by_distributed_optimizer) {
+    plan.sharding = Sharding::none;
+    plan.reshard_after_forward = sh.get_bool("reshard_after_forward").value_or(false);
+    rc.left_to_runtime.sharding = true;
+  }
   if (plan.deepspeed_engine && !runtime_info(plan).traits.accepts_deepspeed_engine)
     rt.fail("deepspeed", "DeepSpeed's pipeline engine drives Megatron models only (name = \"megatron\")");
   if (!runtime_info(plan).traits.zero2_modelled && plan.sharding == Sharding::zero2)

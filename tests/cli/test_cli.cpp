@@ -228,13 +228,36 @@ TEST_CASE("simulate --json follows the contract; breakdown adds up to the step t
     CHECK(j.contains(k));
 }
 
+// A Megatron plan without [sharding] strategy runs Megatron-LM's default, plain data parallelism,
+// and the distributed optimizer only where that does not fit, saying so (as validate resolves an
+// unstated sharding). Llama-3.1-8B on 8 H100 as 8 replicas: its 18 bytes per parameter (bf16 weights,
+// fp32 gradients, master weights and two moments) are 134 GiB unsharded; with the distributed
+// optimizer's 12 over 8 ranks, 2 + 4 + 1.5 = 7.5 bytes, 56 GiB, and the peak 76 GiB fits.
+TEST_CASE("plan TOML: an unstated strategy under megatron is Megatron-LM's default, else the least that fits") {
+  auto resolved = [](const std::string& layout) {
+    const std::string plan = "[model]\nname = \"llama3.1-8b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n" +
+                             layout + "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 4096\nglobal_batch = 32\n"
+                             "micro_batch = 1\n[runtime]\nname = \"megatron\"\n";
+    const Run r = run("simulate --config " + write_temp("unstated_sharding.toml", plan).string() + " --json");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return nlohmann::json::parse(r.out).at("assumptions").get<std::vector<std::string>>();
+  };
+  const auto ddp = resolved("[layout]\ntp = 8\n");  // one replica: nothing to shard, DDP fits
+  CHECK(std::find(ddp.begin(), ddp.end(), "sharding not stated: none (the framework default, fits on h100-sxm-80gb)") !=
+        ddp.end());
+  const auto zero1 = resolved("[layout]\ndp_replicate = 8\n");
+  CHECK(std::find(zero1.begin(), zero1.end(),
+                  "sharding not stated: zero1 (the framework default none does not fit on h100-sxm-80gb)") != zero1.end());
+}
+
 // A host-bound Megatron MoE step names what would issue fewer launches: Megatron-Core's fused MoE
 // kernels it leaves off, beside the general remedies (docs/host.md, "Megatron-Core's MoE layer").
 TEST_CASE("simulate: a host-bound Megatron MoE step names the MoE fusions it leaves off") {
   const std::string plan =
       "[model]\nname = \"qwen3-30b-a3b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n"
       "[layout]\npp = 2\ntp = 4\nep = 4\netp = 1\nsequence_parallel = true\nschedule = \"1f1b\"\n"
-      "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 4096\nglobal_batch = 64\nmicro_batch = 1\n"
+      "[sharding]\nstrategy = \"zero1\"\n"  // the distributed optimizer, as Megatron-Bridge's recipe runs it
+      "[activation_checkpoint]\nmode = \"full\"\n[batch]\nseq_len = 2048\nglobal_batch = 64\nmicro_batch = 1\n"
       "[runtime]\nname = \"megatron\"\nmoe_router_fusion = true\n";
   const Run r = run("simulate --config " + write_temp("host_bound_moe.toml", plan).string());
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
