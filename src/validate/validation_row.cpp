@@ -799,7 +799,7 @@ void map_precision(const CsvRow& row, const Reader& r, const std::string& fw, Pl
 }
 
 // The ZeRO stage, published or the framework's default.
-void map_sharding(const Reader& r, const std::string& fw, RunConfig& rc) {
+void map_sharding(const Reader& r, const std::string& fw, RunConfig& rc, std::vector<std::string>& notes) {
   Plan& p = rc.plan;
   Mesh& mesh = p.mesh;
   const std::string sh = r.vocab("sharding", {"none", "zero1", "zero2", "zero3", "unknown"});
@@ -826,6 +826,14 @@ void map_sharding(const Reader& r, const std::string& fw, RunConfig& rc) {
     throw Skip{fmt::format("{} with pp {} under Megatron-DeepSpeed: DeepSpeed's pipeline engine runs ZeRO-0/1 only",
                            to_string(p.sharding), mesh.pp)};
   p.reshard_after_forward = p.sharding == Sharding::zero3;
+  // The README writes ZeRO-2 (SHARD_GRAD_OP, reshard_after_forward=False) over the data-parallel
+  // ranks as dp_replicate; a plan shards over dp_shard, so those ranks become the shard group:
+  // parameters gathered once per forward and gradients reduce-scattered over all of them.
+  if (p.sharding == Sharding::zero2 && mesh.dp_shard == 1 && mesh.dp_replicate > 1) {
+    std::swap(mesh.dp_shard, mesh.dp_replicate);
+    notes.push_back(fmt::format("zero2 over the {} data-parallel ranks (written as dp_replicate, the README "
+                                "convention): dp_shard {}", mesh.dp_shard, mesh.dp_shard));
+  }
 }
 
 // Activation checkpointing: the mode and its option (Megatron's --recompute-modules list).
@@ -1180,7 +1188,7 @@ ValidationCase map_validation_row(const CsvTable& table, std::size_t index, cons
     map_mesh(r, rc, notes);
     map_model_layout(r, fw, rc, notes);
     map_precision(row, r, fw, rc.plan, notes);
-    map_sharding(r, fw, rc);
+    map_sharding(r, fw, rc, notes);
     map_recompute(row, r, fw, rc, notes);
     map_offload(row, r, rc.plan, notes);
     const TpFlags tp_flags = map_switches(row, r, rc.plan, notes);

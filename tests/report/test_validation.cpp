@@ -378,6 +378,10 @@ TEST_CASE("real rows mapped field by field" * SKIP_UNLESS_SHARED("validation")) 
     CHECK(fleet_noted);
     const ValidationCase t = map_validation_row(mem, row_index(mem, "thunder940-l2-7b-fsdp2-zero2-eager"));
     CHECK(t.cluster == "h100-sxm-80gb");
+    // The README's ZeRO-2 over 8 ranks (dp_replicate 8, dp_shard 1): a plan shards over dp_shard.
+    CHECK(t.run.plan.sharding == Sharding::zero2);
+    CHECK(t.run.plan.mesh.dp_shard == 8);
+    CHECK(t.run.plan.mesh.dp_replicate == 1);
   }
 }
 
