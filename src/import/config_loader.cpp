@@ -298,10 +298,22 @@ void apply_runtime_rules(RunConfig& rc, std::int64_t n) {
     plan.root_unsharded = false;
     rc.warnings.push_back("fsdp_config: dropped by llm-foundry on a single GPU (DDP fallback)");
   }
-  if (runtime_traits(plan).unsharded_without_shard_dim && static_cast<std::int64_t>(mesh.dp_shard) * mesh.cp == 1) {
+  const bool one_rank_shards = static_cast<std::int64_t>(mesh.dp_shard) * mesh.cp == 1;
+  if (runtime_traits(plan).unsharded_without_shard_dim && one_rank_shards) {
     // No FSDP dimension: replicate() (DDP) when dp_replicate > 1, else a plain single replica.
     plan.sharding = Sharding::none;
     plan.reshard_after_forward = false;
+  } else if ((plan.sharding == Sharding::zero2 || plan.sharding == Sharding::zero3) && one_rank_shards &&
+             mesh.dp_replicate > 1) {
+    // FSDP shards over dp_shard (x cp); a shard group of one rank beside replicas would gather and
+    // reduce-scatter nothing and never synchronize the replicas' gradients. The data-parallel
+    // ranks are the shard group, as FULL_SHARD / SHARD_GRAD_OP and Megatron-FSDP run them.
+    plan.mesh.dp_shard = mesh.dp_replicate;
+    plan.mesh.dp_replicate = 1;
+    rc.assumptions.push_back(fmt::format("sharding {} over dp_shard 1 beside {} replicas: sharded over the {} data-parallel "
+                                         "ranks instead (dp_shard {}, dp_replicate 1)",
+                                         to_string(plan.sharding), plan.mesh.dp_shard, plan.mesh.dp_shard,
+                                         plan.mesh.dp_shard));
   }
 }
 

@@ -250,6 +250,28 @@ TEST_CASE("plan TOML: an unstated strategy under megatron is Megatron-LM's defau
                   "sharding not stated: zero1 (the framework default none does not fit on h100-sxm-80gb)") != zero1.end());
 }
 
+// ZeRO-2/3 shard over dp_shard: written over one rank beside replicas, the replicas become the shard
+// group (a group of one would gather nothing and never reduce the replicas' gradients), said so.
+TEST_CASE("plan TOML: zero2/zero3 over dp_shard 1 beside replicas shards over the data-parallel ranks") {
+  const std::string plan =
+      "[model]\nname = \"llama3.1-8b\"\n[cluster]\ngpus = 8\nprofile = \"h100-sxm-80gb\"\n"
+      "[layout]\ndp_replicate = 8\n[sharding]\nstrategy = \"zero2\"\n[activation_checkpoint]\nmode = \"full\"\n"
+      "[batch]\nseq_len = 4096\nglobal_batch = 32\nmicro_batch = 1\n";
+  const Run r = run("simulate --config " + write_temp("zero2_replicas.toml", plan).string() + " --json");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto a = j.at("assumptions").get<std::vector<std::string>>();
+  CHECK(std::find(a.begin(), a.end(),
+                  "sharding zero2 over dp_shard 1 beside 8 replicas: sharded over the 8 data-parallel ranks instead "
+                  "(dp_shard 8, dp_replicate 1)") != a.end());
+  // Each of the 4 micro-batches gathers Llama-3.1-8B's 8.03 B parameters in bf16 and reduce-scatters
+  // their gradients in fp32 (the plan's default reduce dtype): 4 x 2 and 4 x 4 bytes per parameter.
+  constexpr double kParams = 8.030261248e9;
+  CHECK(j.at("comm_bytes_per_step").at("fsdp_all_gather").get<double>() == doctest::Approx(4 * 2 * kParams).epsilon(0.001));
+  CHECK(j.at("comm_bytes_per_step").at("fsdp_reduce_scatter").get<double>() ==
+        doctest::Approx(4 * 4 * kParams).epsilon(0.001));
+}
+
 // A host-bound Megatron MoE step names what would issue fewer launches: Megatron-Core's fused MoE
 // kernels it leaves off, beside the general remedies (docs/host.md, "Megatron-Core's MoE layer").
 TEST_CASE("simulate: a host-bound Megatron MoE step names the MoE fusions it leaves off") {
