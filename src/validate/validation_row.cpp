@@ -323,11 +323,11 @@ const std::map<std::string, StatedNetwork, std::less<>> kStatedNetworks = {{"blo
 // TDP, 2.4 TB/s, with achievable GEMM rates "based on experimental observation" on it, the same
 // 95.04 GiB part torchtitan's own published runs state (PR #165). Other sources' bare "H100" is
 // the 80 GB SXM part, the one sold as "H100 SXM".
+const std::map<std::string, std::string, std::less<>> kStatedFleets = {{"torchao-float8-readme", "h100-sxm-96gb"}};
+
 // Megatron-family sources that document training without dropout: BLOOM-176B (its paper and the
 // bigscience tr11-176B-ml launch script set hidden and attention dropout to 0).
 const std::set<std::string, std::less<>> kNoDropoutSources = {"bloom-176b"};
-
-const std::map<std::string, std::string, std::less<>> kStatedFleets = {{"torchao-float8-readme", "h100-sxm-96gb"}};
 
 class Reader {
 public:
@@ -684,8 +684,9 @@ void map_hardware(const CsvRow& row, const Reader& r, const std::vector<std::str
   if (gpu.empty()) {
     if (const auto it = kStatedFleets.find(vc.source); it != kStatedFleets.end()) {
       vc.cluster = it->second;
-      notes.push_back(fmt::format("gpu empty (the table says only 'H100'): {}, the fleet the source documents for its benchmarks",
-                                  it->second));
+      notes.push_back(
+          fmt::format("gpu empty (the table says only 'H100'): {}, the fleet the source documents for its benchmarks",
+                      it->second));
     } else {
       vc.cluster = "h100-sxm-80gb";
       notes.push_back("gpu empty (the source says only 'H100'): h100-sxm-80gb assumed");
@@ -1074,7 +1075,8 @@ void map_runtime(const std::string& fw, std::string_view source, RunConfig& rc, 
     const bool stated_off = kNoDropoutSources.count(source) != 0;
     p.dropout = (fw == "megatron" || fw == "megatron-deepspeed") && !rc.model.moe.enabled() && !stated_off;
     if (stated_off) notes.push_back("dropout off, as the source documents");
-    else if (fw == "megatron-deepspeed") notes.push_back("dropout not stated: 0.1 hidden and attention dropout (Megatron-DeepSpeed's default)");
+    else if (fw == "megatron-deepspeed")
+      notes.push_back("dropout not stated: 0.1 hidden and attention dropout (Megatron-DeepSpeed's default)");
     else if (fw != "megatron") notes.push_back("dropout assumed off (not in any column)");
     else if (rc.model.moe.enabled())
       notes.push_back("dropout assumed off (Megatron MoE recipes set hidden and attention dropout to 0)");
