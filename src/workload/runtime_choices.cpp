@@ -195,9 +195,11 @@ RuntimeChoices resolve_runtime_choices(RunConfig& rc, const ClusterSpec& c) {
           if (left.sharding)
             out.assumptions.push_back(
                 s == given.sharding
-                    ? fmt::format("sharding not stated: {} (the framework default, fits on {})", to_string(s), c.name)
-                    : fmt::format("sharding not stated: {} (the framework default {} does not fit on {})", to_string(s),
-                                  to_string(given.sharding), c.name));
+                    ? fmt::format("sharding not stated: {} (the framework default; its allocated peak fits on {})",
+                                  to_string(s), c.name)
+                    : fmt::format("sharding not stated: {} (the allocated peak of the framework default {} does not "
+                                  "fit on {})",
+                                  to_string(s), to_string(given.sharding), c.name));
           if (left.recompute)
             out.assumptions.push_back(fmt::format("activation recompute not stated: {} (the least that fits on {})",
                                                   r.name, c.name));

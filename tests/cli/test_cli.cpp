@@ -243,11 +243,12 @@ TEST_CASE("plan TOML: an unstated strategy under megatron is Megatron-LM's defau
     return nlohmann::json::parse(r.out).at("assumptions").get<std::vector<std::string>>();
   };
   const auto ddp = resolved("[layout]\ntp = 8\n");  // one replica: nothing to shard, DDP fits
-  CHECK(std::find(ddp.begin(), ddp.end(), "sharding not stated: none (the framework default, fits on h100-sxm-80gb)") !=
+  CHECK(std::find(ddp.begin(), ddp.end(), "sharding not stated: none (the framework default; its allocated peak fits on h100-sxm-80gb)") !=
         ddp.end());
   const auto zero1 = resolved("[layout]\ndp_replicate = 8\n");
   CHECK(std::find(zero1.begin(), zero1.end(),
-                  "sharding not stated: zero1 (the framework default none does not fit on h100-sxm-80gb)") != zero1.end());
+                  "sharding not stated: zero1 (the allocated peak of the framework default none does not fit on "
+                  "h100-sxm-80gb)") != zero1.end());
 }
 
 // ZeRO-2/3 shard over dp_shard: written over one rank beside replicas, the replicas become the shard
