@@ -310,10 +310,9 @@ void apply_runtime_rules(RunConfig& rc, std::int64_t n) {
     // ranks are the shard group, as FULL_SHARD / SHARD_GRAD_OP and Megatron-FSDP run them.
     plan.mesh.dp_shard = mesh.dp_replicate;
     plan.mesh.dp_replicate = 1;
-    rc.assumptions.push_back(fmt::format("sharding {} over dp_shard 1 beside {} replicas: sharded over the {} data-parallel "
-                                         "ranks instead (dp_shard {}, dp_replicate 1)",
-                                         to_string(plan.sharding), plan.mesh.dp_shard, plan.mesh.dp_shard,
-                                         plan.mesh.dp_shard));
+    rc.assumptions.push_back(fmt::format("sharding {0} over dp_shard 1 beside {1} replicas: sharded over the {1} "
+                                         "data-parallel ranks instead (dp_shard {1}, dp_replicate 1)",
+                                         to_string(plan.sharding), plan.mesh.dp_shard));
   }
 }
 

@@ -832,8 +832,8 @@ void map_sharding(const Reader& r, const std::string& fw, RunConfig& rc, std::ve
   // parameters gathered once per forward and gradients reduce-scattered over all of them.
   if (p.sharding == Sharding::zero2 && mesh.dp_shard == 1 && mesh.dp_replicate > 1) {
     std::swap(mesh.dp_shard, mesh.dp_replicate);
-    notes.push_back(fmt::format("zero2 over the {} data-parallel ranks (written as dp_replicate, the README "
-                                "convention): dp_shard {}", mesh.dp_shard, mesh.dp_shard));
+    notes.push_back(fmt::format("zero2 over the {0} data-parallel ranks (written as dp_replicate, the README "
+                                "convention): dp_shard {0}", mesh.dp_shard));
   }
 }
 
