@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 success; 1 a finding (lint errors); 2 bad input (the one-line error names the file, key and "
-      "reason); 3 does not fit (memory: peak above the device; plan: no layout fits; capacity: no GPU count answers).");
+      "reason); 3 does not fit (memory, simulate: allocations with the CUDA context and NCCL buffers above the device; "
+      "plan: no layout fits; capacity: no GPU count answers).");
   app.set_version_flag("--version", "meshplan 0.1.0");
 
   std::vector<meshplan::cli::Command> commands = {

@@ -155,9 +155,16 @@ void check_simulated_run(std::vector<LintFinding>& f, const LintInputs& in) {
     for (std::size_t i = 0; i < 3 && terms[i].first > 0; ++i)
       largest += fmt::format("{}{} {:.2f} GiB", i ? ", " : "", terms[i].second, terms[i].first / kGiB);
     f.push_back({"", "error",
-                 fmt::format("does not fit: simulated peak {:.2f} GiB per GPU exceeds the {:.2f} GiB of {} (largest "
-                             "terms: {})",
-                             base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name, largest)});
+                 fmt::format("does not fit: {:.2f} GiB per GPU allocated at the simulated peak with the CUDA "
+                             "context and NCCL buffers exceeds the {:.2f} GiB of {} (largest terms: {})",
+                             base.needed_bytes / kGiB, base.gpu_memory_bytes / kGiB, base.cluster_name, largest)});
+  } else if (base.tight) {
+    f.push_back({"", "warning",
+                 fmt::format("fits only without the caching allocator's usual reserve: {:.2f} GiB allocated with the "
+                             "CUDA context and NCCL buffers, {:.2f} GiB with the reserve, on the {:.2f} GiB GPU: "
+                             "expect cudaMalloc retries (slower steps), and fragmentation can still fail an "
+                             "allocation (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces it)",
+                             base.needed_bytes / kGiB, base.peak_bytes / kGiB, base.gpu_memory_bytes / kGiB)});
   } else if (base.peak_bytes > 0.9 * base.gpu_memory_bytes)
     f.push_back({"", "warning",
                  fmt::format("simulated peak {:.2f} GiB is within 10% of the {:.2f} GiB GPU: allocator fragmentation "

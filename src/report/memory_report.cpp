@@ -70,6 +70,14 @@ std::string layout_line(const Plan& p) {
 
 std::string format_gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
 
+std::string fit_tight_line(double needed_bytes, double reserve_peak_bytes, double device_bytes) {
+  return fmt::format("fits: yes, but tight: {} allocated with the CUDA context and NCCL buffers, {} with the caching "
+                     "allocator's usual reserve, on a {} GPU: the allocator frees its cached blocks and retries when "
+                     "an allocation fails (slower steps), and fragmentation can still fail one "
+                     "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces it)\n",
+                     format_gib(needed_bytes), format_gib(reserve_peak_bytes), format_gib(device_bytes));
+}
+
 std::string assumed_gpus_note(const RunConfig& rc) {
   return rc.n_gpus_assumed ? fmt::format(" -- {} GPUs ASSUMED: no GPU count in the config or --gpus", rc.n_gpus)
                            : std::string();
@@ -112,12 +120,15 @@ std::string memory_text(const RunConfig& rc, const ClusterSpec& c, const MemoryE
     if (s.host_bytes > 0) out += fmt::format("  {:<17} {:>12}  pinned host memory per rank\n", "host", format_gib(s.host_bytes));
   }
   out += "\n";
-  if (e.fits) {
+  if (e.tight) {
+    out += fit_tight_line(e.needed_bytes, e.gpu_memory_bytes - e.headroom_bytes, e.gpu_memory_bytes);
+  } else if (e.fits) {
     out += fmt::format("fits: yes, {} free of {} ({:.1f}% headroom)\n", format_gib(e.headroom_bytes),
                        format_gib(e.gpu_memory_bytes), 100.0 * e.headroom_bytes / e.gpu_memory_bytes);
   } else {
-    out += fmt::format("fits: NO, over by {} on a {} GPU\n", format_gib(-e.headroom_bytes),
-                       format_gib(e.gpu_memory_bytes));
+    out += fmt::format("fits: NO, over by {} on a {} GPU ({} allocated with the CUDA context and NCCL buffers)\n",
+                       format_gib(e.needed_bytes - e.gpu_memory_bytes), format_gib(e.gpu_memory_bytes),
+                       format_gib(e.needed_bytes));
   }
   for (const auto& n : e.notes) out += fmt::format("note: {}\n", n);
   for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
@@ -129,6 +140,8 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
   nlohmann::json j;
   j["gpu_memory_bytes"] = whole_bytes(e.gpu_memory_bytes);
   j["fits"] = e.fits;
+  j["tight"] = e.tight;
+  j["needed_bytes"] = whole_bytes(e.needed_bytes);
   j["headroom_bytes"] = whole_bytes(e.headroom_bytes);
   nlohmann::json warnings = nlohmann::json::array();
   for (const auto& w : rc.warnings) warnings.push_back(w);

@@ -15,6 +15,9 @@ nlohmann::json memory_json(const RunConfig& rc, const ClusterSpec& c, const Memo
 
 // "12.34 GiB" (binary units, as torch and nvidia-smi report memory).
 std::string format_gib(double bytes);
+// The verdict line of a step that fits only without the caching allocator's usual reserve
+// (workload/device_fit.hpp): both figures and what running that close to the device costs.
+std::string fit_tight_line(double needed_bytes, double reserve_peak_bytes, double device_bytes);
 // " -- 8 GPUs ASSUMED: ..." when the run's GPU count was assumed (RunConfig::n_gpus_assumed), else "":
 // for the first line of a report.
 std::string assumed_gpus_note(const RunConfig& rc);

@@ -12,6 +12,7 @@
 #include "spec/runtime_traits.hpp"
 #include "spec/pipeline_split.hpp"
 #include "spec/validated_mfu.hpp"
+#include "workload/device_fit.hpp"
 
 namespace meshplan {
 
@@ -32,14 +33,17 @@ std::vector<int> layers_per_rank(const RunConfig& rc) {
 }  // namespace
 
 SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
-  SimulatedFit f;
-  f.gpu_memory_bytes = c.gpu.device_memory_bytes();
+  std::vector<StageDemand> demands;
   for (const auto& s : r.stages)
-    if (s.peak_bytes > f.peak_bytes) {
-      f.peak_bytes = s.peak_bytes;
-      f.stage = s.stage;
-    }
-  f.fits = f.peak_bytes <= f.gpu_memory_bytes;
+    demands.push_back({s.stage, s.allocated_peak_bytes, s.breakdown.comm_buffers, s.peak_bytes});
+  const DeviceFit d = device_fit(demands, c.framework.cuda_context_bytes, c.gpu.device_memory_bytes());
+  SimulatedFit f;
+  f.fits = d.fits();
+  f.tight = d.tight();
+  f.stage = d.stage;
+  f.needed_bytes = d.needed_bytes;
+  f.peak_bytes = d.reserve_peak_bytes;
+  f.gpu_memory_bytes = d.device_bytes;
   return f;
 }
 
@@ -111,12 +115,15 @@ std::string simulate_text(const RunConfig& rc, const ClusterSpec& c, const StepR
     out += fmt::format("  stage {:<3} {:>12}  at t = {:.3f} s  (activations {}, gathered params {})\n", s.stage,
                        format_gib(s.peak_bytes), s.peak_time_seconds, format_gib(s.breakdown.activations),
                        format_gib(s.breakdown.unsharded_params));
-  // Only a step that does not fit gets a line: the runtime would stop with an out-of-memory error,
-  // so the step time above is what the layout would reach with a larger device.
+  // Only a step that does not fit, or fits only tightly, gets a line: out of memory the runtime
+  // stops, so the step time above is what the layout would reach with a larger device.
   if (const SimulatedFit f = simulated_fit(c, r); !f.fits)
-    out += fmt::format("fits: NO, stage {} peaks at {}, over by {} on a {} GPU: the run stops out of memory\n", f.stage,
-                       format_gib(f.peak_bytes), format_gib(f.peak_bytes - f.gpu_memory_bytes),
+    out += fmt::format("fits: NO, stage {} peaks at {} allocated with the CUDA context and NCCL buffers, over by {} "
+                       "on a {} GPU: the run stops out of memory\n",
+                       f.stage, format_gib(f.needed_bytes), format_gib(f.needed_bytes - f.gpu_memory_bytes),
                        format_gib(f.gpu_memory_bytes));
+  else if (f.tight)
+    out += fit_tight_line(f.needed_bytes, f.peak_bytes, f.gpu_memory_bytes);
   for (const auto& w : rc.warnings) out += fmt::format("warning: {}\n", w);
   for (const auto& w : c.warnings) out += fmt::format("warning: {}\n", w);
   return out;
@@ -148,6 +155,8 @@ nlohmann::json simulate_json(const RunConfig& rc, const ClusterSpec& c, const St
   j["critical_stage"] = r.critical_stage;
   const SimulatedFit f = simulated_fit(c, r);
   j["fits"] = f.fits;
+  j["tight"] = f.tight;
+  j["needed_bytes"] = static_cast<std::int64_t>(std::llround(f.needed_bytes));
   j["gpu_memory_bytes"] = f.gpu_memory_bytes;
   j["peak_bytes"] = static_cast<std::int64_t>(std::llround(f.peak_bytes));
   j["stages"] = nlohmann::json::array();

@@ -9,12 +9,14 @@
 
 namespace meshplan {
 
-// Whether the simulated step fits: the timeline's peak of the worst stage against the device, the
-// rule `memory` uses with its closed form (docs/memory.md).
+// Whether the simulated step fits: the timeline's worst stage against the device, by the rule
+// `memory` applies to its closed form (workload/device_fit.hpp, docs/memory.md "Fits").
 struct SimulatedFit {
   bool fits = true;
-  int stage = 0;            // the stage with the highest peak
-  double peak_bytes = 0;
+  bool tight = false;       // fits only without the allocator's usual reserve
+  int stage = 0;            // the stage that needs the most
+  double needed_bytes = 0;  // its allocated peak + CUDA context + NCCL buffers
+  double peak_bytes = 0;    // the largest stage peak with the allocator's usual reserve
   double gpu_memory_bytes = 0;
 };
 SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r);

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "report/memory_report.hpp"
+#include "report/simulate_report.hpp"
 #include "sim/step_simulator.hpp"
 #include "spec/cluster_loader.hpp"
 #include "import/config_loader.hpp"
@@ -221,7 +222,10 @@ Variant evaluate_document(const ConfigDocument& doc, const RunSource& src, std::
         v.term_peaks = s.term_peaks;
         v.peak_time_s = s.peak_time_seconds;
       }
-    v.fits = v.peak_bytes <= v.gpu_memory_bytes;
+    const SimulatedFit fit = simulated_fit(c, v.result);
+    v.needed_bytes = fit.needed_bytes;
+    v.fits = fit.fits;
+    v.tight = fit.tight;
   } catch (const InputError& e) {
     v.error = e.what();
     v.error_key = e.key();
@@ -530,7 +534,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> table_rows(const W
     return format_gib(v.peak_breakdown.unsharded_params + v.peak_breakdown.reduce_buffers + v.peak_breakdown.recompute);
   });
   row("host memory", [](const Variant& v) { return format_gib(v.host_bytes); });
-  row("fits", [](const Variant& v) { return std::string(v.fits ? "yes" : "NO"); });
+  row("fits", [](const Variant& v) { return std::string(v.tight ? "tight" : v.fits ? "yes" : "NO"); });
   for (const auto& k : kinds)
     row(fmt::format("{} / step", k), [k](const Variant& v) {
       return format_gb(v.result.comm_bytes.count(k) ? v.result.comm_bytes.at(k) : 0.0);
@@ -640,6 +644,7 @@ nlohmann::json whatif_json(const WhatIfReport& r) {
     x["gpu_memory_bytes"] = static_cast<std::int64_t>(std::llround(v.gpu_memory_bytes));
     x["host_bytes"] = static_cast<std::int64_t>(std::llround(v.host_bytes));
     x["fits"] = v.fits;
+    x["tight"] = v.tight;
     x["comm_bytes_per_step"] = nlohmann::json::object();
     for (const auto& [k, b] : s.comm_bytes) x["comm_bytes_per_step"][k] = static_cast<std::int64_t>(std::llround(b));
     x["comm_bytes"] = x["comm_bytes_per_step"];  // simulate's name for the same quantity

@@ -50,7 +50,9 @@ struct Variant {
   MemoryBreakdown term_peaks;      // of that stage: each term's largest value over the step
   double peak_time_s = 0;          // when in the step that peak happens
   double host_bytes = 0;           // pinned host memory per rank at its peak, worst stage (offload)
-  bool fits = false;
+  double needed_bytes = 0;         // worst stage's allocated peak + CUDA context + NCCL buffers
+  bool fits = false;               // by device_fit.hpp's rule, as simulate
+  bool tight = false;              // fits only without the allocator's usual reserve
   bool ok() const { return error.empty(); }
 };
 

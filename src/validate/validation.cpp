@@ -345,8 +345,7 @@ ValidationRowResult run_row(const ValidationCase& vc, const ClusterSpec* cluster
     // The run happened: what the model says it needed of the device. The allocator's cache is
     // left out: it is released and retried before an allocation fails.
     const MemoryEstimate fit = estimate_memory(rc.model, rc.plan, rc.job, cluster);
-    const double needed = device_bytes_needed(fit, cluster);
-    if (fit.gpu_memory_bytes > 0) out.predicted_device_fraction = needed / fit.gpu_memory_bytes;
+    if (fit.gpu_memory_bytes > 0) out.predicted_device_fraction = fit.needed_bytes / fit.gpu_memory_bytes;
 
     if (has_memory) compare_memory(vc, fit, sr, out);
     if (!out.error_pct && !out.memory_error_pct && !out.throughput_skipped.empty()) {

@@ -9,6 +9,7 @@
 #include "spec/pipeline_split.hpp"
 #include "spec/runtime_traits.hpp"
 #include "workload/activation_memory.hpp"
+#include "workload/device_fit.hpp"
 #include "workload/pipeline_schedule.hpp"
 #include "workload/stage_params.hpp"
 
@@ -506,10 +507,14 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
     est.stages.push_back(estimate_stage(x, stage, layers[static_cast<std::size_t>(stage)],
                                         chunks[static_cast<std::size_t>(stage)]));
 
-  double worst = 0;
-  for (const auto& s : est.stages) worst = std::max(worst, s.peak_bytes);
-  est.headroom_bytes = est.gpu_memory_bytes - worst;
-  est.fits = est.headroom_bytes >= 0;
+  std::vector<StageDemand> demands;
+  for (const auto& s : est.stages)
+    demands.push_back({s.stage, s.allocated_peak_bytes, s.breakdown.comm_buffers, s.peak_bytes});
+  const DeviceFit fit = device_fit(demands, c.framework.cuda_context_bytes, est.gpu_memory_bytes);
+  est.headroom_bytes = est.gpu_memory_bytes - fit.reserve_peak_bytes;
+  est.needed_bytes = fit.needed_bytes;
+  est.fits = fit.fits();
+  est.tight = fit.tight();
   if (p.act_offload)
     est.notes.push_back(p.offload_modules.any()
                             ? "activation offload: the tensors " + offload_modules_text(p.offload_modules) +

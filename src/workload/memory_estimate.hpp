@@ -59,8 +59,11 @@ struct StageMemory {
 
 struct MemoryEstimate {
   double gpu_memory_bytes = 0;
-  double headroom_bytes = 0;         // capacity - max peak (negative: does not fit)
-  bool fits = false;
+  double headroom_bytes = 0;         // capacity - max peak, the allocator's usual reserve included
+  // The worst stage's allocated peak + CUDA context + NCCL buffers: what must fit (device_fit.hpp).
+  double needed_bytes = 0;
+  bool fits = false;                 // needed_bytes <= capacity
+  bool tight = false;                // fits, but not with the allocator's usual reserve
   std::vector<StageMemory> stages;
   std::vector<std::string> notes;    // assumptions that shaped the result
 };

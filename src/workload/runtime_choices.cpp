@@ -11,16 +11,9 @@
 
 namespace meshplan {
 
-double device_bytes_needed(const MemoryEstimate& e, const ClusterSpec& c) {
-  double needed = 0;
-  for (const StageMemory& st : e.stages)
-    needed = std::max(needed, st.allocated_peak_bytes + st.breakdown.comm_buffers + c.framework.cuda_context_bytes);
-  return needed;
-}
-
 bool fits_device(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c) {
   const MemoryEstimate e = estimate_memory(m, p, j, c);
-  return e.gpu_memory_bytes > 0 && device_bytes_needed(e, c) <= e.gpu_memory_bytes;
+  return e.gpu_memory_bytes > 0 && e.fits;
 }
 
 namespace {

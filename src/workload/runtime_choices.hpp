@@ -12,10 +12,7 @@
 
 namespace meshplan {
 
-// What a run needs of the device: the largest stage's allocations, its NCCL buffers and the CUDA
-// context. The caching allocator's cache is left out: it is released and retried before an
-// allocation fails.
-double device_bytes_needed(const MemoryEstimate& e, const ClusterSpec& c);
+// Whether the closed-form memory fits the device (MemoryEstimate::fits, the rule of device_fit.hpp).
 bool fits_device(const ModelSpec& m, const Plan& p, const Job& j, const ClusterSpec& c);
 
 struct RuntimeChoices {

@@ -5,6 +5,7 @@
 
 #include "spec/cluster_spec.hpp"
 #include "workload/activation_memory.hpp"
+#include "workload/device_fit.hpp"
 #include "workload/memory_estimate.hpp"
 
 using namespace meshplan;
@@ -334,9 +335,59 @@ TEST_CASE("Breakdown adds up to the peak, and fit compares with capacity") {
   CHECK(st.breakdown.total() == doctest::Approx(st.peak_bytes).epsilon(1e-12));
   CHECK(st.breakdown.comm_buffers == doctest::Approx(0.2e9));
   CHECK(st.breakdown.framework == doctest::Approx(0.5e9 + 0.1 * st.allocated_peak_bytes).epsilon(1e-9));
-  CHECK(e.fits == (st.peak_bytes <= 80e9));
+  CHECK(e.needed_bytes == doctest::Approx(st.allocated_peak_bytes + 0.2e9 + 0.5e9).epsilon(1e-12));
+  CHECK(e.fits == (e.needed_bytes <= 80e9));
+  CHECK(e.headroom_bytes == doctest::Approx(80e9 - st.peak_bytes).epsilon(1e-12));
   auto tiny = test_cluster(1e9);
   CHECK_FALSE(estimate_memory(m, p, j, tiny).fits);
+}
+
+// The rule of workload/device_fit.hpp by hand: stage 1 needs 11 + 0.5 + 1 = 12.5 (more than stage
+// 0's 10 + 1 + 1 = 12) although stage 0's peak with the reserve is the larger, 14.
+TEST_CASE("device fit: the stage needing the most allocated + CUDA context + NCCL buffers decides; tight without the reserve") {
+  const std::vector<StageDemand> stages = {{0, 10, 1, 14}, {1, 11, 0.5, 13}};
+  const DeviceFit roomy = device_fit(stages, 1, 14);
+  CHECK(roomy.stage == 1);
+  CHECK(roomy.needed_bytes == 12.5);
+  CHECK(roomy.reserve_peak_bytes == 14);
+  CHECK(roomy.fits());
+  CHECK_FALSE(roomy.tight());
+  const DeviceFit tight = device_fit(stages, 1, 13);
+  CHECK(tight.fits());
+  CHECK(tight.tight());
+  const DeviceFit over = device_fit(stages, 1, 12.4);
+  CHECK_FALSE(over.fits());
+  CHECK_FALSE(over.tight());
+}
+
+// The closed form on a device between what a step allocates (with the CUDA context and NCCL
+// buffers) and its peak with the allocator's 10 % reserve: it fits, tightly; a byte less than the
+// allocations and it does not.
+TEST_CASE("memory: a step fits while its allocations fit, tight when only the allocator's reserve does not") {
+  const auto m = llama3_8b();
+  Plan p;
+  p.mesh.dp_shard = 8;
+  const Job j{8192, 8, 1, 1};
+  auto c = test_cluster(1e15);
+  c.framework.cuda_context_bytes = 0.5e9;
+  c.framework.nccl_buffer_bytes_per_group = 0.2e9;
+  c.framework.allocator_reserve_fraction = 0.1;
+  const double allocated = estimate_memory(m, p, j, c).stages.at(0).allocated_peak_bytes;
+  const double needed = allocated + 0.7e9;
+  c.gpu.hbm_bytes = needed + 0.05 * allocated;  // half the reserve
+  const MemoryEstimate tight = estimate_memory(m, p, j, c);
+  CHECK(tight.needed_bytes == doctest::Approx(needed).epsilon(1e-12));
+  CHECK(tight.fits);
+  CHECK(tight.tight);
+  CHECK(tight.headroom_bytes == doctest::Approx(-0.05 * allocated).epsilon(1e-9));
+  c.gpu.hbm_bytes = needed + 0.1 * allocated + 1e6;  // the whole reserve and a megabyte
+  const MemoryEstimate roomy = estimate_memory(m, p, j, c);
+  CHECK(roomy.fits);
+  CHECK_FALSE(roomy.tight);
+  c.gpu.hbm_bytes = needed - 1e6;
+  const MemoryEstimate over = estimate_memory(m, p, j, c);
+  CHECK_FALSE(over.fits);
+  CHECK_FALSE(over.tight);
 }
 
 TEST_CASE("the allocator's reserve never exceeds the device: it frees its cache and retries first") {
