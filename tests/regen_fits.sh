@@ -16,7 +16,10 @@
 # hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv`. cuBLAS's stream-K threshold is fitted
 # to the GEMMs the lent H200 timed by shape (least squared log error over those whose schedule it
 # sets; docs/compute.md): `meshplan calibrate --gemm-shapes tests/cost/measured_h200_shapes.csv
-# --cluster h200-141gb`.
+# --cluster h200-141gb`. The AWS p6-b200 profile's EFA transport latency is fitted to a committed
+# 4-node nccl-tests series the same way as the ramp (minimax; docs/collectives.md "Transport
+# latency"): `meshplan calibrate --nccl-tests hardware_profiles/nccl/series/aws-p6-b200-all-reduce.csv
+# --transport-latency`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,7 +38,8 @@ clock_json="$(mktemp)"
 moe_json="$(mktemp)"
 ramp_json="$(mktemp)"
 stream_k_json="$(mktemp)"
-trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json" "$stream_k_json"' EXIT
+transport_json="$(mktemp)"
+trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json" "$stream_k_json" "$transport_json"' EXIT
 # The element-wise fraction and the Megatron-DeepSpeed host factor, jointly: both move every dev
 # set's small-model rows (docs/validation.md "Fitted parameters").
 "$bin" calibrate "${runs[@]}" --params elementwise_fraction,deepspeed_op_factor --json > "$fit_json"
@@ -49,7 +53,9 @@ trap 'rm -f "$fit_json" "$clock_json" "$moe_json" "$ramp_json" "$stream_k_json"'
 "$bin" calibrate --runs "$shared/validation/dev-moe.csv" --params moe_router_load_cv --json > "$moe_json"
 "$bin" calibrate --nccl-tests hardware_profiles/nccl/series/azure-nd-a100-v4-all-reduce.csv --json > "$ramp_json"
 "$bin" calibrate --gemm-shapes tests/cost/measured_h200_shapes.csv --cluster h200-141gb --json > "$stream_k_json"
-python3 - "$check" "$ramp_json" "$stream_k_json" "$fit_json" "$clock_json" "$moe_json" <<'PY'
+"$bin" calibrate --nccl-tests hardware_profiles/nccl/series/aws-p6-b200-all-reduce.csv --transport-latency --json \
+  > "$transport_json"
+python3 - "$check" "$ramp_json" "$stream_k_json" "$transport_json" "$fit_json" "$clock_json" "$moe_json" <<'PY'
 import json, re, sys, tomllib
 from pathlib import Path
 
@@ -80,9 +86,13 @@ print(f"regen_fits: pipeline ramp small_message_efficiency = {ramp['small_messag
 stream_k = json.load(open(sys.argv[3]))
 print(f"regen_fits: gemm_stream_k_min_saving = {stream_k['gemm_stream_k_min_saving']:.4f} "
       f"(interval {stream_k['interval'][0]:.4f}..{stream_k['interval'][1]:.4f}, {stream_k['points_used']} GEMMs)")
-fit = {"parameters": [p for f in sys.argv[4:] for p in json.load(open(f))["parameters"]]}
+transport = json.load(open(sys.argv[4]))
+print(f"regen_fits: {transport['cluster']} fabric.transport_latency_us = {transport['transport_latency_us']:.1f} "
+      f"(largest busbw error {100 * transport['max_abs_relative_error']:.2f} %, {transport['points_used']} points)")
+fit = {"parameters": [p for f in sys.argv[5:] for p in json.load(open(f))["parameters"]]}
 values = {p["profile_key"]: p for p in fit["parameters"] if p["identifiable"]}
 values["gpu.gemm_stream_k_min_saving"] = {"name": "gemm_stream_k_min_saving", "value": stream_k["gemm_stream_k_min_saving"]}
+values["fabric.transport_latency_us"] = {"name": "transport_latency_us", "value": transport["transport_latency_us"]}
 for path in sorted(Path("hardware_profiles").glob("*.toml")):
     if path.name == "aliases.toml":
         continue

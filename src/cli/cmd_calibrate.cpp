@@ -17,6 +17,7 @@
 #include "calibrate/fit_profile.hpp"
 #include "calibrate/measurements.hpp"
 #include "calibrate/pipeline_ramp_fit.hpp"
+#include "calibrate/transport_latency_fit.hpp"
 #include "calibrate/stream_k_fit.hpp"
 #include "calibrate/profile_writer.hpp"
 #include "cli/command.hpp"
@@ -50,6 +51,7 @@ struct CalibrateArgs {
   std::int64_t gpus = 0;
   std::string nccl_tests;    // --nccl-tests SERIES.csv
   std::string nccl_version;  // with --nccl-tests: the table whose ramp is fitted
+  bool transport_latency = false;  // with --nccl-tests: fit the fabric's transport latency instead
   std::string gemm_shapes;   // --gemm-shapes SERIES.csv
   std::vector<std::string> gemm_series{"gemm_wave", "gemm_square"};
   bool json = false;
@@ -180,6 +182,51 @@ int run_runs_fit(const CalibrateArgs& a, const std::string& command_line) {
   return 0;
 }
 
+// The residual rows of an nccl-tests fit, for --json.
+nlohmann::json residual_rows(const std::vector<calibrate::RampResidual>& residuals) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const calibrate::RampResidual& r : residuals)
+    rows.push_back({{"cluster", r.point.cluster},
+                    {"op", std::string(to_string(r.point.op))},
+                    {"ranks", r.point.nodes * r.point.gpus_per_node},
+                    {"bytes", r.point.bytes},
+                    {"measured_busbw_bytes_per_s", r.point.busbw_bytes_per_s},
+                    {"predicted_busbw_bytes_per_s", r.predicted_busbw_bytes_per_s},
+                    {"used", r.used}});
+  return rows;
+}
+
+// The residual table of an nccl-tests fit, for people.
+void print_residuals(const std::vector<calibrate::RampResidual>& residuals, const char* unused_why) {
+  fmt::print("  {:>12}  {:>10}  {:>10}  {:>7}\n", "bytes", "measured", "predicted", "error");
+  for (const calibrate::RampResidual& r : residuals)
+    fmt::print("  {:>12.0f}  {:>10.2f}  {:>10.2f}  {:>+6.1f}%{}\n", r.point.bytes, r.point.busbw_bytes_per_s / 1e9,
+               r.predicted_busbw_bytes_per_s / 1e9, 100 * (r.predicted_busbw_bytes_per_s / r.point.busbw_bytes_per_s - 1),
+               r.used ? "" : unused_why);
+}
+
+// --nccl-tests SERIES.csv --transport-latency: the value for the profile's fabric.transport_latency_us.
+int print_transport_latency_fit(const CalibrateArgs& a, const calibrate::TransportLatencyFit& fit) {
+  if (a.json) {
+    fmt::print("{}\n", nlohmann::json{{"series", a.nccl_tests},
+                                      {"cluster", fit.cluster},
+                                      {"transport_latency_us", fit.transport_latency_seconds * 1e6},
+                                      {"max_abs_relative_error", fit.max_abs_relative_error},
+                                      {"points_used", fit.points_used},
+                                      {"at_bound", fit.at_bound},
+                                      {"points", residual_rows(fit.residuals)}}
+                           .dump(2));
+    return 0;
+  }
+  fmt::print("calibrate --nccl-tests {} --transport-latency: {} ({} of {} points, across nodes from 1 MiB)\n",
+             a.nccl_tests, fit.cluster, fit.points_used, fit.residuals.size());
+  fmt::print("  fabric.transport_latency_us = {:.1f}\n", fit.transport_latency_seconds * 1e6);
+  fmt::print("  largest busbw error {:.2f} %{}\n", 100 * fit.max_abs_relative_error,
+             fit.at_bound ? " (the value sits on its bound: the series does not pin it)" : "");
+  print_residuals(fit.residuals, "  (not fitted: one node, or below 1 MiB)");
+  return 0;
+}
+
 // --nccl-tests SERIES.csv: the NCCL table's pipeline ramp fitted to measured nccl-tests points
 // (calibrate/pipeline_ramp_fit.hpp). Prints the two values for the table; tests/regen_fits.sh
 // writes them into the shipped one.
@@ -199,17 +246,10 @@ int run_nccl_tests_fit(const CalibrateArgs& a) {
   const std::shared_ptr<const NcclTable> owned =
       a.nccl_version.empty() ? nullptr : shared_nccl_table(a.nccl_version, "", "--nccl-version");
   const NcclTable* table = owned ? owned.get() : &default_nccl_table();
+  if (a.transport_latency) return print_transport_latency_fit(a, calibrate::fit_transport_latency(points, clusters, *table));
   const calibrate::RampFit fit = calibrate::fit_pipeline_ramp(points, clusters, *table);
   if (a.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const calibrate::RampResidual& r : fit.residuals)
-      rows.push_back({{"cluster", r.point.cluster},
-                      {"op", std::string(to_string(r.point.op))},
-                      {"ranks", r.point.nodes * r.point.gpus_per_node},
-                      {"bytes", r.point.bytes},
-                      {"measured_busbw_bytes_per_s", r.point.busbw_bytes_per_s},
-                      {"predicted_busbw_bytes_per_s", r.predicted_busbw_bytes_per_s},
-                      {"used", r.used}});
+    const nlohmann::json rows = residual_rows(fit.residuals);
     fmt::print("{}\n", nlohmann::json{{"series", a.nccl_tests},
                                       {"nccl_table", table->source_file},
                                       {"small_message_efficiency", fit.small_message_efficiency},
@@ -227,11 +267,7 @@ int run_nccl_tests_fit(const CalibrateArgs& a) {
              fit.small_message_efficiency, fit.half_ramp_bytes, fit.half_ramp_bytes / 1048576.0);
   fmt::print("  largest busbw error {:.2f} %{}\n", 100 * fit.max_abs_relative_error,
              fit.at_bound ? " (a value sits on its bound: the series does not pin it)" : "");
-  fmt::print("  {:>12}  {:>10}  {:>10}  {:>7}\n", "bytes", "measured", "predicted", "error");
-  for (const calibrate::RampResidual& r : fit.residuals)
-    fmt::print("  {:>12.0f}  {:>10.2f}  {:>10.2f}  {:>+6.1f}%{}\n", r.point.bytes, r.point.busbw_bytes_per_s / 1e9,
-               r.predicted_busbw_bytes_per_s / 1e9, 100 * (r.predicted_busbw_bytes_per_s / r.point.busbw_bytes_per_s - 1),
-               r.used ? "" : "  (not fitted: below 1 MiB)");
+  print_residuals(fit.residuals, "  (not fitted: below 1 MiB)");
   return 0;
 }
 
@@ -363,6 +399,9 @@ Command add_calibrate_command(CLI::App& root) {
                   "fit the NCCL table's pipeline ramp (small_message_efficiency, half_ramp_bytes) to measured nccl-tests "
                   "points instead: a CSV with the header cluster,op,nodes,gpus_per_node,launch,host_cpu,bytes,busbw_gbps "
                   "(hardware_profiles/nccl/series/; docs/collectives.md, Pipeline ramp)");
+  app->add_flag("--transport-latency", args->transport_latency,
+                "with --nccl-tests: fit the fabric's transport latency (fabric.transport_latency_us) of the profile the "
+                "series' multi-node points name, instead of the NCCL table's ramp (docs/collectives.md, Transport latency)");
   add_nccl_version_option(*app, args->nccl_version)->description(
       "with --nccl-tests: the NCCL table whose ramp is fitted, a version in hardware_profiles/nccl/ or a TOML path");
   app->add_option("--gemm-shapes", args->gemm_shapes,
@@ -377,6 +416,8 @@ Command add_calibrate_command(CLI::App& root) {
   return {app, [args]() {
             if (!args->gemm_shapes.empty()) return run_gemm_shapes_fit(*args);
             if (!args->nccl_tests.empty()) return run_nccl_tests_fit(*args);
+            if (args->transport_latency)
+              throw InputError("", "--transport-latency", "goes with --nccl-tests (the series it is fitted to)");
             if (!args->nccl_version.empty())
               throw InputError("", "--nccl-version", "goes with --nccl-tests (the table whose pipeline ramp is fitted)");
             if (!args->runs.empty()) {

@@ -37,7 +37,9 @@ struct Geometry {
   double intra_bytes_per_s = 0;     // achieved scale-up rate per GPU, per direction
   double island_net_bytes_per_s = 0;  // NIC rate out of one island available to this group
   double gpu_net_bytes_per_s = 0;   // one GPU's NIC rate (all-to-all, send/recv)
-  double extra_inter_seconds = 0;   // spine hops when the group spans several leaf groups
+  // Per network hop, beyond NCCL's own (InfiniBand) latency: the spine hops when the group spans
+  // several leaf groups, and what the transport adds (EFA's SRD and plugin proxy; 0 on InfiniBand).
+  double extra_inter_seconds = 0;
   int cap_column = 0;               // per-channel cap column: 1 node, 2 nodes, >= 3 nodes
 };
 
@@ -66,7 +68,8 @@ Geometry geometry(const ClusterSpec& c, GroupPlacement g) {
       beyond_leaf ? 1.0 / (std::max(1.0, c.fabric.leaf_oversubscription) *
                            std::max(1.0, c.fabric.spine_oversubscription))
                   : 1.0;
-  geo.extra_inter_seconds = beyond_leaf ? 2.0 * c.fabric.switch_hop_latency_seconds : 0.0;
+  geo.extra_inter_seconds =
+      (beyond_leaf ? 2.0 * c.fabric.switch_hop_latency_seconds : 0.0) + c.fabric.transport_latency_seconds;
 
   const double nic_bytes_per_s = c.node.nic_bandwidth_bytes_per_s * c.node.nic_efficiency;
   const double node_nic_bytes_per_s = c.node.nics_per_node * nic_bytes_per_s;

@@ -207,6 +207,18 @@ public:
     return v * scale;
   }
 
+  // A quantity a profile may leave out (no spelling of the template present): the caller's
+  // default stands and needs no source.
+  double optional_quantity(std::string_view tmpl, std::span<const UnitChoice> units, const std::string& spec_field,
+                           Range range, double dflt) {
+    for (const UnitChoice& u : units) {
+      std::string k(tmpl);
+      k.replace(k.find("{}"), 2, u.token);
+      if (table_.get(k) != nullptr) return quantity(tmpl, units, spec_field, range);
+    }
+    return dflt;
+  }
+
   // A number a profile may leave out; absent, the caller's default stands and needs no source.
   double optional_number(std::string_view k, const std::string& spec_field, Range range, double dflt) {
     return table_.get(k) == nullptr ? dflt : number(k, spec_field, range);
@@ -619,6 +631,8 @@ void read_fabric(Context& ctx, const toml::table& t) {
       r.quantity("nic_latency_{}", kTimeUnits, "nic_latency_seconds", Range::positive);
   f.switch_hop_latency_seconds = r.quantity("switch_hop_latency_{}", kTimeUnits,
                                             "switch_hop_latency_seconds", Range::positive);
+  f.transport_latency_seconds = r.optional_quantity("transport_latency_{}", kTimeUnits, "transport_latency_seconds",
+                                                    Range::non_negative, 0.0);
   r.finish();
 }
 
@@ -717,8 +731,51 @@ void override_nccl_version(ClusterSpec& c, const std::string& version_or_path) {
 
 namespace {
 
+fs::path profile_dir();
+bool is_profile_name(const std::string& s);
+
+// Fills what `over` leaves out from `under`: tables merge key by key, and anything `over` gives
+// (a number, a string, an array, an array of tables) stands as it is. `over`'s nodes keep their
+// lines for error messages; the copies from `under` come from a profile that loads on its own.
+void underlay(toml::table& over, const toml::table& under) {
+  for (auto&& [k, v] : under) {
+    toml::node* o = over.get(k.str());
+    if (o == nullptr) {
+      over.insert(k, v);
+    } else if (o->is_table() && v.is_table()) {
+      underlay(*o->as_table(), *v.as_table());
+    }
+  }
+}
+
+// A profile may name a shipped profile as its `base`: it then holds what differs from it (AWS's
+// network under the B200 node), and the base gives the rest. One level: a base names no base.
+// Returns the tags the file itself declares in [sources] (a base's tags that the file's values
+// replace are no longer used, and that is no error).
+std::set<std::string> apply_base(toml::table& root, const std::string& file) {
+  std::set<std::string> own_tags;
+  if (const toml::table* src = root.get_as<toml::table>("sources"))
+    for (auto&& [k, v] : *src) own_tags.insert(std::string(k.str()));
+  const toml::node* b = root.get("base");
+  if (b == nullptr) return own_tags;
+  if (!b->is_string() || !is_profile_name(b->as_string()->get()))
+    throw InputError(file, "base", "must name a shipped hardware profile" + line_suffix(b));
+  const std::string name = b->as_string()->get();
+  const std::string base_file = (profile_dir() / (name + ".toml")).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(base_file, ec))
+    throw InputError(file, "base", "\"" + name + "\" is not a shipped hardware profile" + line_suffix(b));
+  const toml::table under = parse_toml(base_file);
+  if (under.get("base") != nullptr)
+    throw InputError(file, "base", "\"" + name + "\" names a base of its own: one level only" + line_suffix(b));
+  underlay(root, under);
+  return own_tags;
+}
+
 ClusterSpec read_profile(const std::string& file, const std::string& expected_name) {
-  const toml::table root = parse_toml(file);
+  toml::table root = parse_toml(file);
+  const bool derived = root.get("base") != nullptr;
+  const std::set<std::string> own_tags = apply_base(root, file);
 
   ClusterSpec spec;
   spec.source_file = file;
@@ -734,6 +791,7 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
     ctx.fail("name", "is \"" + spec.name + "\" but the file is " + expected_name + ".toml",
              root.get("name"));
   spec.description = r.text("description", "");
+  if (derived) spec.base_profile = r.text("base", "");
   read_nccl_version(spec, r, file);
   r.find("sources");  // read above, before anything can reference a tag
   read_gpu(ctx, require_table(ctx, r, "gpu"));
@@ -761,7 +819,7 @@ ClusterSpec read_profile(const std::string& file, const std::string& expected_na
   r.finish();
 
   for (const auto& [tag, kind] : ctx.tag_kinds) {
-    if (ctx.used_tags.count(tag) == 0)
+    if (ctx.used_tags.count(tag) == 0 && own_tags.count(tag) != 0)
       ctx.fail("sources." + tag, "declared but no value uses it", root.get("sources"));
   }
   return spec;

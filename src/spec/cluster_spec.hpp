@@ -120,6 +120,10 @@ struct FabricSpec {
   double spine_oversubscription = 1.0;
   double nic_latency_seconds = 0;          // end-to-end NIC + wire
   double switch_hop_latency_seconds = 0;
+  // What the transport adds to every network hop of an NCCL message beyond NCCL's own latencies,
+  // which are InfiniBand's: 0 on InfiniBand and RoCE; on AWS EFA the SRD protocol and the
+  // aws-ofi-nccl plugin's proxy (docs/collectives.md, "Transport latency").
+  double transport_latency_seconds = 0;
 };
 
 // The CPU that runs the training process: what one eagerly dispatched op costs it (Python,
@@ -168,6 +172,7 @@ struct NcclTable;
 struct ClusterSpec {
   std::string name;                        // profile name, e.g. "h100-sxm-80gb"
   std::string description;
+  std::string base_profile;  // the shipped profile this one names as its `base` (empty: none)
   // The NCCL release whose tuning constants price this cluster's collectives (the profile's
   // optional `nccl_version`, a version in hardware_profiles/nccl/ or a .toml path; a CLI
   // --nccl-version replaces it). `nccl` is that table; nullptr = the shipped default, the same

@@ -994,6 +994,38 @@ TEST_CASE("hand-derived: 2/4/8-rank all-reduce on A100 and H100 NVSwitch, NCCL's
   }
 }
 
+// Issue 35: EFA's per-message cost. NCCL's latencies are InfiniBand's; the p6-b200 profile adds its
+// transport's (fitted, docs/collectives.md "Transport latency") once per network hop of the
+// algorithm. Tree all-reduce over 4 nodes crosses log2(4) = 2 levels up and down: 4 hops, so
+// 4 x 63.922 us more than the same node on InfiniBand (the b200 profile), and nothing on one node.
+TEST_CASE("transport latency: EFA's per-hop cost enters NCCL's latency once per network hop") {
+  const ClusterSpec ib = load_cluster("b200");
+  const ClusterSpec efa = load_cluster("p6-b200");
+  REQUIRE(efa.base_profile == "b200");
+  REQUIRE(ib.fabric.transport_latency_seconds == 0);
+  CHECK(efa.fabric.transport == "efa");
+  CHECK(efa.fabric.transport_latency_seconds / kUs == doctest::Approx(63.922));
+  CollectiveOptions tree;
+  tree.algorithm_mask = algorithm_bit(NcclAlgo::tree);
+  tree.protocol_mask = protocol_bit(NcclProto::ll128);
+  const double bytes = kMiB;
+  const auto a = estimate_collective(ib, CollectiveOp::all_reduce, bytes, place(4, 8), tree);
+  const auto b = estimate_collective(efa, CollectiveOp::all_reduce, bytes, place(4, 8), tree);
+  CHECK((b.latency_seconds - a.latency_seconds) / kUs == doctest::Approx(4 * 63.922).epsilon(1e-9));
+  // Ring over 4 nodes: 2 x (4 - 1) = 6 of its 62 steps leave a node. (LL: Simple's multi-node
+  // all-reduce latency carries NCCL's 1.4 "plateau" factor, which then scales these hops too.)
+  CollectiveOptions ring;
+  ring.algorithm_mask = algorithm_bit(NcclAlgo::ring);
+  ring.protocol_mask = protocol_bit(NcclProto::ll);
+  const auto c = estimate_collective(ib, CollectiveOp::all_reduce, bytes, place(4, 8), ring);
+  const auto d = estimate_collective(efa, CollectiveOp::all_reduce, bytes, place(4, 8), ring);
+  CHECK((d.latency_seconds - c.latency_seconds) / kUs == doctest::Approx(6 * 63.922).epsilon(1e-9));
+  // One node: no network hop, the two profiles agree to the bit.
+  const auto e = estimate_collective(ib, CollectiveOp::all_reduce, 64 * kMiB, place(1, 8));
+  const auto f = estimate_collective(efa, CollectiveOp::all_reduce, 64 * kMiB, place(1, 8));
+  CHECK(e.seconds == f.seconds);
+}
+
 TEST_CASE("deduplicated MoE dispatch (DeepEP): a token's copies cross to each remote domain once") {
   // Qwen3-235B routing: top-8 of 128 experts, EP 32 over 4 H100 nodes (32 experts per node).
   // P(a node gets none of the 8) = prod_{i<8} (96 - i) / (128 - i) = 0.0927473.

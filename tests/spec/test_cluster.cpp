@@ -103,13 +103,15 @@ void expect_error(Scratch& s, const std::string& text, const std::string& key,
   }
 }
 
+// One per gpu value of the validation CSVs, and p6-b200: b200's node on AWS's EFA network (a profile
+// on a base, docs/hardware_profiles.md).
 const std::vector<std::string> kShipped = {"a100-40gb",      "a100-80gb",     "b200",          "b300",
                                            "gb200",          "gb300",         "h100-pcie-80gb", "h100-sxm-80gb",
-                                           "h100-sxm-96gb", "h200-141gb"};
+                                           "h100-sxm-96gb", "h200-141gb",     "p6-b200"};
 
 }  // namespace
 
-TEST_CASE("list_clusters names one profile per gpu value, aliases excluded") {
+TEST_CASE("list_clusters names one profile per gpu value and the network variants, aliases excluded") {
   CHECK(list_clusters() == kShipped);
 }
 
@@ -415,6 +417,41 @@ TEST_CASE("a profile loads by path as well as by name") {
   CHECK(by_path.name == "gb200");
   CHECK(by_path.sources == by_name.sources);
   CHECK(by_path.gpu.hbm_bytes == by_name.gpu.hbm_bytes);
+}
+
+// A profile on a base (docs/hardware_profiles.md): the base's values, the file's over them.
+TEST_CASE("a profile on a base: the base's values with the file's over them, one level, its own tags used") {
+  Scratch s;
+  const std::string variant = R"(schema_version = 1
+name = "variant"
+base = "b200"
+description = "b200 with half its NIC rate"
+[sources]
+mine = { kind = "estimate", ref = "a test's value" }
+[node]
+nic_efficiency = 0.5
+key_src = { nic_efficiency = "mine" }
+)";
+  const ClusterSpec b200 = load_cluster("b200");
+  const ClusterSpec v = load_cluster(s.write(variant).string());
+  CHECK(v.name == "variant");
+  CHECK(v.base_profile == "b200");
+  CHECK(v.node.nic_efficiency == 0.5);
+  CHECK(v.sources.at("node.nic_efficiency") == "mine");
+  // Everything else is the base's, sources included.
+  CHECK(v.node.nic_bandwidth_bytes_per_s == b200.node.nic_bandwidth_bytes_per_s);
+  CHECK(v.sources.at("node.nic_bandwidth_bytes_per_s") == b200.sources.at("node.nic_bandwidth_bytes_per_s"));
+  CHECK(v.gpu.sm_count == b200.gpu.sm_count);
+  REQUIRE(v.gpu.gemm_curves.size() == b200.gpu.gemm_curves.size());
+  CHECK(v.gpu.gemm_curves.front().points.size() == b200.gpu.gemm_curves.front().points.size());
+  CHECK(v.fabric.transport_latency_seconds == 0);
+  expect_error(s, edited(variant, "base = \"b200\"", "base = \"no-such-gpu\""), "base",
+               "is not a shipped hardware profile");
+  expect_error(s, edited(variant, "base = \"b200\"", "base = 3"), "base", "must name a shipped hardware profile");
+  expect_error(s, edited(variant, "base = \"b200\"", "base = \"p6-b200\""), "base",
+               "names a base of its own: one level only");
+  expect_error(s, edited(variant, "[node]", "spare = { kind = \"estimate\", ref = \"unused\" }\n[node]"),
+               "sources.spare", "declared but no value uses it");
 }
 
 TEST_CASE("unknown names and missing files name the file") {
