@@ -246,7 +246,15 @@ int run_nccl_tests_fit(const CalibrateArgs& a) {
   const std::shared_ptr<const NcclTable> owned =
       a.nccl_version.empty() ? nullptr : shared_nccl_table(a.nccl_version, "", "--nccl-version");
   const NcclTable* table = owned ? owned.get() : &default_nccl_table();
-  if (a.transport_latency) return print_transport_latency_fit(a, calibrate::fit_transport_latency(points, clusters, *table));
+  if (a.transport_latency) {
+    try {
+      return print_transport_latency_fit(a, calibrate::fit_transport_latency(points, clusters, *table));
+    } catch (const InputError& e) {
+      // What the series lacks is the series' fault: name it.
+      if (!e.file().empty()) throw;
+      throw InputError(a.nccl_tests, e.key(), e.reason());
+    }
+  }
   const calibrate::RampFit fit = calibrate::fit_pipeline_ramp(points, clusters, *table);
   if (a.json) {
     const nlohmann::json rows = residual_rows(fit.residuals);

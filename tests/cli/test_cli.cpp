@@ -357,6 +357,31 @@ TEST_CASE("calibrate --nccl-tests: the shipped series gives the shipped ramp; --
   CHECK(both.err.find("--nccl-tests fits the NCCL table's ramp on its own") != std::string::npos);
 }
 
+// The p6-b200 profile's EFA transport latency, fitted (docs/collectives.md "Transport latency"): the
+// committed 4-node series gives the shipped 63.9 us with every point used within 6 %; a series with
+// no point across nodes, or whose profile does not declare the key fitted, is exit 2 naming it.
+TEST_CASE("calibrate --nccl-tests --transport-latency: the AWS series gives the shipped EFA latency; misuse is exit 2") {
+  const fs::path dir = data_root() / "hardware_profiles" / "nccl" / "series";
+  const std::string aws = (dir / "aws-p6-b200-all-reduce.csv").string();
+  const Run r = run("calibrate --nccl-tests " + aws + " --transport-latency --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("cluster") == "p6-b200");
+  CHECK(j.at("transport_latency_us").get<double>() == doctest::Approx(63.922).epsilon(0.005));
+  CHECK(j.at("transport_latency_us").get<double>() ==
+        doctest::Approx(meshplan::load_cluster("p6-b200").fabric.transport_latency_seconds * 1e6).epsilon(0.005));
+  CHECK(j.at("points_used").get<int>() == 9);
+  CHECK(j.at("max_abs_relative_error").get<double>() < 0.06);
+  CHECK(j.at("at_bound") == false);
+  const std::string azure = (dir / "azure-nd-a100-v4-all-reduce.csv").string();
+  const Run one_node = run("calibrate --nccl-tests " + azure + " --transport-latency");
+  CHECK(one_node.exit_code == 2);
+  CHECK(one_node.err.find(azure + ": --transport-latency: 0 point(s) across nodes") != std::string::npos);
+  const Run alone = run("calibrate --transport-latency");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--transport-latency: goes with --nccl-tests") != std::string::npos);
+}
+
 TEST_CASE("calibrate --gemm-shapes: the H200 series gives the shipped stream-K threshold; --json fields; misuse is exit 2") {
   const std::string shapes = (data_root() / "tests" / "cost" / "measured_h200_shapes.csv").string();
   const Run r = run("calibrate --gemm-shapes " + shapes + " --cluster h200-141gb --json");
