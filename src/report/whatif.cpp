@@ -483,8 +483,13 @@ std::string explain_difference(const Variant& x, const Variant& y, const std::st
                                   (y.peak_bytes - x.peak_bytes) / (1024.0 * 1024.0 * 1024.0),
                                   terms_s.empty() ? "" : ": " + terms_s, rest + moved));
     if (x.fits != y.fits)
-      parts.push_back(y.fits ? fmt::format("now fits in {}", gib(y.gpu_memory_bytes))
+      parts.push_back(y.fits ? fmt::format("now fits in {}{}", gib(y.gpu_memory_bytes), y.tight ? ", tightly" : "")
                              : fmt::format("no longer fits in {}", gib(y.gpu_memory_bytes)));
+    else if (y.fits && x.tight != y.tight)
+      parts.push_back(y.tight ? fmt::format("now fits in {} only without the caching allocator's usual reserve",
+                                            gib(y.gpu_memory_bytes))
+                              : fmt::format("now fits in {} with the caching allocator's usual reserve",
+                                            gib(y.gpu_memory_bytes)));
   }
   std::string out = what + ": ";
   for (const auto& m : mechanisms(x, y)) out += m + "; ";

@@ -862,6 +862,15 @@ TEST_CASE("a step that fits only without the allocator's reserve is tight: it fi
   const Run lint = run("lint --config " + cfg);
   CHECK(lint.out.find("warning fits only without the caching allocator's usual reserve") != std::string::npos);
   CHECK(lint.out.find("does not fit") == std::string::npos);
+  // whatif from local batch 1 (50.2 GiB with the reserve) to 2: its row and its explanation say so.
+  const Run w = run("whatif --config " + cfg + " --vary training.local_batch_size=1,2");
+  CHECK(w.exit_code == 0);
+  CHECK(w.out.find("tight") != std::string::npos);
+  CHECK(w.out.find("now fits in 79.65 GiB only without the caching allocator's usual reserve") != std::string::npos);
+  const auto wj = nlohmann::json::parse(run("whatif --config " + cfg + " --vary training.local_batch_size=1,2 --json").out);
+  CHECK(wj.at("variants").at(0).at("tight") == false);
+  CHECK(wj.at("variants").at(1).at("tight") == true);
+  CHECK(wj.at("variants").at(1).at("fits") == true);
 }
 
 TEST_CASE("simulate says when the step does not fit: `fits` in --json, exit 3, as memory") {
