@@ -369,6 +369,18 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
   return r;
 }
 
+// How the fit moved between two variants (docs/memory.md "Fits"): into or out of the device, or
+// into or out of needing the caching allocator's reserve; "" when it did not.
+std::string fit_change(const Variant& x, const Variant& y) {
+  const std::string device = gib(y.gpu_memory_bytes);
+  if (x.fits != y.fits)
+    return y.fits ? fmt::format("now fits in {}{}", device, y.tight ? ", tightly" : "")
+                  : fmt::format("no longer fits in {}", device);
+  if (!y.fits || x.tight == y.tight) return "";
+  return y.tight ? fmt::format("now fits in {} only without the caching allocator's usual reserve", device)
+                 : fmt::format("now fits in {} with the caching allocator's usual reserve", device);
+}
+
 // Long by its parts, not its logic: one paragraph per kind of difference (the step-time breakdown,
 // communication volume by kind, the memory peak and its terms) in the order the report prints them,
 // all reading the same two variants.
@@ -482,14 +494,7 @@ std::string explain_difference(const Variant& x, const Variant& y, const std::st
       parts.push_back(fmt::format("peak memory {} → {} ({:+.2f} GiB{}{})", gib(x.peak_bytes), gib(y.peak_bytes),
                                   (y.peak_bytes - x.peak_bytes) / (1024.0 * 1024.0 * 1024.0),
                                   terms_s.empty() ? "" : ": " + terms_s, rest + moved));
-    if (x.fits != y.fits)
-      parts.push_back(y.fits ? fmt::format("now fits in {}{}", gib(y.gpu_memory_bytes), y.tight ? ", tightly" : "")
-                             : fmt::format("no longer fits in {}", gib(y.gpu_memory_bytes)));
-    else if (y.fits && x.tight != y.tight)
-      parts.push_back(y.tight ? fmt::format("now fits in {} only without the caching allocator's usual reserve",
-                                            gib(y.gpu_memory_bytes))
-                              : fmt::format("now fits in {} with the caching allocator's usual reserve",
-                                            gib(y.gpu_memory_bytes)));
+    if (std::string f = fit_change(x, y); !f.empty()) parts.push_back(std::move(f));
   }
   std::string out = what + ": ";
   for (const auto& m : mechanisms(x, y)) out += m + "; ";
