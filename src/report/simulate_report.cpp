@@ -33,10 +33,7 @@ std::vector<int> layers_per_rank(const RunConfig& rc) {
 }  // namespace
 
 SimulatedFit simulated_fit(const ClusterSpec& c, const StepResult& r) {
-  std::vector<StageDemand> demands;
-  for (const auto& s : r.stages)
-    demands.push_back({s.stage, s.allocated_peak_bytes, s.breakdown.comm_buffers, s.peak_bytes});
-  const DeviceFit d = device_fit(demands, c.framework.cuda_context_bytes, c.gpu.device_memory_bytes());
+  const DeviceFit d = device_fit_of(r.stages, c.framework.cuda_context_bytes, c.gpu.device_memory_bytes());
   SimulatedFit f;
   f.fits = d.fits();
   f.tight = d.tight();

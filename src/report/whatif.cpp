@@ -369,6 +369,7 @@ WhatIfReport run_whatif(const RunSource& src, const std::vector<Variation>& vary
   return r;
 }
 
+namespace {
 // How the fit moved between two variants (docs/memory.md "Fits"): into or out of the device, or
 // into or out of needing the caching allocator's reserve; "" when it did not.
 std::string fit_change(const Variant& x, const Variant& y) {
@@ -380,6 +381,7 @@ std::string fit_change(const Variant& x, const Variant& y) {
   return y.tight ? fmt::format("now fits in {} only without the caching allocator's usual reserve", device)
                  : fmt::format("now fits in {} with the caching allocator's usual reserve", device);
 }
+}  // namespace
 
 // Long by its parts, not its logic: one paragraph per kind of difference (the step-time breakdown,
 // communication volume by kind, the memory peak and its terms) in the order the report prints them,

@@ -10,6 +10,7 @@
 // run. A step that fits only without that reserve is tight: each retry synchronizes the device and
 // frees cached blocks (slower steps), and fragmentation can still fail an allocation.
 #include <span>
+#include <vector>
 
 namespace meshplan {
 
@@ -31,5 +32,16 @@ struct DeviceFit {
 };
 
 DeviceFit device_fit(std::span<const StageDemand> stages, double cuda_context_bytes, double device_bytes);
+
+// The same over stage records of either memory view (the closed form's StageMemory, the timeline's
+// StageTimeline): each has its stage, allocated peak, breakdown and peak.
+template <class Stages>
+DeviceFit device_fit_of(const Stages& stages, double cuda_context_bytes, double device_bytes) {
+  std::vector<StageDemand> demands;
+  demands.reserve(stages.size());
+  for (const auto& s : stages)
+    demands.push_back({s.stage, s.allocated_peak_bytes, s.breakdown.comm_buffers, s.peak_bytes});
+  return device_fit(demands, cuda_context_bytes, device_bytes);
+}
 
 }  // namespace meshplan

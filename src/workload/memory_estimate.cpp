@@ -507,10 +507,7 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Job& j, 
     est.stages.push_back(estimate_stage(x, stage, layers[static_cast<std::size_t>(stage)],
                                         chunks[static_cast<std::size_t>(stage)]));
 
-  std::vector<StageDemand> demands;
-  for (const auto& s : est.stages)
-    demands.push_back({s.stage, s.allocated_peak_bytes, s.breakdown.comm_buffers, s.peak_bytes});
-  const DeviceFit fit = device_fit(demands, c.framework.cuda_context_bytes, est.gpu_memory_bytes);
+  const DeviceFit fit = device_fit_of(est.stages, c.framework.cuda_context_bytes, est.gpu_memory_bytes);
   est.headroom_bytes = est.gpu_memory_bytes - fit.reserve_peak_bytes;
   est.needed_bytes = fit.needed_bytes;
   est.fits = fit.fits();
